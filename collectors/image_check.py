@@ -1,0 +1,113 @@
+"""Decide whether a byte string is a usable image, and classify it precisely when it is not.
+
+Shared by the local importer and the downloader. The check never trusts a file name or a Content-Type: it reads
+the magic bytes, the header (for a decompression bomb, before any pixel is decoded) and then decodes fully.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+from PIL import Image, UnidentifiedImageError
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ImageLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_side: int = Field(default=64, ge=1, description="Smaller images are dropped as too_small.")
+    min_bytes: int = Field(default=256, ge=0)
+    max_bytes: int = Field(default=20 * 1024 * 1024, ge=1, description="Larger bodies are dropped as too_large.")
+    max_pixels: int = Field(default=64_000_000, ge=1, description="Width x height above this is a decompression_bomb.")
+
+
+class ImageInfo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    format: str
+    width: int
+    height: int
+    mode: str
+
+
+class ImageRejected(Exception):
+    """`error` is the short failure class written to the `error` column."""
+
+    def __init__(self, error: str, detail: str) -> None:
+        super().__init__(f"{error}: {detail}")
+        self.error = error
+        self.detail = detail
+
+
+_TEXT_SNIFFS = (
+    (b"<!doctype html", "HTML page"),
+    (b"<html", "HTML page"),
+    (b"<?xml", "XML document"),
+    (b"{", "JSON document"),
+)
+
+
+_IMAGE_MAGIC = (
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"\x89PNG\r\n\x1a\n", "PNG"),
+    (b"GIF87a", "GIF"),
+    (b"GIF89a", "GIF"),
+    (b"BM", "BMP"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+)
+
+
+def sniff_image(data: bytes) -> str | None:
+    """The image format named by the file signature, if any."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WEBP"
+    for magic, name in _IMAGE_MAGIC:
+        if data.startswith(magic):
+            return name
+    return None
+
+
+def sniff_text(data: bytes) -> str | None:
+    head = data[:512].lstrip().lower()
+    for prefix, what in _TEXT_SNIFFS:
+        if head.startswith(prefix):
+            return what
+    return None
+
+
+def inspect_image(data: bytes, limits: ImageLimits) -> ImageInfo:
+    """Return the decoded image's facts or raise `ImageRejected`."""
+    if len(data) > limits.max_bytes:
+        raise ImageRejected("too_large", f"{len(data)} bytes > max_bytes {limits.max_bytes}")
+    if len(data) < limits.min_bytes:
+        raise ImageRejected("too_small", f"{len(data)} bytes < min_bytes {limits.min_bytes}")
+    try:
+        with warnings.catch_warnings():
+            # Our own max_pixels check below decides; PIL still raises past twice its own limit.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:
+        what = sniff_text(data)
+        raise ImageRejected(
+            "not_an_image", f"{what} served as an image" if what else "unknown file signature"
+        ) from None
+    except Image.DecompressionBombError as exc:
+        raise ImageRejected("decompression_bomb", str(exc)) from None
+    with image:
+        width, height = image.size
+        if width * height > limits.max_pixels:
+            raise ImageRejected("decompression_bomb", f"{width}x{height} px > max_pixels {limits.max_pixels}")
+        if min(width, height) < limits.min_side:
+            raise ImageRejected("too_small", f"{width}x{height} px, min_side {limits.min_side}")
+        fmt = image.format or "unknown"
+        try:
+            image.load()
+        except OSError as exc:
+            message = str(exc)
+            kind = "truncated" if "truncated" in message.lower() else "corrupt"
+            raise ImageRejected(kind, f"{fmt}: {message}") from None
+        except (SyntaxError, ValueError) as exc:  # PIL raises these for malformed chunks
+            raise ImageRejected("corrupt", f"{fmt}: {exc}") from None
+        return ImageInfo(format=fmt, width=width, height=height, mode=image.mode)

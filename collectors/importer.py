@@ -1,0 +1,61 @@
+"""Import stage: fetch each search hit's bytes from an fsspec path, check them, store them by sha256.
+
+This is the embedded counterpart of the HTTP downloader: same output rows, same failure classes for the image
+checks, plus `not_found` and `read_error` for paths that cannot be read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import fsspec
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+
+from collectors.image_check import ImageLimits, ImageRejected, inspect_image
+from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, from_rows
+from data.workspace import BlobStore
+
+
+class ImportConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    limits: ImageLimits = Field(default_factory=ImageLimits)
+    shard_size: int = Field(default=256, ge=1, description="Hits per resumable part.")
+
+
+def read_limited(url: str, max_bytes: int) -> bytes:
+    """Read at most max_bytes + 1 bytes, so an oversized body is detected without reading all of it."""
+    with fsspec.open(url, "rb") as handle:
+        return handle.read(max_bytes + 1)
+
+
+def import_hits(hits: Sequence[dict], blobs: BlobStore, limits: ImageLimits) -> pa.Table:
+    rows = []
+    for hit in hits:
+        row = {
+            "image_id": hit["image_id"],
+            "url": hit["url"],
+            "status": STATUS_OK,
+            "error": None,
+            "detail": None,
+            "sha256": None,
+            "num_bytes": None,
+            "width": None,
+            "height": None,
+            "format": None,
+        }
+        try:
+            data = read_limited(hit["url"], limits.max_bytes)
+            row["num_bytes"] = len(data)
+            info = inspect_image(data, limits)
+        except FileNotFoundError as exc:
+            row.update(status=STATUS_FAILED, error="not_found", detail=str(exc))
+        except ImageRejected as exc:
+            row.update(status=STATUS_FAILED, error=exc.error, detail=exc.detail)
+        except OSError as exc:
+            row.update(status=STATUS_FAILED, error="read_error", detail=f"{type(exc).__name__}: {exc}")
+        else:
+            row.update(sha256=blobs.put(data), width=info.width, height=info.height, format=info.format)
+        rows.append(row)
+    return from_rows(rows, IMAGES)

@@ -1,0 +1,289 @@
+"""Image search stage: one English and one native-language query per concept x country (3XCM paper §3.2.1).
+
+Every backend implements `Searcher` and returns the same hit rows. Embedded default: a local folder laid out as
+`<root>/<country>/<concept>/<eng|nav>/<files>` (or described by a manifest CSV), standing in for DuckDuckGo.
+"""
+
+from __future__ import annotations
+
+import csv
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, Protocol
+
+import fsspec
+import pyarrow as pa
+from PIL import Image
+from pydantic import BaseModel, ConfigDict, Field
+
+from data import reference
+from data.schemas import SEARCH_HITS, STATUS_FAILED, STATUS_OK, from_rows
+from data.stage import Registry
+
+QueryLang = Literal["eng", "nav"]
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff"}
+
+
+class SearchQuery(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    concept_id: int
+    concept: str
+    country: str
+    query: str
+    query_lang: QueryLang
+    language_code: str
+    region: str
+
+    @property
+    def query_id(self) -> str:
+        slug = reference.country_by_name()[self.country].slug
+        return f"{slug}-{self.concept_id}-q-{self.query_lang}"
+
+    def image_id(self, rank: int) -> str:
+        slug = reference.country_by_name()[self.country].slug
+        return f"{slug}-{self.concept_id}-{rank}-{self.query_lang}"
+
+
+class SearchHit(BaseModel):
+    url: str
+    source_page: str | None = None
+    title: str | None = None
+    width: int | None = None
+    height: int | None = None
+
+
+class SearchError(Exception):
+    """A search that failed; `kind` is the short class recorded in the `error` column."""
+
+    def __init__(self, kind: str, detail: str = "") -> None:
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
+        self.detail = detail
+
+
+class Searcher(Protocol):
+    name: str
+
+    def search(self, query: SearchQuery, max_results: int) -> list[SearchHit]: ...
+
+
+searchers: Registry[Searcher] = Registry("search")
+
+
+class LocalFolderSearchConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["local"] = "local"
+    root: str | None = Field(
+        default=None,
+        description="Folder laid out as <country>/<concept>/<eng|nav>/<images>. Defaults to the demo corpus.",
+    )
+    manifest: str | None = Field(
+        default=None,
+        description="CSV with country,concept,query_lang,rank,path[,title,source_page]; paths relative to it.",
+    )
+    max_results: int = Field(default=10, ge=1, description="Top-k per query (paper §3.2.1: top 10).")
+    skip_identical_native_query: bool = Field(
+        default=True,
+        description="English-speaking countries get no 'nav' query: it would repeat the 'eng' one.",
+    )
+
+
+SearchConfig = LocalFolderSearchConfig
+
+
+def build_queries(
+    concepts: pa.Table, translations: pa.Table, countries: Sequence[str], skip_identical_native: bool
+) -> list[SearchQuery]:
+    """The English query "{concept} {country}" and the native one, both words in the country's language."""
+    native = {
+        (r["concept_id"], r["language_code"]): r["text"]
+        for r in translations.select(["concept_id", "language_code", "text"]).to_pylist()
+    }
+    queries: list[SearchQuery] = []
+    for country_name in countries:
+        country = reference.country_by_name()[country_name]
+        pack = reference.language_pack(country.language_code)
+        for concept_id, concept in zip(
+            concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True
+        ):
+            english = f"{concept} {reference.language_pack(reference.ENGLISH).countries[country.name].name}"
+            nav = f"{native[(concept_id, country.language_code)]} {pack.countries[country.name].name}"
+            common = {
+                "concept_id": concept_id,
+                "concept": concept,
+                "country": country.name,
+                "region": country.ddg_region,
+            }
+            queries.append(SearchQuery(query=english, query_lang="eng", language_code="en", **common))
+            if not (skip_identical_native and nav == english):
+                queries.append(SearchQuery(query=nav, query_lang="nav", language_code=country.language_code, **common))
+    return queries
+
+
+def search_rows(searcher: Searcher, queries: Sequence[SearchQuery], max_results: int) -> pa.Table:
+    """Run queries; a failed query becomes one row with its reason and never aborts the stage."""
+    rows: list[dict] = []
+    for query in queries:
+        base = {
+            "concept_id": query.concept_id,
+            "country": query.country,
+            "query": query.query,
+            "query_lang": query.query_lang,
+            "language_code": query.language_code,
+            "searcher": searcher.name,
+        }
+        try:
+            hits = searcher.search(query, max_results)[:max_results]
+            if not hits:
+                raise SearchError("no_results", "the engine returned no images")
+        except SearchError as exc:
+            rows.append(_failure(query, base, exc.kind, exc.detail))
+            continue
+        for rank, hit in enumerate(hits):
+            rows.append(
+                {
+                    **base,
+                    "image_id": query.image_id(rank),
+                    "rank": rank,
+                    **hit.model_dump(),
+                    "status": STATUS_OK,
+                    "error": None,
+                    "detail": None,
+                }
+            )
+    return from_rows(rows, SEARCH_HITS)
+
+
+def _failure(query: SearchQuery, base: dict, kind: str, detail: str) -> dict:
+    return {
+        **base,
+        "image_id": query.query_id,
+        "rank": None,
+        "url": None,
+        "source_page": None,
+        "title": None,
+        "width": None,
+        "height": None,
+        "status": STATUS_FAILED,
+        "error": kind,
+        "detail": detail or None,
+    }
+
+
+class LocalFolderSearcher:
+    """Serves search hits from a folder of images; the same rows the DuckDuckGo backend emits."""
+
+    name = "local"
+
+    def __init__(self, config: LocalFolderSearchConfig) -> None:
+        if config.root is None and config.manifest is None:
+            raise ValueError("local searcher needs `root` or `manifest`")
+        self.config = config
+        self._index = self._read_manifest(config.manifest) if config.manifest else None
+
+    def search(self, query: SearchQuery, max_results: int) -> list[SearchHit]:
+        if self._index is not None:
+            hits = self._index.get((query.country, query.concept_id, query.query_lang), [])
+        else:
+            hits = self._scan(query)
+        return hits[:max_results]
+
+    # -- folder layout ----------------------------------------------------------------------------------------
+
+    def _scan(self, query: SearchQuery) -> list[SearchHit]:
+        fs, root = fsspec.core.url_to_fs(self.config.root)
+        country_dir = _match_dir(fs, root, _country_keys(query.country))
+        if country_dir is None:
+            raise SearchError("no_results", f"no folder for country {query.country!r} under {self.config.root}")
+        concept_dir = _match_dir(fs, country_dir, _concept_keys(query.concept_id, query.concept))
+        if concept_dir is None:
+            raise SearchError("no_results", f"no folder for concept {query.concept!r} under {country_dir}")
+        lang_dir = _match_dir(fs, concept_dir, {query.query_lang})
+        if lang_dir is None:
+            raise SearchError("no_results", f"no {query.query_lang} folder under {concept_dir}")
+        files = sorted(p for p in fs.ls(lang_dir, detail=False) if Path(p).suffix.lower() in IMAGE_SUFFIXES)
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        return [_local_hit(fs, path, f"{protocol}://{path}" if protocol != "file" else path) for path in files]
+
+    # -- manifest ---------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _read_manifest(manifest: str) -> dict[tuple[str, int, str], list[SearchHit]]:
+        fs, path = fsspec.core.url_to_fs(manifest)
+        base = path.rsplit("/", 1)[0]
+        with fs.open(path, "r", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+        required = {"country", "concept", "query_lang", "rank", "path"}
+        if rows and not required <= set(rows[0]):
+            raise ValueError(f"manifest {manifest} lacks columns {sorted(required - set(rows[0]))}")
+        grouped: dict[tuple[str, int, str], list[tuple[int, SearchHit]]] = {}
+        for line, row in enumerate(rows, start=2):
+            try:
+                country = reference.resolve_country(row["country"]).name
+                concept_id = _concept_id(row["concept"])
+                lang = row["query_lang"].strip()
+                if lang not in ("eng", "nav"):
+                    raise ValueError(f"query_lang must be eng or nav, not {lang!r}")
+                rank = int(row["rank"])
+            except (KeyError, ValueError) as exc:
+                raise ValueError(f"manifest {manifest}, line {line}: {exc}") from exc
+            target = row["path"] if "://" in row["path"] or row["path"].startswith("/") else f"{base}/{row['path']}"
+            hit = SearchHit(
+                url=target,
+                title=row.get("title") or Path(row["path"]).stem,
+                source_page=row.get("source_page") or None,
+            )
+            grouped.setdefault((country, concept_id, lang), []).append((rank, hit))
+        return {key: [hit for _, hit in sorted(hits, key=lambda x: x[0])] for key, hits in grouped.items()}
+
+
+def _country_keys(country: str) -> set[str]:
+    c = reference.country_by_name()[country]
+    return {c.name.lower(), c.slug, c.iso2.lower(), c.name.lower().replace(" ", "_")}
+
+
+def _concept_keys(concept_id: int, concept: str) -> set[str]:
+    return {
+        concept.lower(),
+        concept.lower().replace(" ", "_"),
+        concept.lower().replace(" ", "-"),
+        str(concept_id),
+    }
+
+
+def _concept_id(value: str) -> int:
+    key = value.strip().lower()
+    for concept in reference.concepts():
+        if key in _concept_keys(concept.concept_id, concept.concept):
+            return concept.concept_id
+    raise ValueError(f"unknown concept {value!r}")
+
+
+def _match_dir(fs: fsspec.AbstractFileSystem, parent: str, keys: set[str]) -> str | None:
+    if not fs.isdir(parent):
+        return None
+    for entry in sorted(fs.ls(parent, detail=True), key=lambda e: e["name"]):
+        if entry["type"] == "directory" and entry["name"].rstrip("/").rsplit("/", 1)[-1].lower() in keys:
+            return entry["name"]
+    return None
+
+
+def _local_hit(fs: fsspec.AbstractFileSystem, path: str, url: str) -> SearchHit:
+    """Title from the file name; size from the image header when it can be read (like DDG's width/height)."""
+    width = height = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with fs.open(path, "rb") as handle, Image.open(handle) as image:
+                width, height = image.size
+    except Exception:  # an unreadable file is the importer's to classify, not the searcher's
+        pass
+    return SearchHit(url=url, title=Path(path).stem, source_page=None, width=width, height=height)
+
+
+@searchers.register("local")
+def _local(config: LocalFolderSearchConfig) -> Searcher:
+    return LocalFolderSearcher(config)

@@ -1,0 +1,66 @@
+"""The image table (`image_metadata`): every stored image that survived dedup and review, in a fixed order.
+
+Row order, and so `index_in_dataset`, is concept id, then the reference country order, then the English query
+before the native one, then search rank. The benchmark tables refer to images by these row positions.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from data import reference
+from data.schemas import CATALOG, STATUS_OK, from_rows
+
+
+def build_catalog(
+    concepts: pa.Table,
+    search_hits: pa.Table,
+    images: pa.Table,
+    review: pa.Table,
+    tags: pa.Table,
+    translations: pa.Table,
+) -> pa.Table:
+    names = dict(zip(concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True))
+    hits = {r["image_id"]: r for r in search_hits.to_pylist() if r["status"] == STATUS_OK}
+    kept = {r["image_id"] for r in review.to_pylist() if r["keep"]}
+    tag_rows = {r["image_id"]: r for r in tags.to_pylist()}
+    native = {(r["concept_id"], r["language_code"]): r["text"] for r in translations.to_pylist()}
+    country_order = {c.name: i for i, c in enumerate(reference.countries())}
+
+    records = []
+    for image in images.to_pylist():
+        if image["status"] != STATUS_OK or image["image_id"] not in kept:
+            continue
+        hit = hits[image["image_id"]]
+        country = reference.country_by_name()[hit["country"]]
+        concept = names[hit["concept_id"]]
+        tag = tag_rows[image["image_id"]]
+        records.append(
+            {
+                "image_id": image["image_id"],
+                "concept_id": hit["concept_id"],
+                "concept": concept,
+                "concept_in_native": native[(hit["concept_id"], country.language_code)],
+                "concept_country": f"{concept} {country.name}",
+                "country": country.name,
+                "language_code": country.language_code,
+                "language_group": country.language_group,
+                "title": hit["title"],
+                "query": hit["query"],
+                "query_lang": hit["query_lang"],
+                "rank": hit["rank"],
+                "url": hit["url"],
+                "source_page": hit["source_page"],
+                "sha256": image["sha256"],
+                "num_bytes": image["num_bytes"],
+                "width": image["width"],
+                "height": image["height"],
+                "format": image["format"],
+                "tags": tag["concept_ids"],
+                "tagger": tag["tagger"],
+            }
+        )
+    records.sort(key=lambda r: (r["concept_id"], country_order[r["country"]], r["query_lang"] != "eng", r["rank"]))
+    for index, record in enumerate(records):
+        record["index_in_dataset"] = index
+    return from_rows(records, CATALOG)

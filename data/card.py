@@ -1,0 +1,24 @@
+"""Dataset cards: YAML front matter that `datasets` reads (configs, licence) and a readable body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+LICENSE = "cc-by-nc-sa-4.0"
+
+
+def front_matter(configs: list[dict[str, Any]], pretty_name: str, tags: list[str], extra: dict | None = None) -> str:
+    """`configs` entries: {"config_name", "data_files": [{"split", "path"}], optional "default": True}."""
+    meta = {"license": LICENSE, "pretty_name": pretty_name, "tags": tags, **(extra or {}), "configs": configs}
+    return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n"
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "_(none)_\n"
+    headers = list(rows[0])
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(row.get(h, "")) for h in headers) + " |" for row in rows]
+    return "\n".join(lines) + "\n"

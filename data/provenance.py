@@ -1,0 +1,66 @@
+"""Provenance: the code version and a secret-free view of a config, for manifests and cards."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from functools import cache
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Any
+
+SECRET_MARKERS = ("key", "token", "secret", "password", "credential")
+REDACTED = "**redacted**"
+
+
+@cache
+def code_version() -> dict[str, Any]:
+    """Package version, plus the git commit when running from a checkout (with a dirty flag)."""
+    info: dict[str, Any] = {"package": "culturebench", "version": metadata.version("culturebench")}
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        info.update(git_commit=commit, git_dirty=bool(dirty))
+    except (OSError, subprocess.SubprocessError):
+        info.update(git_commit=None, git_dirty=None)
+    return info
+
+
+@cache
+def reference_data_sha256() -> str:
+    """One hash over every shipped reference file, so a release names the exact data it was built from."""
+    digest = hashlib.sha256()
+    root = resources.files("data").joinpath("reference")
+    for path in sorted(_walk(root), key=lambda p: str(p)):
+        digest.update(str(path.relative_to(Path(str(root)))).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _walk(root: Any) -> list[Path]:
+    return [p for p in Path(str(root)).rglob("*") if p.is_file()]
+
+
+def redact(value: Any) -> Any:
+    """Replace the value of every key that looks like a secret, at any depth."""
+    if isinstance(value, dict):
+        return {
+            k: (REDACTED if any(m in str(k).lower() for m in SECRET_MARKERS) and v else redact(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value

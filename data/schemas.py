@@ -1,0 +1,248 @@
+"""Explicit pyarrow schemas for every table the pipeline writes.
+
+Conventions (design brief, "Failures are rows"): collection tables carry `status` (ok | failed) and `error`
+(a short class such as `not_an_image`); decision tables carry `keep` and `reason`.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+STATUS_OK = "ok"
+STATUS_FAILED = "failed"
+
+DEMO_CORPUS = pa.schema(
+    [
+        pa.field("path", pa.string(), nullable=False),  # relative to the corpus root
+        pa.field("role", pa.string(), nullable=False),  # original | duplicate:<kind> | bad_file
+        pa.field("duplicate_of", pa.string()),
+        pa.field("expected_error", pa.string()),
+    ]
+)
+
+CONCEPTS = pa.schema(
+    [
+        pa.field("concept_id", pa.int32(), nullable=False),
+        pa.field("concept", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),  # shipped | gemini | operator
+    ]
+)
+
+CONCEPT_DEDUP = pa.schema(
+    [
+        pa.field("concept_id", pa.int32(), nullable=False),
+        pa.field("concept", pa.string(), nullable=False),
+        pa.field("normalized", pa.string(), nullable=False),
+        pa.field("keep", pa.bool_(), nullable=False),
+        pa.field("duplicate_of", pa.int32()),  # the kept concept this one merges into
+        pa.field("score", pa.float32()),  # similarity to duplicate_of (or to the nearest concept when kept)
+        pa.field("nearest_id", pa.int32()),
+        pa.field("method", pa.string(), nullable=False),
+        pa.field("reason", pa.string()),
+    ]
+)
+
+TRANSLATIONS = pa.schema(
+    [
+        pa.field("concept_id", pa.int32(), nullable=False),
+        pa.field("language_code", pa.string(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("descriptor_template", pa.string(), nullable=False),
+        pa.field("review_status", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+    ]
+)
+
+SEARCH_HITS = pa.schema(
+    [
+        pa.field("image_id", pa.string(), nullable=False),  # {slug}-{concept_id}-{rank}-{eng|nav}; query id on failure
+        pa.field("concept_id", pa.int32(), nullable=False),
+        pa.field("country", pa.string(), nullable=False),
+        pa.field("query", pa.string(), nullable=False),
+        pa.field("query_lang", pa.string(), nullable=False),  # eng | nav
+        pa.field("language_code", pa.string(), nullable=False),
+        pa.field("rank", pa.int32()),  # 0-based position in the result list
+        pa.field("url", pa.string()),
+        pa.field("source_page", pa.string()),
+        pa.field("title", pa.string()),
+        pa.field("width", pa.int32()),
+        pa.field("height", pa.int32()),
+        pa.field("searcher", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error", pa.string()),  # no_results | blocked | engine_error | ...
+        pa.field("detail", pa.string()),
+    ]
+)
+
+IMAGES = pa.schema(
+    [
+        pa.field("image_id", pa.string(), nullable=False),
+        pa.field("url", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error", pa.string()),  # corrupt | not_an_image | too_small | too_large | decompression_bomb | ...
+        pa.field("detail", pa.string()),
+        pa.field("sha256", pa.string()),  # blob key of the original bytes
+        pa.field("num_bytes", pa.int64()),
+        pa.field("width", pa.int32()),
+        pa.field("height", pa.int32()),
+        pa.field("format", pa.string()),  # PIL format name: JPEG, PNG, WEBP ...
+    ]
+)
+
+IMAGE_HASHES = pa.schema(
+    [
+        pa.field("image_id", pa.string(), nullable=False),
+        pa.field("sha256", pa.string(), nullable=False),
+        pa.field("pixel_sha256", pa.string(), nullable=False),  # hash of the decoded, normalised RGB pixels
+        pa.field("phash", pa.uint64(), nullable=False),
+    ]
+)
+
+IMAGE_DEDUP = pa.schema(
+    [
+        pa.field("image_id", pa.string(), nullable=False),
+        pa.field("concept_id", pa.int32(), nullable=False),
+        pa.field("cluster_id", pa.string(), nullable=False),  # image_id of the cluster's kept image
+        pa.field("cluster_size", pa.int32(), nullable=False),
+        pa.field("keep", pa.bool_(), nullable=False),
+        pa.field("duplicate_of", pa.string()),
+        pa.field("method", pa.string()),  # exact_bytes | exact_pixels | phash (the strongest link to the kept image)
+        pa.field("score", pa.float32()),  # phash: Hamming distance; exact tiers: 0
+        pa.field("reason", pa.string()),
+    ]
+)
+
+REVIEW = pa.schema(
+    [
+        pa.field("image_id", pa.string(), nullable=False),
+        pa.field("keep", pa.bool_(), nullable=False),
+        pa.field("automatic_keep", pa.bool_(), nullable=False),
+        pa.field("reviewer", pa.string(), nullable=False),  # auto_accept | label_studio | ...
+        pa.field("policy", pa.string(), nullable=False),
+        pa.field("reason", pa.string()),
+    ]
+)
+
+TAGS = pa.schema(
+    [
+        pa.field("image_id", pa.string(), nullable=False),
+        pa.field("concept_ids", pa.list_(pa.int32()), nullable=False),  # priority order, own concept included
+        pa.field("tagger", pa.string(), nullable=False),
+        pa.field("model_id", pa.string()),
+    ]
+)
+
+CATALOG = pa.schema(
+    [
+        pa.field("index_in_dataset", pa.int32(), nullable=False),
+        pa.field("image_id", pa.string(), nullable=False),
+        pa.field("concept_id", pa.int32(), nullable=False),
+        pa.field("concept", pa.string(), nullable=False),
+        pa.field("concept_in_native", pa.string(), nullable=False),
+        pa.field("concept_country", pa.string(), nullable=False),
+        pa.field("country", pa.string(), nullable=False),
+        pa.field("language_code", pa.string(), nullable=False),
+        pa.field("language_group", pa.string(), nullable=False),
+        pa.field("title", pa.string()),
+        pa.field("query", pa.string(), nullable=False),
+        pa.field("query_lang", pa.string(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("url", pa.string(), nullable=False),
+        pa.field("source_page", pa.string()),
+        pa.field("sha256", pa.string(), nullable=False),
+        pa.field("num_bytes", pa.int64(), nullable=False),
+        pa.field("width", pa.int32(), nullable=False),
+        pa.field("height", pa.int32(), nullable=False),
+        pa.field("format", pa.string(), nullable=False),
+        pa.field("tags", pa.list_(pa.int32()), nullable=False),
+        pa.field("tagger", pa.string(), nullable=False),
+    ]
+)
+
+#: RQ2 answer slots, in the authors' column order: (our name, the authors' column prefix).
+RQ2_SLOTS: tuple[tuple[str, str], ...] = (
+    ("correct", "semantically_relevant_candidate_"),
+    ("language_biased", "culturally_relevant_candidate_"),
+    ("irrelevant", "non_relevant_candidate_"),
+)
+#: RQ3 answer slots (3XCM paper §3.2.3, categories i-vi).
+RQ3_SLOTS: tuple[str, ...] = (
+    "correct",
+    "object_relevant_language_biased",
+    "object_relevant",
+    "cultural_descriptor_relevant",
+    "language_biased",
+    "irrelevant",
+)
+CANDIDATE_FIELDS = ("index", "image_id", "concept", "country")
+
+
+def _candidate_fields(prefix: str) -> list[pa.Field]:
+    return [
+        pa.field(f"{prefix}index", pa.int32(), nullable=False),
+        pa.field(f"{prefix}image_id", pa.string(), nullable=False),
+        pa.field(f"{prefix}concept", pa.string(), nullable=False),
+        pa.field(f"{prefix}country", pa.string(), nullable=False),
+    ]
+
+
+BENCHMARK = pa.schema(
+    [
+        pa.field("query_index", pa.int32(), nullable=False),
+        pa.field("query_image_id", pa.string(), nullable=False),
+        pa.field("query_concept", pa.string(), nullable=False),
+        pa.field("query_country", pa.string(), nullable=False),
+        *[f for _, prefix in RQ2_SLOTS for f in _candidate_fields(prefix)],
+        pa.field("query_concept_id", pa.int32(), nullable=False),
+        pa.field("query_language", pa.string(), nullable=False),
+        pa.field("query_text", pa.string(), nullable=False),
+    ]
+)
+#: The columns of the authors' benchmarks/xcm-bench.csv, in order.
+XCM_BENCH_CSV_COLUMNS: tuple[str, ...] = tuple(BENCHMARK.names[: 4 + 4 * len(RQ2_SLOTS)])
+
+BENCHMARK_CD = pa.schema(
+    [
+        pa.field("query_index", pa.int32(), nullable=False),
+        pa.field("query_image_id", pa.string(), nullable=False),
+        pa.field("query_concept", pa.string(), nullable=False),
+        pa.field("query_country", pa.string(), nullable=False),
+        pa.field("descriptor_country", pa.string(), nullable=False),
+        *[f for slot in RQ3_SLOTS for f in _candidate_fields(f"{slot}_candidate_")],
+        pa.field("query_concept_id", pa.int32(), nullable=False),
+        pa.field("query_language", pa.string(), nullable=False),
+        pa.field("query_text", pa.string(), nullable=False),
+    ]
+)
+
+UNASSEMBLED = pa.schema(
+    [
+        pa.field("task", pa.string(), nullable=False),  # rq2 | rq3
+        pa.field("query_index", pa.int32(), nullable=False),
+        pa.field("query_image_id", pa.string(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+    ]
+)
+
+VIOLATIONS = pa.schema(
+    [
+        pa.field("table", pa.string(), nullable=False),
+        pa.field("row", pa.int32()),
+        pa.field("rule", pa.string(), nullable=False),
+        pa.field("detail", pa.string(), nullable=False),
+    ]
+)
+
+
+def empty(schema: pa.Schema) -> pa.Table:
+    return schema.empty_table()
+
+
+def from_rows(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    """Build a table from row dicts, refusing missing or unexpected columns."""
+    names = set(schema.names)
+    for row in rows:
+        if set(row) != names:
+            missing, extra = names - set(row), set(row) - names
+            raise ValueError(f"row does not match schema: missing {sorted(missing)}, unexpected {sorted(extra)}")
+    return pa.Table.from_pylist(rows, schema=schema)

@@ -1,0 +1,173 @@
+"""`culturebench`: run builds with or without Prefect, print configs, validate releases."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from flows.config import ConfigError, build_config, load_config
+
+app = typer.Typer(help="Build the 3XCM and MixCuBe cultural-bias benchmarks.", no_args_is_help=True)
+build_app = typer.Typer(help="Run a build.", no_args_is_help=True)
+app.add_typer(build_app, name="build")
+console = Console(stderr=True)
+
+
+class Engine(StrEnum):
+    prefect = "prefect"
+    local = "local"
+
+
+def _overrides(workspace_root: str | None, release_root: str | None, version: str | None, build_id: str | None) -> dict:
+    out: dict[str, Any] = {}
+    if workspace_root:
+        out["workspace_root"] = workspace_root
+    if build_id:
+        out["build_id"] = build_id
+    release = {k: v for k, v in {"root": release_root, "version": version}.items() if v}
+    if release:
+        out["release"] = release
+    return out
+
+
+@build_app.command("3xcm")
+def build_3xcm_command(
+    config: Annotated[Path | None, typer.Option(help="YAML or JSON build config.", exists=True, dir_okay=False)] = None,
+    demo: Annotated[bool, typer.Option(help="Offline demo: generate a corpus and build on embedded defaults.")] = False,
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            help="prefect: run the build-3xcm flow (a server from PREFECT_API_URL, "
+            "else a temporary local one); local: plain Python."
+        ),
+    ] = Engine.prefect,
+    workspace_root: Annotated[str | None, typer.Option(help="Workspace root (fsspec URL).")] = None,
+    release_root: Annotated[str | None, typer.Option(help="Release root (fsspec URL).")] = None,
+    version: Annotated[str | None, typer.Option(help="Release version (semver).")] = None,
+    build_id: Annotated[str | None, typer.Option(help="Build id (default: derived from the config).")] = None,
+) -> None:
+    """Build 3XCM and write a versioned release."""
+    try:
+        overrides = _overrides(workspace_root, release_root, version, build_id)
+        cfg = load_config(config, demo=demo, overrides=overrides) if config else build_config({}, demo, overrides)
+        if cfg.demo_corpus is None and cfg.search.backend == "local" and not (cfg.search.root or cfg.search.manifest):
+            raise ConfigError("search.root or search.manifest is required (or use --demo for the generated corpus)")
+    except ConfigError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+
+    from flows.build_3xcm import build_3xcm, build_locally
+    from flows.stages_3xcm import BuildValidationError
+
+    console.print(f"build id [bold]{cfg.resolved_build_id()}[/bold], workspace {cfg.workspace_root}")
+    try:
+        if engine is Engine.local:
+            with _progress() as progress:
+                summary = build_locally(cfg, progress=progress)
+        else:
+            summary = build_3xcm(cfg)
+    except BuildValidationError as exc:
+        console.print(f"[red]validation failed, nothing released:[/red]\n{exc}")
+        raise typer.Exit(1) from None
+    _print_summary(summary)
+
+
+class _progress:
+    """A rich progress bar per sharded stage."""
+
+    def __enter__(self) -> _progress:
+        self.bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        self.bar.__enter__()
+        self.tasks: dict[str, Any] = {}
+        return self
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.bar.add_task(f"{stage} (shards)", total=total)
+        self.bar.update(self.tasks[stage], completed=done, total=total)
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.__exit__(*exc)
+
+
+def _print_summary(summary: Any) -> None:
+    table = Table(title=f"3XCM build {summary.build_id}")
+    for column in ("stage", "in", "kept", "dropped", "dropped by reason"):
+        table.add_column(column)
+    for s in summary.stages:
+        reasons = ", ".join(f"{k}: {v}" for k, v in s.dropped_by_reason.items()) or "-"
+        table.add_row(s.stage, str(s.rows_in), str(s.kept), str(s.dropped), reasons)
+    console.print(table)
+    if summary.skipped_stages:
+        console.print(f"skipped (already done): {', '.join(summary.skipped_stages)}")
+    console.print(f"validation: {summary.validation}")
+    console.print(f"release {summary.release_version} ({summary.release_status}): [bold]{summary.release_path}[/bold]")
+    typer.echo(
+        json.dumps(
+            {
+                "release_path": summary.release_path,
+                "version": summary.release_version,
+                "status": summary.release_status,
+                "build_id": summary.build_id,
+            }
+        )
+    )
+
+
+@app.command("config")
+def config_command(
+    demo: Annotated[bool, typer.Option(help="Print the demo config.")] = False,
+    schema: Annotated[bool, typer.Option(help="Print the JSON schema instead of a config.")] = False,
+) -> None:
+    """Print the default (or demo) 3XCM build config as JSON, to edit and pass with --config."""
+    from flows.config import Build3XCMConfig
+
+    if schema:
+        typer.echo(json.dumps(Build3XCMConfig.model_json_schema(), indent=2))
+        return
+    cfg = Build3XCMConfig.demo() if demo else Build3XCMConfig()
+    typer.echo(cfg.model_dump_json(indent=2))
+
+
+@app.command("validate")
+def validate_command(release_dir: Annotated[Path, typer.Argument(exists=True, file_okay=False)]) -> None:
+    """Check a 3XCM release folder against the benchmark rules; exit 1 when any row breaks one."""
+    import pyarrow.parquet as pq
+
+    from curation.validate import validate_benchmark
+
+    def read(config_name: str) -> Any:
+        files = sorted((release_dir / config_name).glob("*.parquet"))
+        if not files:
+            console.print(f"[red]{release_dir} has no {config_name}/*.parquet[/red]")
+            raise typer.Exit(2)
+        import pyarrow as pa
+
+        return pa.concat_tables([pq.read_table(f, columns=None) for f in files])
+
+    images = read("image_metadata")
+    images = images.drop_columns(["image"]) if "image" in images.column_names else images
+    from data.schemas import CATALOG
+
+    report = validate_benchmark(images.select(CATALOG.names), read("benchmark"), read("benchmark_cd"))
+    console.print(report.summary())
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app(sys.argv[1:])

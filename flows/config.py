@@ -1,0 +1,130 @@
+"""The typed build config of `build-3xcm`: one section per stage, each naming its backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from annotation.review import ReviewConfig
+from collectors.concepts import ConceptsConfig
+from collectors.demo_corpus import DEMO_CONCEPTS, DEMO_COUNTRIES, DemoCorpusConfig
+from collectors.importer import ImportConfig
+from collectors.search import SearchConfig
+from collectors.translations import TranslationsConfig
+from curation.assemble import AssemblyConfig
+from curation.concept_dedup import ConceptDedupConfig
+from curation.image_dedup import ImageDedupConfig
+from curation.tagging import TaggingConfig
+from data import reference
+from data.release import ReleaseConfig
+from data.workspace import fingerprint
+
+BUILD_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+
+
+class Build3XCMConfig(BaseModel):
+    """Everything that decides a 3XCM build. The same config always resolves to the same build id."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    build_id: str | None = Field(
+        default=None,
+        pattern=BUILD_ID_PATTERN,
+        description="Workspace name. Defaults to 3xcm-<hash of the config>, so a rerun resumes the same build.",
+    )
+    workspace_root: str = Field(default="./workspace", description="fsspec URL holding one folder per build.")
+    countries: list[str] = Field(
+        default_factory=lambda: [c.name for c in reference.countries()],
+        min_length=2,
+        description="Countries to build (names, slugs or ISO codes); the paper uses all 16.",
+    )
+    demo_corpus: DemoCorpusConfig | None = Field(
+        default=None, description="Generate the offline demo corpus into the workspace and search it."
+    )
+    concepts: ConceptsConfig = Field(default_factory=ConceptsConfig)
+    concept_dedup: ConceptDedupConfig = Field(default_factory=ConceptDedupConfig)
+    translations: TranslationsConfig = Field(default_factory=TranslationsConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    importer: ImportConfig = Field(default_factory=ImportConfig)
+    image_dedup: ImageDedupConfig = Field(default_factory=ImageDedupConfig)
+    review: ReviewConfig = Field(default_factory=ReviewConfig)
+    tagging: TaggingConfig = Field(default_factory=TaggingConfig)
+    assembly: AssemblyConfig = Field(default_factory=AssemblyConfig)
+    release: ReleaseConfig = Field(default_factory=ReleaseConfig)
+
+    @field_validator("countries")
+    @classmethod
+    def _canonical_countries(cls, value: list[str]) -> list[str]:
+        names = []
+        for item in value:
+            try:
+                names.append(reference.resolve_country(item).name)
+            except KeyError as exc:
+                raise ValueError(str(exc.args[0])) from None
+        if len(set(names)) != len(names):
+            raise ValueError(f"countries repeat: {names}")
+        order = {c.name: i for i, c in enumerate(reference.countries())}
+        return sorted(names, key=order.__getitem__)
+
+    def resolved_build_id(self) -> str:
+        if self.build_id:
+            return self.build_id
+        # Where the build is written and released does not change what it contains.
+        content = self.model_dump(mode="json", exclude={"build_id", "workspace_root", "release"})
+        return f"3xcm-{fingerprint(content)[:12]}"
+
+    @property
+    def language_codes(self) -> list[str]:
+        return sorted({reference.country_by_name()[c].language_code for c in self.countries})
+
+    @classmethod
+    def demo(cls, **overrides: Any) -> Build3XCMConfig:
+        """The offline demo: a generated corpus of 6 concepts x 8 countries (5 language groups)."""
+        base: dict[str, Any] = {
+            "countries": list(DEMO_COUNTRIES),
+            "demo_corpus": DemoCorpusConfig().model_dump(),
+            "concepts": {"backend": "shipped", "include": list(DEMO_CONCEPTS)},
+            "release": {"version": "0.1.0-demo"},
+        }
+        return cls.model_validate(_merge(base, overrides))
+
+
+def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in overrides.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+class ConfigError(ValueError):
+    """An invalid config file, reported field by field."""
+
+
+def load_config(path: str | Path, demo: bool = False, overrides: dict[str, Any] | None = None) -> Build3XCMConfig:
+    """Read a YAML or JSON config file; report every invalid field with its location."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) if path else {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config {path} must be a mapping, not {type(raw).__name__}")
+    return build_config(raw, demo=demo, overrides=overrides, source=str(path))
+
+
+def build_config(
+    raw: dict[str, Any], demo: bool = False, overrides: dict[str, Any] | None = None, source: str = "config"
+) -> Build3XCMConfig:
+    merged = _merge(raw, overrides or {})
+    try:
+        return Build3XCMConfig.demo(**merged) if demo else Build3XCMConfig.model_validate(merged)
+    except ValidationError as exc:
+        lines = [f"invalid {source}:"]
+        for error in exc.errors():
+            where = ".".join(str(p) for p in error["loc"]) or "(root)"
+            lines.append(f"  {where}: {error['msg']}")
+        raise ConfigError("\n".join(lines)) from None

@@ -1,0 +1,325 @@
+"""The 3XCM stage graph: which tables each stage reads and writes. Stage logic lives in the stage packages.
+
+Each stage's fingerprint hashes its name, version, its config section and its upstream fingerprints, so a changed
+config reruns that stage and everything after it, and an unchanged one is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from annotation.review import run_review
+from collectors.concepts import run_concepts
+from collectors.demo_corpus import generate_demo_corpus
+from collectors.importer import import_hits
+from collectors.search import build_queries, search_rows, searchers
+from collectors.translations import run_translations
+from curation.assemble import run_assembly
+from curation.catalog import build_catalog
+from curation.concept_dedup import run_concept_dedup
+from curation.image_dedup import DedupRecord, run_image_dedup
+from curation.image_hashing import hash_images
+from curation.tagging import TagRequest, run_tagging
+from curation.validate import validate_benchmark
+from data import schemas
+from data.schemas import STATUS_OK
+from data.stage import stats_from_table
+from data.workspace import StageMarker, StageStats, Workspace, fingerprint
+from flows.config import Build3XCMConfig
+
+Progress = Callable[[str, int, int], None]
+
+
+class BuildValidationError(RuntimeError):
+    """The assembled benchmark broke a rule; the build stops before anything is released."""
+
+
+@dataclass
+class StageContext:
+    config: Build3XCMConfig
+    ws: Workspace
+    fingerprint: str
+    progress: Progress | None = None
+
+    def table(self, stage: str) -> pa.Table:
+        return self.ws.read_table(stage)
+
+    def on_shard(self, stage: str) -> Callable[[int, int], None] | None:
+        if self.progress is None:
+            return None
+        return lambda done, total: self.progress(stage, done, total)  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    version: int
+    deps: tuple[str, ...]
+    settings: Callable[[Build3XCMConfig], Any]
+    run: Callable[[StageContext], StageMarker]
+
+
+# -- stage adapters -----------------------------------------------------------------------------------------------
+
+
+def _demo_corpus(ctx: StageContext) -> StageMarker:
+    rows = []
+    if ctx.config.demo_corpus is not None:
+        truth = generate_demo_corpus(ctx.config.demo_corpus, ctx.ws.file_path("demo_corpus"))
+        rows += [{"path": p, "role": "original", "duplicate_of": None, "expected_error": None} for p in truth.originals]
+        rows += [
+            {
+                "path": d.path,
+                "role": f"duplicate:{d.kind}",
+                "duplicate_of": d.duplicate_of,
+                "expected_error": None,
+            }
+            for d in truth.duplicates
+        ]
+        rows += [
+            {"path": p, "role": "bad_file", "duplicate_of": None, "expected_error": e}
+            for p, e in truth.bad_files.items()
+        ]
+    table = schemas.from_rows(rows, schemas.DEMO_CORPUS)
+    return ctx.ws.write_stage(
+        "demo_corpus", ctx.fingerprint, table, schemas.DEMO_CORPUS, stats_from_table("demo_corpus", table)
+    )
+
+
+def _concepts(ctx: StageContext) -> StageMarker:
+    table = run_concepts(ctx.config.concepts)
+    return ctx.ws.write_stage("concepts", ctx.fingerprint, table, schemas.CONCEPTS, stats_from_table("concepts", table))
+
+
+def _concept_dedup(ctx: StageContext) -> StageMarker:
+    table = run_concept_dedup(ctx.config.concept_dedup, ctx.table("concepts"))
+    stats = stats_from_table("concept_dedup", table)
+    return ctx.ws.write_stage("concept_dedup", ctx.fingerprint, table, schemas.CONCEPT_DEDUP, stats)
+
+
+def kept_concepts(ctx: StageContext) -> pa.Table:
+    decisions = ctx.table("concept_dedup")
+    kept = set(decisions.filter(decisions["keep"])["concept_id"].to_pylist())
+    concepts = ctx.table("concepts")
+    return concepts.filter(pa.array([cid in kept for cid in concepts["concept_id"].to_pylist()]))
+
+
+def _translations(ctx: StageContext) -> StageMarker:
+    table = run_translations(ctx.config.translations, kept_concepts(ctx), ctx.config.language_codes)
+    stats = stats_from_table("translations", table)
+    return ctx.ws.write_stage("translations", ctx.fingerprint, table, schemas.TRANSLATIONS, stats)
+
+
+def search_config(config: Build3XCMConfig, ws: Workspace) -> Any:
+    """The demo searches the corpus it generated, unless a folder is given explicitly."""
+    search = config.search
+    if search.backend == "local" and search.root is None and search.manifest is None and config.demo_corpus:
+        search = search.model_copy(update={"root": ws.storage.fs.unstrip_protocol(ws.file_path("demo_corpus"))})
+    return search
+
+
+def _search(ctx: StageContext) -> StageMarker:
+    search = search_config(ctx.config, ctx.ws)
+    searcher = searchers.build(search)
+    queries = build_queries(
+        kept_concepts(ctx),
+        ctx.table("translations"),
+        ctx.config.countries,
+        search.skip_identical_native_query,
+    )
+    return ctx.ws.run_sharded(
+        "search",
+        ctx.fingerprint,
+        queries,
+        shard_size=64,
+        process=lambda chunk: search_rows(searcher, chunk, search.max_results),
+        schema=schemas.SEARCH_HITS,
+        summarize=lambda t: _search_stats(t, len(queries)),
+        on_shard=ctx.on_shard("search"),
+    )
+
+
+def _search_stats(table: pa.Table, queries: int) -> StageStats:
+    stats = stats_from_table("search", table, rows_in=queries)
+    return stats.model_copy(update={"extra": {"hits": stats.kept, "queries_failed": stats.dropped}})
+
+
+def _images(ctx: StageContext) -> StageMarker:
+    hits = [h for h in ctx.table("search").to_pylist() if h["status"] == STATUS_OK]
+    settings = ctx.config.importer
+    return ctx.ws.run_sharded(
+        "images",
+        ctx.fingerprint,
+        hits,
+        shard_size=settings.shard_size,
+        process=lambda chunk: import_hits(chunk, ctx.ws.blobs, settings.limits),
+        schema=schemas.IMAGES,
+        summarize=lambda t: stats_from_table("images", t),
+        on_shard=ctx.on_shard("images"),
+    )
+
+
+def _image_hashes(ctx: StageContext) -> StageMarker:
+    stored = [r for r in ctx.table("images").to_pylist() if r["status"] == STATUS_OK]
+    return ctx.ws.run_sharded(
+        "image_hashes",
+        ctx.fingerprint,
+        stored,
+        shard_size=ctx.config.image_dedup.shard_size,
+        process=lambda chunk: hash_images(chunk, ctx.ws.blobs),
+        schema=schemas.IMAGE_HASHES,
+        summarize=lambda t: stats_from_table("image_hashes", t),
+        on_shard=ctx.on_shard("image_hashes"),
+    )
+
+
+def _image_dedup(ctx: StageContext) -> StageMarker:
+    hits = {h["image_id"]: h for h in ctx.table("search").to_pylist()}
+    images = {i["image_id"]: i for i in ctx.table("images").to_pylist()}
+    records = [
+        DedupRecord(
+            **h,
+            concept_id=hits[h["image_id"]]["concept_id"],
+            rank=hits[h["image_id"]]["rank"],
+            query_lang=hits[h["image_id"]]["query_lang"],
+            width=images[h["image_id"]]["width"],
+            height=images[h["image_id"]]["height"],
+        )
+        for h in ctx.table("image_hashes").to_pylist()
+    ]
+    table = run_image_dedup(ctx.config.image_dedup, records)
+    stats = stats_from_table("image_dedup", table)
+    return ctx.ws.write_stage("image_dedup", ctx.fingerprint, table, schemas.IMAGE_DEDUP, stats)
+
+
+def _review(ctx: StageContext) -> StageMarker:
+    table = run_review(ctx.config.review, ctx.table("image_dedup"))
+    return ctx.ws.write_stage("review", ctx.fingerprint, table, schemas.REVIEW, stats_from_table("review", table))
+
+
+def _tags(ctx: StageContext) -> StageMarker:
+    review = ctx.table("review")
+    kept = set(review.filter(review["keep"])["image_id"].to_pylist())
+    hits = {h["image_id"]: h for h in ctx.table("search").to_pylist()}
+    requests = [
+        TagRequest(image_id=i["image_id"], concept_id=hits[i["image_id"]]["concept_id"], sha256=i["sha256"])
+        for i in ctx.table("images").to_pylist()
+        if i["image_id"] in kept
+    ]
+    table = run_tagging(ctx.config.tagging, requests)
+    return ctx.ws.write_stage("tags", ctx.fingerprint, table, schemas.TAGS, stats_from_table("tags", table))
+
+
+def _image_metadata(ctx: StageContext) -> StageMarker:
+    table = build_catalog(
+        kept_concepts(ctx),
+        ctx.table("search"),
+        ctx.table("images"),
+        ctx.table("review"),
+        ctx.table("tags"),
+        ctx.table("translations"),
+    )
+    stats = stats_from_table("image_metadata", table)
+    return ctx.ws.write_stage("image_metadata", ctx.fingerprint, table, schemas.CATALOG, stats)
+
+
+def _assembly(ctx: StageContext) -> StageMarker:
+    result = run_assembly(ctx.config.assembly, ctx.table("image_metadata"), ctx.table("translations"))
+    unassembled = result.unassembled.to_pylist()
+    images = ctx.table("image_metadata").num_rows
+    reasons: dict[str, int] = {}
+    for row in unassembled:
+        key = f"{row['task']}:{row['reason']}"
+        reasons[key] = reasons.get(key, 0) + 1
+    stats = StageStats(
+        stage="assembly",
+        rows_in=images,
+        kept=result.benchmark.num_rows,
+        dropped=len(unassembled),
+        dropped_by_reason=dict(sorted(reasons.items())),
+        extra={"rq3_rows": result.benchmark_cd.num_rows, "reuse": result.reuse},
+    )
+    return ctx.ws.write_stage(
+        "assembly",
+        ctx.fingerprint,
+        result.benchmark,
+        schemas.BENCHMARK,
+        stats,
+        extra_tables={
+            "benchmark_cd": (result.benchmark_cd, schemas.BENCHMARK_CD),
+            "unassembled": (result.unassembled, schemas.UNASSEMBLED),
+        },
+    )
+
+
+def _validation(ctx: StageContext) -> StageMarker:
+    report = validate_benchmark(
+        ctx.table("image_metadata"),
+        ctx.table("assembly"),
+        ctx.ws.read_extra_table("assembly", "benchmark_cd") if ctx.config.assembly.rq3 else None,
+        translations=ctx.table("translations"),
+        max_reuse=ctx.config.assembly.max_candidate_reuse,
+    )
+    table = schemas.from_rows([v.model_dump() for v in report.violations], schemas.VIOLATIONS)
+    if not report.ok:
+        raise BuildValidationError(report.summary())
+    stats = StageStats(
+        stage="validation",
+        rows_in=sum(report.rows_checked.values()),
+        kept=0,
+        extra={"rows_checked": report.rows_checked, "summary": report.summary()},
+    )
+    return ctx.ws.write_stage("validation", ctx.fingerprint, table, schemas.VIOLATIONS, stats)
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("demo_corpus", 1, (), lambda c: c.demo_corpus, _demo_corpus),
+    Stage("concepts", 1, (), lambda c: c.concepts, _concepts),
+    Stage("concept_dedup", 1, ("concepts",), lambda c: c.concept_dedup, _concept_dedup),
+    Stage("translations", 1, ("concept_dedup",), lambda c: (c.translations, c.language_codes), _translations),
+    Stage("search", 1, ("demo_corpus", "translations"), lambda c: (c.search, c.countries), _search),
+    Stage("images", 1, ("search",), lambda c: c.importer, _images),
+    Stage("image_hashes", 1, ("images",), lambda c: None, _image_hashes),
+    Stage(
+        "image_dedup",
+        1,
+        ("image_hashes",),
+        lambda c: c.image_dedup.model_dump(exclude={"shard_size"}),
+        _image_dedup,
+    ),
+    Stage("review", 1, ("image_dedup",), lambda c: c.review, _review),
+    Stage("tags", 1, ("review",), lambda c: c.tagging, _tags),
+    Stage("image_metadata", 1, ("tags",), lambda c: None, _image_metadata),
+    Stage(
+        "assembly",
+        1,
+        ("image_metadata",),
+        lambda c: c.assembly.model_dump(exclude={"max_candidate_reuse"}),
+        _assembly,
+    ),
+    Stage("validation", 1, ("assembly",), lambda c: c.assembly.max_candidate_reuse, _validation),
+)
+STAGE_BY_NAME = {s.name: s for s in STAGES}
+
+
+def stage_fingerprints(config: Build3XCMConfig) -> dict[str, str]:
+    """Each stage's fingerprint from its own settings and its dependencies' fingerprints (transitively)."""
+    out: dict[str, str] = {}
+    for stage in STAGES:
+        out[stage.name] = fingerprint(stage.name, stage.version, stage.settings(config), [out[d] for d in stage.deps])
+    return out
+
+
+def run_stage(name: str, config: Build3XCMConfig, progress: Progress | None = None) -> tuple[StageMarker, bool]:
+    """Run one stage unless its output with the same fingerprint exists. Returns (marker, skipped)."""
+    stage = STAGE_BY_NAME[name]
+    ws = Workspace(config.workspace_root, config.resolved_build_id())
+    fp = stage_fingerprints(config)[name]
+    marker = ws.marker(name)
+    if marker is not None and marker.fingerprint == fp:
+        return marker, True
+    return stage.run(StageContext(config=config, ws=ws, fingerprint=fp, progress=progress)), False
