@@ -89,6 +89,9 @@ def inspect_image(data: bytes, limits: ImageLimits) -> ImageInfo:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data))
     except UnidentifiedImageError:
+        signature = sniff_image(data)
+        if signature:
+            raise ImageRejected("corrupt", f"{signature} signature but the header cannot be parsed") from None
         what = sniff_text(data)
         raise ImageRejected(
             "not_an_image", f"{what} served as an image" if what else "unknown file signature"

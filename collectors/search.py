@@ -265,10 +265,14 @@ def _concept_id(value: str) -> int:
 def _match_dir(fs: fsspec.AbstractFileSystem, parent: str, keys: set[str]) -> str | None:
     if not fs.isdir(parent):
         return None
-    for entry in sorted(fs.ls(parent, detail=True), key=lambda e: e["name"]):
-        if entry["type"] == "directory" and entry["name"].rstrip("/").rsplit("/", 1)[-1].lower() in keys:
-            return entry["name"]
-    return None
+    matches = sorted(
+        entry["name"]
+        for entry in fs.ls(parent, detail=True)
+        if entry["type"] == "directory" and entry["name"].rstrip("/").rsplit("/", 1)[-1].lower() in keys
+    )
+    if len(matches) > 1:
+        raise SearchError("ambiguous_layout", f"several folders match one key: {matches}")
+    return matches[0] if matches else None
 
 
 def _local_hit(fs: fsspec.AbstractFileSystem, path: str, url: str) -> SearchHit:

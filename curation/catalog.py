@@ -6,6 +6,8 @@ before the native one, then search rank. The benchmark tables refer to images by
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyarrow as pa
 
 from data import reference
@@ -19,7 +21,9 @@ def build_catalog(
     review: pa.Table,
     tags: pa.Table,
     translations: pa.Table,
+    public_url: Callable[[str], str] = lambda url: url,
 ) -> pa.Table:
+    """`public_url` turns a fetch location into what the release records (local paths become relative)."""
     names = dict(zip(concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True))
     hits = {r["image_id"]: r for r in search_hits.to_pylist() if r["status"] == STATUS_OK}
     kept = {r["image_id"] for r in review.to_pylist() if r["keep"]}
@@ -49,7 +53,7 @@ def build_catalog(
                 "query": hit["query"],
                 "query_lang": hit["query_lang"],
                 "rank": hit["rank"],
-                "url": hit["url"],
+                "url": public_url(hit["url"]),
                 "source_page": hit["source_page"],
                 "sha256": image["sha256"],
                 "num_bytes": image["num_bytes"],

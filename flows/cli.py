@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -64,6 +65,8 @@ def build_3xcm_command(
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
 
+    if engine is Engine.prefect:
+        _prepare_prefect_environment()
     from flows.build_3xcm import build_3xcm, build_locally
     from flows.stages_3xcm import BuildValidationError
 
@@ -78,6 +81,16 @@ def build_3xcm_command(
         console.print(f"[red]validation failed, nothing released:[/red]\n{exc}")
         raise typer.Exit(1) from None
     _print_summary(summary)
+
+
+def _prepare_prefect_environment() -> None:
+    """Without PREFECT_API_URL, Prefect starts a temporary local server: give it time to migrate a fresh
+    database on a small machine, and create PREFECT_HOME (Prefect does not create missing parents)."""
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    home = os.environ.get("PREFECT_HOME")
+    if home:
+        Path(home).expanduser().mkdir(parents=True, exist_ok=True)
 
 
 class _progress:
@@ -146,24 +159,21 @@ def config_command(
 @app.command("validate")
 def validate_command(release_dir: Annotated[Path, typer.Argument(exists=True, file_okay=False)]) -> None:
     """Check a 3XCM release folder against the benchmark rules; exit 1 when any row breaks one."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from curation.validate import validate_benchmark
+    from data.schemas import CATALOG
 
-    def read(config_name: str) -> Any:
+    def read(config_name: str, columns: list[str] | None = None) -> pa.Table:
         files = sorted((release_dir / config_name).glob("*.parquet"))
         if not files:
             console.print(f"[red]{release_dir} has no {config_name}/*.parquet[/red]")
             raise typer.Exit(2)
-        import pyarrow as pa
+        return pa.concat_tables([pq.read_table(f, columns=columns) for f in files])
 
-        return pa.concat_tables([pq.read_table(f, columns=None) for f in files])
-
-    images = read("image_metadata")
-    images = images.drop_columns(["image"]) if "image" in images.column_names else images
-    from data.schemas import CATALOG
-
-    report = validate_benchmark(images.select(CATALOG.names), read("benchmark"), read("benchmark_cd"))
+    images = read("image_metadata", CATALOG.names).select(CATALOG.names)  # the image bytes are not needed
+    report = validate_benchmark(images, read("benchmark"), read("benchmark_cd"))
     console.print(report.summary())
     if not report.ok:
         raise typer.Exit(1)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import fsspec
 import pyarrow as pa
 
 from annotation.review import run_review
@@ -122,6 +123,20 @@ def search_config(config: Build3XCMConfig, ws: Workspace) -> Any:
     return search
 
 
+def public_url_for(search: Any) -> Callable[[str], str]:
+    """Local files are published relative to the searched folder, so no machine path leaks into a release."""
+    if search.backend != "local":
+        return lambda url: url
+    base = (search.root or search.manifest.rsplit("/", 1)[0]).rstrip("/")
+    base_path = fsspec.core.url_to_fs(base)[1].rstrip("/")
+
+    def relative(url: str) -> str:
+        path = fsspec.core.url_to_fs(url)[1]
+        return path[len(base_path) + 1 :] if path.startswith(base_path + "/") else url
+
+    return relative
+
+
 def _search(ctx: StageContext) -> StageMarker:
     search = search_config(ctx.config, ctx.ws)
     searcher = searchers.build(search)
@@ -222,6 +237,7 @@ def _image_metadata(ctx: StageContext) -> StageMarker:
         ctx.table("review"),
         ctx.table("tags"),
         ctx.table("translations"),
+        public_url=public_url_for(search_config(ctx.config, ctx.ws)),
     )
     stats = stats_from_table("image_metadata", table)
     return ctx.ws.write_stage("image_metadata", ctx.fingerprint, table, schemas.CATALOG, stats)

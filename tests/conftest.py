@@ -1,0 +1,70 @@
+"""Shared fixtures. Every test runs with its own temporary PREFECT_HOME and workspace."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+SMALL_COUNTRIES = ["USA", "UK", "Spain", "Japan", "Kenya"]  # 4 language groups: en, es, ja, sw
+SMALL_CONCEPTS = ["train", "food", "school"]
+
+
+@pytest.fixture(autouse=True)
+def isolated_prefect_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "prefect-home"
+    home.mkdir()
+    monkeypatch.setenv("PREFECT_HOME", str(home))
+    monkeypatch.setenv("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(home / "storage"))
+    return home
+
+
+@pytest.fixture
+def workspace_root(tmp_path: Path) -> Path:
+    return tmp_path / "workspace"
+
+
+@pytest.fixture
+def release_root(tmp_path: Path) -> Path:
+    return tmp_path / "releases"
+
+
+@pytest.fixture
+def small_demo_config(workspace_root: Path, release_root: Path):  # -> Build3XCMConfig
+    """A demo build small enough for unit tests: 3 concepts x 5 countries, 2 images per query."""
+    from flows.config import Build3XCMConfig
+
+    return Build3XCMConfig.demo(
+        workspace_root=str(workspace_root),
+        countries=SMALL_COUNTRIES,
+        concepts={"include": SMALL_CONCEPTS},
+        demo_corpus={"countries": SMALL_COUNTRIES, "concepts": SMALL_CONCEPTS, "images_per_query": 2},
+        release={"root": str(release_root), "version": "0.0.1"},
+    )
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One Prefect test server per session (about 10 s to start); its database lives in a temp folder."""
+    os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-session-home"))
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def prefect(prefect_server: None, isolated_prefect_home: Path) -> Iterator[Path]:
+    """Per-test Prefect settings on the shared server: this test's own PREFECT_HOME and result storage."""
+    from prefect.settings import PREFECT_HOME, PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+
+    with temporary_settings(
+        {PREFECT_HOME: isolated_prefect_home, PREFECT_RESULTS_LOCAL_STORAGE_PATH: isolated_prefect_home / "storage"}
+    ):
+        yield isolated_prefect_home

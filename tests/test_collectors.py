@@ -1,0 +1,156 @@
+"""Collection stages: concepts, translations, the local-folder searcher and the importer."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from PIL import Image
+
+from collectors.concepts import ShippedConceptsConfig, run_concepts
+from collectors.image_check import ImageLimits
+from collectors.importer import import_hits
+from collectors.search import LocalFolderSearchConfig, LocalFolderSearcher, build_queries, search_rows, searchers
+from collectors.translations import (
+    MissingTranslationError,
+    ShippedTranslationsConfig,
+    ShippedTranslator,
+    run_translations,
+)
+from data import reference
+from data.stage import MissingExtraError, require
+from data.workspace import Workspace
+
+
+def jpeg(seed: int, size: tuple[int, int] = (120, 90)) -> bytes:
+    buffer = io.BytesIO()
+    Image.effect_noise(size, 40 + seed).convert("RGB").save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
+def concepts_table(names: list[str]) -> pa.Table:
+    return run_concepts(ShippedConceptsConfig(include=names))
+
+
+def test_concepts_subset_and_unknown_names() -> None:
+    table = run_concepts(ShippedConceptsConfig(include=["train", "29", "Bus_Station"]))
+    assert table["concept"].to_pylist() == ["bus station", "dance", "train"]  # ordered by id
+    assert set(table["source"].to_pylist()) == {"shipped"}
+    assert run_concepts(ShippedConceptsConfig()).num_rows == len(reference.concepts())
+    with pytest.raises(ValueError, match="unknown concept"):
+        ShippedConceptsConfig(include=["spaceship"])
+
+
+def test_translations_cover_every_language_of_the_build() -> None:
+    table = run_translations(ShippedTranslationsConfig(), concepts_table(["train", "wedding"]), ["en", "th", "ja"])
+    assert table.num_rows == 6
+    thai = {r["concept_id"]: r for r in table.to_pylist() if r["language_code"] == "th"}
+    pack = reference.language_pack("th")
+    for concept_id, row in thai.items():
+        assert row["text"] == pack.concepts[concept_id].text
+        assert "{concept}" in row["descriptor_template"]
+        assert row["review_status"] == "awaiting_native_review"
+
+
+def test_shipped_translator_refuses_unknown_concepts() -> None:
+    with pytest.raises(MissingTranslationError, match="9999"):
+        ShippedTranslator().translate([9999], "de")
+
+
+def test_queries_english_and_native() -> None:
+    concepts = concepts_table(["train"])
+    translations = run_translations(ShippedTranslationsConfig(), concepts, ["en", "ja"])
+    queries = build_queries(concepts, translations, ["USA", "Japan"], skip_identical_native=True)
+    by_key = {(q.country, q.query_lang): q for q in queries}
+    assert set(by_key) == {("USA", "eng"), ("Japan", "eng"), ("Japan", "nav")}  # USA's native query == English
+    assert by_key[("Japan", "eng")].query == "train Japan"
+    ja = reference.language_pack("ja")
+    train_id = concepts["concept_id"][0].as_py()
+    assert by_key[("Japan", "nav")].query == f"{ja.concepts[train_id].text} {ja.countries['Japan'].name}"
+    assert by_key[("Japan", "nav")].region == "jp-jp"
+    everything = build_queries(concepts, translations, ["USA", "Japan"], skip_identical_native=False)
+    assert len(everything) == 4
+
+
+def _corpus(root: Path) -> None:
+    for rank in range(3):
+        target = root / "japan" / "train" / "nav" / f"{rank:02d}_img.jpg"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(jpeg(rank))
+    (root / "japan" / "train" / "nav" / "notes.txt").write_text("not an image file name")
+    (root / "japan" / "train" / "eng").mkdir(parents=True, exist_ok=True)
+
+
+def test_local_folder_searcher(tmp_path: Path) -> None:
+    _corpus(tmp_path / "corpus")
+    concepts = concepts_table(["train", "food"])
+    translations = run_translations(ShippedTranslationsConfig(), concepts, ["ja"])
+    queries = build_queries(concepts, translations, ["Japan"], skip_identical_native=True)
+    config = LocalFolderSearchConfig(root=str(tmp_path / "corpus"), max_results=2)
+    table = search_rows(searchers.build(config), queries, config.max_results)
+    rows = table.to_pylist()
+    ok = [r for r in rows if r["status"] == "ok"]
+    train_id = concepts["concept_id"].to_pylist()[concepts["concept"].to_pylist().index("train")]
+    assert [r["image_id"] for r in ok] == [f"japan-{train_id}-0-nav", f"japan-{train_id}-1-nav"]  # top-k = 2
+    assert ok[0]["width"] == 120 and ok[0]["title"] == "00_img" and ok[0]["searcher"] == "local"
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert len(failed) == 3 and {r["error"] for r in failed} == {"no_results"}  # empty eng folder, no food folder
+    assert all(r["rank"] is None and r["url"] is None and r["detail"] for r in failed)
+    (tmp_path / "corpus" / "JP").mkdir()  # a second folder for the same country
+    rows = search_rows(searchers.build(config), queries, config.max_results).to_pylist()
+    assert {r["error"] for r in rows} == {"ambiguous_layout"}
+
+
+def test_manifest_searcher(tmp_path: Path) -> None:
+    (tmp_path / "imgs").mkdir()
+    for i in range(2):
+        (tmp_path / "imgs" / f"{i}.jpg").write_bytes(jpeg(i))
+    manifest = tmp_path / "manifest.csv"
+    manifest.write_text(
+        "country,concept,query_lang,rank,path,title,source_page\n"
+        "JP,train,nav,1,imgs/1.jpg,second,https://example.org/b\n"
+        "Japan,train,nav,0,imgs/0.jpg,first,https://example.org/a\n"
+    )
+    concepts = concepts_table(["train"])
+    queries = build_queries(concepts, run_translations(ShippedTranslationsConfig(), concepts, ["ja"]), ["Japan"], True)
+    searcher = LocalFolderSearcher(LocalFolderSearchConfig(manifest=str(manifest)))
+    rows = search_rows(searcher, queries, 10).to_pylist()
+    nav = [r for r in rows if r["query_lang"] == "nav"]
+    assert [(r["rank"], r["title"], r["source_page"]) for r in nav] == [
+        (0, "first", "https://example.org/a"),
+        (1, "second", "https://example.org/b"),
+    ]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("country,concept,query_lang,rank,path\nAtlantis,train,nav,0,x.jpg\n")
+    with pytest.raises(ValueError, match="line 2"):
+        LocalFolderSearcher(LocalFolderSearchConfig(manifest=str(bad)))
+
+
+def test_importer_stores_good_images_and_classifies_the_rest(tmp_path: Path) -> None:
+    ws = Workspace(str(tmp_path / "ws"), "b")
+    good = tmp_path / "good.jpg"
+    good.write_bytes(jpeg(1))
+    html = tmp_path / "page.jpg"
+    html.write_text("<html><body>login</body></html>" * 20)
+    hits = [
+        {"image_id": "a", "url": str(good)},
+        {"image_id": "b", "url": str(html)},
+        {"image_id": "c", "url": str(tmp_path / "missing.jpg")},
+        {"image_id": "d", "url": f"file://{good}"},
+    ]
+    rows = import_hits(hits, ws.blobs, ImageLimits(min_side=32)).to_pylist()
+    assert [(r["status"], r["error"]) for r in rows] == [
+        ("ok", None),
+        ("failed", "not_an_image"),
+        ("failed", "not_found"),
+        ("ok", None),
+    ]
+    assert rows[0]["sha256"] == rows[3]["sha256"] and ws.blobs.get(rows[0]["sha256"]) == good.read_bytes()
+    assert (rows[0]["width"], rows[0]["height"], rows[0]["format"]) == (120, 90, "JPEG")
+
+
+def test_missing_optional_dependency_names_the_extra() -> None:
+    with pytest.raises(MissingExtraError, match=r"culturebench\[gemini\]"):
+        require("surely_not_installed_module_xyz", "gemini")

@@ -1,0 +1,71 @@
+"""Image checks: every kind of bad input gets its own precise failure class."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from PIL import Image
+
+from collectors.image_check import ImageLimits, ImageRejected, inspect_image
+
+LIMITS = ImageLimits(min_side=64, min_bytes=100, max_bytes=2_000_000, max_pixels=20_000_000)
+
+
+def encode(image: Image.Image, fmt: str = "JPEG") -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def noise(width: int = 200, height: int = 150) -> Image.Image:
+    return Image.effect_noise((width, height), 60).convert("RGB")
+
+
+def rejected(data: bytes, limits: ImageLimits = LIMITS) -> ImageRejected:
+    with pytest.raises(ImageRejected) as info:
+        inspect_image(data, limits)
+    return info.value
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "WEBP", "GIF", "BMP"])
+def test_good_images_pass_with_their_facts(fmt: str) -> None:
+    info = inspect_image(encode(noise(), fmt), LIMITS)
+    assert (info.format, info.width, info.height) == (fmt, 200, 150)
+
+
+def test_html_served_as_an_image() -> None:
+    error = rejected(b"<!DOCTYPE html><html><body>Access denied</body></html>" * 5)
+    assert error.error == "not_an_image" and "HTML" in error.detail
+
+
+def test_unknown_bytes_are_not_an_image() -> None:
+    assert rejected(bytes(range(256)) * 4).error == "not_an_image"
+
+
+def test_truncated_jpeg() -> None:
+    data = encode(noise(400, 300))
+    assert rejected(data[: len(data) // 2]).error == "truncated"
+
+
+def test_image_signature_with_a_broken_header_is_corrupt() -> None:
+    data = encode(noise())
+    error = rejected(data[:150] + b"\x00" * 400)
+    assert error.error == "corrupt" and "JPEG" in error.detail
+
+
+def test_too_small_by_pixels_and_by_bytes() -> None:
+    assert rejected(encode(noise(50, 300))).error == "too_small"
+    assert rejected(b"\xff\xd8\xff" + b"\x00" * 20).error == "too_small"
+
+
+def test_too_large_body() -> None:
+    limits = LIMITS.model_copy(update={"max_bytes": 1000})
+    assert rejected(encode(noise()), limits).error == "too_large"
+
+
+def test_decompression_bomb_is_caught_from_the_header() -> None:
+    bomb = encode(Image.new("1", (6000, 6000)), "PNG")  # 36 MP in a few kB
+    assert len(bomb) < 100_000
+    error = rejected(bomb)
+    assert error.error == "decompression_bomb" and "6000x6000" in error.detail

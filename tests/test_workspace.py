@@ -1,0 +1,111 @@
+"""Workspace: content-addressed blobs, atomic writes, completion markers and shard-level resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from data.stage import stats_from_table
+from data.workspace import Workspace, sha256_bytes
+
+SCHEMA = pa.schema([pa.field("item", pa.int64(), nullable=False), pa.field("status", pa.string()),
+                    pa.field("error", pa.string())])  # fmt: skip
+
+
+class SimulatedCrash(BaseException):
+    """Stands in for a kill: not an Exception, so no handler in the pipeline may swallow it."""
+
+
+def _table(items: list[int]) -> pa.Table:
+    return pa.Table.from_pylist(
+        [{"item": i, "status": "ok" if i % 3 else "failed", "error": None if i % 3 else "bad"} for i in items],
+        schema=SCHEMA,
+    )
+
+
+def test_blobs_are_content_addressed_and_idempotent(workspace_root: Path) -> None:
+    ws = Workspace(str(workspace_root), "b1")
+    digest = ws.blobs.put(b"hello")
+    assert digest == sha256_bytes(b"hello")
+    assert ws.blobs.put(b"hello") == digest
+    assert ws.blobs.get(digest) == b"hello"
+    assert digest in ws.blobs
+    Path(ws.blobs.path(digest)).write_bytes(b"tampered")
+    with pytest.raises(OSError, match="corrupt"):
+        ws.blobs.get(digest)
+
+
+def test_atomic_write_leaves_nothing_on_failure(workspace_root: Path) -> None:
+    ws = Workspace(str(workspace_root), "b1")
+    target = ws.storage.path("tables", "x", "file.bin")
+    with pytest.raises(RuntimeError), ws.storage.open_atomic(target) as handle:
+        handle.write(b"half")
+        raise RuntimeError("crash mid-write")
+    assert not ws.storage.exists(target)
+    assert ws.storage.listdir(ws.storage.path("tables", "x")) == []
+
+
+def test_invalid_build_ids_are_refused(workspace_root: Path) -> None:
+    for bad in ("", "../escape", ".hidden", "a/b"):
+        with pytest.raises(ValueError):
+            Workspace(str(workspace_root), bad)
+
+
+def test_stage_marker_and_stats(workspace_root: Path) -> None:
+    ws = Workspace(str(workspace_root), "b1")
+    table = _table(list(range(6)))
+    ws.write_stage("s", "fp1", table, SCHEMA, stats_from_table("s", table))
+    assert ws.is_done("s", "fp1") and not ws.is_done("s", "fp2")
+    stats = ws.stats("s")
+    assert (stats.rows_in, stats.kept, stats.dropped, stats.dropped_by_reason) == (6, 4, 2, {"bad": 2})
+    assert ws.read_table("s").equals(table)
+
+
+def test_schema_mismatch_is_reported(workspace_root: Path) -> None:
+    ws = Workspace(str(workspace_root), "b1")
+    wrong = pa.table({"other": [1]})
+    with pytest.raises(ValueError, match="do not match schema"):
+        ws.write_stage("s", "fp", wrong, SCHEMA, stats_from_table("s", wrong))
+
+
+def test_sharded_stage_resumes_after_a_crash(workspace_root: Path) -> None:
+    ws = Workspace(str(workspace_root), "b1")
+    items = list(range(10))
+    processed: list[list[int]] = []
+
+    def crash_on_third(chunk):
+        if chunk[0] == 6 and not any(c[0] == 6 for c in processed):
+            processed.append(list(chunk))
+            raise SimulatedCrash("killed")
+        processed.append(list(chunk))
+        return _table(list(chunk))
+
+    def run():
+        return ws.run_sharded("s", "fp", items, 3, crash_on_third, SCHEMA, lambda t: stats_from_table("s", t))
+
+    with pytest.raises(SimulatedCrash):
+        run()
+    assert ws.marker("s") is None  # not complete
+    first_attempt = len(processed)
+    marker = run()
+    resumed = processed[first_attempt:]
+    assert [c[0] for c in resumed] == [6, 9]  # shards 0-1 were finished and are not redone
+    assert marker.rows == 10 and marker.parts == 4
+    assert ws.read_table("s")["item"].to_pylist() == items
+
+
+def test_a_changed_fingerprint_discards_stale_parts(workspace_root: Path) -> None:
+    ws = Workspace(str(workspace_root), "b1")
+    calls = []
+
+    def process(chunk):
+        calls.append(chunk[0])
+        return _table(list(chunk))
+
+    stats = lambda t: stats_from_table("s", t)  # noqa: E731
+    ws.run_sharded("s", "fp1", list(range(9)), 3, process, SCHEMA, stats)
+    ws.run_sharded("s", "fp2", list(range(4)), 3, process, SCHEMA, stats)
+    assert calls == [0, 3, 6, 0, 3]
+    assert ws.read_table("s")["item"].to_pylist() == [0, 1, 2, 3]
