@@ -143,7 +143,7 @@ def stage_task(name: str, config: Build3XCMConfig) -> bool:
     return skipped
 
 
-@task(cache_policy=NO_CACHE)
+@task(name="release", cache_policy=NO_CACHE)
 def release_task(config: Build3XCMConfig) -> ReleaseResult:
     return release(config)
 

@@ -67,6 +67,7 @@ def build_3xcm_command(
 
     if engine is Engine.prefect:
         _prepare_prefect_environment()
+    from data.release import ReleaseExistsError
     from flows.build_3xcm import build_3xcm, build_locally
     from flows.stages_3xcm import BuildValidationError
 
@@ -79,6 +80,9 @@ def build_3xcm_command(
             summary = build_3xcm(cfg)
     except BuildValidationError as exc:
         console.print(f"[red]validation failed, nothing released:[/red]\n{exc}")
+        raise typer.Exit(1) from None
+    except ReleaseExistsError as exc:
+        console.print(f"[red]{exc}[/red] (pass --version to write a new one)")
         raise typer.Exit(1) from None
     _print_summary(summary)
 
