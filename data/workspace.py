@@ -259,7 +259,8 @@ class Workspace:
         """
         if shard_size < 1:
             raise ValueError("shard_size must be >= 1")
-        self._begin(stage, fingerprint)
+        # Parts are only reusable when they were cut the same way from the same items.
+        self._begin(stage, f"{fingerprint}:shards={shard_size}:items={len(items)}")
         done = set(self._parts(stage))
         shards = max(1, -(-len(items) // shard_size))
         for index in range(shards):

@@ -109,3 +109,24 @@ def test_a_changed_fingerprint_discards_stale_parts(workspace_root: Path) -> Non
     ws.run_sharded("s", "fp2", list(range(4)), 3, process, SCHEMA, stats)
     assert calls == [0, 3, 6, 0, 3]
     assert ws.read_table("s")["item"].to_pylist() == [0, 1, 2, 3]
+
+
+def test_parts_cut_with_another_shard_size_are_not_reused(workspace_root: Path) -> None:
+    ws = Workspace(str(workspace_root), "b1")
+    calls: list[list[int]] = []
+    crash = [True]
+
+    def process(chunk):
+        calls.append(list(chunk))
+        if len(calls) == 2 and crash.pop():
+            raise SimulatedCrash("stop after one part")
+        return _table(list(chunk))
+
+    stats = lambda t: stats_from_table("s", t)  # noqa: E731
+    with pytest.raises(SimulatedCrash):
+        ws.run_sharded("s", "fp", list(range(6)), 2, process, SCHEMA, stats)
+    calls.clear()
+    crash.append(False)
+    ws.run_sharded("s", "fp", list(range(6)), 3, process, SCHEMA, stats)
+    assert calls == [[0, 1, 2], [3, 4, 5]]  # the old 2-item part was discarded, not mistaken for shard 0
+    assert ws.read_table("s")["item"].to_pylist() == list(range(6))
