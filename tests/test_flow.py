@@ -176,3 +176,26 @@ def test_prefect_yaml_demo_deployment_matches_the_flow() -> None:
     assert demo["work_pool"]["name"]
     config = Build3XCMConfig.model_validate(demo["parameters"]["config"])
     assert config == Build3XCMConfig.demo()
+
+
+def test_a_build_that_breaks_a_rule_fails_and_releases_nothing(
+    small_demo_config: Build3XCMConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import curation.assemble
+    from flows.stages_3xcm import BuildValidationError
+
+    real = curation.assemble.assemble_rq2
+
+    def correct_is_the_query_itself(catalog, texts, seed):
+        rows, missing, usage = real(catalog, texts, seed)
+        for row in rows:  # the query image as its own "correct" answer: same country, same language group
+            for field in ("index", "image_id", "concept", "country"):
+                row[f"semantically_relevant_candidate_{field}"] = (
+                    row[f"query_{field}"] if field != "index" else row["query_index"]
+                )
+        return rows, missing, usage
+
+    monkeypatch.setattr(curation.assemble, "assemble_rq2", correct_is_the_query_itself)
+    with pytest.raises(BuildValidationError, match=r"rq2\.correct"):
+        build_locally(small_demo_config)
+    assert not Path(small_demo_config.release.root).exists() or not any(Path(small_demo_config.release.root).rglob("*"))

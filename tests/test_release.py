@@ -123,3 +123,16 @@ def test_validate_command_on_a_release(small_demo_config) -> None:
     bad = runner.invoke(app, ["validate", str(release)])
     assert bad.exit_code == 1
     assert "rq2.correct" in bad.output
+
+
+def test_manifest_config_never_carries_secrets() -> None:
+    from data.provenance import REDACTED, redact
+
+    config = {"gemini": {"api_key": "AIza-secret", "model": "gemini-2.5-flash"}, "ls": [{"token": "t0k"}], "seed": 1}
+    clean = redact(config)
+    assert clean == {
+        "gemini": {"api_key": REDACTED, "model": "gemini-2.5-flash"},
+        "ls": [{"token": REDACTED}],
+        "seed": 1,
+    }
+    assert "secret" not in json.dumps(clean) and "t0k" not in json.dumps(clean)
