@@ -14,7 +14,15 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from curation.rules import RQ2_RULES, RQ3_RULES, Catalog, PoolCache, eligible_descriptor_countries, least_used
+from curation.rules import (
+    RQ2_RULES,
+    RQ3_RULES,
+    Catalog,
+    DescriptorBalance,
+    PoolCache,
+    eligible_descriptor_countries,
+    least_used,
+)
 from data import reference
 from data.schemas import BENCHMARK, BENCHMARK_CD, RQ2_SLOTS, UNASSEMBLED, from_rows
 
@@ -118,7 +126,7 @@ def assemble_rq3(catalog: Catalog, texts: QueryTexts, seed: int) -> tuple[list[d
     priority = seeded_priority(len(catalog), seed + 1)
     country_priority = seeded_priority(len(catalog.country_names), seed + 2)
     usage = np.zeros(len(catalog), dtype=np.int64)
-    country_usage = np.zeros(len(catalog.country_names), dtype=np.int64)
+    balance = DescriptorBalance(len(catalog.country_names))
     cache = PoolCache(catalog, RQ3_RULES)
     rows, missing = [], []
     for q_index in range(len(catalog)):
@@ -127,8 +135,8 @@ def assemble_rq3(catalog: Catalog, texts: QueryTexts, seed: int) -> tuple[list[d
         if len(eligible) == 0:
             missing.append(_missing("rq3", catalog, q_index, "no_descriptor_country"))
             continue
-        y = least_used(eligible, country_usage, country_priority)
-        country_usage[y] += 1
+        y = balance.choose(base.concept, eligible, country_priority)
+        balance.record(base.concept, y)
         query = catalog.query_for(q_index, descriptor_country=y)
         row = query_columns(catalog, q_index)
         row["descriptor_country"] = catalog.country_names[y]

@@ -138,3 +138,32 @@ def least_used(pool: np.ndarray, usage: np.ndarray, priority: np.ndarray) -> int
     """The pool member used least so far; ties go to the seeded priority order."""
     keys = usage[pool].astype(np.int64) * (len(priority) + 1) + priority[pool]
     return int(pool[int(np.argmin(keys))])
+
+
+class DescriptorBalance:
+    """How often each RQ3 descriptor country Y was chosen: per query concept first, then overall.
+
+    Balancing per concept spreads the queries of one concept over the countries whose images of that concept
+    serve as the correct answer, so no small pool is reused much more than the others.
+    """
+
+    def __init__(self, countries: int) -> None:
+        self.countries = countries
+        self.per_concept: dict[int, np.ndarray] = {}
+        self.overall = np.zeros(countries, dtype=np.int64)
+
+    def _keys(self, concept: int, eligible: np.ndarray) -> np.ndarray:
+        per = self.per_concept.get(concept, np.zeros(self.countries, dtype=np.int64))
+        return per[eligible] * (self.overall.max() + 2) + self.overall[eligible]
+
+    def choose(self, concept: int, eligible: np.ndarray, priority: np.ndarray) -> int:
+        keys = self._keys(concept, eligible) * (len(priority) + 1) + priority[eligible]
+        return int(eligible[int(np.argmin(keys))])
+
+    def is_least_used(self, concept: int, y: int, eligible: np.ndarray) -> bool:
+        keys = self._keys(concept, eligible)
+        return bool(keys[list(eligible).index(y)] == keys.min())
+
+    def record(self, concept: int, y: int) -> None:
+        self.per_concept.setdefault(concept, np.zeros(self.countries, dtype=np.int64))[y] += 1
+        self.overall[y] += 1

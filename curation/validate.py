@@ -22,6 +22,7 @@ from curation.rules import (
     RQ2_RULES,
     RQ3_RULES,
     Catalog,
+    DescriptorBalance,
     PoolCache,
     Query,
     Rule,
@@ -135,7 +136,7 @@ class _Checker:
     ) -> None:
         cache = PoolCache(self.catalog, rules)
         usage = np.zeros(len(self.catalog), dtype=np.int64)
-        country_usage = np.zeros(len(self.catalog.country_names), dtype=np.int64)
+        balance = DescriptorBalance(len(self.catalog.country_names))
         query_seen: set[int] = set()
         for r, row in enumerate(table.to_pylist()):
             q_index = self.check_reference(table_name, r, "query_", row)
@@ -146,7 +147,7 @@ class _Checker:
             query_seen.add(q_index)
             query = self.catalog.query_for(q_index)
             if task == "rq3":
-                query = self.check_descriptor(table_name, r, row, cache, q_index, country_usage)
+                query = self.check_descriptor(table_name, r, row, cache, q_index, balance)
                 if query is None:
                     continue
             self.check_query_text(table_name, r, row, task)
@@ -186,7 +187,7 @@ class _Checker:
             )
 
     def check_descriptor(
-        self, table: str, r: int, row: dict, cache: PoolCache, q_index: int, country_usage: np.ndarray
+        self, table: str, r: int, row: dict, cache: PoolCache, q_index: int, balance: DescriptorBalance
     ) -> Query | None:
         names = self.catalog.country_names
         base = self.catalog.query_for(q_index)
@@ -208,15 +209,15 @@ class _Checker:
                 f"{names[y]} is in the query's language group or lacks a "
                 f"candidate for some slot (eligible: {[names[e] for e in eligible]})",
             )
-        elif country_usage[y] > country_usage[eligible].min():
+        elif not balance.is_least_used(base.concept, y, np.array(eligible)):
             self.add(
                 table,
                 r,
                 "rq3.descriptor_balance",
-                f"{names[y]} chosen {country_usage[y]}x while an eligible "
-                f"country was chosen {country_usage[eligible].min()}x",
+                f"{names[y]} is not a least-used descriptor country for concept {base.concept} among "
+                f"{[names[e] for e in eligible]}",
             )
-        country_usage[y] += 1
+        balance.record(base.concept, y)
         return self.catalog.query_for(q_index, descriptor_country=y)
 
     def check_query_text(self, table: str, r: int, row: dict, task: str) -> None:
