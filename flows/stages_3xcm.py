@@ -282,7 +282,10 @@ def _validation(ctx: StageContext) -> StageMarker:
     )
     table = schemas.from_rows([v.model_dump() for v in report.violations], schemas.VIOLATIONS)
     if not report.ok:
-        raise BuildValidationError(report.summary())
+        # Kept for inspection, but without a completion marker: a rerun validates again and never releases this.
+        path = f"{ctx.ws.stage_dir('validation')}/violations-{ctx.fingerprint[:12]}.parquet"
+        ctx.ws.storage.write_parquet(path, table)
+        raise BuildValidationError(f"{report.summary()}\nall violations: {path}")
     stats = StageStats(
         stage="validation",
         rows_in=sum(report.rows_checked.values()),

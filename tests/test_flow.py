@@ -6,6 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from datasets import load_dataset
@@ -196,6 +197,8 @@ def test_a_build_that_breaks_a_rule_fails_and_releases_nothing(
         return rows, missing, usage
 
     monkeypatch.setattr(curation.assemble, "assemble_rq2", correct_is_the_query_itself)
-    with pytest.raises(BuildValidationError, match=r"rq2\.correct"):
+    with pytest.raises(BuildValidationError, match=r"rq2\.correct") as failure:
         build_locally(small_demo_config)
+    violations = pq.read_table(str(failure.value).rsplit("all violations: ", 1)[1])
+    assert violations.num_rows > 0 and set(violations["rule"].to_pylist()) >= {"rq2.correct"}
     assert not Path(small_demo_config.release.root).exists() or not any(Path(small_demo_config.release.root).rglob("*"))
