@@ -25,6 +25,18 @@ def isolated_prefect_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
     return home
 
 
+@pytest.fixture(autouse=True)
+def isolated_datasets_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """datasets caches a local folder by its name and config, not its content: two releases named 0.0.1 in
+    different folders would share one cache entry. Each test gets its own cache."""
+    import datasets.config
+
+    cache = tmp_path / "hf-datasets-cache"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
+    return cache
+
+
 @pytest.fixture
 def workspace_root(tmp_path: Path) -> Path:
     return tmp_path / "workspace"
