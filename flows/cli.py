@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -181,7 +180,3 @@ def validate_command(release_dir: Annotated[Path, typer.Argument(exists=True, fi
     console.print(report.summary())
     if not report.ok:
         raise typer.Exit(1)
-
-
-def main() -> None:  # pragma: no cover - console entry point
-    app(sys.argv[1:])
