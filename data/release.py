@@ -120,18 +120,13 @@ class ReleaseWriter:
     def write_images(self, config_name: str, rows: list[ImageRow], schema: pa.Schema, split: str = "train") -> dict:
         """Image Parquet shards (row groups of `row_group_size`) and WebDataset tars, in one pass over the bytes.
 
-        Shards are planned from the rows' `num_bytes` (the released JPEG is never larger than a few % over the
-        original), so memory holds at most one row group of images at a time.
+        Shards are planned from the rows' `num_bytes` (a released JPEG is close to its original's size). Images
+        are loaded one row group at a time; each finished shard is buffered in memory before it is written.
         """
         full_schema = hf_image_schema(schema)
-        plan = list(_plan_shards([int(r.metadata.get("num_bytes") or 0) for r in rows], self.config.max_shard_bytes))
-        tar_plan = list(
-            _plan_shards(
-                [int(r.metadata.get("num_bytes") or 0) for r in rows],
-                self.config.max_shard_bytes,
-                self.config.max_shard_images,
-            )
-        )
+        sizes = [int(r.metadata.get("num_bytes") or 0) for r in rows]
+        plan = list(_plan_shards(sizes, self.config.max_shard_bytes))
+        tar_plan = list(_plan_shards(sizes, self.config.max_shard_bytes, self.config.max_shard_images))
         tars = _TarShards(self, tar_plan)
         parquet_files = []
         for shard, (start, stop) in enumerate(plan):

@@ -13,7 +13,7 @@ from data.card import front_matter, markdown_table
 from data.figures import heatmap_png
 from data.release import ImageRow, ReleaseConfig, ReleaseResult, ReleaseWriter, to_release_jpeg
 from data.schemas import XCM_BENCH_CSV_COLUMNS
-from data.workspace import BlobStore
+from data.workspace import BlobStore, StageStats
 
 NAME = "3xcm"
 #: The authors' image_metadata fields first, in their order (design brief); ours follow, the image comes last.
@@ -111,14 +111,8 @@ def render_card(
         {"country": c.name, "images": per_country[c.name]} for c in reference.countries() if per_country[c.name]
     ]
     stage_rows = [
-        {
-            "stage": s["stage"],
-            "in": s["rows_in"],
-            "kept": s["kept"],
-            "dropped": s["dropped"],
-            "dropped by reason": ", ".join(f"{k}: {v}" for k, v in s["dropped_by_reason"].items()) or "-",
-        }
-        for s in provenance.get("stage_stats", [])
+        {"stage": s.stage, "in": s.rows_in, "kept": s.kept, "dropped": s.dropped, "dropped by reason": s.reasons_text()}
+        for s in (StageStats(**raw) for raw in provenance.get("stage_stats", []))
     ]
     reuse = provenance.get("reuse", {})
     rq2, rq3 = reuse.get("rq2", {}), reuse.get("rq3", {})

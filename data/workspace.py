@@ -44,6 +44,10 @@ class StageStats(BaseModel):
     dropped_by_reason: dict[str, int] = Field(default_factory=dict)
     extra: dict[str, Any] = Field(default_factory=dict)
 
+    def reasons_text(self) -> str:
+        """Drop reasons as one readable cell, e.g. `too_small: 2, not_an_image: 1`."""
+        return ", ".join(f"{k}: {v}" for k, v in self.dropped_by_reason.items()) or "-"
+
 
 class StageMarker(BaseModel):
     stage: str

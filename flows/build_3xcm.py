@@ -100,7 +100,7 @@ def execute(
         release_status=result.status,
         stages=stats,
         skipped_stages=skipped,
-        validation=ws.stats("validation").extra.get("summary", ""),
+        validation=next(s for s in stats if s.stage == "validation").extra.get("summary", ""),
     )
 
 
@@ -176,6 +176,5 @@ def summary_markdown(summary: BuildSummary) -> str:
         "|---|---|---|---|---|",
     ]
     for s in summary.stages:
-        reasons = ", ".join(f"{k}: {v}" for k, v in s.dropped_by_reason.items()) or "-"
-        lines.append(f"| {s.stage} | {s.rows_in} | {s.kept} | {s.dropped} | {reasons} |")
+        lines.append(f"| {s.stage} | {s.rows_in} | {s.kept} | {s.dropped} | {s.reasons_text()} |")
     return "\n".join(lines) + "\n"

@@ -125,8 +125,7 @@ def _print_summary(summary: Any) -> None:
     for column in ("stage", "in", "kept", "dropped", "dropped by reason"):
         table.add_column(column)
     for s in summary.stages:
-        reasons = ", ".join(f"{k}: {v}" for k, v in s.dropped_by_reason.items()) or "-"
-        table.add_row(s.stage, str(s.rows_in), str(s.kept), str(s.dropped), reasons)
+        table.add_row(s.stage, str(s.rows_in), str(s.kept), str(s.dropped), s.reasons_text())
     console.print(table)
     if summary.skipped_stages:
         console.print(f"skipped (already done): {', '.join(summary.skipped_stages)}")
