@@ -42,6 +42,48 @@ CONCEPT_DEDUP = pa.schema(
     ]
 )
 
+CONCEPT_CANDIDATES = pa.schema(
+    [
+        # Generated concepts awaiting an operator (3XCM paper App. H); never used by a build until accepted.
+        pa.field("candidate_id", pa.string(), nullable=False),  # stable: hash of the normalised name
+        pa.field("concept", pa.string(), nullable=False),
+        pa.field("rationale", pa.string()),
+        pa.field("near_shipped", pa.string()),  # the shipped concept with the same normalised name, if any
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("prompt_sha256", pa.string(), nullable=False),
+        pa.field("review_status", pa.string(), nullable=False),  # pending | accepted | rejected
+    ]
+)
+
+LLM_FAILURES = pa.schema(
+    [
+        # A model request that never produced a valid answer, with the raw text kept for inspection.
+        pa.field("stage", pa.string(), nullable=False),
+        pa.field("request_key", pa.string(), nullable=False),  # e.g. "ja" or "ja:12,13"
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("prompt_sha256", pa.string(), nullable=False),
+        pa.field("attempts", pa.int32(), nullable=False),
+        # malformed_output | invalid_output | rate_limited | api_error | auth_error
+        pa.field("error", pa.string(), nullable=False),
+        pa.field("detail", pa.string()),
+        pa.field("raw_text", pa.string()),
+    ]
+)
+
+TRANSLATION_CONFLICTS = pa.schema(
+    [
+        # A generated translation that differs from the shipped one; the shipped value is kept unless told otherwise.
+        pa.field("concept_id", pa.int32(), nullable=False),
+        pa.field("language_code", pa.string(), nullable=False),
+        pa.field("shipped_text", pa.string(), nullable=False),
+        pa.field("proposed_text", pa.string(), nullable=False),
+        pa.field("shipped_template", pa.string()),
+        pa.field("proposed_template", pa.string()),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("resolution", pa.string(), nullable=False),  # kept_shipped | replaced_shipped
+    ]
+)
+
 TRANSLATIONS = pa.schema(
     [
         pa.field("concept_id", pa.int32(), nullable=False),
@@ -86,6 +128,12 @@ IMAGES = pa.schema(
         pa.field("width", pa.int32()),
         pa.field("height", pa.int32()),
         pa.field("format", pa.string()),  # PIL format name: JPEG, PNG, WEBP ...
+        # Filled by the HTTP downloader; null for local imports.
+        pa.field("final_url", pa.string()),  # after redirects
+        pa.field("http_status", pa.int32()),
+        pa.field("content_type", pa.string()),  # as declared by the server; never trusted for the decision
+        pa.field("attempts", pa.int32()),  # fetch attempts (transient failures are retried)
+        pa.field("transient", pa.bool_()),  # a failure that `retry-failed` may fetch again
     ]
 )
 

@@ -1,0 +1,164 @@
+"""Classified retries and rate limits shared by every remote backend (downloader, DuckDuckGo, Gemini).
+
+Design brief, habit 6: retry only transient errors (429, 5xx, timeouts) with exponential backoff and jitter,
+honouring Retry-After. One policy model and one limiter serve all three backends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TRANSIENT_HTTP_CODES = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+class RetryPolicy(BaseModel):
+    """How often and how long to retry a transient failure."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_attempts: int = Field(default=4, ge=1, description="Attempts in all, the first one included.")
+    base_delay_s: float = Field(default=0.5, ge=0, description="Backoff before the 2nd attempt; doubles after.")
+    max_delay_s: float = Field(default=30.0, ge=0, description="Cap on one backoff delay.")
+    max_retry_after_s: float = Field(
+        default=120.0, ge=0, description="Cap on a server's Retry-After; a longer wait is not worth holding a slot."
+    )
+
+    def delay(self, failed_attempt: int, retry_after_s: float | None = None, rng: random.Random | None = None) -> float:
+        """Seconds to wait after the `failed_attempt`-th attempt (1-based) failed.
+
+        A server's Retry-After wins (capped). Otherwise "full jitter" exponential backoff: uniform in
+        [0, min(cap, base * 2**(n-1))], which spreads retries of many clients better than a fixed factor.
+        """
+        if retry_after_s is not None:
+            return min(max(retry_after_s, 0.0), self.max_retry_after_s)
+        ceiling = min(self.max_delay_s, self.base_delay_s * 2 ** (failed_attempt - 1))
+        return (rng or random).uniform(0.0, ceiling)
+
+    def may_retry(self, failed_attempt: int) -> bool:
+        return failed_attempt < self.max_attempts
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Retry-After as seconds: either delta-seconds or an HTTP date (RFC 9110 §10.2.3); None when absent or bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+class RateLimiter:
+    """A token bucket: at most `rate_per_s` acquisitions per second on average, bursts up to `burst`.
+
+    Thread-safe for sync callers; `acquire_async` waits without blocking the event loop. `rate_per_s=None`
+    means unlimited.
+    """
+
+    def __init__(self, rate_per_s: float | None, burst: int = 1) -> None:
+        if rate_per_s is not None and rate_per_s <= 0:
+            raise ValueError("rate_per_s must be positive or None")
+        self.rate = rate_per_s
+        self.burst = max(1, burst)
+        self._tokens = float(self.burst)
+        self._stamp = time.monotonic()
+        self._lock = threading.Lock()
+
+    def _reserve(self) -> float:
+        """Take a token; return how long the caller must wait before using it."""
+        if self.rate is None:
+            return 0.0
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+            self._stamp = now
+            self._tokens -= 1.0
+            return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+
+    def acquire(self) -> None:
+        wait = self._reserve()
+        if wait > 0:
+            time.sleep(wait)
+
+    async def acquire_async(self) -> None:
+        wait = self._reserve()
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+
+_shared: dict[str, RateLimiter] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_limiter(name: str, rate_per_s: float | None, burst: int = 1) -> RateLimiter:
+    """One limiter per (name, rate, burst) in this process, so every caller of one engine shares its budget."""
+    key = f"{name}:{rate_per_s}:{burst}"
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = RateLimiter(rate_per_s, burst)
+        return _shared[key]
+
+
+@contextlib.contextmanager
+def prefect_slot(limit_name: str | None, timeout_s: float | None = None) -> Iterator[None]:
+    """Hold one slot of a Prefect global concurrency limit while inside a Prefect run; a no-op elsewhere.
+
+    The limit spans every worker and process of a deployment, which an in-process limiter cannot. A limit that
+    does not exist on the server is ignored (Prefect's `strict=False`), so local builds need no set-up.
+    """
+    if not limit_name or not _in_prefect_run() or not _limit_exists(limit_name):
+        yield
+        return
+    from prefect.concurrency.sync import concurrency
+
+    with concurrency(limit_name, occupy=1, timeout_seconds=timeout_s, strict=False):
+        yield
+
+
+_LIMIT_TTL_S = 60.0
+_limits_seen: dict[str, tuple[bool, float]] = {}
+
+
+def _limit_exists(name: str) -> bool:
+    """Whether the server has this global limit, asked once a minute: Prefect itself would warn on every call."""
+    seen = _limits_seen.get(name)
+    if seen is not None and time.monotonic() - seen[1] < _LIMIT_TTL_S:
+        return seen[0]
+    from prefect import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    try:
+        with get_client(sync_client=True) as client:
+            client.read_global_concurrency_limit_by_name(name)
+        exists = True
+    except ObjectNotFound:
+        exists = False
+        logging.getLogger(__name__).info(
+            "Prefect global concurrency limit %r does not exist; only this process's own limits apply", name
+        )
+    _limits_seen[name] = (exists, time.monotonic())
+    return exists
+
+
+def _in_prefect_run() -> bool:
+    try:
+        from prefect.context import FlowRunContext, TaskRunContext
+    except ImportError:  # pragma: no cover - prefect is a core dependency
+        return False
+    return FlowRunContext.get() is not None or TaskRunContext.get() is not None
