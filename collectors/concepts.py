@@ -1,12 +1,13 @@
 """Concept stage: which concepts a build covers.
 
 Embedded default: the shipped, curated list (3XCM paper, Table 10). Generated concepts (Gemini, App. H) never
-flow straight into a build; they go to a review table an operator accepts from.
+flow straight into a build; they go to a review file an operator accepts from (`collectors/concept_generation.py`),
+and the "reviewed" backend adds only the accepted ones to the shipped list.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Annotated, Literal, NamedTuple, Protocol
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -33,13 +34,36 @@ class ShippedConceptsConfig(BaseModel):
         return self
 
 
-ConceptsConfig = ShippedConceptsConfig
+class ReviewedConceptsConfig(BaseModel):
+    """The shipped concepts plus the candidates an operator accepted in a review file (never pending/rejected)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["reviewed"] = "reviewed"
+    review_file: str = Field(description="fsspec path of the review CSV written by write_review_file().")
+    include_shipped: bool = Field(default=True, description="Start from the shipped list (filtered by `include`).")
+    include: list[str] | None = Field(
+        default=None, description="Shipped concept names or ids to keep; all shipped concepts when empty."
+    )
+
+    @model_validator(mode="after")
+    def _known(self) -> ReviewedConceptsConfig:
+        if self.include:
+            for item in self.include:
+                _resolve(item)
+        return self
+
+
+ConceptsConfig = Annotated[ShippedConceptsConfig | ReviewedConceptsConfig, Field(discriminator="backend")]
+
+
+class SourcedConcept(NamedTuple):
+    concept: Concept
+    source: str  # shipped | gemini | operator (CONCEPTS.source)
 
 
 class ConceptSource(Protocol):
-    source: str
-
-    def concepts(self) -> list[Concept]: ...
+    def concepts(self) -> list[SourcedConcept]: ...
 
 
 concept_sources: Registry[ConceptSource] = Registry("concepts")
@@ -57,17 +81,37 @@ def _resolve(item: str | int) -> Concept:
     raise ValueError(f"unknown concept {item!r}: not in the shipped list (data/reference/concepts.csv)")
 
 
-class ShippedConcepts:
-    source = "shipped"
+def _shipped_subset(include: list[str] | None) -> list[Concept]:
+    if not include:
+        return list(reference.concepts())
+    chosen = {_resolve(item).concept_id: _resolve(item) for item in include}
+    return [chosen[k] for k in sorted(chosen)]
 
+
+class ShippedConcepts:
     def __init__(self, config: ShippedConceptsConfig) -> None:
         self.config = config
 
-    def concepts(self) -> list[Concept]:
-        if not self.config.include:
-            return list(reference.concepts())
-        chosen = {_resolve(item).concept_id: _resolve(item) for item in self.config.include}
-        return [chosen[k] for k in sorted(chosen)]
+    def concepts(self) -> list[SourcedConcept]:
+        return [SourcedConcept(c, "shipped") for c in _shipped_subset(self.config.include)]
+
+
+class ReviewedConcepts:
+    def __init__(self, config: ReviewedConceptsConfig) -> None:
+        self.config = config
+
+    def concepts(self) -> list[SourcedConcept]:
+        # Imported here: the review-file format lives with concept generation.
+        from collectors.concept_generation import REVIEW_ACCEPTED, read_review_file
+
+        rows = read_review_file(self.config.review_file)
+        shipped = _shipped_subset(self.config.include) if self.config.include_shipped else []
+        accepted = [
+            SourcedConcept(Concept(concept_id=r.concept_id, concept=r.concept), "gemini")
+            for r in rows
+            if r.review_status == REVIEW_ACCEPTED
+        ]
+        return [*(SourcedConcept(c, "shipped") for c in shipped), *sorted(accepted, key=lambda s: s.concept.concept_id)]
 
 
 @concept_sources.register("shipped")
@@ -75,7 +119,14 @@ def _shipped(config: ShippedConceptsConfig) -> ConceptSource:
     return ShippedConcepts(config)
 
 
-def run_concepts(config: ConceptsConfig) -> pa.Table:
-    source = concept_sources.build(config)
-    rows = [{"concept_id": c.concept_id, "concept": c.concept, "source": source.source} for c in source.concepts()]
+@concept_sources.register("reviewed")
+def _reviewed(config: ReviewedConceptsConfig) -> ConceptSource:
+    return ReviewedConcepts(config)
+
+
+def run_concepts(config: ShippedConceptsConfig | ReviewedConceptsConfig) -> pa.Table:
+    rows = [
+        {"concept_id": c.concept.concept_id, "concept": c.concept.concept, "source": c.source}
+        for c in concept_sources.build(config).concepts()
+    ]
     return from_rows(rows, CONCEPTS)

@@ -1,19 +1,36 @@
 """Translation stage: each concept in the native language of each build country, with its RQ3 descriptor form.
 
 Embedded default: the shipped tables in `data/reference/i18n/` (every row awaiting native review).
+Production: Gemini (constraints of the 3XCM paper, App. R), used by default only where no shipped translation
+exists (new, operator-accepted concepts); it can also be compared with, or replace, the shipped table, and every
+difference is written down as a TRANSLATION_CONFLICTS row.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+import json
+import string
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Literal, Protocol
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from collectors.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
 from data import reference
 from data.reference import ConceptTranslation
-from data.schemas import TRANSLATIONS, from_rows
+from data.schemas import TRANSLATION_CONFLICTS, TRANSLATIONS, empty, from_rows
 from data.stage import Registry
+
+STAGE = "translations"
+#: review_status of a Gemini translation; it still awaits a native speaker like the shipped rows.
+REVIEW_MACHINE = "machine_translated"
+#: review_status of a Gemini translation that replaced a different shipped one (policy "replace").
+REVIEW_MACHINE_REPLACED = "machine_translated_replaced_shipped"
+#: source of an English row of a concept outside the shipped list: the concept name is the English text.
+SOURCE_CONCEPT_LIST = "concept_list"
 
 
 class ShippedTranslationsConfig(BaseModel):
@@ -22,7 +39,30 @@ class ShippedTranslationsConfig(BaseModel):
     backend: Literal["shipped"] = "shipped"
 
 
-TranslationsConfig = ShippedTranslationsConfig
+class GeminiTranslationsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["gemini"] = "gemini"
+    gemini: GeminiSettings = Field(default_factory=GeminiSettings)
+    batch_size: int = Field(default=40, ge=1, le=200, description="Concepts per request.")
+    shipped_policy: Literal["fill_missing", "compare", "replace"] = Field(
+        default="fill_missing",
+        description=(
+            "fill_missing: shipped rows as they are, Gemini only for concepts without one. "
+            "compare: translate everything, keep shipped rows, record differences. "
+            "replace: use Gemini's rows, record the shipped ones they replace."
+        ),
+    )
+
+
+TranslationsConfig = Annotated[ShippedTranslationsConfig | GeminiTranslationsConfig, Field(discriminator="backend")]
+
+
+@dataclass(frozen=True)
+class TranslationOutput:
+    translations: pa.Table  # TRANSLATIONS; a pair whose request failed is absent
+    conflicts: pa.Table  # TRANSLATION_CONFLICTS
+    failures: pa.Table  # LLM_FAILURES
 
 
 class MissingTranslationError(LookupError):
@@ -30,12 +70,23 @@ class MissingTranslationError(LookupError):
 
 
 class Translator(Protocol):
-    source: str
-
-    def translate(self, concept_ids: list[int], language_code: str) -> list[ConceptTranslation]: ...
+    def run(
+        self, concepts: list[tuple[int, str]], language_codes: list[str], cache_dir: str | None
+    ) -> TranslationOutput: ...
 
 
 translators: Registry[Translator] = Registry("translations")
+
+
+def _row(entry: ConceptTranslation, default_template: str, source: str) -> dict:
+    return {
+        "concept_id": entry.concept_id,
+        "language_code": entry.language_code,
+        "text": entry.text,
+        "descriptor_template": entry.descriptor_template or default_template,
+        "review_status": entry.review_status,
+        "source": source,
+    }
 
 
 class ShippedTranslator:
@@ -47,9 +98,18 @@ class ShippedTranslator:
         if missing:
             raise MissingTranslationError(
                 f"no shipped {language_code} translation for concept ids {missing}; "
-                "use a translation backend that can translate new concepts"
+                "use a translation backend that can translate new concepts (backend: gemini)"
             )
         return [pack.concepts[cid] for cid in concept_ids]
+
+    def run(
+        self, concepts: list[tuple[int, str]], language_codes: list[str], cache_dir: str | None
+    ) -> TranslationOutput:
+        rows = []
+        for code in sorted(set(language_codes)):
+            default_template = reference.language_pack(code).language.descriptor_template
+            rows += [_row(e, default_template, self.source) for e in self.translate([c for c, _ in concepts], code)]
+        return TranslationOutput(from_rows(rows, TRANSLATIONS), empty(TRANSLATION_CONFLICTS), failures_table([]))
 
 
 @translators.register("shipped")
@@ -57,21 +117,237 @@ def _shipped(config: ShippedTranslationsConfig) -> Translator:
     return ShippedTranslator()
 
 
-def run_translations(config: TranslationsConfig, concepts: pa.Table, language_codes: list[str]) -> pa.Table:
-    translator = translators.build(config)
-    concept_ids = concepts["concept_id"].to_pylist()
-    rows = []
-    for code in sorted(set(language_codes)):
-        default_template = reference.language_pack(code).language.descriptor_template
-        for entry in translator.translate(concept_ids, code):
-            rows.append(
-                {
-                    "concept_id": entry.concept_id,
-                    "language_code": code,
-                    "text": entry.text,
-                    "descriptor_template": entry.descriptor_template or default_template,
-                    "review_status": entry.review_status,
-                    "source": translator.source,
-                }
-            )
-    return from_rows(rows, TRANSLATIONS)
+# -- Gemini ------------------------------------------------------------------------------------------------------
+class TranslatedConcept(BaseModel):
+    concept_id: int = Field(description="The concept_id of the input concept, unchanged.")
+    text: str = Field(description="The concept in the target language: a short noun phrase, as typed in a search.")
+    descriptor_template: str = Field(
+        description="'{concept} of {country}' in the target language, with the {country} placeholder once."
+    )
+
+
+class TranslationBatch(BaseModel):
+    translations: list[TranslatedConcept]
+
+
+def check_descriptor_template(template: str) -> str:
+    """An RQ3 template has {country} exactly once and {concept} at most once (a per-concept template may
+    write the concept out), no other fields, and formats cleanly."""
+    try:
+        fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+        template.format(concept="C", country="Y")
+    except (ValueError, IndexError, KeyError) as exc:
+        raise ValueError(f"descriptor_template {template!r} does not format: {exc}") from None
+    if fields.count("country") != 1 or fields.count("concept") > 1 or set(fields) - {"country", "concept"}:
+        raise ValueError(
+            f"descriptor_template {template!r} must hold {{country}} exactly once, {{concept}} at most once "
+            "and no other placeholder"
+        )
+    return template
+
+
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", " ".join(text.split()))
+
+
+def language_countries(code: str) -> list[str]:
+    return [c.name for c in reference.countries() if c.language_code == code]
+
+
+def translation_prompt(code: str, concepts: list[tuple[int, str]]) -> str:
+    """The translation request; role, strict constraints and the Nigeria mapping are those of 3XCM paper App. R
+    (Figure 22), with its task rewritten from sentence translation to concept + descriptor translation."""
+    pack = reference.language_pack(code)
+    language = pack.language
+    countries = language_countries(code)
+    # App. R maps Nigeria to Yoruba explicitly (its role line says EN-NG); our own countries are listed after it.
+    mapping = "".join(f"    *   {name}: {language.name}\n" for name in countries if name != "Nigeria")
+    country_forms = "\n".join(
+        f"    *   {name}: {entry.descriptor_country}" for name, entry in sorted(pack.countries.items())
+    )
+    data = {
+        "target_country": countries,
+        "target_language": f"{language.name} ({language.native_name})",
+        "language_code": code,
+        "concepts": [{"concept_id": cid, "concept": name} for cid, name in concepts],
+    }
+    return (
+        # App. R, Figure 22: role line (our one language and its countries in place of the paper's 16).
+        "**Role:** You are a Senior Computational Linguist and Polyglot with native-level fluency in "
+        f"{language.name} ({language.native_name}), the primary language of the following countries: "
+        f"{', '.join(countries)}.\n\n"
+        "**Task:**\n"
+        "1. **Translate:** Translate each English concept in `concepts` into the native language of the "
+        f'"Target Country" ({language.name}). Each concept is a basic-level, culturally-inclusive category used '
+        "as an image-search query (e.g. train, food, wedding): give the short everyday noun phrase a native "
+        "speaker would type, not a definition."
+        + (
+            " Where the countries word it differently, use the form common to all of them."
+            if len(countries) > 1
+            else ""
+        )
+        + "\n"
+        "2. **Cultural descriptor:** For each concept also write `descriptor_template`: the phrase "
+        f'"{{concept}} of {{country}}" (e.g. "train of Japan") as a native speaker of {language.name} would say it, '
+        "with the placeholder {country} where the country goes and {concept} where your translated concept goes. "
+        f"The usual form in {language.name} is {json.dumps(language.descriptor_template, ensure_ascii=False)}; "
+        "keep it unless this concept needs another form (agreement, classifier, case); you may then write the "
+        "concept out inside the template instead of {concept}. {country} must appear exactly once. It is filled "
+        f"with these forms of the country names:\n{country_forms}\n\n"
+        "**Strict Constraints:**\n"
+        # App. R, Figure 22, constraints 1-3 verbatim; the line after 2 is ours, for concepts rather than sentences.
+        "1. **Grammar & Fluency:** Adjust the sentence structure, classifiers (e.g., Thai 'khan'), and gender "
+        "markers to ensure the sentence is natural for a native speaker in that country.\n"
+        '2. **No Stereotypes:** Keep the sentences "Culture Agnostic." Do not add descriptors like "high-speed" '
+        'for China or "vintage" for India. Only add the country name/adjective.\n'
+        "   Translate the concept itself; never narrow it to one culture's instance or add cultural detail "
+        "(e.g. food is not one national dish).\n"
+        "3. **Target Language Mapping:**\n"
+        "    *   Nigeria: Yoruba\n"
+        f"{mapping}\n"
+        "**Input Data:**\n"
+        "```json\n"
+        f"{json.dumps(data, ensure_ascii=False)}\n"
+        "```\n\n"
+        "**Output Format:**\n"
+        "Return ONLY a valid JSON object following the response schema: "
+        '{"translations": [{"concept_id": <id>, "text": "...", "descriptor_template": "..."}]}, '
+        "with every input concept_id exactly once and no other ids."
+    )
+
+
+def _batch_validator(concept_ids: list[int]) -> Callable[[TranslationBatch], None]:
+    def validate(answer: TranslationBatch) -> None:
+        ids = [item.concept_id for item in answer.translations]
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        missing = sorted(set(concept_ids) - set(ids))
+        extra = sorted(set(ids) - set(concept_ids))
+        if repeated or missing or extra:
+            raise ValueError(f"concept ids: missing {missing}, not asked for {extra}, repeated {repeated}")
+        for item in answer.translations:
+            if not item.text.strip():
+                raise ValueError(f"concept {item.concept_id}: empty text")
+            try:
+                check_descriptor_template(item.descriptor_template)
+            except ValueError as exc:
+                raise ValueError(f"concept {item.concept_id}: {exc}") from None
+
+    return validate
+
+
+class GeminiTranslator:
+    def __init__(self, config: GeminiTranslationsConfig) -> None:
+        self.config = config
+        self.source = f"gemini:{config.gemini.model}"
+
+    def run(
+        self, concepts: list[tuple[int, str]], language_codes: list[str], cache_dir: str | None
+    ) -> TranslationOutput:
+        client = GeminiClient(self.config.gemini, cache_dir=cache_dir)
+        rows: list[dict] = []
+        conflicts: list[dict] = []
+        failures: list[dict] = []
+        for code in sorted(set(language_codes)):
+            pack = reference.language_pack(code)
+            default_template = pack.language.descriptor_template
+            if code == reference.ENGLISH:
+                # English is the source language of the concept list: nothing to translate.
+                rows += [
+                    _row(pack.concepts[cid], default_template, "shipped")
+                    if cid in pack.concepts
+                    else _row(
+                        ConceptTranslation(
+                            concept_id=cid, concept=name, language_code=code, text=name, review_status="source"
+                        ),
+                        default_template,
+                        SOURCE_CONCEPT_LIST,
+                    )
+                    for cid, name in concepts
+                ]
+                continue
+            policy = self.config.shipped_policy
+            to_ask = [(cid, name) for cid, name in concepts if policy != "fill_missing" or cid not in pack.concepts]
+            answered: dict[int, TranslatedConcept] = {}
+            for start in range(0, len(to_ask), self.config.batch_size):
+                batch = to_ask[start : start + self.config.batch_size]
+                ids = [cid for cid, _ in batch]
+                request_key = f"{code}:{','.join(map(str, ids))}"
+                answer = client.generate_structured(
+                    [translation_prompt(code, batch)], TranslationBatch, _batch_validator(ids), request_key
+                )
+                if answer.ok:
+                    answered.update({item.concept_id: item for item in answer.value.translations})
+                else:
+                    failures.append(failure_row(STAGE, request_key, self.config.gemini.model, answer))
+            for cid, _ in concepts:
+                shipped = pack.concepts.get(cid)
+                proposed = answered.get(cid)
+                row, conflict = self._resolve(code, cid, shipped, proposed, default_template)
+                rows += [row] if row else []
+                conflicts += [conflict] if conflict else []
+        return TranslationOutput(
+            from_rows(rows, TRANSLATIONS) if rows else empty(TRANSLATIONS),
+            from_rows(conflicts, TRANSLATION_CONFLICTS) if conflicts else empty(TRANSLATION_CONFLICTS),
+            failures_table(failures),
+        )
+
+    def _resolve(
+        self,
+        code: str,
+        concept_id: int,
+        shipped: ConceptTranslation | None,
+        proposed: TranslatedConcept | None,
+        default_template: str,
+    ) -> tuple[dict | None, dict | None]:
+        """The row to use for one pair, and the conflict row when Gemini and the shipped table disagree."""
+        gemini_row = None
+        if proposed is not None:
+            gemini_row = {
+                "concept_id": concept_id,
+                "language_code": code,
+                "text": _nfc(proposed.text),
+                "descriptor_template": _nfc(proposed.descriptor_template),
+                "review_status": REVIEW_MACHINE,
+                "source": self.source,
+            }
+        if shipped is None:
+            return gemini_row, None  # None when the request failed: the pair is absent, the failure is a row
+        shipped_row = _row(shipped, default_template, "shipped")
+        if gemini_row is None:
+            return shipped_row, None  # nothing asked (fill_missing) or the request failed: the shipped row stands
+        differs = (gemini_row["text"], gemini_row["descriptor_template"]) != (
+            _nfc(shipped_row["text"]),
+            _nfc(shipped_row["descriptor_template"]),
+        )
+        if not differs:
+            return shipped_row, None  # agreement: keep the shipped row and its (more informative) review status
+        replace = self.config.shipped_policy == "replace"
+        conflict = {
+            "concept_id": concept_id,
+            "language_code": code,
+            "shipped_text": shipped_row["text"],
+            "proposed_text": gemini_row["text"],
+            "shipped_template": shipped_row["descriptor_template"],
+            "proposed_template": gemini_row["descriptor_template"],
+            "source": self.source,
+            "resolution": "replaced_shipped" if replace else "kept_shipped",
+        }
+        if replace:
+            return {**gemini_row, "review_status": REVIEW_MACHINE_REPLACED}, conflict
+        return shipped_row, conflict
+
+
+@translators.register("gemini")
+def _gemini(config: GeminiTranslationsConfig) -> Translator:
+    return GeminiTranslator(config)
+
+
+def run_translations(
+    config: ShippedTranslationsConfig | GeminiTranslationsConfig,
+    concepts: pa.Table,
+    language_codes: list[str],
+    cache_dir: str | None = None,
+) -> TranslationOutput:
+    """Translations of `concepts` (concept_id, concept) into every language; `cache_dir` holds model answers."""
+    pairs = list(zip(concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True))
+    return translators.build(config).run(pairs, list(language_codes), cache_dir)

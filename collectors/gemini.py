@@ -1,0 +1,422 @@
+"""The one Gemini client every Gemini backend uses: concept generation (3XCM paper App. H), translation (App. R
+constraints) and, later, image tagging (App. I).
+
+It asks for JSON that follows a pydantic schema, checks the answer with pydantic plus the caller's own rules, and
+re-asks a bounded number of times when the answer is malformed or breaks a rule. Transient API errors (429, 5xx,
+timeouts) are retried by the shared policy of `collectors/retry.py`, honouring Retry-After; google-genai's own
+retries are switched off so there is one policy. Valid answers are cached by a hash of the prompt, so a rerun does
+not call the API again; failures are never cached.
+
+The API key is resolved at the first real request, from a Prefect Secret block or an environment variable. The
+settings hold only the block or variable NAME, and the key is scrubbed from every error text this module keeps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from collectors.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after, prefect_slot, shared_limiter
+from data.schemas import LLM_FAILURES, empty, from_rows
+from data.stage import require
+from data.workspace import Storage
+
+logger = logging.getLogger(__name__)
+
+REDACTED = "**redacted**"
+FALLBACK_API_KEY_ENV = "GOOGLE_API_KEY"  # google-genai's own name for the key
+
+ErrorClass = Literal["malformed_output", "invalid_output", "rate_limited", "api_error", "auth_error"]
+
+
+class GeminiSettings(BaseModel):
+    """How to reach Gemini. Holds no secret: only where the key is found."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # 3XCM paper §3.2.1 footnote 2: gemini-2.5-flash generated the concepts.
+    model: str = "gemini-2.5-flash"
+    api_key_env: str = Field(
+        default="GEMINI_API_KEY",
+        description=f"Environment variable holding the key; {FALLBACK_API_KEY_ENV} is tried next.",
+    )
+    api_key_secret_block: str | None = Field(
+        default=None, description="Name of a Prefect Secret block holding the key; wins over the environment."
+    )
+    base_url: str | None = Field(default=None, description="Override of the API endpoint (tests, proxies).")
+    api_version: str = "v1beta"
+    timeout_s: float = Field(default=120.0, gt=0, description="Per HTTP request.")
+    retry: RetryPolicy = Field(
+        default_factory=lambda: RetryPolicy(max_attempts=6, base_delay_s=2.0, max_delay_s=60.0),
+        description="Transient errors only (429, 5xx, timeouts).",
+    )
+    max_invalid_answers: int = Field(
+        default=3, ge=1, description="Malformed or rule-breaking answers tolerated before the request is reported."
+    )
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    requests_per_minute: float | None = Field(
+        default=None, gt=0, description="Process-wide request budget for this model; None means unlimited."
+    )
+    prefect_concurrency_limit: str | None = Field(
+        default="gemini", description="Prefect global concurrency limit held per request inside a Prefect run."
+    )
+    cache_dir: str | None = Field(
+        default=None, description="fsspec folder of cached answers; the build passes a workspace folder when None."
+    )
+
+
+class GeminiConfigError(RuntimeError):
+    """The client cannot run at all (no key, missing extra); raised, since every request would fail alike."""
+
+
+@dataclass(frozen=True)
+class StructuredAnswer:
+    """The outcome of one logical request: a validated value, or an error class with the last raw text kept."""
+
+    value: BaseModel | None
+    raw_text: str | None
+    attempts: int  # HTTP calls made for this answer (0 on a cache hit)
+    error: ErrorClass | None
+    detail: str | None
+    prompt_sha256: str
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class InvalidAnswer(ValueError):
+    def __init__(self, error: ErrorClass, detail: str) -> None:
+        super().__init__(detail)
+        self.error = error
+        self.detail = detail
+
+
+def resolve_api_key(settings: GeminiSettings) -> str:
+    """The key from the Secret block, else the configured variable, else GOOGLE_API_KEY."""
+    if settings.api_key_secret_block:
+        from prefect.blocks.system import Secret
+
+        try:
+            value = Secret.load(settings.api_key_secret_block).get()
+        except Exception as exc:  # the block API raises several types; the name is all the caller needs
+            raise GeminiConfigError(
+                f"cannot load the Prefect Secret block {settings.api_key_secret_block!r}: {type(exc).__name__}"
+            ) from None
+        if not isinstance(value, str) or not value.strip():
+            raise GeminiConfigError(f"the Prefect Secret block {settings.api_key_secret_block!r} holds no key")
+        return value.strip()
+    for name in dict.fromkeys([settings.api_key_env, FALLBACK_API_KEY_ENV]):
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value
+    raise GeminiConfigError(
+        f"no Gemini API key: set {settings.api_key_env} (or {FALLBACK_API_KEY_ENV}), "
+        "or name a Prefect Secret block in api_key_secret_block"
+    )
+
+
+def scrub(text: str | None, secret: str | None) -> str | None:
+    """Remove a secret from a text that may echo the request (error bodies, exception messages)."""
+    if text is None or not secret:
+        return text
+    return text.replace(secret, REDACTED)
+
+
+def _digestable(value: Any) -> Any:
+    """A JSON-able stand-in for prompt contents: bytes and images by their sha256, so the hash stays small."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"sha256": hashlib.sha256(bytes(value)).hexdigest()}
+    if isinstance(value, dict):
+        return {str(k): _digestable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, list | tuple):
+        return [_digestable(v) for v in value]
+    if isinstance(value, BaseModel):  # google.genai.types.Part / Content / Blob
+        return {type(value).__name__: _digestable(value.model_dump(exclude_none=True))}
+    from PIL import Image
+
+    if isinstance(value, Image.Image):
+        return {"image_sha256": hashlib.sha256(value.tobytes()).hexdigest(), "mode": value.mode, "size": value.size}
+    raise TypeError(f"cannot hash prompt contents of type {type(value).__name__}")
+
+
+def prompt_sha256(settings: GeminiSettings, contents: list[Any], schema: type[BaseModel]) -> str:
+    """What decides an answer: model, contents, output schema and temperature."""
+    payload = {
+        "model": settings.model,
+        "contents": _digestable(list(contents)),
+        "schema": schema.model_json_schema(),
+        "temperature": settings.temperature,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _retry_after(exc: Any) -> float | None:
+    """Retry-After header, else the RetryInfo delay Google puts in a 429 body ("retryDelay": "12s")."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is not None:
+        seconds = parse_retry_after(headers.get("retry-after"))
+        if seconds is not None:
+            return seconds
+    details = getattr(exc, "details", None)
+    error = details.get("error", details) if isinstance(details, dict) else None
+    for item in (error or {}).get("details", []) if isinstance(error, dict) else []:
+        delay = item.get("retryDelay") if isinstance(item, dict) else None
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)s\s*", delay or "")
+        if match:
+            return float(match.group(1))
+    return None
+
+
+def _transient_exceptions() -> tuple[type[BaseException], ...]:
+    classes: list[type[BaseException]] = []
+    for module_name in ("httpx", "httpx2"):
+        try:
+            module = __import__(module_name)
+        except ImportError:
+            continue
+        classes += [getattr(module, n) for n in ("TimeoutException", "ConnectError") if hasattr(module, n)]
+    return tuple(classes)
+
+
+class GeminiClient:
+    """Structured (JSON schema) requests to Gemini with validation, re-asks, retries, rate limits and a cache."""
+
+    def __init__(
+        self,
+        settings: GeminiSettings,
+        cache_dir: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        cache = settings.cache_dir or cache_dir
+        self._cache = Storage(cache) if cache else None
+        self._sleep = sleep
+        self._genai: Any = None
+        self._types: Any = None
+        self._errors: Any = None
+        self._client: Any = None
+        self._secret: str | None = None
+        self._lock = threading.Lock()
+        self._limiter = shared_limiter(
+            f"gemini:{settings.model}",
+            None if settings.requests_per_minute is None else settings.requests_per_minute / 60.0,
+        )
+        self._transient = _transient_exceptions()
+
+    def __repr__(self) -> str:  # the genai client inside holds the key; never show it
+        return f"GeminiClient(model={self.settings.model!r}, cache={bool(self._cache)})"
+
+    # -- the genai client, built at the first real request -------------------------------------------------------
+    def _connect(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                genai = require("google.genai", "gemini")
+                self._types = require("google.genai.types", "gemini")
+                self._errors = require("google.genai.errors", "gemini")
+                self._secret = resolve_api_key(self.settings)
+                options = self._types.HttpOptions(
+                    base_url=self.settings.base_url,
+                    api_version=self.settings.api_version,
+                    timeout=max(1, round(self.settings.timeout_s * 1000)),  # google-genai wants milliseconds
+                    retry_options=None,  # None = one attempt: our RetryPolicy is the only retry layer
+                )
+                self._client = genai.Client(api_key=self._secret, http_options=options)
+            return self._client
+
+    # -- cache ---------------------------------------------------------------------------------------------------
+    def _cache_path(self, sha: str) -> str | None:
+        return self._cache.path(f"{sha}.json") if self._cache else None
+
+    def _cached(
+        self, sha: str, schema: type[BaseModel], validate: Callable[[BaseModel], None] | None
+    ) -> StructuredAnswer | None:
+        path = self._cache_path(sha)
+        if path is None or not self._cache.exists(path):
+            return None
+        try:
+            raw = self._cache.read_json(path)["raw_text"]
+            value = self._check(raw, schema, validate)
+        except (InvalidAnswer, KeyError, TypeError, ValueError) as exc:
+            # A cache entry the current rules reject (the validator changed) is asked again, not trusted.
+            logger.info("gemini cache entry %s ignored: %s", sha[:12], type(exc).__name__)
+            return None
+        return StructuredAnswer(value, raw, 0, None, None, sha, cached=True)
+
+    def _store(self, sha: str, request_key: str, raw: str) -> None:
+        path = self._cache_path(sha)
+        if path is not None:
+            self._cache.write_json(
+                path,
+                {
+                    "model": self.settings.model,
+                    "prompt_sha256": sha,
+                    "request_key": request_key,
+                    "raw_text": scrub(raw, self._secret),
+                    "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                },
+            )
+
+    # -- validation ----------------------------------------------------------------------------------------------
+    @staticmethod
+    def _check(raw: str | None, schema: type[BaseModel], validate: Callable[[BaseModel], None] | None) -> BaseModel:
+        if raw is None or not raw.strip():
+            raise InvalidAnswer("malformed_output", "empty answer")
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise InvalidAnswer("malformed_output", f"not JSON: {exc}") from None
+        try:
+            value = schema.model_validate(data)
+        except ValidationError as exc:
+            raise InvalidAnswer("invalid_output", _short(str(exc))) from None
+        if validate is not None:
+            try:
+                validate(value)
+            except ValueError as exc:
+                raise InvalidAnswer("invalid_output", _short(str(exc))) from None
+        return value
+
+    # -- the request ---------------------------------------------------------------------------------------------
+    def generate_structured(
+        self,
+        contents: list[Any],
+        schema: type[BaseModel],
+        validate: Callable[[BaseModel], None] | None = None,
+        request_key: str = "",
+    ) -> StructuredAnswer:
+        """Ask for JSON following `schema`; `validate` raises ValueError for answers that break the caller's rules.
+
+        Never raises for a bad answer or an API failure: those come back as `StructuredAnswer.error`. Raises
+        `GeminiConfigError` when no request can be made at all (no key, google-genai missing).
+        """
+        sha = prompt_sha256(self.settings, contents, schema)
+        hit = self._cached(sha, schema, validate)
+        if hit is not None:
+            return hit
+
+        client = self._connect()
+        config = self._types.GenerateContentConfig(
+            response_mime_type="application/json", response_schema=schema, temperature=self.settings.temperature
+        )
+        attempts = transient_failures = invalid_answers = 0
+        raw: str | None = None
+        feedback: list[str] = []
+        while True:
+            attempts += 1
+            self._limiter.acquire()
+            try:
+                with prefect_slot(self.settings.prefect_concurrency_limit):
+                    response = client.models.generate_content(
+                        model=self.settings.model, contents=[*contents, *feedback], config=config
+                    )
+            except Exception as exc:
+                error, detail, retry_after, transient = self._classify(exc)
+                if transient and self.settings.retry.may_retry(transient_failures + 1):
+                    transient_failures += 1
+                    delay = self.settings.retry.delay(transient_failures, retry_after)
+                    logger.warning(
+                        "gemini %s: %s (%s); retry %d in %.1fs", request_key, error, detail, transient_failures, delay
+                    )
+                    self._sleep(delay)
+                    continue
+                logger.warning("gemini %s failed after %d attempt(s): %s (%s)", request_key, attempts, error, detail)
+                return StructuredAnswer(None, scrub(raw, self._secret), attempts, error, detail, sha)
+
+            raw = _response_text(response)
+            try:
+                value = self._check(raw, schema, validate)
+            except InvalidAnswer as bad:
+                invalid_answers += 1
+                detail = bad.detail if raw is not None else f"{bad.detail}; {_no_text_reason(response)}"
+                detail = scrub(detail, self._secret)
+                if invalid_answers >= self.settings.max_invalid_answers:
+                    logger.warning(
+                        "gemini %s: %d unusable answers, giving up: %s", request_key, invalid_answers, detail
+                    )
+                    return StructuredAnswer(None, scrub(raw, self._secret), attempts, bad.error, detail, sha)
+                logger.info("gemini %s: unusable answer (%s), asking again", request_key, bad.error)
+                # Re-asking the same prompt at temperature 0 tends to repeat the mistake: say what was wrong.
+                feedback = [
+                    f"Your previous answer was not usable ({bad.error}: {_short(detail, 600)}). "
+                    "Answer the request above again, returning only JSON that follows the response schema."
+                ]
+                continue
+            self._store(sha, request_key, raw)
+            return StructuredAnswer(value, raw, attempts, None, None, sha)
+
+    def _classify(self, exc: Exception) -> tuple[ErrorClass, str, float | None, bool]:
+        """(error class, scrubbed detail, Retry-After seconds, transient?) for an exception from the request."""
+        if isinstance(exc, self._errors.APIError):
+            code = int(exc.code or 0)
+            detail = scrub(_short(f"{code} {exc.status or ''}: {exc.message or exc.details}"), self._secret)
+            if code == 429:
+                return "rate_limited", detail, _retry_after(exc), True
+            if code in TRANSIENT_HTTP_CODES or code >= 500:
+                return "api_error", detail, _retry_after(exc), True
+            if code in (401, 403) or "api key" in (exc.message or "").lower():
+                return "auth_error", detail, None, False
+            return "api_error", detail, None, False
+        detail = scrub(_short(f"{type(exc).__name__}: {exc}"), self._secret)
+        if isinstance(exc, self._transient):
+            return "api_error", detail, None, True
+        return "api_error", detail, None, False
+
+
+def _response_text(response: Any) -> str | None:
+    try:
+        return response.text
+    except (ValueError, AttributeError):  # no candidates, or parts that are not text
+        return None
+
+
+def _no_text_reason(response: Any) -> str:
+    feedback = getattr(response, "prompt_feedback", None)
+    if feedback is not None and getattr(feedback, "block_reason", None):
+        return f"blocked: {feedback.block_reason}"
+    candidates = getattr(response, "candidates", None) or []
+    if candidates and getattr(candidates[0], "finish_reason", None):
+        return f"finish_reason: {candidates[0].finish_reason}"
+    return "no candidates"
+
+
+def _short(text: str, limit: int = 1000) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- failure rows ------------------------------------------------------------------------------------------------
+def failure_row(stage: str, request_key: str, model: str, answer: StructuredAnswer) -> dict[str, Any]:
+    """An LLM_FAILURES row for an answer that never validated; the raw text is kept for inspection."""
+    if answer.ok:
+        raise ValueError("failure_row needs a failed answer")
+    return {
+        "stage": stage,
+        "request_key": request_key,
+        "model": model,
+        "prompt_sha256": answer.prompt_sha256,
+        "attempts": answer.attempts,
+        "error": answer.error,
+        "detail": answer.detail,
+        "raw_text": answer.raw_text,
+    }
+
+
+def failures_table(rows: list[dict[str, Any]]) -> pa.Table:
+    return from_rows(rows, LLM_FAILURES) if rows else empty(LLM_FAILURES)
