@@ -2,21 +2,25 @@
 
 Every backend implements `Searcher` and returns the same hit rows. Embedded default: a local folder laid out as
 `<root>/<country>/<concept>/<eng|nav>/<files>` (or described by a manifest CSV), standing in for DuckDuckGo.
+The paper's engine, DuckDuckGo images through `ddgs`, is the `ddgs` backend (collectors/search_ddgs.py).
 """
 
 from __future__ import annotations
 
+import contextvars
 import csv
 import warnings
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Annotated, Literal, Protocol
 
 import fsspec
 import pyarrow as pa
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field
 
+from collectors.search_ddgs import DdgsSearchConfig, DdgsSearcher
 from data import reference
 from data.schemas import SEARCH_HITS, STATUS_FAILED, STATUS_OK, from_rows
 from data.stage import Registry
@@ -35,6 +39,7 @@ class SearchQuery(BaseModel):
     query_lang: QueryLang
     language_code: str
     region: str
+    not_searchable: str | None = None  # why this query is recorded as failed without asking the engine
 
     @property
     def query_id(self) -> str:
@@ -89,9 +94,10 @@ class LocalFolderSearchConfig(BaseModel):
         default=True,
         description="English-speaking countries get no 'nav' query: it would repeat the 'eng' one.",
     )
+    concurrency: int = Field(default=1, ge=1, description="Queries in flight at once (local reads need no more).")
 
 
-SearchConfig = LocalFolderSearchConfig
+SearchConfig = Annotated[LocalFolderSearchConfig | DdgsSearchConfig, Field(discriminator="backend")]
 
 
 def build_queries(
@@ -110,51 +116,77 @@ def build_queries(
             concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True
         ):
             english = f"{concept} {reference.language_pack(reference.ENGLISH).countries[country.name].name}"
-            nav = f"{native[(concept_id, country.language_code)]} {pack.countries[country.name].name}"
             common = {
                 "concept_id": concept_id,
                 "concept": concept,
                 "country": country.name,
                 "region": country.ddg_region,
             }
+            text = native.get((concept_id, country.language_code))
+            if text is None:
+                # An image without its concept in the country's language can't enter the parallel corpus
+                # (image_metadata.concept_in_native), so neither query runs; both are recorded as failed.
+                reason = f"no {country.language_code} translation of concept {concept_id} ({concept})"
+                for lang, code in (("eng", "en"), ("nav", country.language_code)):
+                    queries.append(
+                        SearchQuery(query=english, query_lang=lang, language_code=code, not_searchable=reason, **common)
+                    )
+                continue
+            nav = f"{text} {pack.countries[country.name].name}"
             queries.append(SearchQuery(query=english, query_lang="eng", language_code="en", **common))
             if not (skip_identical_native and nav == english):
                 queries.append(SearchQuery(query=nav, query_lang="nav", language_code=country.language_code, **common))
     return queries
 
 
-def search_rows(searcher: Searcher, queries: Sequence[SearchQuery], max_results: int) -> pa.Table:
-    """Run queries; a failed query becomes one row with its reason and never aborts the stage."""
-    rows: list[dict] = []
-    for query in queries:
-        base = {
-            "concept_id": query.concept_id,
-            "country": query.country,
-            "query": query.query,
-            "query_lang": query.query_lang,
-            "language_code": query.language_code,
-            "searcher": searcher.name,
+def search_rows(searcher: Searcher, queries: Sequence[SearchQuery], max_results: int, concurrency: int = 1) -> pa.Table:
+    """Run queries, `concurrency` at a time; rows keep the order of `queries` whatever order they finish in.
+
+    A failed query becomes one row with its reason and never aborts the stage.
+    """
+    if concurrency <= 1 or len(queries) <= 1:
+        per_query = [_query_rows(searcher, query, max_results) for query in queries]
+    else:
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="search") as pool:
+            # Each call runs in a copy of the caller's context: pool threads do not inherit context variables,
+            # and Prefect's run context (which `prefect_slot` reads) is one.
+            futures = [
+                pool.submit(contextvars.copy_context().run, _query_rows, searcher, query, max_results)
+                for query in queries
+            ]
+            per_query = [future.result() for future in futures]
+    return from_rows([row for rows in per_query for row in rows], SEARCH_HITS)
+
+
+def _query_rows(searcher: Searcher, query: SearchQuery, max_results: int) -> list[dict]:
+    base = {
+        "concept_id": query.concept_id,
+        "country": query.country,
+        "query": query.query,
+        "query_lang": query.query_lang,
+        "language_code": query.language_code,
+        "searcher": searcher.name,
+    }
+    if query.not_searchable:
+        return [_failure(query, base, "no_translation", query.not_searchable)]
+    try:
+        hits = searcher.search(query, max_results)[:max_results]
+        if not hits:
+            raise SearchError("no_results", "the engine returned no images")
+    except SearchError as exc:
+        return [_failure(query, base, exc.kind, exc.detail)]
+    return [
+        {
+            **base,
+            "image_id": query.image_id(rank),
+            "rank": rank,
+            **hit.model_dump(),
+            "status": STATUS_OK,
+            "error": None,
+            "detail": None,
         }
-        try:
-            hits = searcher.search(query, max_results)[:max_results]
-            if not hits:
-                raise SearchError("no_results", "the engine returned no images")
-        except SearchError as exc:
-            rows.append(_failure(query, base, exc.kind, exc.detail))
-            continue
-        for rank, hit in enumerate(hits):
-            rows.append(
-                {
-                    **base,
-                    "image_id": query.image_id(rank),
-                    "rank": rank,
-                    **hit.model_dump(),
-                    "status": STATUS_OK,
-                    "error": None,
-                    "detail": None,
-                }
-            )
-    return from_rows(rows, SEARCH_HITS)
+        for rank, hit in enumerate(hits)
+    ]
 
 
 def _failure(query: SearchQuery, base: dict, kind: str, detail: str) -> dict:
@@ -291,3 +323,8 @@ def _local_hit(fs: fsspec.AbstractFileSystem, path: str, url: str) -> SearchHit:
 @searchers.register("local")
 def _local(config: LocalFolderSearchConfig) -> Searcher:
     return LocalFolderSearcher(config)
+
+
+@searchers.register("ddgs")
+def _ddgs(config: DdgsSearchConfig) -> Searcher:
+    return DdgsSearcher(config)
