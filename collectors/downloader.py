@@ -1,0 +1,628 @@
+"""HTTP download stage: fetch each search hit's image, check it, store it by sha256, one IMAGES row per hit.
+
+The production counterpart of `collectors.importer` (same rows, same image checks). What it adds:
+
+- asyncio + aiohttp, a global and a per-host concurrency limit, connect/read/request timeouts;
+- a body cap enforced while streaming (and early, from Content-Length);
+- classified failures (`error` column): dns, connect, timeout, http_<code>, not_an_image, corrupt, truncated,
+  too_small, too_large, decompression_bomb, blocked_address, invalid_url, too_many_redirects;
+- retries of transient failures only (timeouts, 408/425/429/5xx) with `collectors.retry.RetryPolicy`, honouring
+  Retry-After, sleeping without holding a connection slot (design brief, habit 6);
+- an SSRF guard (`collectors.ssrf`) checked before every request and every redirect hop, and inside the DNS
+  resolver itself;
+- a `DownloadJournal` of per-URL results, so a rerun or a crashed run resumes at item granularity (habit 5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import os
+import threading
+import time
+import uuid
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import aiohttp
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+from yarl import URL
+
+from collectors.image_check import ImageLimits, ImageRejected, inspect_image
+from collectors.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after
+from collectors.ssrf import AddressPolicy, BlockedAddressError, GuardedResolver, UrlRefused, check_url
+from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, from_rows
+from data.workspace import BlobStore, Storage, fingerprint, sha256_bytes
+
+T = TypeVar("T")
+
+REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
+# Failures decided by the image limits: a rerun under other limits must fetch them again (no blob was kept).
+LIMIT_DEPENDENT_ERRORS = frozenset({"too_small", "too_large", "decompression_bomb"})
+# Decided by the URL and the address policy, both cheap to decide again and possibly changed: never reused.
+NEVER_REUSED_ERRORS = frozenset({"invalid_url", "blocked_address"})
+_CHUNK = 64 * 1024
+
+
+class HttpDownloadConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["http"] = "http"
+    limits: ImageLimits = Field(default_factory=ImageLimits)
+    shard_size: int = Field(default=1024, ge=1, description="Hits per resumable part.")
+    concurrency: int = Field(default=64, ge=1, description="Requests in flight, all hosts together.")
+    per_host_concurrency: int = Field(default=16, ge=1, description="Requests in flight to one host.")
+    connect_timeout_s: float = Field(default=10.0, gt=0, description="TCP (and TLS) connect.")
+    read_timeout_s: float = Field(default=30.0, gt=0, description="Longest silence while waiting for bytes.")
+    request_timeout_s: float = Field(
+        default=120.0, gt=0, description="Cap on one request, headers and body: stops servers that trickle bytes."
+    )
+    max_redirects: int = Field(default=5, ge=0)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    allow_private_addresses: bool = Field(
+        default=False, description="Admit loopback and private-network hosts (tests, intranet mirrors)."
+    )
+    retry_failed: bool = Field(default=False, description="Fetch again the journaled failures that were transient.")
+    user_agent: str = "culturebench/0.1 (+research dataset builder)"
+    check_workers: int = Field(
+        default=2, ge=1, description="Threads that decode and check images and write blobs, off the event loop."
+    )
+
+
+def limits_key(limits: ImageLimits) -> str:
+    """Journal entries remember the limits they were checked under (see `DownloadJournal`)."""
+    return fingerprint(limits)[:16]
+
+
+# -- journal -----------------------------------------------------------------------------------------------------
+
+
+class DownloadJournal:
+    """Per-URL download results, appended as small atomic JSONL batch files under `<storage>/<prefix>/`.
+
+    Each line is `{"url", "limits", "row"}`: the IMAGES row without `image_id` (a URL's result does not depend
+    on which hit asked for it) and the key of the image limits it was checked under. Files are named
+    `<time_ns>-<writer>-<seq>.jsonl`: unique per writer, so two processes never clash, and sorted in write order,
+    so the newest entry of a URL wins on load. A batch is written when `flush_every` results are pending or
+    `flush_interval_s` has passed, and at the end; a crash loses at most the unwritten batch.
+
+    One instance can serve many download calls (one per shard): `load` reads only the files it has not read yet
+    and knows this instance's own records, written or not, without reading them back.
+
+    Reuse under other image limits (the downloader decides, see `_plan`): an ok row's stored blob is checked
+    again instead of fetched; a too_small/too_large/decompression_bomb failure is fetched again, since its bytes
+    were not kept; other failures do not depend on the limits and are reused.
+    """
+
+    def __init__(self, storage: Storage, prefix: str, flush_every: int = 64, flush_interval_s: float = 2.0) -> None:
+        self.storage = storage
+        self.prefix = prefix
+        self.flush_every = flush_every
+        self.flush_interval_s = flush_interval_s
+        self._writer = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self._seq = 0
+        self._pending: list[dict[str, Any]] = []
+        self._last_flush = time.monotonic()
+        self._lock = threading.Lock()
+        self._entries: dict[str, dict[str, Any]] = {}
+        self._read: set[str] = set()  # journal files already merged into _entries (own files included)
+
+    @property
+    def folder(self) -> str:
+        return self.storage.path(self.prefix)
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        """The newest entry of every journaled URL (a copy)."""
+        for name in self.storage.listdir(self.folder):
+            if not name.endswith(".jsonl") or name.startswith(".") or name in self._read:
+                continue
+            self._read.add(name)
+            for line in self.storage.read_bytes(f"{self.folder}/{name}").splitlines():
+                try:
+                    entry = json.loads(line)
+                    self._entries[entry["url"]] = entry
+                except (ValueError, KeyError, TypeError):
+                    continue  # files are written atomically; a bad line can only come from outside: skip it
+        return dict(self._entries)
+
+    def record(self, url: str, row: dict[str, Any], limits: str) -> None:
+        entry = {"url": url, "limits": limits, "row": row}
+        with self._lock:
+            self._pending.append(entry)
+            self._entries[url] = entry
+            due = len(self._pending) >= self.flush_every
+        if due:
+            self.flush()
+
+    def flush_if_due(self) -> None:
+        if self._pending and time.monotonic() - self._last_flush >= self.flush_interval_s:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            batch, self._pending = self._pending, []
+            self._last_flush = time.monotonic()
+            if not batch:
+                return
+            self._seq += 1
+            name = f"{time.time_ns():020d}-{self._writer}-{self._seq:06d}.jsonl"
+            self._read.add(name)  # already in _entries
+        payload = "".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) + "\n" for e in batch)
+        self.storage.write_bytes(f"{self.folder}/{name}", payload.encode())
+
+
+# -- one URL -----------------------------------------------------------------------------------------------------
+
+
+def _empty_row(url: str) -> dict[str, Any]:
+    """An IMAGES row without `image_id`."""
+    return {
+        "url": url,
+        "status": STATUS_OK,
+        "error": None,
+        "detail": None,
+        "sha256": None,
+        "num_bytes": None,
+        "width": None,
+        "height": None,
+        "format": None,
+        "final_url": None,
+        "http_status": None,
+        "content_type": None,
+        "attempts": 0,
+        "transient": False,
+    }
+
+
+class _Failure(Exception):
+    """One attempt's classified failure; `retry_after_s` is the server's Retry-After, when it sent one."""
+
+    def __init__(self, error: str, detail: str, transient: bool = False, retry_after_s: float | None = None) -> None:
+        super().__init__(f"{error}: {detail}")
+        self.error = error
+        self.detail = detail
+        self.transient = transient
+        self.retry_after_s = retry_after_s
+
+
+@dataclass
+class _Progress:
+    total: int
+    on_item: Callable[[int, int], None] | None
+    done: int = 0
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        if self.on_item is not None and n:
+            self.on_item(self.done, self.total)
+
+
+@dataclass
+class _Fetcher:
+    """Everything one download call shares: session, limits, the check thread pool."""
+
+    config: HttpDownloadConfig
+    blobs: BlobStore
+    session: aiohttp.ClientSession
+    executor: concurrent.futures.Executor
+    checker: _Checker
+    policy: AddressPolicy
+    global_slots: asyncio.Semaphore
+    host_slots: dict[str, asyncio.Semaphore] = field(default_factory=dict)
+
+    def _host_slot(self, url: URL) -> asyncio.Semaphore:
+        key = f"{url.host}:{url.port}"
+        slot = self.host_slots.get(key)
+        if slot is None:
+            slot = self.host_slots[key] = asyncio.Semaphore(self.config.per_host_concurrency)
+        return slot
+
+    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    async def fetch_url(self, url: str) -> dict[str, Any]:
+        """Fetch, retry, check and store one URL; always returns a row, never raises for a network failure."""
+        row = _empty_row(url)
+        retry = self.config.retry
+        try:
+            target = check_url(url, self.policy)
+        except UrlRefused as exc:
+            row.update(status=STATUS_FAILED, error=exc.error, detail=exc.detail)
+            return row
+        attempt = 0
+        while True:
+            attempt += 1
+            # What the row says about the response is the last attempt's.
+            row.update(attempts=attempt, final_url=None, http_status=None, content_type=None)
+            try:
+                body = await self._request(target, row)
+                break
+            except _Failure as failure:
+                # Retry-After beyond the policy's cap: waiting less than asked would only be refused again.
+                too_long = failure.retry_after_s is not None and failure.retry_after_s > retry.max_retry_after_s
+                if not failure.transient or too_long or not retry.may_retry(attempt):
+                    detail = failure.detail
+                    if too_long:
+                        detail += f"; Retry-After {failure.retry_after_s:g} s > max_retry_after_s"
+                    elif failure.transient and attempt > 1:
+                        detail += f" (after {attempt} attempts)"
+                    row.update(status=STATUS_FAILED, error=failure.error, detail=detail, transient=failure.transient)
+                    return row
+                # Sleep holding no slot: other URLs use the connection meanwhile.
+                await asyncio.sleep(retry.delay(attempt, failure.retry_after_s))
+        row["num_bytes"] = len(body)
+        try:
+            sha, info = await self._in_thread(self.checker, body)
+        except ImageRejected as exc:
+            row.update(status=STATUS_FAILED, error=exc.error, detail=exc.detail)
+            return row
+        row.update(sha256=sha, width=info[0], height=info[1], format=info[2])
+        return row
+
+    async def _request(self, url: URL, row: dict[str, Any]) -> bytes:
+        """One attempt: follow redirects ourselves so that every hop passes the guard."""
+        current = url
+        for hop in range(self.config.max_redirects + 1):
+            if hop:
+                try:
+                    current = check_url(current, self.policy)
+                except UrlRefused as exc:
+                    raise _Failure(exc.error, f"redirect hop {hop}: {exc.detail}") from None
+            row["final_url"] = str(current)
+            async with self._host_slot(current), self.global_slots:
+                outcome = await self._one_request(current, row)
+            if isinstance(outcome, bytes):
+                return outcome
+            current = outcome
+        raise _Failure("too_many_redirects", f"more than {self.config.max_redirects} redirects from {url}")
+
+    async def _one_request(self, url: URL, row: dict[str, Any]) -> bytes | URL:
+        """One HTTP request: the body, or the next URL when it is a redirect."""
+        config = self.config
+        try:
+            async with asyncio.timeout(config.request_timeout_s):
+                async with self.session.get(url, allow_redirects=False) as resp:
+                    row["http_status"] = resp.status
+                    row["content_type"] = resp.headers.get("Content-Type")
+                    if resp.status in REDIRECT_CODES:
+                        location = resp.headers.get("Location")
+                        if not location:
+                            raise _Failure(f"http_{resp.status}", f"HTTP {resp.status} redirect without Location")
+                        try:
+                            return url.join(URL(location))
+                        except ValueError as exc:
+                            raise _Failure("invalid_url", f"bad redirect Location {location!r}: {exc}") from None
+                    if not 200 <= resp.status < 300:
+                        raise _Failure(
+                            f"http_{resp.status}",
+                            f"HTTP {resp.status} {resp.reason or ''}".rstrip(),
+                            transient=resp.status in TRANSIENT_HTTP_CODES,
+                            retry_after_s=parse_retry_after(resp.headers.get("Retry-After")),
+                        )
+                    return await self._read_body(resp)
+        except _Failure:
+            raise
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise _Failure("timeout", _timeout_detail(exc, config), transient=True) from None
+        except aiohttp.ClientConnectorDNSError as exc:
+            if isinstance(exc.os_error, BlockedAddressError):
+                raise _Failure("blocked_address", str(exc.os_error)) from None
+            raise _Failure("dns", f"cannot resolve {url.host}: {exc.os_error}") from None
+        except aiohttp.ClientConnectorError as exc:
+            raise _Failure("connect", f"cannot connect to {url.host}:{url.port}: {exc.os_error}") from None
+        except aiohttp.InvalidURL as exc:
+            raise _Failure("invalid_url", f"aiohttp refused the URL: {exc}") from None
+        except aiohttp.ClientPayloadError as exc:
+            raise _Failure("truncated", f"body ended early: {_short(exc)}") from None
+        except aiohttp.ClientError as exc:
+            # Server disconnects before a response, malformed status lines or headers: the exchange failed.
+            raise _Failure("connect", f"{type(exc).__name__}: {_short(exc)}") from None
+
+    async def _read_body(self, resp: aiohttp.ClientResponse) -> bytes:
+        limit = self.config.limits.max_bytes
+        declared = resp.content_length
+        if declared is not None and declared > limit:
+            raise _Failure("too_large", f"Content-Length {declared} > max_bytes {limit}")
+        try:
+            if declared is not None and "Content-Encoding" not in resp.headers:
+                # The parser never yields more than Content-Length bytes of an uncompressed body: one read.
+                return await resp.content.readexactly(declared)
+            return await self._stream_capped(resp, limit)
+        except asyncio.IncompleteReadError as exc:
+            raise _Failure(
+                "truncated", f"received {len(exc.partial)} of {declared} bytes declared by Content-Length"
+            ) from None
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
+            # aiohttp raises these when the connection ends before Content-Length bytes or the last chunk.
+            received = resp.content.total_bytes
+            raise _Failure(
+                "truncated", f"connection closed after {received} bytes{_of(declared)} ({type(exc).__name__})"
+            ) from None
+
+    @staticmethod
+    async def _stream_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+        """No usable length (chunked, or compressed): count while streaming and stop at the cap."""
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in resp.content.iter_chunked(_CHUNK):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                resp.close()  # stop now: the connection is closed rather than drained
+                raise _Failure("too_large", f"body exceeded max_bytes {limit} while streaming")
+        return b"".join(chunks)
+
+
+class _Verdicts:
+    """Image-check verdicts by (sha256, limits key), shared by every download call of this process.
+
+    Identical bytes under identical limits always get the identical verdict, so an image served under many URLs
+    (mirrors, CDNs, thumbnails reused across pages, one placeholder page for every missing image) is decoded once.
+    Bounded, oldest first out.
+    """
+
+    def __init__(self, max_entries: int = 65_536) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[str, str], tuple[int, int, str] | ImageRejected] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> tuple[int, int, str] | ImageRejected | None:
+        with self._lock:
+            return self._entries.get(key)
+
+    def put(self, key: tuple[str, str], verdict: tuple[int, int, str] | ImageRejected) -> None:
+        with self._lock:
+            self._entries[key] = verdict
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+
+_VERDICTS = _Verdicts()
+
+
+@dataclass
+class _Checker:
+    """Decode-check then store; runs in the check thread pool (PIL and hashlib release the GIL)."""
+
+    limits: ImageLimits
+    blobs: BlobStore
+    key: str = ""
+    stored: set[str] = field(default_factory=set)  # blobs this call already put: skips the existence check
+
+    def __post_init__(self) -> None:
+        self.key = limits_key(self.limits)
+
+    def __call__(self, data: bytes) -> tuple[str, tuple[int, int, str]]:
+        sha = sha256_bytes(data)
+        verdict = _VERDICTS.get((sha, self.key))
+        if verdict is None:
+            try:
+                info = inspect_image(data, self.limits)
+                verdict = (info.width, info.height, info.format)
+            except ImageRejected as exc:
+                verdict = exc
+            _VERDICTS.put((sha, self.key), verdict)
+        if isinstance(verdict, ImageRejected):
+            raise ImageRejected(verdict.error, verdict.detail)
+        if sha not in self.stored:
+            self.blobs.put(data)
+            self.stored.add(sha)
+        return sha, verdict
+
+
+def _recheck_blob(sha: str, limits: ImageLimits, blobs: BlobStore) -> tuple[int, int, str]:
+    info = inspect_image(blobs.get(sha), limits)
+    return info.width, info.height, info.format
+
+
+def _timeout_detail(exc: BaseException, config: HttpDownloadConfig) -> str:
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return f"connect timed out after {config.connect_timeout_s:g} s"
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return f"no bytes for {config.read_timeout_s:g} s (read timeout)"
+    return f"request took longer than {config.request_timeout_s:g} s"
+
+
+def _of(declared: int | None) -> str:
+    return f" of {declared} declared by Content-Length" if declared is not None else ""
+
+
+def _short(exc: BaseException, limit: int = 200) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# -- the stage ---------------------------------------------------------------------------------------------------
+
+
+def _plan(
+    entry: dict[str, Any] | None, key: str, config: HttpDownloadConfig, blobs: BlobStore
+) -> Literal["fetch", "reuse", "recheck"]:
+    """What to do with a URL given its journal entry (see `DownloadJournal` for the rules)."""
+    if entry is None:
+        return "fetch"
+    row = entry["row"]
+    same_limits = entry.get("limits") == key
+    if row["status"] == STATUS_OK:
+        if not row.get("sha256") or row["sha256"] not in blobs:
+            return "fetch"  # the blob store lost it
+        return "reuse" if same_limits else "recheck"
+    if row["error"] in NEVER_REUSED_ERRORS:
+        return "fetch"
+    if config.retry_failed and row.get("transient"):
+        return "fetch"
+    if row["error"] in LIMIT_DEPENDENT_ERRORS and not same_limits:
+        return "fetch"
+    return "reuse"
+
+
+def _interleave_hosts(urls: list[str]) -> list[str]:
+    """Round-robin over hosts, so a run of one host's URLs does not leave the other slots idle."""
+    by_host: dict[str, list[str]] = defaultdict(list)
+    for url in urls:
+        try:
+            host = URL(url).host or ""
+        except (ValueError, TypeError):
+            host = ""
+        by_host[host].append(url)
+    queues = list(by_host.values())
+    ordered: list[str] = []
+    for i in range(max((len(q) for q in queues), default=0)):
+        ordered.extend(q[i] for q in queues if i < len(q))
+    return ordered
+
+
+async def download_hits_async(
+    hits: Sequence[dict],
+    blobs: BlobStore,
+    config: HttpDownloadConfig,
+    journal: DownloadJournal | None = None,
+    on_item: Callable[[int, int], None] | None = None,
+) -> pa.Table:
+    """Download every hit (`image_id`, `url`); return IMAGES rows, one per hit, in input order."""
+    hits_by_url: dict[str, int] = defaultdict(int)
+    for hit in hits:
+        hits_by_url[hit["url"]] += 1  # identical URLs are fetched once
+    progress = _Progress(total=len(hits), on_item=on_item)
+    key = limits_key(config.limits)
+    results: dict[str, dict[str, Any]] = {}
+    to_fetch: list[str] = []
+    to_recheck: list[tuple[str, dict[str, Any]]] = []
+    journaled = journal.load() if journal is not None else {}
+    for url in hits_by_url:
+        entry = journaled.get(url)
+        action = _plan(entry, key, config, blobs)
+        if action == "reuse":
+            results[url] = dict(entry["row"], url=url)
+        elif action == "recheck":
+            to_recheck.append((url, entry["row"]))
+        else:
+            to_fetch.append(url)
+    progress.advance(sum(hits_by_url[u] for u in results))
+
+    def finish(url: str, row: dict[str, Any]) -> None:
+        results[url] = row
+        if journal is not None and row["error"] not in NEVER_REUSED_ERRORS:
+            journal.record(url, {k: v for k, v in row.items() if k != "url"}, key)
+        progress.advance(hits_by_url[url])
+
+    with concurrent.futures.ThreadPoolExecutor(config.check_workers, thread_name_prefix="image-check") as pool:
+        loop = asyncio.get_running_loop()
+
+        async def recheck(url: str, old: dict[str, Any]) -> None:
+            row = dict(old, url=url)
+            try:
+                width, height, fmt = await loop.run_in_executor(
+                    pool, _recheck_blob, old["sha256"], config.limits, blobs
+                )
+                row.update(status=STATUS_OK, error=None, detail=None, width=width, height=height, format=fmt)
+            except ImageRejected as exc:
+                row.update(status=STATUS_FAILED, error=exc.error, detail=exc.detail, transient=False)
+            except OSError:
+                to_fetch.append(url)  # the stored blob is unreadable or corrupt: fetch the URL again
+                return
+            finish(url, row)
+
+        await asyncio.gather(*(recheck(url, old) for url, old in to_recheck))
+        if to_fetch:
+            await _fetch_all(_interleave_hosts(to_fetch), blobs, config, pool, finish, journal)
+    if journal is not None:
+        journal.flush()
+    rows = [{"image_id": hit["image_id"], **results[hit["url"]]} for hit in hits]
+    return from_rows(rows, IMAGES)
+
+
+async def _fetch_all(
+    urls: list[str],
+    blobs: BlobStore,
+    config: HttpDownloadConfig,
+    pool: concurrent.futures.Executor,
+    finish: Callable[[str, dict[str, Any]], None],
+    journal: DownloadJournal | None,
+) -> None:
+    policy = AddressPolicy(allow_private=config.allow_private_addresses)
+    # Our semaphores do the limiting (they are released during retry sleeps); the connector's limits only
+    # mirror them. sock_connect/sock_read, not `connect`, which would also count the wait for a pool slot.
+    connector = aiohttp.TCPConnector(
+        limit=config.concurrency,
+        limit_per_host=config.per_host_concurrency,
+        resolver=GuardedResolver(policy),
+        ttl_dns_cache=60,
+    )
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout_s, sock_read=config.read_timeout_s)
+    headers = {"User-Agent": config.user_agent, "Accept": "image/*,*/*;q=0.5"}
+    async with aiohttp.ClientSession(
+        connector=connector,
+        timeout=timeout,
+        headers=headers,
+        cookie_jar=aiohttp.DummyCookieJar(),  # no state carried between unrelated hosts
+        trust_env=False,  # an environment proxy would connect on our behalf, past the resolver's guard
+        auto_decompress=True,
+    ) as session:
+        fetcher = _Fetcher(
+            config=config,
+            blobs=blobs,
+            session=session,
+            executor=pool,
+            checker=_Checker(config.limits, blobs),
+            policy=policy,
+            global_slots=asyncio.Semaphore(config.concurrency),
+        )
+        # A window of live tasks bounds memory for any input size; it is wide enough that sleeping retries and
+        # URLs waiting for a busy host do not starve the global slots.
+        window = asyncio.Semaphore(max(4 * config.concurrency, 256))
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def one(url: str) -> None:
+            try:
+                finish(url, await fetcher.fetch_url(url))
+            finally:
+                window.release()
+
+        flusher = asyncio.create_task(_flush_periodically(journal)) if journal is not None else None
+        try:
+            for url in urls:
+                await window.acquire()
+                task = asyncio.create_task(one(url))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            if tasks:
+                await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            if flusher is not None:
+                flusher.cancel()
+
+
+async def _flush_periodically(journal: DownloadJournal) -> None:
+    """Write a batch every `flush_interval_s` even while few results arrive (slow hosts, long backoffs)."""
+    while True:
+        await asyncio.sleep(min(1.0, journal.flush_interval_s))
+        journal.flush_if_due()
+
+
+def download_hits(
+    hits: Sequence[dict],
+    blobs: BlobStore,
+    config: HttpDownloadConfig,
+    journal: DownloadJournal | None = None,
+    on_item: Callable[[int, int], None] | None = None,
+) -> pa.Table:
+    """Synchronous `download_hits_async`, callable from plain threads (Prefect's task workers) and from code
+    that already runs inside an event loop (then a fresh loop runs in a helper thread)."""
+    return _run_sync(lambda: download_hits_async(hits, blobs, config, journal, on_item))
+
+
+def _run_sync(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    # This thread already runs a loop, which must not be blocked or re-entered: a fresh loop in a helper thread.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="download-loop") as runner:
+        return runner.submit(lambda: asyncio.run(make())).result()
