@@ -7,6 +7,7 @@ checks, plus `not_found` and `read_error` for paths that cannot be read.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import fsspec
 import pyarrow as pa
@@ -20,6 +21,7 @@ from data.workspace import BlobStore
 class ImportConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    backend: Literal["local"] = "local"
     limits: ImageLimits = Field(default_factory=ImageLimits)
     shard_size: int = Field(default=256, ge=1, description="Hits per resumable part.")
 
@@ -44,6 +46,11 @@ def import_hits(hits: Sequence[dict], blobs: BlobStore, limits: ImageLimits) -> 
             "width": None,
             "height": None,
             "format": None,
+            "final_url": None,
+            "http_status": None,
+            "content_type": None,
+            "attempts": 1,
+            "transient": None,
         }
         try:
             data = read_limited(hit["url"], limits.max_bytes)

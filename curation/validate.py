@@ -254,6 +254,9 @@ def validate_benchmark(
             checker.add(name, None, "schema", f"columns {table.schema.names} != {schema.names}")
     if checker.violations:
         return ValidationReport(violations=checker.violations, rows_checked={})
+    if benchmark.num_rows == 0:
+        # A build whose sources all failed (blocked search, dead hosts) must not publish an empty benchmark.
+        checker.add("benchmark", None, "non_empty", "no RQ2 triplet could be assembled; see the unassembled table")
     checker.check_rows("benchmark", benchmark, RQ2_RULES, {slot: prefix for slot, prefix in RQ2_SLOTS}, "rq2")
     rows = {"image_metadata": images.num_rows, "benchmark": benchmark.num_rows}
     if benchmark_cd is not None:

@@ -10,7 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
@@ -39,7 +44,7 @@ def backends(config: Build3XCMConfig) -> dict[str, str]:
         "concept_dedup": config.concept_dedup.backend,
         "translations": config.translations.backend,
         "search": config.search.backend,
-        "images": "fsspec_import",
+        "images": config.download.backend,
         "image_dedup": config.image_dedup.backend,
         "review": config.review.backend,
         "tagging": config.tagging.backend,
@@ -116,9 +121,32 @@ def _artifact_key(text: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
 
 
+class ProgressArtifact:
+    """A Prefect progress artifact per long stage, updated at most once per whole percent."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, Any] = {}
+        self._last: dict[str, int] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        percent = int(100 * done / total) if total else 100
+        try:
+            if stage not in self._ids:
+                self._ids[stage] = create_progress_artifact(
+                    progress=float(percent),
+                    key=_artifact_key(f"{stage}-progress"),
+                    description=f"Stage `{stage}`: share of items done.",
+                )
+            elif percent > self._last.get(stage, -1):
+                update_progress_artifact(artifact_id=self._ids[stage], progress=float(percent))
+        except Exception as exc:  # progress is informative; it must never fail a stage
+            get_run_logger().debug("progress artifact for %s not updated: %s", stage, exc)
+        self._last[stage] = percent
+
+
 @task(cache_policy=NO_CACHE)
 def stage_task(name: str, config: Build3XCMConfig) -> bool:
-    marker, skipped = run_stage(name, config)
+    marker, skipped = run_stage(name, config, ProgressArtifact())
     stats = Workspace(config.workspace_root, config.resolved_build_id()).stats(name)
     get_run_logger().info(
         "%s: %s (%d rows, kept %d, dropped %d)",

@@ -18,6 +18,8 @@ from flows.config import ConfigError, build_config, load_config
 app = typer.Typer(help="Build the 3XCM and MixCuBe cultural-bias benchmarks.", no_args_is_help=True)
 build_app = typer.Typer(help="Run a build.", no_args_is_help=True)
 app.add_typer(build_app, name="build")
+concepts_app = typer.Typer(help="Generate candidate concepts with Gemini and review them.", no_args_is_help=True)
+app.add_typer(concepts_app, name="concepts")
 console = Console(stderr=True)
 
 
@@ -97,7 +99,7 @@ def _prepare_prefect_environment() -> None:
 
 
 class _progress:
-    """A rich progress bar per sharded stage."""
+    """A rich progress bar per long stage (items or shards, as the stage reports them)."""
 
     def __enter__(self) -> _progress:
         self.bar = Progress(
@@ -113,7 +115,7 @@ class _progress:
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         if stage not in self.tasks:
-            self.tasks[stage] = self.bar.add_task(f"{stage} (shards)", total=total)
+            self.tasks[stage] = self.bar.add_task(stage, total=total)
         self.bar.update(self.tasks[stage], completed=done, total=total)
 
     def __exit__(self, *exc: object) -> None:
@@ -179,3 +181,59 @@ def validate_command(release_dir: Annotated[Path, typer.Argument(exists=True, fi
     console.print(report.summary())
     if not report.ok:
         raise typer.Exit(1)
+
+
+@concepts_app.command("generate")
+def concepts_generate_command(
+    review_file: Annotated[str, typer.Argument(help="CSV review file to create or merge into (fsspec URL).")],
+    config: Annotated[
+        Path | None, typer.Option(help="YAML/JSON GeminiConceptGenerationConfig.", exists=True, dir_okay=False)
+    ] = None,
+    count: Annotated[int | None, typer.Option(help="Concepts to ask for (App. H: 100).")] = None,
+    model: Annotated[str | None, typer.Option(help="Gemini model id.")] = None,
+) -> None:
+    """Ask Gemini for candidate concepts (paper App. H); new ones are added to the review file as pending."""
+    import yaml
+    from pydantic import ValidationError
+
+    from collectors.concept_generation import GeminiConceptGenerationConfig
+    from collectors.gemini import GeminiConfigError
+    from flows.generate_concepts import generate_concepts
+
+    raw: dict[str, Any] = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}) if config else {}
+    if count is not None:
+        raw["count"] = count
+    if model is not None:
+        raw.setdefault("gemini", {})["model"] = model
+    try:
+        cfg = GeminiConceptGenerationConfig.model_validate(raw)
+        summary = generate_concepts(cfg, review_file)
+    except (ValidationError, GeminiConfigError) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    for failure in summary.failures:
+        console.print(f"[red]generation failed ({failure['error']}): {failure['detail']}[/red]")
+    console.print(f"{summary.candidates} candidates, {summary.added} new, in {review_file}")
+    if summary.failures:
+        raise typer.Exit(1)
+
+
+@concepts_app.command("accept")
+def concepts_accept_command(
+    review_file: Annotated[str, typer.Argument(help="The review file.")],
+    candidate_ids: Annotated[
+        list[str] | None, typer.Argument(help="Candidates to decide (all pending if none).")
+    ] = None,
+    reject: Annotated[bool, typer.Option(help="Reject instead of accepting.")] = False,
+) -> None:
+    """Accept (or reject) candidates; each accepted one gets a stable new concept id (1000 and up)."""
+    from collectors.concept_generation import ReviewFileError, accept_candidates
+
+    try:
+        changed = accept_candidates(review_file, candidate_ids or None, reject=reject)
+    except (ReviewFileError, KeyError) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    for row in changed:
+        console.print(f"{row.review_status}: {row.candidate_id} {row.concept!r} (concept_id {row.concept_id})")
+    console.print(f"{len(changed)} rows changed in {review_file}")

@@ -9,13 +9,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from annotation.review import ReviewConfig
-from collectors.concepts import ConceptsConfig
+from collectors.concepts import ConceptsConfig, ShippedConceptsConfig
 from collectors.demo_corpus import DEMO_CONCEPTS, DEMO_COUNTRIES, DemoCorpusConfig
+from collectors.fetch import FetchConfig
 from collectors.importer import ImportConfig
-from collectors.search import SearchConfig
-from collectors.translations import TranslationsConfig
+from collectors.search import LocalFolderSearchConfig, SearchConfig
+from collectors.translations import ShippedTranslationsConfig, TranslationsConfig
 from curation.assemble import AssemblyConfig
-from curation.concept_dedup import ConceptDedupConfig
+from curation.concept_dedup import ConceptDedupConfig, LexicalConceptDedupConfig
 from curation.image_dedup import ImageDedupConfig
 from curation.tagging import TaggingConfig
 from data import reference
@@ -44,11 +45,13 @@ class Build3XCMConfig(BaseModel):
     demo_corpus: DemoCorpusConfig | None = Field(
         default=None, description="Generate the offline demo corpus into the workspace and search it."
     )
-    concepts: ConceptsConfig = Field(default_factory=ConceptsConfig)
-    concept_dedup: ConceptDedupConfig = Field(default_factory=ConceptDedupConfig)
-    translations: TranslationsConfig = Field(default_factory=TranslationsConfig)
-    search: SearchConfig = Field(default_factory=SearchConfig)
-    importer: ImportConfig = Field(default_factory=ImportConfig)
+    concepts: ConceptsConfig = Field(default_factory=ShippedConceptsConfig)
+    concept_dedup: ConceptDedupConfig = Field(default_factory=LexicalConceptDedupConfig)
+    translations: TranslationsConfig = Field(default_factory=ShippedTranslationsConfig)
+    search: SearchConfig = Field(default_factory=LocalFolderSearchConfig)
+    download: FetchConfig = Field(
+        default_factory=ImportConfig, description="How hits are fetched: local fsspec import or the HTTP downloader."
+    )
     image_dedup: ImageDedupConfig = Field(default_factory=ImageDedupConfig)
     review: ReviewConfig = Field(default_factory=ReviewConfig)
     tagging: TaggingConfig = Field(default_factory=TaggingConfig)

@@ -14,9 +14,10 @@ import fsspec
 import pyarrow as pa
 
 from annotation.review import run_review
+from collectors.concept_generation import review_file_sha256
 from collectors.concepts import run_concepts
 from collectors.demo_corpus import generate_demo_corpus
-from collectors.importer import import_hits
+from collectors.fetch import fetchers
 from collectors.search import build_queries, search_rows, searchers
 from collectors.translations import run_translations
 from curation.assemble import run_assembly
@@ -91,6 +92,13 @@ def _demo_corpus(ctx: StageContext) -> StageMarker:
     )
 
 
+def concepts_settings(config: Build3XCMConfig) -> Any:
+    """An operator's edits to the concept review file change what the build covers, so they rerun the stage."""
+    if config.concepts.backend == "reviewed":
+        return (config.concepts, review_file_sha256(config.concepts.review_file))
+    return config.concepts
+
+
 def _concepts(ctx: StageContext) -> StageMarker:
     table = run_concepts(ctx.config.concepts)
     return ctx.ws.write_stage("concepts", ctx.fingerprint, table, schemas.CONCEPTS, stats_from_table("concepts", table))
@@ -109,10 +117,29 @@ def kept_concepts(ctx: StageContext) -> pa.Table:
     return concepts.filter(pa.array([cid in kept for cid in concepts["concept_id"].to_pylist()]))
 
 
+def model_cache(ctx: StageContext) -> str:
+    """Model answers are cached per build by prompt hash, so a rerun never asks the API twice."""
+    return ctx.ws.storage.fs.unstrip_protocol(ctx.ws.file_path("model_cache"))
+
+
 def _translations(ctx: StageContext) -> StageMarker:
-    table = run_translations(ctx.config.translations, kept_concepts(ctx), ctx.config.language_codes)
-    stats = stats_from_table("translations", table)
-    return ctx.ws.write_stage("translations", ctx.fingerprint, table, schemas.TRANSLATIONS, stats)
+    out = run_translations(
+        ctx.config.translations, kept_concepts(ctx), ctx.config.language_codes, cache_dir=model_cache(ctx)
+    )
+    stats = stats_from_table(
+        "translations", out.translations, llm_failures=out.failures.num_rows, conflicts=out.conflicts.num_rows
+    )
+    return ctx.ws.write_stage(
+        "translations",
+        ctx.fingerprint,
+        out.translations,
+        schemas.TRANSLATIONS,
+        stats,
+        extra_tables={
+            "conflicts": (out.conflicts, schemas.TRANSLATION_CONFLICTS),
+            "llm_failures": (out.failures, schemas.LLM_FAILURES),
+        },
+    )
 
 
 def search_config(config: Build3XCMConfig, ws: Workspace) -> Any:
@@ -151,7 +178,7 @@ def _search(ctx: StageContext) -> StageMarker:
         ctx.fingerprint,
         queries,
         shard_size=64,
-        process=lambda chunk: search_rows(searcher, chunk, search.max_results),
+        process=lambda chunk: search_rows(searcher, chunk, search.max_results, concurrency=search.concurrency),
         schema=schemas.SEARCH_HITS,
         summarize=lambda t: _search_stats(t, len(queries)),
         on_shard=ctx.on_shard("search"),
@@ -165,16 +192,30 @@ def _search_stats(table: pa.Table, queries: int) -> StageStats:
 
 def _images(ctx: StageContext) -> StageMarker:
     hits = [h for h in ctx.table("search").to_pylist() if h["status"] == STATUS_OK]
-    settings = ctx.config.importer
+    settings = ctx.config.download
+    fetcher = fetchers.build(settings)(ctx.ws)
+    shard_size = settings.shard_size
+    done_before = 0  # items of earlier shards, so progress counts items across the whole stage
+
+    def on_shard(done_shards: int, total_shards: int) -> None:
+        nonlocal done_before
+        done_before = min(done_shards * shard_size, len(hits))
+        if ctx.progress is not None:
+            ctx.progress("images", done_before, len(hits))
+
+    def on_item(done: int, total: int) -> None:
+        if ctx.progress is not None:
+            ctx.progress("images", done_before + done, len(hits))
+
     return ctx.ws.run_sharded(
         "images",
         ctx.fingerprint,
         hits,
-        shard_size=settings.shard_size,
-        process=lambda chunk: import_hits(chunk, ctx.ws.blobs, settings.limits),
+        shard_size=shard_size,
+        process=lambda chunk: fetcher.fetch(chunk, ctx.ws.blobs, on_item),
         schema=schemas.IMAGES,
         summarize=lambda t: stats_from_table("images", t),
-        on_shard=ctx.on_shard("images"),
+        on_shard=on_shard,
     )
 
 
@@ -297,11 +338,11 @@ def _validation(ctx: StageContext) -> StageMarker:
 
 STAGES: tuple[Stage, ...] = (
     Stage("demo_corpus", 1, (), lambda c: c.demo_corpus, _demo_corpus),
-    Stage("concepts", 1, (), lambda c: c.concepts, _concepts),
+    Stage("concepts", 1, (), concepts_settings, _concepts),
     Stage("concept_dedup", 1, ("concepts",), lambda c: c.concept_dedup, _concept_dedup),
     Stage("translations", 1, ("concept_dedup",), lambda c: (c.translations, c.language_codes), _translations),
     Stage("search", 1, ("demo_corpus", "translations"), lambda c: (c.search, c.countries), _search),
-    Stage("images", 1, ("search",), lambda c: c.importer, _images),
+    Stage("images", 1, ("search",), lambda c: c.download, _images),
     Stage("image_hashes", 1, ("images",), lambda c: None, _image_hashes),
     Stage(
         "image_dedup",

@@ -12,7 +12,15 @@ from PIL import Image
 from collectors.concepts import ShippedConceptsConfig, run_concepts
 from collectors.image_check import ImageLimits
 from collectors.importer import import_hits
-from collectors.search import LocalFolderSearchConfig, LocalFolderSearcher, build_queries, search_rows, searchers
+from collectors.search import (
+    LocalFolderSearchConfig,
+    LocalFolderSearcher,
+    SearchHit,
+    SearchQuery,
+    build_queries,
+    search_rows,
+    searchers,
+)
 from collectors.translations import (
     MissingTranslationError,
     ShippedTranslationsConfig,
@@ -44,7 +52,9 @@ def test_concepts_subset_and_unknown_names() -> None:
 
 
 def test_translations_cover_every_language_of_the_build() -> None:
-    table = run_translations(ShippedTranslationsConfig(), concepts_table(["train", "wedding"]), ["en", "th", "ja"])
+    table = run_translations(
+        ShippedTranslationsConfig(), concepts_table(["train", "wedding"]), ["en", "th", "ja"]
+    ).translations
     assert table.num_rows == 6
     thai = {r["concept_id"]: r for r in table.to_pylist() if r["language_code"] == "th"}
     pack = reference.language_pack("th")
@@ -61,7 +71,7 @@ def test_shipped_translator_refuses_unknown_concepts() -> None:
 
 def test_queries_english_and_native() -> None:
     concepts = concepts_table(["train"])
-    translations = run_translations(ShippedTranslationsConfig(), concepts, ["en", "ja"])
+    translations = run_translations(ShippedTranslationsConfig(), concepts, ["en", "ja"]).translations
     queries = build_queries(concepts, translations, ["USA", "Japan"], skip_identical_native=True)
     by_key = {(q.country, q.query_lang): q for q in queries}
     assert set(by_key) == {("USA", "eng"), ("Japan", "eng"), ("Japan", "nav")}  # USA's native query == English
@@ -86,7 +96,7 @@ def _corpus(root: Path) -> None:
 def test_local_folder_searcher(tmp_path: Path) -> None:
     _corpus(tmp_path / "corpus")
     concepts = concepts_table(["train", "food"])
-    translations = run_translations(ShippedTranslationsConfig(), concepts, ["ja"])
+    translations = run_translations(ShippedTranslationsConfig(), concepts, ["ja"]).translations
     queries = build_queries(concepts, translations, ["Japan"], skip_identical_native=True)
     config = LocalFolderSearchConfig(root=str(tmp_path / "corpus"), max_results=2)
     table = search_rows(searchers.build(config), queries, config.max_results)
@@ -114,7 +124,9 @@ def test_manifest_searcher(tmp_path: Path) -> None:
         "Japan,train,nav,0,imgs/0.jpg,first,https://example.org/a\n"
     )
     concepts = concepts_table(["train"])
-    queries = build_queries(concepts, run_translations(ShippedTranslationsConfig(), concepts, ["ja"]), ["Japan"], True)
+    queries = build_queries(
+        concepts, run_translations(ShippedTranslationsConfig(), concepts, ["ja"]).translations, ["Japan"], True
+    )
     searcher = LocalFolderSearcher(LocalFolderSearchConfig(manifest=str(manifest)))
     rows = search_rows(searcher, queries, 10).to_pylist()
     nav = [r for r in rows if r["query_lang"] == "nav"]
@@ -154,3 +166,32 @@ def test_importer_stores_good_images_and_classifies_the_rest(tmp_path: Path) -> 
 def test_missing_optional_dependency_names_the_extra() -> None:
     with pytest.raises(MissingExtraError, match=r"culturebench\[gemini\]"):
         require("surely_not_installed_module_xyz", "gemini")
+
+
+def test_a_concept_without_a_translation_is_recorded_not_searched() -> None:
+    concepts = concepts_table(["train", "school"])
+    translations = run_translations(ShippedTranslationsConfig(), concepts, ["en", "ja"]).translations
+    school = reference.concepts()[[c.concept for c in reference.concepts()].index("school")].concept_id
+    keep = [not (r["concept_id"] == school and r["language_code"] == "ja") for r in translations.to_pylist()]
+    queries = build_queries(concepts, translations.filter(pa.array(keep)), ["Japan", "USA"], True)
+
+    class CountingSearcher:
+        name = "counting"
+
+        def __init__(self) -> None:
+            self.asked: list[str] = []
+
+        def search(self, query: SearchQuery, max_results: int) -> list[SearchHit]:
+            self.asked.append(query.query_id)
+            return [SearchHit(url=f"https://example.org/{query.query_id}.jpg")]
+
+    searcher = CountingSearcher()
+    rows = search_rows(searcher, queries, 10).to_pylist()
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert {(r["country"], r["concept_id"], r["query_lang"]) for r in failed} == {
+        ("Japan", school, "eng"),
+        ("Japan", school, "nav"),
+    }
+    assert {r["error"] for r in failed} == {"no_translation"} and all("ja" in r["detail"] for r in failed)
+    assert not any(q.startswith("japan-" + str(school)) for q in searcher.asked)
+    assert any(r["country"] == "USA" and r["concept_id"] == school and r["status"] == "ok" for r in rows)

@@ -71,7 +71,7 @@ def test_a_crashed_build_resumes_without_redoing_finished_work(
     small_demo_config: Build3XCMConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = small_demo_config.model_copy(
-        update={"importer": small_demo_config.importer.model_copy(update={"shard_size": 10})}
+        update={"download": small_demo_config.download.model_copy(update={"shard_size": 10})}
     )
     real_inspect = collectors.importer.inspect_image
     calls: list[int] = []

@@ -1,0 +1,61 @@
+"""Fetch stage: bring each search hit's bytes into the build's blob store, one IMAGES row per hit.
+
+Backends: `local` (embedded default: fsspec paths, for the local-folder searcher) and `http` (production: the async
+downloader with its SSRF guard, classified retries and an item-level journal). Both write the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Annotated, Protocol
+
+import pyarrow as pa
+from pydantic import Field
+
+from collectors.downloader import DownloadJournal, HttpDownloadConfig, download_hits
+from collectors.importer import ImportConfig, import_hits
+from data.stage import Registry
+from data.workspace import BlobStore, Workspace
+
+FetchConfig = Annotated[ImportConfig | HttpDownloadConfig, Field(discriminator="backend")]
+ItemProgress = Callable[[int, int], None]
+
+
+class Fetcher(Protocol):
+    def fetch(self, hits: Sequence[dict], blobs: BlobStore, on_item: ItemProgress | None) -> pa.Table: ...
+
+
+# A backend is built from its config and the build's workspace, where it may keep state that outlives one
+# stage attempt (the download journal).
+fetchers: Registry[Callable[[Workspace], Fetcher]] = Registry("download")
+
+
+class LocalImporter:
+    def __init__(self, config: ImportConfig) -> None:
+        self.config = config
+
+    def fetch(self, hits: Sequence[dict], blobs: BlobStore, on_item: ItemProgress | None) -> pa.Table:
+        table = import_hits(hits, blobs, self.config.limits)
+        if on_item is not None:
+            on_item(len(hits), len(hits))
+        return table
+
+
+class HttpFetcher:
+    def __init__(self, config: HttpDownloadConfig, ws: Workspace) -> None:
+        self.config = config
+        # Outside the stage folder: a new attempt (say `retry_failed`) still knows every URL already fetched.
+        self.journal = DownloadJournal(ws.storage, "files/download_journal")
+
+    def fetch(self, hits: Sequence[dict], blobs: BlobStore, on_item: ItemProgress | None) -> pa.Table:
+        return download_hits(hits, blobs, self.config, journal=self.journal, on_item=on_item)
+
+
+@fetchers.register("local")
+def _local(config: ImportConfig) -> Callable[[Workspace], Fetcher]:
+    return lambda ws: LocalImporter(config)
+
+
+@fetchers.register("http")
+def _http(config: HttpDownloadConfig) -> Callable[[Workspace], Fetcher]:
+    return lambda ws: HttpFetcher(config, ws)

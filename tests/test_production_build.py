@@ -1,0 +1,221 @@
+"""The whole build-3xcm flow on its production backends, each pointed at a local fake.
+
+- concepts: Gemini (the real google-genai client against `FakeGemini`) generates candidates into a review file; the
+  operator accepts one through the CLI, and the build reads the reviewed list;
+- concept dedup: BGE-M3 (FlagEmbedding) on a tiny random XLM-R model built by the test;
+- translations: Gemini fills in the accepted concept, the shipped table the rest;
+- search: the real `ddgs` client with DuckDuckGo's network layer faked, answering with URLs on a loopback host;
+- download: the async HTTP downloader fetching from that host (loopback allowed explicitly).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pyarrow as pa
+import pytest
+from fake_gemini import FakeGemini
+from tiny_models import build_tiny_m3
+from typer.testing import CliRunner
+
+from collectors.demo_corpus import DemoCorpusConfig, generate_demo_corpus
+from collectors.search import build_queries
+from data import reference
+from data.workspace import Workspace
+from flows.cli import app
+from flows.config import Build3XCMConfig
+
+pytest.importorskip("ddgs")
+pytest.importorskip("FlagEmbedding")
+pytest.importorskip("google.genai")
+
+COUNTRIES = ["USA", "UK", "Spain", "Japan", "Kenya"]
+SHIPPED = ["train", "food"]
+NEW_CONCEPT_FOLDER = "school"  # the demo corpus folder whose images stand for the accepted new concept
+API_KEY = "test-key-0123456789-do-not-leak"
+
+
+@pytest.fixture
+def corpus_host(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The demo corpus (with its bad files) served over HTTP on 127.0.0.1."""
+    root = tmp_path / "web"
+    generate_demo_corpus(
+        DemoCorpusConfig(countries=COUNTRIES, concepts=[*SHIPPED, NEW_CONCEPT_FOLDER], images_per_query=2), str(root)
+    )
+    handler = functools.partial(_QuietHandler, directory=str(root))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", root
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class FakeDuckDuckGo:
+    """Answers DuckDuckGo's image API from the corpus folders, after mapping each query back to its folder with
+    the build's own query builder (run on the build's concept and translation tables)."""
+
+    def __init__(self, base_url: str, root: Path, ws: Workspace, new_concept_id: int) -> None:
+        self.base_url, self.root, self.ws, self.new_concept_id = base_url, root, ws, new_concept_id
+        self.calls: list[dict[str, Any]] = []
+        self._folders: dict[str, Path] | None = None
+        self._lock = threading.Lock()
+
+    def folders(self) -> dict[str, Path]:
+        if self._folders is None:
+            concepts = self.ws.read_table("concepts")
+            queries = build_queries(concepts, self.ws.read_table("translations"), COUNTRIES, True)
+            names = dict(zip(concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True))
+            self._folders = {}
+            for q in queries:
+                concept = NEW_CONCEPT_FOLDER if q.concept_id == self.new_concept_id else names[q.concept_id]
+                slug = reference.country_by_name()[q.country].slug
+                self._folders[q.query] = self.root / slug / concept / q.query_lang
+        return self._folders
+
+    def request(self, method: str, url: str, params: dict[str, Any], **kwargs: Any) -> str | None:
+        with self._lock:
+            self.calls.append(dict(params))
+            folder = self.folders().get(params["q"])
+        if folder is None or not folder.is_dir():
+            return json.dumps({"results": []})
+        results = [
+            {
+                "title": path.stem,
+                "image": f"{self.base_url}/{path.relative_to(self.root).as_posix()}",
+                "thumbnail": "",
+                "url": f"https://pages.example.org/{path.stem}",
+                "width": 320,
+                "height": 240,
+                "source": "fake",
+            }
+            for path in sorted(folder.iterdir())
+        ]
+        return json.dumps({"results": results})
+
+
+def test_production_backends_build_a_valid_release_end_to_end(
+    prefect: Path,
+    tmp_path: Path,
+    corpus_host: tuple[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ddgs.engines.duckduckgo_images import DuckduckgoImages
+
+    from collectors import search_ddgs
+    from flows.build_3xcm import build_3xcm
+
+    base_url, web_root = corpus_host
+    monkeypatch.setenv("GEMINI_API_KEY", API_KEY)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    search_ddgs.reset_canary_cache()
+    model_dir = build_tiny_m3(tmp_path / "tiny-bge-m3")
+    review_file = tmp_path / "concept_review.csv"
+    runner = CliRunner()
+
+    with FakeGemini() as gemini:
+        generation = tmp_path / "generate.yaml"
+        generation.write_text(json.dumps({"count": 3, "countries": COUNTRIES, "gemini": {"base_url": gemini.base_url}}))
+        result = runner.invoke(app, ["concepts", "generate", str(review_file), "--config", str(generation)])
+        assert result.exit_code == 0, result.output
+        candidate = review_file.read_text().splitlines()[1].split(",")[0]
+        result = runner.invoke(app, ["concepts", "accept", str(review_file), candidate])
+        assert result.exit_code == 0, result.output
+        generation_requests = len(gemini.requests)
+
+        gemini_settings = {"base_url": gemini.base_url, "retry": {"base_delay_s": 0.01, "max_delay_s": 0.05}}
+        config = Build3XCMConfig.model_validate(
+            {
+                "workspace_root": str(tmp_path / "workspace"),
+                "countries": COUNTRIES,
+                "concepts": {"backend": "reviewed", "review_file": str(review_file), "include": SHIPPED},
+                # The decision rule is tested in test_bge_m3.py; here every distinct concept must survive.
+                "concept_dedup": {"backend": "bge-m3", "model": str(model_dir), "device": "cpu", "threshold": 0.999},
+                "translations": {"backend": "gemini", "gemini": gemini_settings},
+                "search": {
+                    "backend": "ddgs",
+                    "requests_per_second": 100,
+                    "concurrency": 2,
+                    "retry": {"max_attempts": 2, "base_delay_s": 0.01, "max_delay_s": 0.02},
+                },
+                "download": {
+                    "backend": "http",
+                    "allow_private_addresses": True,
+                    "connect_timeout_s": 2,
+                    "read_timeout_s": 5,
+                    "retry": {"max_attempts": 2, "base_delay_s": 0.01, "max_delay_s": 0.02},
+                },
+                "release": {"root": str(tmp_path / "releases"), "version": "1.0.0"},
+            }
+        )
+        ws = Workspace(config.workspace_root, config.resolved_build_id())
+        new_concept_id = next(
+            int(line.split(",")[5]) for line in review_file.read_text().splitlines()[1:] if line.startswith(candidate)
+        )
+        ddg = FakeDuckDuckGo(base_url, web_root, ws, new_concept_id)
+        with (
+            mock.patch.object(DuckduckgoImages, "_get_vqd", return_value="fake-vqd"),
+            mock.patch.object(DuckduckgoImages, "request", new=lambda engine, *a, **kw: ddg.request(*a, **kw)),
+        ):
+            summary = build_3xcm(config)
+        translation_requests = gemini.requests[generation_requests:]
+
+    # Concepts: the shipped ones asked for, plus only the accepted candidate.
+    concepts = ws.read_table("concepts").to_pylist()
+    assert {c["concept_id"]: c["source"] for c in concepts}[new_concept_id] == "gemini"
+    assert len(concepts) == len(SHIPPED) + 1
+    # Concept dedup ran on the model and kept every distinct concept.
+    dedup = ws.read_table("concept_dedup").to_pylist()
+    assert all(r["method"].startswith("bge-m3:") and r["keep"] for r in dedup)
+    # Translations: Gemini was asked only for the new concept, once per non-English language; the shipped rows stay.
+    translations = ws.read_table("translations").to_pylist()
+    languages = {reference.country_by_name()[c].language_code for c in COUNTRIES} - {"en"}
+    assert len(translation_requests) == len(languages)
+    new_rows = [t for t in translations if t["concept_id"] == new_concept_id and t["language_code"] != "en"]
+    assert {t["language_code"] for t in new_rows} == languages
+    assert all(t["source"].startswith("gemini:") and t["review_status"] == "machine_translated" for t in new_rows)
+    assert all(t["source"] == "shipped" for t in translations if t["concept_id"] != new_concept_id)
+    # Search went through ddgs with each country's region code.
+    regions = {c["l"] for c in ddg.calls}
+    assert regions == {reference.country_by_name()[c].ddg_region for c in COUNTRIES}
+    search = ws.read_table("search").to_pylist()
+    assert {r["searcher"] for r in search} == {"ddgs:duckduckgo"}
+    assert all(r["status"] == "ok" and r["url"].startswith(base_url) for r in search)
+    # Downloads: every planted bad file got its class over HTTP; good images came back with their HTTP facts.
+    images = ws.read_table("images").to_pylist()
+    truth = json.loads((web_root / "ground_truth.json").read_text())
+    expected_errors = {f"{base_url}/{path}": error for path, error in truth["bad_files"].items()}
+    assert expected_errors
+    for row in images:
+        if row["url"] in expected_errors:
+            assert row["status"] == "failed" and row["error"] == expected_errors[row["url"]], row
+        else:
+            assert row["status"] == "ok" and row["http_status"] == 200 and row["final_url"] == row["url"], row
+            assert row["sha256"] in ws.blobs
+    # The release exists, is valid, and holds the new concept's images.
+    release_dir = Path(summary.release_path)
+    result = runner.invoke(app, ["validate", str(release_dir)])
+    assert result.exit_code == 0, result.output
+    catalog = ws.read_table("image_metadata")
+    assert new_concept_id in set(catalog["concept_id"].to_pylist())
+    assert pa.compute.sum(pa.compute.equal(catalog["concept_id"], new_concept_id)).as_py() > 0
+    # The API key reached the fake server, and nowhere else.
+    assert all(r.api_key == API_KEY for r in gemini.requests)
+    for folder in (tmp_path / "workspace", release_dir, prefect):
+        for path in folder.rglob("*"):
+            if path.is_file():
+                assert API_KEY.encode() not in path.read_bytes(), path
