@@ -188,7 +188,7 @@ def read_review_file(path: str) -> list[ReviewRow]:
     """Parse and check a review file; any problem raises ReviewFileError naming the line."""
     fs, fs_path = fsspec.core.url_to_fs(path)
     if not fs.exists(fs_path):
-        raise FileNotFoundError(f"review file {path} does not exist; write it with write_review_file()")
+        raise FileNotFoundError(f"review file {path} does not exist; create it with `culturebench concepts generate`")
     with fs.open(fs_path, "rb") as handle:
         text = handle.read().decode("utf-8-sig")  # spreadsheet programs add a BOM
     reader = csv.DictReader(io.StringIO(text, newline=""))

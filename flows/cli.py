@@ -231,7 +231,7 @@ def concepts_accept_command(
 
     try:
         changed = accept_candidates(review_file, candidate_ids or None, reject=reject)
-    except (ReviewFileError, KeyError) as exc:
+    except (ReviewFileError, KeyError, FileNotFoundError) as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
     for row in changed:

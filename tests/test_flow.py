@@ -59,6 +59,10 @@ def test_prefect_flow_builds_a_valid_release(prefect: Path, small_demo_config: B
     assert {s.name for s in STAGES} <= names  # one readable task per stage
     keys = {a.key for a in artifacts}
     assert "build-3xcm-summary" in keys and "image-dedup-stats" in keys
+    # Long stages report progress in the UI; the download's reached 100% of its items.
+    progress = {a.key: a.data for a in artifacts if a.type == "progress"}
+    assert {"search-progress", "images-progress"} <= set(progress)
+    assert float(progress["images-progress"]) == 100.0
     summary_md = next(a for a in artifacts if a.key == "build-3xcm-summary").data
     assert summary.release_path in summary_md and "valid" in summary_md
 

@@ -518,3 +518,20 @@ def test_image_contents_are_sent_inline_and_hashed_by_content(fake: FakeGemini) 
     assert answer.ok and answer.prompt_sha256 == digest
     parts = fake.requests[0].body["contents"][0]["parts"]
     assert [p["inlineData"]["mime_type"] for p in parts if "inlineData" in p] == ["image/png", "image/png"]
+
+
+def test_concepts_cli_reports_a_missing_key_and_a_missing_review_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    runner = CliRunner()
+    result = runner.invoke(app, ["concepts", "generate", str(tmp_path / "review.csv"), "--count", "3"])
+    assert result.exit_code == 2 and "GEMINI_API_KEY" in " ".join(result.output.split())
+    assert not (tmp_path / "review.csv").exists()
+    result = runner.invoke(app, ["concepts", "accept", str(tmp_path / "missing.csv")])
+    assert result.exit_code == 2 and "does not exist" in " ".join(result.output.split())
