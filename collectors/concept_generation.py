@@ -88,13 +88,7 @@ class GeminiConceptGenerationConfig(BaseModel):
     @field_validator("countries")
     @classmethod
     def _canonical(cls, value: list[str]) -> list[str]:
-        names = []
-        for item in value:
-            try:
-                names.append(reference.resolve_country(item).name)
-            except KeyError as exc:
-                raise ValueError(str(exc.args[0])) from None
-        return list(dict.fromkeys(names))
+        return list(dict.fromkeys(reference.country_names(value)))
 
 
 def concept_prompt(count: int, countries: list[str]) -> str:

@@ -35,7 +35,7 @@ from yarl import URL
 from collectors.image_check import ImageLimits, ImageRejected, inspect_image
 from collectors.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after
 from collectors.ssrf import AddressPolicy, BlockedAddressError, GuardedResolver, UrlRefused, check_url
-from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, from_rows
+from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, blank_row, from_rows
 from data.workspace import BlobStore, Storage, fingerprint, sha256_bytes
 
 T = TypeVar("T")
@@ -160,22 +160,9 @@ class DownloadJournal:
 
 def _empty_row(url: str) -> dict[str, Any]:
     """An IMAGES row without `image_id`."""
-    return {
-        "url": url,
-        "status": STATUS_OK,
-        "error": None,
-        "detail": None,
-        "sha256": None,
-        "num_bytes": None,
-        "width": None,
-        "height": None,
-        "format": None,
-        "final_url": None,
-        "http_status": None,
-        "content_type": None,
-        "attempts": 0,
-        "transient": False,
-    }
+    row = blank_row(IMAGES, url=url, status=STATUS_OK, attempts=0, transient=False)
+    del row["image_id"]
+    return row
 
 
 class _Failure(Exception):
@@ -409,7 +396,7 @@ class _Checker:
         if isinstance(verdict, ImageRejected):
             raise ImageRejected(verdict.error, verdict.detail)
         if sha not in self.stored:
-            self.blobs.put(data)
+            self.blobs.put(data, digest=sha)
             self.stored.add(sha)
         return sha, verdict
 

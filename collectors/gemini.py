@@ -29,13 +29,13 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from collectors.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after, prefect_slot, shared_limiter
+from data import provenance
 from data.schemas import LLM_FAILURES, empty, from_rows
 from data.stage import require
 from data.workspace import Storage
 
 logger = logging.getLogger(__name__)
 
-REDACTED = "**redacted**"
 FALLBACK_API_KEY_ENV = "GOOGLE_API_KEY"  # google-genai's own name for the key
 
 ErrorClass = Literal["malformed_output", "invalid_output", "rate_limited", "api_error", "auth_error"]
@@ -130,10 +130,8 @@ def resolve_api_key(settings: GeminiSettings) -> str:
 
 
 def scrub(text: str | None, secret: str | None) -> str | None:
-    """Remove a secret from a text that may echo the request (error bodies, exception messages)."""
-    if text is None or not secret:
-        return text
-    return text.replace(secret, REDACTED)
+    """Remove the key from a text that may echo the request (error bodies, exception messages)."""
+    return provenance.scrub(text, [secret])
 
 
 def _digestable(value: Any) -> Any:

@@ -14,7 +14,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from collectors.image_check import ImageLimits, ImageRejected, inspect_image
-from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, from_rows
+from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, blank_row, from_rows
 from data.workspace import BlobStore
 
 
@@ -35,23 +35,7 @@ def read_limited(url: str, max_bytes: int) -> bytes:
 def import_hits(hits: Sequence[dict], blobs: BlobStore, limits: ImageLimits) -> pa.Table:
     rows = []
     for hit in hits:
-        row = {
-            "image_id": hit["image_id"],
-            "url": hit["url"],
-            "status": STATUS_OK,
-            "error": None,
-            "detail": None,
-            "sha256": None,
-            "num_bytes": None,
-            "width": None,
-            "height": None,
-            "format": None,
-            "final_url": None,
-            "http_status": None,
-            "content_type": None,
-            "attempts": 1,
-            "transient": None,
-        }
+        row = blank_row(IMAGES, image_id=hit["image_id"], url=hit["url"], status=STATUS_OK, attempts=1)
         try:
             data = read_limited(hit["url"], limits.max_bytes)
             row["num_bytes"] = len(data)

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from collectors.search_ddgs import DdgsSearchConfig, DdgsSearcher
 from data import reference
-from data.schemas import SEARCH_HITS, STATUS_FAILED, STATUS_OK, from_rows
+from data.schemas import SEARCH_HITS, STATUS_FAILED, STATUS_OK, blank_row, from_rows
 from data.stage import Registry
 
 QueryLang = Literal["eng", "nav"]
@@ -190,19 +190,9 @@ def _query_rows(searcher: Searcher, query: SearchQuery, max_results: int) -> lis
 
 
 def _failure(query: SearchQuery, base: dict, kind: str, detail: str) -> dict:
-    return {
-        **base,
-        "image_id": query.query_id,
-        "rank": None,
-        "url": None,
-        "source_page": None,
-        "title": None,
-        "width": None,
-        "height": None,
-        "status": STATUS_FAILED,
-        "error": kind,
-        "detail": detail or None,
-    }
+    return blank_row(
+        SEARCH_HITS, **base, image_id=query.query_id, status=STATUS_FAILED, error=kind, detail=detail or None
+    )
 
 
 class LocalFolderSearcher:

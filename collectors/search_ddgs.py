@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from collectors.retry import RateLimiter, RetryPolicy, parse_retry_after, prefect_slot, shared_limiter
+from data.provenance import scrub
 from data.stage import require
 
 if TYPE_CHECKING:
@@ -221,9 +222,7 @@ class DdgsSearcher:
 
     def _redact(self, value: object) -> str:
         """Error text without the proxy or any user:password in a URL."""
-        text = str(value)
-        for secret in self._secrets:
-            text = text.replace(secret, "<proxy>")
+        text = scrub(str(value), self._secrets, mask="<proxy>") or ""
         return re.sub(r"([a-z][a-z0-9+.-]*://)[^/@\s]+@", r"\1***@", text, flags=re.IGNORECASE)
 
 

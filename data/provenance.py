@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+from collections.abc import Iterable
 from functools import cache
 from importlib import metadata, resources
 from pathlib import Path
@@ -52,6 +53,16 @@ def reference_data_sha256() -> str:
 
 def _walk(root: Any) -> list[Path]:
     return [p for p in Path(str(root)).rglob("*") if p.is_file()]
+
+
+def scrub(text: str | None, secrets: Iterable[str | None], mask: str = REDACTED) -> str | None:
+    """A text (an error body, an exception message) with every known secret value replaced by `mask`."""
+    if text is None:
+        return None
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, mask)
+    return text
 
 
 def redact(value: Any) -> Any:

@@ -179,6 +179,18 @@ def resolve_country(name: str) -> Country:
     raise KeyError(f"unknown country {name!r}; known: {[c.name for c in countries()]}")
 
 
+def country_names(items: list[str]) -> list[str]:
+    """Canonical names of countries given by name, slug or ISO code; an unknown one is a ValueError (for
+    pydantic validators, which report it field by field)."""
+    names = []
+    for item in items:
+        try:
+            names.append(resolve_country(item).name)
+        except KeyError as exc:
+            raise ValueError(str(exc.args[0])) from None
+    return names
+
+
 @cache
 def concepts() -> tuple[Concept, ...]:
     return tuple(

@@ -286,6 +286,14 @@ def empty(schema: pa.Schema) -> pa.Table:
     return schema.empty_table()
 
 
+def blank_row(schema: pa.Schema, **values: object) -> dict:
+    """A row of `schema` with every column None except those given (a column not in the schema is an error)."""
+    unknown = set(values) - set(schema.names)
+    if unknown:
+        raise ValueError(f"not columns of the schema: {sorted(unknown)}")
+    return {name: values.get(name) for name in schema.names}
+
+
 def from_rows(rows: list[dict], schema: pa.Schema) -> pa.Table:
     """Build a table from row dicts, refusing missing or unexpected columns."""
     names = set(schema.names)

@@ -143,8 +143,9 @@ class BlobStore:
     def path(self, sha256: str) -> str:
         return self.storage.path(self.prefix, sha256[:2], sha256[2:4], sha256)
 
-    def put(self, data: bytes) -> str:
-        digest = sha256_bytes(data)
+    def put(self, data: bytes, digest: str | None = None) -> str:
+        """Store `data`; `digest` is its sha256 when the caller has already computed it (it is not hashed twice)."""
+        digest = digest or sha256_bytes(data)
         path = self.path(digest)
         if not self.storage.exists(path):  # idempotent: the same bytes always land at the same key
             self.storage.write_bytes(path, data)

@@ -61,12 +61,7 @@ class Build3XCMConfig(BaseModel):
     @field_validator("countries")
     @classmethod
     def _canonical_countries(cls, value: list[str]) -> list[str]:
-        names = []
-        for item in value:
-            try:
-                names.append(reference.resolve_country(item).name)
-            except KeyError as exc:
-                raise ValueError(str(exc.args[0])) from None
+        names = reference.country_names(value)
         if len(set(names)) != len(names):
             raise ValueError(f"countries repeat: {names}")
         order = {c.name: i for i, c in enumerate(reference.countries())}

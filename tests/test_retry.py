@@ -85,7 +85,13 @@ def test_shared_limiter_is_one_per_engine_and_rate() -> None:
     assert shared_limiter("test-engine", 1.0) is not shared_limiter("test-engine", 2.0)
 
 
-def test_prefect_slot_is_a_no_op_outside_a_run() -> None:
+def test_prefect_slot_is_a_no_op_outside_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import collectors.retry
+
+    def no_server(name: str) -> bool:
+        raise AssertionError("outside a Prefect run the server must not be asked")
+
+    monkeypatch.setattr(collectors.retry, "_limit_exists", no_server)
     entered = False
     with prefect_slot("duckduckgo"):
         entered = True
