@@ -1,7 +1,8 @@
 """Review stage: people confirm or overturn the automatic duplicate decisions (3XCM paper §3.2.1, App. J).
 
 Embedded default: an explicit auto-accept policy. Every automatic decision is accepted as is, and each row says
-so (`reviewer=auto_accept`), so a release built this way can never pass for a human-reviewed one.
+so (`reviewer=auto_accept`), so a release built this way can never pass for a human-reviewed one. Pairs in the
+ambiguous band (the dedup stage's review queue) stay apart under this policy: nobody said they are the same scene.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ class Reviewer(Protocol):
     name: str
     policy: str
 
-    def review(self, decisions: pa.Table) -> list[tuple[bool, str | None]]:
-        """(keep, reason) per row of the image dedup decision table."""
+    def review(self, decisions: pa.Table, queue: pa.Table) -> list[tuple[bool, str | None]]:
+        """(keep, reason) per row of the image dedup decision table; `queue` holds the ambiguous pairs."""
         ...
 
 
@@ -40,9 +41,12 @@ reviewers: Registry[Reviewer] = Registry("review")
 
 class AutoAcceptReviewer:
     name = AUTO_ACCEPT
-    policy = "accept every automatic dedup decision unchanged; no human has looked at these images"
+    policy = (
+        "accept every automatic dedup decision unchanged and keep ambiguous pairs apart; "
+        "no human has looked at these images"
+    )
 
-    def review(self, decisions: pa.Table) -> list[tuple[bool, str | None]]:
+    def review(self, decisions: pa.Table, queue: pa.Table) -> list[tuple[bool, str | None]]:
         return list(zip(decisions["keep"].to_pylist(), decisions["reason"].to_pylist(), strict=True))
 
 
@@ -51,9 +55,9 @@ def _auto_accept(config: AutoAcceptReviewConfig) -> Reviewer:
     return AutoAcceptReviewer()
 
 
-def run_review(config: ReviewConfig, decisions: pa.Table) -> pa.Table:
+def run_review(config: ReviewConfig, decisions: pa.Table, queue: pa.Table) -> pa.Table:
     reviewer = reviewers.build(config)
-    verdicts = reviewer.review(decisions)
+    verdicts = reviewer.review(decisions, queue)
     rows = [
         {
             "image_id": image_id,

@@ -1,147 +1,408 @@
-"""Image dedup stage: exact and perceptual near-duplicates within each concept (3XCM paper §3.2.1).
+"""Image dedup stage: exact, perceptual and embedding near-duplicates within each concept (3XCM paper §3.2.1).
 
-Tiers: identical bytes (sha256), identical decoded pixels, then pHash Hamming distance <= `phash_max_distance`.
-Linked images are grouped with union-find. Each cluster keeps one image by this rule, in order:
+Tiers, each recorded in the pair table with its own score:
+  1. exact_bytes: equal sha256 of the stored bytes (score 0);
+  2. exact_pixels: equal sha256 of the decoded, normalised pixels (score 0). Only pairs that can have equal pixels
+     (same size, pHash within EXACT_PIXEL_WINDOW) are decoded in full, so the check costs nothing elsewhere;
+  3. phash: Hamming distance of 64-bit pHashes, confirmed by dHash (score: the pHash distance). Pairs a little
+     further apart (crops, small rotations, and also different photos with the same layout) are
+  3b. aligned: checked by the ECC correlation of 64x64 thumbnails after an affine alignment (curation/image_align.py;
+     score: the correlation);
+  4. embedding: cosine similarity of open_clip image embeddings, when configured (score: the cosine).
+A pair at or past a tier's merge threshold is merged automatically; a pair in the band between the merge and the
+review threshold goes to the review queue (Label Studio, issue 5) and is kept apart until a person decides; pairs
+beyond the review threshold are not recorded. Where tiers disagree, the strongest decision wins (merge > review).
+The default thresholds come from the labelled corpus of benchmarks/dedup_vs_imagededup (README, "Choosing the
+dedup thresholds").
+
+Merged images are grouped with union-find. Each cluster keeps one image by this rule, in order:
   1. the highest resolution (width x height);
   2. the best search rank (lowest);
   3. the English query before the native one;
   4. the smallest image id (a stable tie-break).
-Every dropped image records the kept image it duplicates, the tier that ties it to that image and the score.
+Every dropped image records the kept image it duplicates, the tier of its direct link to that image (or, for an
+image tied to it only through other members, its own strongest link, with the reason suffixed `_chain`), and the
+score. The work is columnar (numpy and Arrow), so a million images fit in memory and time (benchmarks/).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Literal, Protocol
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from curation.image_hashing import hamming_within
+from curation.embedding_pairs import group_slices, similar_pairs
+from curation.image_align import correlate_pairs
+from curation.image_embeddings import OpenClipEmbeddingConfig
 from curation.unionfind import UnionFind
-from data.schemas import IMAGE_DEDUP, from_rows
-from data.stage import Registry
+from data.schemas import DEDUP_PAIRS, IMAGE_DEDUP, REVIEW_QUEUE
 
 EXACT_BYTES = "exact_bytes"
 EXACT_PIXELS = "exact_pixels"
 PHASH = "phash"
+ALIGNED = "aligned"
+EMBEDDING = "embedding"
+TIERS = (EXACT_BYTES, EXACT_PIXELS, PHASH, ALIGNED, EMBEDDING)  # strongest evidence first
+MERGE, REVIEW = "merge", "review"
+#: Identical pixels give identical thumbnails up to the decoder's rounding (a JPEG's DCT-scaled draft against a box
+#: reduction of the same pixels re-saved as PNG), so their pHashes differ by a few bits at most.
+EXACT_PIXEL_WINDOW = 6
+#: ...and their 64x64 thumbnails differ by at most this mean absolute grey level (measured max 1.54 on the corpus).
+EXACT_PIXEL_THUMBNAIL_MAD = 2.5
 
 
-class HashImageDedupConfig(BaseModel):
+class PerceptualTierConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["hash"] = "hash"
-    phash_max_distance: int = Field(
-        default=8,
+    merge_max_distance: int = Field(
+        default=10,
         ge=0,
-        le=32,
-        description="pHash Hamming distance (of 64 bits) at or below which two images are near-duplicates.",
+        le=64,
+        description="pHash Hamming distance (of 64 bits) at or below which pairs merge without further checks.",
+    )
+    dhash_max_distance: int = Field(
+        default=20, ge=0, le=64, description="dHash distance every pHash link must also meet."
+    )
+    verify_max_distance: int = Field(
+        default=20,
+        ge=0,
+        le=64,
+        description="pHash distance at or below which a pair that did not merge outright is checked by alignment.",
+    )
+    align_merge_min: float = Field(
+        default=0.94, gt=0, le=1, description="Aligned correlation at or above which a checked pair merges."
+    )
+    align_review_min: float = Field(
+        default=0.85, gt=0, le=1, description="Aligned correlation at or above which a checked pair goes to review."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PerceptualTierConfig:
+        if self.verify_max_distance < self.merge_max_distance:
+            raise ValueError("verify_max_distance must be >= merge_max_distance")
+        if self.align_review_min > self.align_merge_min:
+            raise ValueError("align_review_min must be <= align_merge_min")
+        return self
+
+
+class EmbeddingTierConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    embedder: OpenClipEmbeddingConfig = Field(default_factory=OpenClipEmbeddingConfig)
+    merge_min_cosine: float = Field(default=0.96, gt=0, le=1, description="Cosine at or above which pairs merge.")
+    review_min_cosine: float = Field(
+        default=0.90, gt=0, le=1, description="Cosine at or above which an unmerged pair goes to review."
+    )
+    block: int = Field(default=2048, ge=1, description="Rows per similarity block; memory is O(block x group).")
+    shard_size: int = Field(default=256, ge=1, description="Images per resumable embedding part.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> EmbeddingTierConfig:
+        if self.review_min_cosine > self.merge_min_cosine:
+            raise ValueError("review_min_cosine must be <= merge_min_cosine")
+        return self
+
+
+class ImageDedupConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    perceptual: PerceptualTierConfig = Field(default_factory=PerceptualTierConfig)
+    embedding: EmbeddingTierConfig | None = Field(
+        default=None, description="The open_clip tier; off by default (it needs model weights)."
     )
     scope: Literal["concept", "global"] = Field(
-        default="concept", description="Compare images within each concept (paper §3.2.1) or across all."
+        default="concept", description="Compare images within each concept (paper §3.2.1) or across all of them."
     )
     shard_size: int = Field(default=256, ge=1, description="Images per resumable hashing part.")
+    workers: int = Field(default=2, ge=1, description="Decoder threads for hashing.")
+
+    def tiers_label(self) -> str:
+        """The tiers this config runs, for summaries: e.g. `exact+phash+open_clip:ViT-B-32`."""
+        label = "exact+phash"
+        return label if self.embedding is None else f"{label}+open_clip:{self.embedding.embedder.model_name}"
 
 
-ImageDedupConfig = HashImageDedupConfig
+@dataclass
+class DedupInputs:
+    """Column arrays for one dedup run, aligned by row. Hash columns are None when the tier does not run."""
+
+    image_ids: list[str]
+    concept_ids: np.ndarray  # int32
+    width: np.ndarray
+    height: np.ndarray
+    rank: np.ndarray
+    english: np.ndarray  # bool: found by the English query
+    sha256: list[str] | None = None
+    phash: np.ndarray | None = None  # uint64
+    dhash: np.ndarray | None = None
+    hashed: np.ndarray | None = None  # bool: the perceptual hashes exist (the image decoded)
+    embeddings: np.ndarray | None = None  # unit rows, float16/32; zero rows never pair
+    pixel_hash: Callable[[int], str] | None = None  # full-decode pixel sha256 of row i, called only when needed
+    align_thumbnail: Callable[[int], np.ndarray] | None = None  # row i's 64x64 grey thumbnail, only when needed
+    draft_decoded: np.ndarray | None = None  # bool: the thumbnails came from a JPEG draft decode
+    workers: int = 1
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
 
 
-class DedupRecord(BaseModel):
-    """What the decision needs to know of one stored image."""
+@dataclass
+class PairEvidence:
+    """Pairs (i < j) found by the tiers, one entry per tier that found the pair."""
 
-    image_id: str
-    concept_id: int
-    sha256: str
-    pixel_sha256: str
-    phash: int
-    width: int
-    height: int
-    rank: int
-    query_lang: str
+    i: list[np.ndarray] = field(default_factory=list)
+    j: list[np.ndarray] = field(default_factory=list)
+    tier: list[np.ndarray] = field(default_factory=list)  # index into TIERS
+    score: list[np.ndarray] = field(default_factory=list)
+    merge: list[np.ndarray] = field(default_factory=list)  # bool: merge (else review)
 
+    def add(self, i: np.ndarray, j: np.ndarray, tier: str, score: np.ndarray, merge: np.ndarray) -> None:
+        lo, hi = np.minimum(i, j).astype(np.int64), np.maximum(i, j).astype(np.int64)
+        self.i.append(lo)
+        self.j.append(hi)
+        self.tier.append(np.full(len(lo), TIERS.index(tier), dtype=np.int8))
+        self.score.append(np.asarray(score, dtype=np.float32))
+        self.merge.append(np.asarray(merge, dtype=bool))
 
-def keep_order(record: DedupRecord) -> tuple:
-    """Sort key: the first record of a cluster in this order is the one kept (module docstring)."""
-    return (-(record.width * record.height), record.rank, record.query_lang != "eng", record.image_id)
-
-
-def _link(a: DedupRecord, b: DedupRecord) -> tuple[str, float]:
-    if a.sha256 == b.sha256:
-        return EXACT_BYTES, 0.0
-    if a.pixel_sha256 == b.pixel_sha256:
-        return EXACT_PIXELS, 0.0
-    return PHASH, float(int(a.phash ^ b.phash).bit_count())
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        if not self.i:
+            e = np.empty(0, dtype=np.int64)
+            return e, e.copy(), np.empty(0, np.int8), np.empty(0, np.float32), np.empty(0, bool)
+        return tuple(np.concatenate(parts) for parts in (self.i, self.j, self.tier, self.score, self.merge))
 
 
-def dedup_group(records: list[DedupRecord], phash_max_distance: int) -> list[dict]:
-    """Decide one scope (one concept, or everything)."""
-    n = len(records)
+@dataclass(frozen=True)
+class DedupResult:
+    decisions: pa.Table  # IMAGE_DEDUP, one row per image
+    pairs: pa.Table  # DEDUP_PAIRS, one row per (pair, tier) found
+    review_queue: pa.Table  # REVIEW_QUEUE, ambiguous pairs of different clusters
+
+
+def scope_keys(inputs: DedupInputs, scope: str) -> np.ndarray:
+    return inputs.concept_ids.astype(np.int64) if scope == "concept" else np.zeros(len(inputs), dtype=np.int64)
+
+
+def exact_byte_pairs(sha256: list[str], scopes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each image with bytes seen earlier in its scope, paired with that first image (a star per group)."""
+    first: dict[tuple[int, str], int] = {}
+    i, j = [], []
+    for index, (scope, sha) in enumerate(zip(scopes.tolist(), sha256, strict=True)):
+        head = first.setdefault((scope, sha), index)
+        if head != index:
+            i.append(head)
+            j.append(index)
+    return np.array(i, dtype=np.int64), np.array(j, dtype=np.int64)
+
+
+def hamming_pairs(
+    hashes: np.ndarray, scopes: np.ndarray, valid: np.ndarray, max_distance: int, block: int = 2048
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs within each scope with Hamming distance <= max_distance, in bulk over blocks."""
+    from curation.image_hashing import hamming_within
+
+    order, slices = group_slices(scopes)
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for start, stop in slices:
+        members = order[start:stop]
+        members = members[valid[members]]
+        if len(members) < 2:
+            continue
+        li, lj, d = hamming_within(hashes[members], max_distance, block)
+        found.append((members[li], members[lj], d))
+    if not found:
+        e = np.empty(0, dtype=np.int64)
+        return e, e.copy(), np.empty(0, np.int16)
+    return tuple(np.concatenate(parts) for parts in zip(*found, strict=True))  # type: ignore[return-value]
+
+
+def collect_pairs(inputs: DedupInputs, config: ImageDedupConfig) -> PairEvidence:
+    scopes = scope_keys(inputs, config.scope)
+    evidence = PairEvidence()
+    if inputs.sha256 is not None:
+        i, j = exact_byte_pairs(inputs.sha256, scopes)
+        evidence.add(i, j, EXACT_BYTES, np.zeros(len(i)), np.ones(len(i), bool))
+    if inputs.phash is not None and inputs.dhash is not None:
+        _perceptual_pairs(inputs, config.perceptual, scopes, evidence)
+    if inputs.embeddings is not None and config.embedding is not None:
+        tier_e = config.embedding
+        i, j, s = similar_pairs(inputs.embeddings, scopes, tier_e.review_min_cosine, block=tier_e.block)
+        evidence.add(i, j, EMBEDDING, s, s >= tier_e.merge_min_cosine)
+    return evidence
+
+
+def _perceptual_pairs(
+    inputs: DedupInputs, tier: PerceptualTierConfig, scopes: np.ndarray, evidence: PairEvidence
+) -> None:
+    valid = inputs.hashed if inputs.hashed is not None else np.ones(len(inputs), bool)
+    i, j, d = hamming_pairs(inputs.phash, scopes, valid, max(tier.verify_max_distance, EXACT_PIXEL_WINDOW))
+    if inputs.sha256 is not None:  # equal bytes are already the strongest link
+        distinct = np.array([inputs.sha256[a] != inputs.sha256[b] for a, b in zip(i, j, strict=True)], bool)
+        i, j, d = i[distinct], j[distinct], d[distinct]
+    exact = _equal_pixels(inputs, i, j, d)
+    evidence.add(i[exact], j[exact], EXACT_PIXELS, np.zeros(int(exact.sum())), np.ones(int(exact.sum()), bool))
+    i, j, d = i[~exact], j[~exact], d[~exact]
+    dh = np.bitwise_count(inputs.dhash[i] ^ inputs.dhash[j])
+    agree = dh <= tier.dhash_max_distance
+    direct = agree & (d <= tier.merge_max_distance)
+    evidence.add(i[direct], j[direct], PHASH, d[direct], np.ones(int(direct.sum()), bool))
+    check = agree & ~direct & (d <= tier.verify_max_distance)
+    ci, cj, cd = i[check], j[check], d[check]
+    if inputs.align_thumbnail is None:  # nothing to check with: the band is for people
+        evidence.add(ci, cj, PHASH, cd, np.zeros(len(ci), bool))
+        return
+    correlation = correlate_pairs(inputs.align_thumbnail, ci, cj, inputs.workers)
+    linked = correlation >= tier.align_review_min
+    evidence.add(ci[linked], cj[linked], ALIGNED, correlation[linked], correlation[linked] >= tier.align_merge_min)
+
+
+def _equal_pixels(inputs: DedupInputs, i: np.ndarray, j: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Which candidate pairs have identical decoded pixels. Only pairs that can be equal are decoded in full:
+    same size, pHash within the window, and (when thumbnails are at hand) equal thumbnails for two images decoded
+    the same way, or thumbnails within the draft-versus-box rounding for a JPEG against another format."""
+    out = np.zeros(len(i), dtype=bool)
+    if inputs.pixel_hash is None:
+        return out
+    same_size = (inputs.width[i] == inputs.width[j]) & (inputs.height[i] == inputs.height[j])
+    candidates = np.flatnonzero(same_size & (d <= EXACT_PIXEL_WINDOW))
+    if inputs.align_thumbnail is not None and inputs.draft_decoded is not None:
+        candidates = np.array([k for k in candidates.tolist() if _thumbnails_allow_equal(inputs, i[k], j[k])], int)
+    rows = sorted(set(i[candidates].tolist()) | set(j[candidates].tolist()))
+    with ThreadPoolExecutor(max_workers=max(1, inputs.workers)) as pool:  # full decodes release the GIL
+        digests = dict(zip(rows, pool.map(inputs.pixel_hash, rows), strict=True))
+    for k in candidates.tolist():
+        out[k] = digests[int(i[k])] == digests[int(j[k])]
+    return out
+
+
+def _thumbnails_allow_equal(inputs: DedupInputs, a: int, b: int) -> bool:
+    ta = inputs.align_thumbnail(a).astype(np.int16)  # type: ignore[misc]
+    tb = inputs.align_thumbnail(b).astype(np.int16)  # type: ignore[misc]
+    if inputs.draft_decoded[a] == inputs.draft_decoded[b]:  # type: ignore[index]
+        return bool(np.array_equal(ta, tb))  # the same decode path is deterministic
+    return float(np.abs(ta - tb).mean()) <= EXACT_PIXEL_THUMBNAIL_MAD
+
+
+def cluster_labels(n: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Union-find over the merge pairs; each row's label is its cluster root."""
     groups = UnionFind(n)
-    for key in ("sha256", "pixel_sha256"):
-        first: dict[str, int] = {}
-        for index, record in enumerate(records):
-            groups.union(index, first.setdefault(getattr(record, key), index))
-    hashes = np.array([r.phash for r in records], dtype=np.uint64)
-    pair_i, pair_j, _ = hamming_within(hashes, phash_max_distance)
-    for i, j in zip(pair_i.tolist(), pair_j.tolist(), strict=True):
-        groups.union(i, j)
-
-    rows = []
-    for members in groups.groups().values():
-        ordered = sorted(members, key=lambda k: keep_order(records[k]))
-        kept = records[ordered[0]]
-        for index in ordered:
-            record = records[index]
-            is_kept = index == ordered[0]
-            method, score = (None, None) if is_kept else _link(record, kept)
-            if method == PHASH and score is not None and score > phash_max_distance:
-                reason = f"near_duplicate:{PHASH}_chain"  # linked to the kept image through other members
-            else:
-                reason = None if is_kept else f"near_duplicate:{method}"
-            rows.append(
-                {
-                    "image_id": record.image_id,
-                    "concept_id": record.concept_id,
-                    "cluster_id": kept.image_id,
-                    "cluster_size": len(members),
-                    "keep": is_kept,
-                    "duplicate_of": None if is_kept else kept.image_id,
-                    "method": method,
-                    "score": score,
-                    "reason": reason,
-                }
-            )
-    return rows
+    for a, b in zip(i.tolist(), j.tolist(), strict=True):
+        groups.union(a, b)
+    return np.array([groups.find(k) for k in range(n)], dtype=np.int64)
 
 
-class ImageDeduper(Protocol):
-    def decide(self, records: list[DedupRecord]) -> list[dict]:
-        """One IMAGE_DEDUP row per record."""
-        ...
+def kept_rows(inputs: DedupInputs, labels: np.ndarray) -> np.ndarray:
+    """For every row, the row its cluster keeps (module docstring's rule)."""
+    area = inputs.width.astype(np.int64) * inputs.height.astype(np.int64)
+    ids = np.array(inputs.image_ids, dtype=object)
+    id_rank = np.empty(len(ids), dtype=np.int64)
+    id_rank[np.argsort(ids, kind="stable")] = np.arange(len(ids))
+    order = np.lexsort((id_rank, ~inputs.english.astype(bool), inputs.rank, -area, labels))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = labels[order][1:] != labels[order][:-1]
+    keeper_of_label = dict(zip(labels[order][first].tolist(), order[first].tolist(), strict=True))
+    return np.array([keeper_of_label[label] for label in labels.tolist()], dtype=np.int64)
 
 
-image_dedupers: Registry[ImageDeduper] = Registry("image_dedup")
+def _links_to_kept(
+    kept: np.ndarray, i: np.ndarray, j: np.ndarray, tier: np.ndarray, score: np.ndarray
+) -> dict[int, tuple[int, float, bool]]:
+    """Per dropped row: (tier, score, direct) of its best merge link, preferring a direct link to the kept row."""
+    x = np.concatenate([i, j])
+    y = np.concatenate([j, i])
+    t = np.concatenate([tier, tier])
+    s = np.concatenate([score, score])
+    direct = y == kept[x]
+    order = np.lexsort((t, ~direct, x))  # per x: direct links first, then the strongest tier
+    best: dict[int, tuple[int, float, bool]] = {}
+    for k in order.tolist():
+        best.setdefault(int(x[k]), (int(t[k]), float(s[k]), bool(direct[k])))
+    return best
 
 
-class HashImageDeduper:
-    def __init__(self, config: HashImageDedupConfig) -> None:
-        self.config = config
+def decide(inputs: DedupInputs, config: ImageDedupConfig) -> DedupResult:
+    n = len(inputs)
+    pi, pj, ptier, pscore, pmerge = collect_pairs(inputs, config).arrays()
+    labels = cluster_labels(n, pi[pmerge], pj[pmerge])
+    kept = kept_rows(inputs, labels) if n else np.empty(0, dtype=np.int64)
+    sizes = np.bincount(labels, minlength=n)[labels] if n else np.empty(0, dtype=np.int64)
+    best = _links_to_kept(kept, pi[pmerge], pj[pmerge], ptier[pmerge], pscore[pmerge])
 
-    def decide(self, records: list[DedupRecord]) -> list[dict]:
-        scopes: dict[object, list[DedupRecord]] = defaultdict(list)
-        for record in records:
-            scopes[record.concept_id if self.config.scope == "concept" else "all"].append(record)
-        max_distance = self.config.phash_max_distance
-        return [row for key in sorted(scopes, key=str) for row in dedup_group(scopes[key], max_distance)]
+    ids = inputs.image_ids
+    method: list[str | None] = [None] * n
+    score: list[float | None] = [None] * n
+    reason: list[str | None] = [None] * n
+    for row, (t, s, direct) in best.items():
+        if kept[row] != row:
+            method[row], score[row] = TIERS[t], s
+            reason[row] = f"near_duplicate:{TIERS[t]}" + ("" if direct else "_chain")
+    is_kept = kept == np.arange(n)
+    decisions = pa.table(
+        {
+            "image_id": pa.array(ids, pa.string()),
+            "concept_id": pa.array(inputs.concept_ids, pa.int32()),
+            "cluster_id": pa.array([ids[k] for k in kept.tolist()], pa.string()),
+            "cluster_size": pa.array(sizes, pa.int32()),
+            "keep": pa.array(is_kept, pa.bool_()),
+            "duplicate_of": pa.array([None if k == r else ids[k] for r, k in enumerate(kept.tolist())], pa.string()),
+            "method": pa.array(method, pa.string()),
+            "score": pa.array(score, pa.float32()),
+            "reason": pa.array(reason, pa.string()),
+        },
+        schema=IMAGE_DEDUP,
+    )
+    id_array = np.array(ids, dtype=object)
+    pairs = pa.table(
+        {
+            "image_a": pa.array(id_array[pi], pa.string()),
+            "image_b": pa.array(id_array[pj], pa.string()),
+            "concept_id": pa.array(inputs.concept_ids[pi], pa.int32()),
+            "tier": pa.array(np.array(TIERS, dtype=object)[ptier], pa.string()),
+            "score": pa.array(pscore, pa.float32()),
+            "decision": pa.array(np.where(pmerge, MERGE, REVIEW).astype(object), pa.string()),
+        },
+        schema=DEDUP_PAIRS,
+    )
+    return DedupResult(decisions, pairs, review_queue(inputs, labels, kept, pi, pj, ptier, pscore, pmerge))
 
 
-@image_dedupers.register("hash")
-def _hash(config: HashImageDedupConfig) -> ImageDeduper:
-    return HashImageDeduper(config)
+def _phash_distance(inputs: DedupInputs, a: int, b: int) -> float | None:
+    if inputs.phash is None or (inputs.hashed is not None and not (inputs.hashed[a] and inputs.hashed[b])):
+        return None
+    return float(int(inputs.phash[a] ^ inputs.phash[b]).bit_count())
 
 
-def run_image_dedup(config: ImageDedupConfig, records: list[DedupRecord]) -> pa.Table:
-    rows = image_dedupers.build(config).decide(records)
-    rows.sort(key=lambda r: r["image_id"])
-    return from_rows(rows, IMAGE_DEDUP)
+def review_queue(
+    inputs: DedupInputs,
+    labels: np.ndarray,
+    kept: np.ndarray,
+    i: np.ndarray,
+    j: np.ndarray,
+    tier: np.ndarray,
+    score: np.ndarray,
+    merge: np.ndarray,
+) -> pa.Table:
+    """Ambiguous pairs whose images ended in different clusters: one row per pair, with every tier's score."""
+    candidate = ~merge & (labels[i] != labels[j])
+    queued: dict[tuple[int, int], dict[str, float]] = {}
+    for a, b, t, s in zip(i[candidate].tolist(), j[candidate].tolist(), tier[candidate], score[candidate], strict=True):
+        queued.setdefault((a, b), {})[TIERS[int(t)]] = float(s)
+    ids = inputs.image_ids
+    rows = [
+        {
+            "image_a": ids[a],
+            "image_b": ids[b],
+            "concept_id": int(inputs.concept_ids[a]),
+            "cluster_a": ids[int(kept[a])],
+            "cluster_b": ids[int(kept[b])],
+            "phash_distance": _phash_distance(inputs, a, b),
+            "aligned_correlation": scores.get(ALIGNED),
+            "embedding_cosine": scores.get(EMBEDDING),
+        }
+        for (a, b), scores in sorted(queued.items(), key=lambda item: (ids[item[0][0]], ids[item[0][1]]))
+    ]
+    return pa.Table.from_pylist(rows, schema=REVIEW_QUEUE)

@@ -63,7 +63,7 @@ LLM_FAILURES = pa.schema(
         pa.field("model", pa.string(), nullable=False),
         pa.field("prompt_sha256", pa.string(), nullable=False),
         pa.field("attempts", pa.int32(), nullable=False),
-        # malformed_output | invalid_output | rate_limited | api_error | auth_error
+        # malformed_output | invalid_output | rate_limited | api_error | auth_error | image_error (never sent)
         pa.field("error", pa.string(), nullable=False),
         pa.field("detail", pa.string()),
         pa.field("raw_text", pa.string()),
@@ -141,8 +141,18 @@ IMAGE_HASHES = pa.schema(
     [
         pa.field("image_id", pa.string(), nullable=False),
         pa.field("sha256", pa.string(), nullable=False),
-        pa.field("pixel_sha256", pa.string(), nullable=False),  # hash of the decoded, normalised RGB pixels
-        pa.field("phash", pa.uint64(), nullable=False),
+        pa.field("phash", pa.uint64()),  # imagehash-compatible 64-bit pHash; null when the image did not decode
+        pa.field("dhash", pa.uint64()),
+        pa.field("error", pa.string()),
+    ]
+)
+
+IMAGE_EMBEDDINGS = pa.schema(
+    [
+        pa.field("image_id", pa.string(), nullable=False),
+        pa.field("model_id", pa.string(), nullable=False),
+        pa.field("embedding", pa.list_(pa.float16())),  # unit norm; null when the image did not decode
+        pa.field("error", pa.string()),
     ]
 )
 
@@ -154,9 +164,51 @@ IMAGE_DEDUP = pa.schema(
         pa.field("cluster_size", pa.int32(), nullable=False),
         pa.field("keep", pa.bool_(), nullable=False),
         pa.field("duplicate_of", pa.string()),
-        pa.field("method", pa.string()),  # exact_bytes | exact_pixels | phash (the strongest link to the kept image)
-        pa.field("score", pa.float32()),  # phash: Hamming distance; exact tiers: 0
+        pa.field("method", pa.string()),  # a tier of DEDUP_PAIRS: the link to the kept image
+        pa.field("score", pa.float32()),  # the tier's own measure (see DEDUP_PAIRS)
         pa.field("reason", pa.string()),
+    ]
+)
+
+DEDUP_PAIRS = pa.schema(
+    [
+        # One row per (pair, tier) that reached the tier's review threshold; pairs beyond it are not recorded.
+        pa.field("image_a", pa.string(), nullable=False),
+        pa.field("image_b", pa.string(), nullable=False),
+        pa.field("concept_id", pa.int32(), nullable=False),  # image_a's concept (the scope, by default)
+        pa.field("tier", pa.string(), nullable=False),
+        # exact tiers: 0; phash: Hamming distance of 64 bits (lower is closer); aligned: ECC correlation after an
+        # affine alignment, embedding: cosine (both higher is closer)
+        pa.field("score", pa.float32(), nullable=False),
+        pa.field("decision", pa.string(), nullable=False),  # merge | review
+    ]
+)
+
+REVIEW_QUEUE = pa.schema(
+    [
+        # Ambiguous pairs left in different clusters, for people to decide (issue 5); kept apart until then.
+        pa.field("image_a", pa.string(), nullable=False),
+        pa.field("image_b", pa.string(), nullable=False),
+        pa.field("concept_id", pa.int32(), nullable=False),
+        pa.field("cluster_a", pa.string(), nullable=False),  # the kept image of each side's cluster
+        pa.field("cluster_b", pa.string(), nullable=False),
+        pa.field("phash_distance", pa.float32()),
+        pa.field("aligned_correlation", pa.float32()),
+        pa.field("embedding_cosine", pa.float32()),
+    ]
+)
+
+CONCEPT_DEDUP_SUMMARY = pa.schema(
+    [
+        pa.field("concept_id", pa.int32(), nullable=False),
+        pa.field("concept", pa.string(), nullable=False),
+        pa.field("images", pa.int64(), nullable=False),
+        pa.field("kept", pa.int64(), nullable=False),
+        pa.field("dropped", pa.int64(), nullable=False),
+        pa.field("dropped_by_tier", pa.string(), nullable=False),
+        pa.field("clusters", pa.int64(), nullable=False),  # merged clusters of two or more images
+        pa.field("largest_cluster", pa.int64(), nullable=False),
+        pa.field("review_pairs", pa.int64(), nullable=False),
     ]
 )
 

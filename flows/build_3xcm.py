@@ -7,6 +7,7 @@ stages are skipped through the workspace's completion markers, so a rerun of the
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -45,7 +46,7 @@ def backends(config: Build3XCMConfig) -> dict[str, str]:
         "translations": config.translations.backend,
         "search": config.search.backend,
         "images": config.download.backend,
-        "image_dedup": config.image_dedup.backend,
+        "image_dedup": config.image_dedup.tiers_label(),
         "review": config.review.backend,
         "tagging": config.tagging.backend,
     }
@@ -147,7 +148,8 @@ class ProgressArtifact:
 @task(cache_policy=NO_CACHE)
 def stage_task(name: str, config: Build3XCMConfig) -> bool:
     marker, skipped = run_stage(name, config, ProgressArtifact())
-    stats = Workspace(config.workspace_root, config.resolved_build_id()).stats(name)
+    ws = Workspace(config.workspace_root, config.resolved_build_id())
+    stats = ws.stats(name)
     get_run_logger().info(
         "%s: %s (%d rows, kept %d, dropped %d)",
         name,
@@ -168,6 +170,13 @@ def stage_task(name: str, config: Build3XCMConfig) -> bool:
         ],
         description=f"Stage `{name}`: rows in, kept and dropped by reason.",
     )
+    summary_table = stats.extra.get("summary_table")
+    if summary_table:  # e.g. the per-concept dedup summary
+        create_table_artifact(
+            key=_artifact_key(f"{name}-{summary_table}"),
+            table=ws.read_extra_table(name, summary_table).to_pylist(),
+            description=f"Stage `{name}`: {summary_table.replace('_', ' ')}.",
+        )
     return skipped
 
 
@@ -205,4 +214,16 @@ def summary_markdown(summary: BuildSummary) -> str:
     ]
     for s in summary.stages:
         lines.append(f"| {s.stage} | {s.rows_in} | {s.kept} | {s.dropped} | {s.reasons_text()} |")
+    sheets = [(s.stage, s.extra["contact_sheet"]) for s in summary.stages if s.extra.get("contact_sheet")]
+    if sheets:  # paths are relative to the build workspace
+        lines += ["", "## What was merged", ""]
+        lines += [
+            f"* [{stage}: contact sheet of the largest clusters]({file_link(f'{summary.workspace}/{path}')})"
+            for stage, path in sheets
+        ]
     return "\n".join(lines) + "\n"
+
+
+def file_link(path: str) -> str:
+    """A link the UI can follow: fsspec URLs stay as they are, local paths become file:// URLs."""
+    return path if "://" in path else Path(path).resolve().as_uri()

@@ -18,7 +18,7 @@ from collectors.translations import ShippedTranslationsConfig, TranslationsConfi
 from curation.assemble import AssemblyConfig
 from curation.concept_dedup import ConceptDedupConfig, LexicalConceptDedupConfig
 from curation.image_dedup import ImageDedupConfig
-from curation.tagging import TaggingConfig
+from curation.tagging import OwnConceptTaggingConfig, TaggingConfig
 from data import reference
 from data.release import ReleaseConfig
 from data.workspace import fingerprint
@@ -54,7 +54,7 @@ class Build3XCMConfig(BaseModel):
     )
     image_dedup: ImageDedupConfig = Field(default_factory=ImageDedupConfig)
     review: ReviewConfig = Field(default_factory=ReviewConfig)
-    tagging: TaggingConfig = Field(default_factory=TaggingConfig)
+    tagging: TaggingConfig = Field(default_factory=OwnConceptTaggingConfig)
     assembly: AssemblyConfig = Field(default_factory=AssemblyConfig)
     release: ReleaseConfig = Field(default_factory=ReleaseConfig)
 

@@ -6,6 +6,7 @@ config reruns that stage and everything after it, and an unchanged one is skippe
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,10 @@ from collectors.translations import run_translations
 from curation.assemble import run_assembly
 from curation.catalog import build_catalog
 from curation.concept_dedup import run_concept_dedup
-from curation.image_dedup import DedupRecord, run_image_dedup
+from curation.dedup_stage import concept_summary, dedup_inputs, write_dedup_contact_sheet
+from curation.embed_images import embed_images, embeddings_table
+from curation.image_dedup import decide
+from curation.image_embeddings import ImageEmbedder, build_embedder
 from curation.image_hashing import hash_images
 from curation.tagging import TagRequest, run_tagging
 from curation.validate import validate_benchmark
@@ -219,42 +223,105 @@ def _images(ctx: StageContext) -> StageMarker:
     )
 
 
+def stored_images(ctx: StageContext) -> list[dict]:
+    return [r for r in ctx.table("images").to_pylist() if r["status"] == STATUS_OK]
+
+
 def _image_hashes(ctx: StageContext) -> StageMarker:
-    stored = [r for r in ctx.table("images").to_pylist() if r["status"] == STATUS_OK]
+    settings = ctx.config.image_dedup
     return ctx.ws.run_sharded(
         "image_hashes",
         ctx.fingerprint,
-        stored,
-        shard_size=ctx.config.image_dedup.shard_size,
-        process=lambda chunk: hash_images(chunk, ctx.ws.blobs),
+        stored_images(ctx),
+        shard_size=settings.shard_size,
+        process=lambda chunk: hash_images(chunk, ctx.ws.blobs, settings.workers),
         schema=schemas.IMAGE_HASHES,
-        summarize=lambda t: stats_from_table("image_hashes", t),
+        summarize=lambda t: _failed_rows_stats("image_hashes", t),
         on_shard=ctx.on_shard("image_hashes"),
     )
 
 
+def _failed_rows_stats(stage: str, table: pa.Table) -> StageStats:
+    """Rows with an error are the dropped ones (an image that stored fine but no longer decodes)."""
+    errors = [e for e in table["error"].to_pylist() if e is not None]
+    reasons: dict[str, int] = {}
+    for error in errors:
+        key = error.split(":", 1)[0]
+        reasons[key] = reasons.get(key, 0) + 1
+    return StageStats(
+        stage=stage, rows_in=table.num_rows, kept=table.num_rows - len(errors), dropped=len(errors),
+        dropped_by_reason=dict(sorted(reasons.items())),
+    )  # fmt: skip
+
+
+def _image_embeddings(ctx: StageContext) -> StageMarker:
+    tier = ctx.config.image_dedup.embedding
+    if tier is None:  # the tier is off: an empty table, so the graph is the same for every config
+        table = schemas.empty(schemas.IMAGE_EMBEDDINGS)
+        stats = StageStats(stage="image_embeddings", extra={"tier": "off"})
+        return ctx.ws.write_stage("image_embeddings", ctx.fingerprint, table, schemas.IMAGE_EMBEDDINGS, stats)
+    embedder: list[ImageEmbedder] = []  # built at the first shard that needs it: a resumed stage may need none
+
+    def process(chunk: list[dict]) -> pa.Table:
+        if not embedder:
+            embedder.append(build_embedder(tier.embedder))
+        loaders = [lambda sha=item["sha256"]: ctx.ws.blobs.get(sha) for item in chunk]
+        vectors, errors = embed_images(embedder[0], loaders, tier.embedder.batch_size)
+        return embeddings_table([item["image_id"] for item in chunk], embedder[0].model_id, vectors, errors)
+
+    return ctx.ws.run_sharded(
+        "image_embeddings",
+        ctx.fingerprint,
+        stored_images(ctx),
+        shard_size=tier.shard_size,
+        process=process,
+        schema=schemas.IMAGE_EMBEDDINGS,
+        summarize=lambda t: _failed_rows_stats("image_embeddings", t),
+        on_shard=ctx.on_shard("image_embeddings"),
+    )
+
+
 def _image_dedup(ctx: StageContext) -> StageMarker:
-    hits = {h["image_id"]: h for h in ctx.table("search").to_pylist()}
-    images = {i["image_id"]: i for i in ctx.table("images").to_pylist()}
-    records = [
-        DedupRecord(
-            **h,
-            concept_id=hits[h["image_id"]]["concept_id"],
-            rank=hits[h["image_id"]]["rank"],
-            query_lang=hits[h["image_id"]]["query_lang"],
-            width=images[h["image_id"]]["width"],
-            height=images[h["image_id"]]["height"],
-        )
-        for h in ctx.table("image_hashes").to_pylist()
-    ]
-    table = run_image_dedup(ctx.config.image_dedup, records)
-    stats = stats_from_table("image_dedup", table)
-    return ctx.ws.write_stage("image_dedup", ctx.fingerprint, table, schemas.IMAGE_DEDUP, stats)
+    config = ctx.config.image_dedup
+    inputs = dedup_inputs(
+        ctx.table("search"),
+        ctx.table("images"),
+        ctx.table("image_hashes"),
+        ctx.table("image_embeddings") if config.embedding is not None else None,
+        ctx.ws.blobs,
+        config.workers,
+    )
+    result = decide(inputs, config)
+    summary = concept_summary(result, kept_concepts(ctx))
+    sheet = write_dedup_contact_sheet(result.decisions, ctx.table("images"), ctx.ws)
+    stats = stats_from_table(
+        "image_dedup",
+        result.decisions,
+        tiers=config.tiers_label(),
+        pairs_by_tier=dict(sorted(Counter(result.pairs["tier"].to_pylist()).items())),
+        review_queue=result.review_queue.num_rows,
+        contact_sheet=sheet,
+        summary_table="concept_summary",
+    )
+    return ctx.ws.write_stage(
+        "image_dedup",
+        ctx.fingerprint,
+        result.decisions,
+        schemas.IMAGE_DEDUP,
+        stats,
+        extra_tables={
+            "pairs": (result.pairs, schemas.DEDUP_PAIRS),
+            "review_queue": (result.review_queue, schemas.REVIEW_QUEUE),
+            "concept_summary": (summary, schemas.CONCEPT_DEDUP_SUMMARY),
+        },
+    )
 
 
 def _review(ctx: StageContext) -> StageMarker:
-    table = run_review(ctx.config.review, ctx.table("image_dedup"))
-    return ctx.ws.write_stage("review", ctx.fingerprint, table, schemas.REVIEW, stats_from_table("review", table))
+    queue = ctx.ws.read_extra_table("image_dedup", "review_queue")
+    table = run_review(ctx.config.review, ctx.table("image_dedup"), queue)
+    stats = stats_from_table("review", table, review_queue_pairs=queue.num_rows)
+    return ctx.ws.write_stage("review", ctx.fingerprint, table, schemas.REVIEW, stats)
 
 
 def _tags(ctx: StageContext) -> StageMarker:
@@ -266,8 +333,18 @@ def _tags(ctx: StageContext) -> StageMarker:
         for i in ctx.table("images").to_pylist()
         if i["image_id"] in kept
     ]
-    table = run_tagging(ctx.config.tagging, requests)
-    return ctx.ws.write_stage("tags", ctx.fingerprint, table, schemas.TAGS, stats_from_table("tags", table))
+    concepts = kept_concepts(ctx)
+    names = list(zip(concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True))
+    out = run_tagging(ctx.config.tagging, requests, names, ctx.ws.blobs.get, cache_dir=model_cache(ctx))
+    stats = stats_from_table("tags", out.tags, llm_failures=out.failures.num_rows)
+    return ctx.ws.write_stage(
+        "tags",
+        ctx.fingerprint,
+        out.tags,
+        schemas.TAGS,
+        stats,
+        extra_tables={"llm_failures": (out.failures, schemas.LLM_FAILURES)},
+    )
 
 
 def _image_metadata(ctx: StageContext) -> StageMarker:
@@ -336,6 +413,12 @@ def _validation(ctx: StageContext) -> StageMarker:
     return ctx.ws.write_stage("validation", ctx.fingerprint, table, schemas.VIOLATIONS, stats)
 
 
+def embedding_settings(config: Build3XCMConfig) -> Any:
+    """Only what changes the vectors: thresholds are the dedup stage's business."""
+    tier = config.image_dedup.embedding
+    return None if tier is None else tier.embedder.model_dump(exclude={"batch_size"})
+
+
 STAGES: tuple[Stage, ...] = (
     Stage("demo_corpus", 1, (), lambda c: c.demo_corpus, _demo_corpus),
     Stage("concepts", 1, (), concepts_settings, _concepts),
@@ -343,16 +426,17 @@ STAGES: tuple[Stage, ...] = (
     Stage("translations", 1, ("concept_dedup",), lambda c: (c.translations, c.language_codes), _translations),
     Stage("search", 1, ("demo_corpus", "translations"), lambda c: (c.search, c.countries), _search),
     Stage("images", 1, ("search",), lambda c: c.download, _images),
-    Stage("image_hashes", 1, ("images",), lambda c: None, _image_hashes),
+    Stage("image_hashes", 2, ("images",), lambda c: None, _image_hashes),
+    Stage("image_embeddings", 1, ("images",), embedding_settings, _image_embeddings),
     Stage(
         "image_dedup",
-        1,
-        ("image_hashes",),
-        lambda c: c.image_dedup.model_dump(exclude={"shard_size"}),
+        2,
+        ("image_hashes", "image_embeddings"),
+        lambda c: c.image_dedup.model_dump(exclude={"shard_size", "workers"}),
         _image_dedup,
     ),
     Stage("review", 1, ("image_dedup",), lambda c: c.review, _review),
-    Stage("tags", 1, ("review",), lambda c: c.tagging, _tags),
+    Stage("tags", 1, ("concept_dedup", "review"), lambda c: c.tagging, _tags),
     Stage("image_metadata", 1, ("tags",), lambda c: None, _image_metadata),
     Stage(
         "assembly",

@@ -13,6 +13,7 @@ from datasets import load_dataset
 from typer.testing import CliRunner
 
 import collectors.importer
+from curation.image_dedup import PerceptualTierConfig
 from curation.validate import validate_benchmark
 from data.schemas import CATALOG
 from flows.build_3xcm import build_locally
@@ -65,6 +66,14 @@ def test_prefect_flow_builds_a_valid_release(prefect: Path, small_demo_config: B
     assert float(progress["images-progress"]) == 100.0
     summary_md = next(a for a in artifacts if a.key == "build-3xcm-summary").data
     assert summary.release_path in summary_md and "valid" in summary_md
+    # The per-concept dedup summary is a table artifact whose counts add up to the dedup decisions.
+    per_concept = json.loads(next(a for a in artifacts if a.key == "image-dedup-concept-summary").data)
+    dedup = next(s for s in summary.stages if s.stage == "image_dedup")
+    assert sum(r["images"] for r in per_concept) == dedup.rows_in
+    assert sum(r["dropped"] for r in per_concept) == dedup.dropped > 0
+    # The contact sheet of merged clusters is a PNG in the workspace, linked from the summary.
+    sheet = Path(summary.workspace.removeprefix("file://")) / dedup.extra["contact_sheet"]
+    assert sheet.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and sheet.as_uri() in summary_md
 
 
 class SimulatedCrash(BaseException):
@@ -126,7 +135,9 @@ def test_a_changed_stage_config_reruns_that_stage_and_what_follows(small_demo_co
     build_locally(small_demo_config)
     changed = small_demo_config.model_copy(
         update={
-            "image_dedup": small_demo_config.image_dedup.model_copy(update={"phash_max_distance": 2}),
+            "image_dedup": small_demo_config.image_dedup.model_copy(
+                update={"perceptual": PerceptualTierConfig(merge_max_distance=2, verify_max_distance=4)}
+            ),
             "release": small_demo_config.release.model_copy(update={"version": "0.0.2"}),
         }
     )
@@ -161,11 +172,12 @@ def test_cli_demo_build_and_config_errors(tmp_path: Path) -> None:
     assert Path(line["release_path"]).name == "1.0.0"
 
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"countries": ["USA", "Atlantis"], "image_dedup": {"phash_max_distance": 99},
+    bad.write_text(yaml.safe_dump({"countries": ["USA", "Atlantis"],
+                                   "image_dedup": {"perceptual": {"merge_max_distance": 99}},
                                    "release": {"version": "one"}}))  # fmt: skip
     result = runner.invoke(app, ["build", "3xcm", "--engine", "local", "--config", str(bad)])
     assert result.exit_code == 2
-    for field in ("countries", "image_dedup.phash_max_distance", "release.version"):
+    for field in ("countries", "image_dedup.perceptual.merge_max_distance", "release.version"):
         assert field in result.output
     assert "Atlantis" in result.output
 
