@@ -33,9 +33,11 @@ def dedup_inputs(
     ids = [r["image_id"] for r in rows]
     sha = [r["sha256"] for r in rows]
 
+    known = [r["pixel_sha256"] for r in rows]
+
     @cache
     def pixels(row: int) -> str:
-        return pixel_sha256(blobs.get(sha[row]))
+        return known[row] or pixel_sha256(blobs.get(sha[row]))
 
     @cache
     def align(row: int) -> np.ndarray:

@@ -6,7 +6,6 @@ benchmark against imagededup (benchmarks/dedup_vs_imagededup) and by anyone who 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -33,14 +32,13 @@ def dedup_files(paths: Sequence[str], config: ImageDedupConfig | None = None, wo
     """Cluster `paths` (one scope: everything is compared with everything)."""
     config = config or ImageDedupConfig()
     paths = [str(p) for p in paths]
-    contents = [_read(p) for p in paths]
-    batch = hash_batch([lambda data=data: data for data in contents], workers, keep_align=True)
+    batch = hash_batch([lambda path=path: _read(path) for path in paths], workers, keep_align=True)
     hashed = np.array([e is None for e in batch.errors], dtype=bool)
     n = len(paths)
 
     @cache
     def pixels(row: int) -> str:
-        return pixel_sha256(contents[row])
+        return batch.pixel_sha256[row] or pixel_sha256(_read(paths[row]))
 
     embeddings = None
     if config.embedding is not None:
@@ -48,7 +46,7 @@ def dedup_files(paths: Sequence[str], config: ImageDedupConfig | None = None, wo
         from curation.image_embeddings import build_embedder
 
         embedder = build_embedder(config.embedding.embedder)
-        loaders = [lambda data=data: data for data in contents]
+        loaders = [lambda path=path: _read(path) for path in paths]
         embeddings, _ = embed_images(embedder, loaders, config.embedding.embedder.batch_size)
     inputs = DedupInputs(
         image_ids=paths,
@@ -57,7 +55,7 @@ def dedup_files(paths: Sequence[str], config: ImageDedupConfig | None = None, wo
         height=batch.height,
         rank=np.zeros(n, dtype=np.int32),
         english=np.ones(n, dtype=bool),
-        sha256=[hashlib.sha256(data).hexdigest() for data in contents],
+        sha256=[digest or f"unreadable:{path}" for digest, path in zip(batch.sha256, paths, strict=True)],
         phash=batch.phash,
         dhash=batch.dhash,
         hashed=hashed,

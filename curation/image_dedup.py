@@ -37,7 +37,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from curation.embedding_pairs import group_slices, similar_pairs
-from curation.image_align import correlate_pairs
+from curation.image_align import AlignedScorer
 from curation.image_embeddings import OpenClipEmbeddingConfig
 from curation.unionfind import UnionFind
 from data.schemas import DEDUP_PAIRS, IMAGE_DEDUP, REVIEW_QUEUE
@@ -60,7 +60,7 @@ class PerceptualTierConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     merge_max_distance: int = Field(
-        default=10,
+        default=6,
         ge=0,
         le=64,
         description="pHash Hamming distance (of 64 bits) at or below which pairs merge without further checks.",
@@ -74,8 +74,14 @@ class PerceptualTierConfig(BaseModel):
         le=64,
         description="pHash distance at or below which a pair that did not merge outright is checked by alignment.",
     )
+    align_prefilter_min: float = Field(
+        default=0.6,
+        ge=-1,
+        le=1,
+        description="Plain (unaligned) thumbnail correlation below which a checked pair is rejected without a fit.",
+    )
     align_merge_min: float = Field(
-        default=0.94, gt=0, le=1, description="Aligned correlation at or above which a checked pair merges."
+        default=0.92, gt=0, le=1, description="Aligned correlation at or above which a checked pair merges."
     )
     align_review_min: float = Field(
         default=0.85, gt=0, le=1, description="Aligned correlation at or above which a checked pair goes to review."
@@ -255,9 +261,37 @@ def _perceptual_pairs(
     if inputs.align_thumbnail is None:  # nothing to check with: the band is for people
         evidence.add(ci, cj, PHASH, cd, np.zeros(len(ci), bool))
         return
-    correlation = correlate_pairs(inputs.align_thumbnail, ci, cj, inputs.workers)
-    linked = correlation >= tier.align_review_min
-    evidence.add(ci[linked], cj[linked], ALIGNED, correlation[linked], correlation[linked] >= tier.align_merge_min)
+    _aligned_pairs(inputs, tier, ci, cj, evidence)
+
+
+#: Band pairs are fitted in chunks of this many, most alike first; a pair whose images a merge already joined is
+#: not fitted at all (it would change no cluster), which skips most pairs between copies of one original.
+ALIGN_CHUNK = 64
+
+
+def _aligned_pairs(
+    inputs: DedupInputs, tier: PerceptualTierConfig, i: np.ndarray, j: np.ndarray, evidence: PairEvidence
+) -> None:
+    linked = UnionFind(len(inputs))
+    merged_i, merged_j, _, _, merged = evidence.arrays()
+    for a, b in zip(merged_i[merged].tolist(), merged_j[merged].tolist(), strict=True):
+        linked.union(a, b)
+    assert inputs.align_thumbnail is not None
+    with AlignedScorer(inputs.align_thumbnail, inputs.workers) as scorer:
+        plain = scorer.plain_correlation(i, j)
+        hopeful = plain >= tier.align_prefilter_min  # far below any copy's: no fit needed
+        order = np.flatnonzero(hopeful)[np.argsort(-plain[hopeful], kind="stable")]
+        for start in range(0, len(order), ALIGN_CHUNK):
+            chunk = [k for k in order[start : start + ALIGN_CHUNK].tolist() if linked.find(i[k]) != linked.find(j[k])]
+            if not chunk:
+                continue
+            ki, kj = i[chunk], j[chunk]
+            scores = scorer.aligned_correlation(ki, kj)
+            merge = scores >= tier.align_merge_min
+            for a, b in zip(ki[merge].tolist(), kj[merge].tolist(), strict=True):
+                linked.union(a, b)
+            keep = scores >= tier.align_review_min
+            evidence.add(ki[keep], kj[keep], ALIGNED, scores[keep], merge[keep])
 
 
 def _equal_pixels(inputs: DedupInputs, i: np.ndarray, j: np.ndarray, d: np.ndarray) -> np.ndarray:

@@ -47,6 +47,7 @@ class Thumbnails:
     dhash_input: np.ndarray  # (8, 9) float32
     align_input: np.ndarray  # (64, 64) uint8, for the aligned-correlation check of curation/image_align.py
     draft_decoded: bool  # a JPEG decoded at reduced scale (its thumbnails differ a little from a full decode's)
+    pixel_sha256: str | None  # known when the format was decoded in full anyway
 
 
 def decode_normalized(data: bytes) -> Image.Image:
@@ -57,21 +58,32 @@ def decode_normalized(data: bytes) -> Image.Image:
 
 def pixel_sha256(data: bytes) -> str:
     """sha256 of the decoded, normalised pixels (with the mode and size, so equal bytes mean equal images)."""
-    image = decode_normalized(data)
+    return _pixels_digest(decode_normalized(data))
+
+
+def _pixels_digest(image: Image.Image) -> str:
     digest = hashlib.sha256(f"{image.mode}:{image.width}x{image.height}:".encode())
     digest.update(image.tobytes())
     return digest.hexdigest()
 
 
 def thumbnails(data: bytes) -> Thumbnails:
-    """Decode at reduced scale where the format allows it, normalise, and cut both hash thumbnails."""
+    """Decode at reduced scale where the format allows it, normalise, and cut the thumbnails.
+
+    Formats without a reduced decode (PNG, WebP, ...) are decoded in full anyway, so their pixel sha256 comes
+    almost free here; JPEGs get theirs later, and only if they can have a pixel-identical twin."""
+    pixels = None
     with Image.open(io.BytesIO(data)) as image:
         width, height = image.size
         orientation = image.getexif().get(_EXIF_ORIENTATION, 1)
         draft_decoded = image.format == "JPEG"
         if draft_decoded:
             image.draft("L", (DRAFT_SIDE, DRAFT_SIDE))  # libjpeg decodes at 1/2..1/8 scale, never below DRAFT_SIDE
-        grey = ImageOps.exif_transpose(image).convert("L")
+            grey = ImageOps.exif_transpose(image).convert("L")
+        else:
+            rgb = ImageOps.exif_transpose(image).convert("RGB")
+            pixels = _pixels_digest(rgb)
+            grey = rgb.convert("L")
     if orientation in _TRANSPOSED_ORIENTATIONS:
         width, height = height, width
     # A box reduction to about DRAFT_SIDE first, so every format reaches the same intermediate scale as a draft.
@@ -81,7 +93,7 @@ def thumbnails(data: bytes) -> Thumbnails:
     phash_input = np.asarray(grey.resize((PHASH_SIDE, PHASH_SIDE), Image.Resampling.LANCZOS), dtype=np.float32)
     dhash_input = np.asarray(grey.resize((HASH_SIDE + 1, HASH_SIDE), Image.Resampling.LANCZOS), dtype=np.float32)
     align_input = np.asarray(grey.resize((ALIGN_SIDE, ALIGN_SIDE), Image.Resampling.BOX), dtype=np.uint8)
-    return Thumbnails(width, height, phash_input, dhash_input, align_input, draft_decoded)
+    return Thumbnails(width, height, phash_input, dhash_input, align_input, draft_decoded, pixels)
 
 
 @cache
@@ -126,23 +138,33 @@ class HashedBatch:
     dhash: np.ndarray
     errors: list[str | None]
     draft_decoded: np.ndarray  # bool
+    sha256: list[str | None]  # of the bytes
+    pixel_sha256: list[str | None]  # when known for free (see `thumbnails`)
     align: np.ndarray | None = None  # (N, 64, 64) uint8 when asked for; zeros where a row failed
 
 
-def _try_thumbnails(load: Callable[[], bytes]) -> Thumbnails | str:
+def _try_thumbnails(load: Callable[[], bytes]) -> tuple[str | None, Thumbnails | str]:
+    """(sha256 of the bytes, thumbnails or an error); reading happens here too, so I/O overlaps in the pool."""
     try:
-        return thumbnails(load())
+        data = load()
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:300]
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        return digest, thumbnails(data)
     except Exception as exc:  # any decoder failure is a row, not a crash of the batch
-        return f"{type(exc).__name__}: {exc}"[:300]
+        return digest, f"{type(exc).__name__}: {exc}"[:300]
 
 
 def hash_batch(loaders: Sequence[Callable[[], bytes]], workers: int = 2, keep_align: bool = False) -> HashedBatch:
     """Decode in a thread pool, then hash the whole batch at once; optionally keep the alignment thumbnails."""
     if workers > 1 and len(loaders) > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(_try_thumbnails, loaders))
+            outcomes = list(pool.map(_try_thumbnails, loaders))
     else:
-        results = [_try_thumbnails(load) for load in loaders]
+        outcomes = [_try_thumbnails(load) for load in loaders]
+    digests = [digest for digest, _ in outcomes]
+    results = [result for _, result in outcomes]
     n = len(results)
     ok = [i for i, r in enumerate(results) if isinstance(r, Thumbnails)]
     width = np.zeros(n, dtype=np.int32)
@@ -162,7 +184,8 @@ def hash_batch(loaders: Sequence[Callable[[], bytes]], workers: int = 2, keep_al
         for i in ok:
             align[i] = results[i].align_input
     draft = np.array([isinstance(r, Thumbnails) and r.draft_decoded for r in results], dtype=bool)
-    return HashedBatch(width, height, phash, dhash, errors, draft, align)
+    pixels = [r.pixel_sha256 if isinstance(r, Thumbnails) else None for r in results]
+    return HashedBatch(width, height, phash, dhash, errors, draft, digests, pixels, align)
 
 
 def hash_images(items: Sequence[dict], blobs: BlobStore, workers: int = 2) -> pa.Table:
@@ -174,6 +197,7 @@ def hash_images(items: Sequence[dict], blobs: BlobStore, workers: int = 2) -> pa
             "sha256": item["sha256"],
             "phash": None if error else int(batch.phash[i]),
             "dhash": None if error else int(batch.dhash[i]),
+            "pixel_sha256": batch.pixel_sha256[i],
             "error": error,
         }
         for i, (item, error) in enumerate(zip(items, batch.errors, strict=True))

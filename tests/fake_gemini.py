@@ -150,7 +150,17 @@ def default_responder(request: RecordedRequest) -> Reply:
         return json_reply(translation_answer(request))
     if "concepts" in properties:
         return json_reply(concepts_answer(request))
+    if "images" in properties:
+        return json_reply(tagging_answer(request))
     return error_reply(400, "fake server: unknown request kind")
+
+
+def tagging_answer(request: RecordedRequest) -> dict:
+    """App. I tagging: every labelled image ("Image N:") is answered with no extra category, so the build's tags are
+    each image's own concept, from the Gemini tagger."""
+    labels = [part.get("text", "") for part in request.body["contents"][0]["parts"]]
+    indexes = [int(m.group(1)) for m in (re.fullmatch(r"Image (\d+):", label) for label in labels) if m]
+    return {"images": [{"index": index, "categories": []} for index in indexes]}
 
 
 class FakeGemini:

@@ -321,3 +321,21 @@ def test_crops_and_rotations_merge_by_alignment_and_a_same_layout_photo_does_not
     # Alignment is what tied at least one of them: pHash alone is not enough for these.
     strict = ImageDedupConfig(perceptual=PerceptualTierConfig(verify_max_distance=10))
     assert {Path(p).name for c in dedup_files(paths, strict).clusters for p in c} != merged
+
+
+def test_unreadable_files_are_reported_and_never_merged(tmp_path: Path) -> None:
+    paths = []
+    for k, text in enumerate((b"<html>one</html>", b"<html>two</html>")):
+        (tmp_path / f"page{k}.jpg").write_bytes(text)
+        paths.append(str(tmp_path / f"page{k}.jpg"))
+    _photo(5).save(tmp_path / "photo.png")
+    result = dedup_files([*paths, str(tmp_path / "photo.png")])
+    assert set(result.unreadable) == set(paths) and result.clusters == []
+
+
+def test_a_full_decode_gives_its_pixel_hash_for_free_and_a_draft_does_not() -> None:
+    image = _photo(6, (500, 400))
+    png, jpeg = _encode(image, "PNG"), _encode(image, "JPEG", quality=90)
+    batch = hash_batch([lambda: png, lambda: jpeg], workers=1)
+    assert batch.pixel_sha256[0] == pixel_sha256(png) and batch.pixel_sha256[1] is None
+    assert batch.sha256 == [hashlib.sha256(png).hexdigest(), hashlib.sha256(jpeg).hexdigest()]

@@ -5,7 +5,9 @@
 - concept dedup: BGE-M3 (FlagEmbedding) on a tiny random XLM-R model built by the test;
 - translations: Gemini fills in the accepted concept, the shipped table the rest;
 - search: the real `ddgs` client with DuckDuckGo's network layer faked, answering with URLs on a loopback host;
-- download: the async HTTP downloader fetching from that host (loopback allowed explicitly).
+- download: the async HTTP downloader fetching from that host (loopback allowed explicitly);
+- image dedup: the open_clip embedding tier on a tiny random model built by the test;
+- tagging: Gemini vision (App. I) on the fake server.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from unittest import mock
 import pyarrow as pa
 import pytest
 from fake_gemini import FakeGemini
-from tiny_models import build_tiny_m3
+from tiny_models import build_tiny_m3, build_tiny_open_clip
 from typer.testing import CliRunner
 
 from collectors.demo_corpus import DemoCorpusConfig, generate_demo_corpus
@@ -124,6 +126,7 @@ def test_production_backends_build_a_valid_release_end_to_end(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     search_ddgs.reset_canary_cache()
     model_dir = build_tiny_m3(tmp_path / "tiny-bge-m3")
+    clip_configs, clip_weights = build_tiny_open_clip(tmp_path / "tiny-clip")
     review_file = tmp_path / "concept_review.csv"
     runner = CliRunner()
 
@@ -159,6 +162,20 @@ def test_production_backends_build_a_valid_release_end_to_end(
                     "read_timeout_s": 5,
                     "retry": {"max_attempts": 2, "base_delay_s": 0.01, "max_delay_s": 0.02},
                 },
+                "image_dedup": {
+                    "embedding": {
+                        "embedder": {
+                            "model_name": "tiny-clip-test",
+                            "pretrained": str(clip_weights),
+                            "model_config_dir": str(clip_configs),
+                            "device": "cpu",
+                        },
+                        # A random model's cosines mean nothing: nothing may merge or queue on them here.
+                        "merge_min_cosine": 1.0,
+                        "review_min_cosine": 1.0,
+                    }
+                },
+                "tagging": {"backend": "gemini", "gemini": gemini_settings, "images_per_request": 4},
                 "release": {"root": str(tmp_path / "releases"), "version": "1.0.0"},
             }
         )
@@ -172,7 +189,9 @@ def test_production_backends_build_a_valid_release_end_to_end(
             mock.patch.object(DuckduckgoImages, "request", new=lambda engine, *a, **kw: ddg.request(*a, **kw)),
         ):
             summary = build_3xcm(config)
-        translation_requests = gemini.requests[generation_requests:]
+        translation_requests = [
+            r for r in gemini.requests[generation_requests:] if "translations" in r.schema_properties
+        ]
 
     # Concepts: the shipped ones asked for, plus only the accepted candidate.
     concepts = ws.read_table("concepts").to_pylist()
@@ -213,6 +232,18 @@ def test_production_backends_build_a_valid_release_end_to_end(
     catalog = ws.read_table("image_metadata")
     assert new_concept_id in set(catalog["concept_id"].to_pylist())
     assert pa.compute.sum(pa.compute.equal(catalog["concept_id"], new_concept_id)).as_py() > 0
+    # Every stored image has a tiny-CLIP embedding, and Gemini tagged every kept image, in batches of at most 4.
+    embeddings = ws.read_table("image_embeddings")
+    stored = {r["image_id"] for r in images if r["status"] == "ok"}
+    assert set(embeddings["image_id"].to_pylist()) == stored and not any(embeddings["error"].to_pylist())
+    assert all(m.startswith("open_clip:tiny-clip-test:") for m in embeddings["model_id"].to_pylist())
+    tags = ws.read_table("tags")
+    assert set(tags["tagger"].to_pylist()) == {"gemini"}
+    tag_requests = [r for r in gemini.requests if "images" in r.schema_properties]
+    sent = [sum("inlineData" in p or "inline_data" in p for p in r.body["contents"][0]["parts"]) for r in tag_requests]
+    sha_of = {r["image_id"]: r["sha256"] for r in images}
+    assert max(sent) <= 4 and sum(sent) == len({sha_of[i] for i in tags["image_id"].to_pylist()})  # once per image
+    assert set(catalog["tagger"].to_pylist()) == {"gemini"}
     # The API key reached the fake server, and nowhere else.
     assert all(r.api_key == API_KEY for r in gemini.requests)
     for folder in (tmp_path / "workspace", release_dir, prefect):

@@ -1,0 +1,293 @@
+"""Quality and speed of our file deduplicator against imagededup 0.3.3's PHash, on one synthetic corpus.
+
+    .venv/bin/python -m benchmarks.dedup_vs_imagededup.run [--seed 0] [--bases 240] [--repeats 3] [--workdir DIR]
+                                                           [--skip-imagededup] [--skip-ours] [--examples PNG]
+
+The corpus (corpus.py) is ~1,200 photo-like images with known groups: bases, one-transform copies of them, and
+hard-negative siblings that share a base's background and layout. Both tools see the same folder in the same run.
+
+- imagededup: `PHash().find_duplicates(image_dir, max_distance_threshold=10)` in its own virtual environment
+  (benchmarks/.venv-imagededup, installed on first use with uv), a fresh process per repeat. Its raw pairs are
+  scored; the transitive closure of those pairs is scored on a second line.
+- ours: `curation.file_dedup.dedup_files(paths, workers=2)` in this process, one fresh call per repeat. The pairs
+  inside its clusters (what the pipeline merges) are scored; review-band pairs are counted apart.
+
+Wall time is the median over repeats of the deduplication call alone (hashing included; interpreter start and
+imports excluded) for both tools. Targets: our F1 >= 0.99 with precision >= 0.995, and our wall time at most half
+of imagededup's. The last line printed is one JSON object with all figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from benchmarks.dedup_vs_imagededup.corpus import COPY_KINDS, CorpusTruth, generate_corpus, save_montage
+from benchmarks.dedup_vs_imagededup.metrics import (
+    Pair,
+    cluster_pairs,
+    connected_clusters,
+    evaluate,
+    normalise_pairs,
+    pair,
+    recall_by_kind,
+)
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGEDEDUP_VENV = ROOT / "benchmarks" / ".venv-imagededup"
+IMAGEDEDUP_SIDE = Path(__file__).resolve().parent / "imagededup_side.py"
+# torch is pinned to the version of our own venv so that uv links it from its cache instead of downloading it;
+# imagededup imports torch at import time even for PHash.
+IMAGEDEDUP_REQUIREMENTS = ("imagededup==0.3.3", "torch==2.14.1", "torchvision==0.29.1")
+# Targets of culturebench issue 4, "Quality benchmark against imagededup".
+TARGET_F1 = 0.99
+TARGET_PRECISION = 0.995
+TARGET_WALL_RATIO = 0.5
+
+
+def ensure_imagededup_venv(path: Path = IMAGEDEDUP_VENV) -> Path:
+    """Create `path` with imagededup installed unless its PHash already imports there; return its python."""
+    python = path / "bin" / "python"
+    check = [str(python), str(IMAGEDEDUP_SIDE), "--check"]
+    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+        return python
+    uv = ROOT / ".venv" / "bin" / "uv"
+    print(f"installing {' '.join(IMAGEDEDUP_REQUIREMENTS)} into {path} ...", flush=True)
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([str(uv), "venv", "--quiet", "--allow-existing", "--python", base, str(path)], check=True)
+    install = [str(uv), "pip", "install", "--quiet", "--python", str(python), *IMAGEDEDUP_REQUIREMENTS]
+    subprocess.run(install, check=True)
+    # Also compiles imagededup's bytecode once, untimed, so that no measured run pays for it.
+    subprocess.run(check, check=True)
+    return python
+
+
+@dataclass
+class SideRun:
+    """One tool's answer on the corpus (file names, not paths) and its timings."""
+
+    seconds: list[float]
+    pairs: set[Pair]  # what the tool declares to be duplicates
+    clusters: list[list[str]]
+    review: set[Pair] | None = None
+    process_seconds: list[float] = field(default_factory=list)
+    consistent: bool = True  # the same answer on every repeat
+
+    @property
+    def median_seconds(self) -> float:
+        return statistics.median(self.seconds)
+
+
+def child_env() -> dict[str, str]:
+    """The child may cache bytecode, as any installed tool does."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def run_imagededup(python: Path, image_dir: Path, repeats: int, log: Path) -> SideRun:
+    """`repeats` fresh processes of imagededup_side.py; the answer of the last, the timings of all."""
+    seconds, process_seconds, answers = [], [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        with open(log, "ab") as err:
+            proc = subprocess.run(
+                [str(python), str(IMAGEDEDUP_SIDE), str(image_dir)], stdout=subprocess.PIPE, stderr=err, env=child_env()
+            )
+        process_seconds.append(time.perf_counter() - start)
+        if proc.returncode != 0:
+            raise RuntimeError(f"imagededup failed (rc {proc.returncode}); see {log}")
+        answer = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+        seconds.append(answer["seconds"])
+        answers.append(normalise_pairs(answer["pairs"]))
+    pairs = answers[-1]
+    return SideRun(
+        seconds=seconds,
+        pairs=pairs,
+        clusters=connected_clusters(pairs),
+        process_seconds=process_seconds,
+        consistent=all(a == pairs for a in answers),
+    )
+
+
+def run_ours(paths: list[str], repeats: int, workers: int = 2) -> SideRun:
+    """`repeats` fresh calls of our detector in this process; the answer of the last, the timings of all."""
+    try:
+        from curation.file_dedup import dedup_files  # imported here so that --skip-ours runs without it
+    except ModuleNotFoundError as exc:
+        if exc.name != "curation.file_dedup":
+            raise
+        raise SystemExit("curation.file_dedup does not exist yet; run with --skip-ours") from exc
+    seconds, answers = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = dedup_files(paths, workers=workers)
+        seconds.append(time.perf_counter() - start)
+        clusters = sorted(sorted(Path(p).name for p in members) for members in result.clusters)
+        review = {pair(Path(a).name, Path(b).name) for a, b in result.review_pairs}
+        answers.append((clusters, review))
+    clusters, review = answers[-1]
+    return SideRun(
+        seconds=seconds,
+        pairs=cluster_pairs(clusters),
+        clusters=clusters,
+        review=review,
+        consistent=all(a == answers[-1] for a in answers),
+    )
+
+
+# -- report -----------------------------------------------------------------------------------------------------
+
+
+def side_figures(run: SideRun, truth: CorpusTruth, closure: bool) -> dict[str, object]:
+    figures = evaluate(run.pairs, truth, review=run.review)
+    figures["seconds_median"] = run.median_seconds
+    figures["seconds_runs"] = run.seconds
+    figures["clusters"] = len(run.clusters)
+    figures["largest_cluster"] = max((len(c) for c in run.clusters), default=0)
+    figures["consistent_across_repeats"] = run.consistent
+    if run.process_seconds:
+        figures["process_seconds_median"] = statistics.median(run.process_seconds)
+    if closure:
+        figures["closure"] = evaluate(cluster_pairs(run.clusters), truth)
+    return figures
+
+
+def print_report(truth: CorpusTruth, figures: dict, console: Console) -> None:
+    from rich.table import Table
+
+    main_rows = [(label, figures[key]) for key, label in (("ours", "ours (clusters)"), ("imagededup", "imagededup"))]
+    main_rows = [(label, f) for label, f in main_rows if f]
+    rows = list(main_rows)
+    if figures.get("imagededup"):
+        rows.append(("imagededup, closure", {**figures["imagededup"]["closure"], "seconds_median": None}))
+    table = Table(title=f"Pairwise duplicates: {len(truth.files)} files, {figures['true_pairs']} true pairs")
+    for column in ("", "precision", "recall", "F1", "pairs", "FP", "FN", "FP w/ siblings", "FP same family", "wall s"):
+        table.add_column(column, justify="right" if column else "left")
+    for label, f in rows:
+        wall = "" if f.get("seconds_median") is None else f"{f['seconds_median']:.2f}"
+        table.add_row(
+            label,
+            f"{f['precision']:.4f}",
+            f"{f['recall']:.4f}",
+            f"{f['f1']:.4f}",
+            str(f["predicted_pairs"]),
+            str(f["false_positives"]),
+            str(f["false_negatives"]),
+            str(f["fp_involving_siblings"]),
+            str(f["fp_same_family"]),
+            wall,
+        )
+    console.print(table)
+
+    kinds = Table(title="Recall per copy kind (in brackets: the copy vs its source only)")
+    for column in ("kind", "files", "pairs", *(label for label, _ in main_rows)):
+        kinds.add_column(column, justify="right" if column != "kind" else "left")
+    totals = recall_by_kind(set(), truth)
+    counts = truth.kind_counts()
+    for kind in COPY_KINDS:
+        cells = [kind, str(counts[kind]), str(totals[kind].total)]
+        for _, f in main_rows:
+            cells.append(f"{f['recall_by_kind'][kind]:.3f} ({f['recall_vs_source_by_kind'][kind]:.3f})")
+        kinds.add_row(*cells)
+    console.print(kinds)
+
+    ours = figures.get("ours")
+    if ours:
+        console.print(
+            f"ours: {ours['review_pairs']} review-band pairs, {ours['review_pairs_true']} of them true duplicates, "
+            f"{ours['review_pairs_missed_by_clusters']} true pairs only in the review band"
+        )
+    for side in ("ours", "imagededup"):
+        f = figures.get(side)
+        if f and not f["consistent_across_repeats"]:
+            console.print(f"[yellow]warning: {side} gave different answers across repeats; the last one is scored")
+    if figures.get("wall_ratio") is not None:
+        console.print(f"wall time ours / imagededup: {figures['wall_ratio']:.3f}")
+    for name, met in figures["met"].items():
+        if met is not None:
+            verdict = "[green]PASS" if met else "[red]FAIL"
+            console.print(f"target {name} ({figures['targets'][name]}): {verdict}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bases", type=int, default=240)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2, help="for corpus generation and our detector")
+    parser.add_argument("--workdir", type=Path, help="kept afterwards; default: a temporary folder, removed")
+    parser.add_argument("--skip-imagededup", action="store_true")
+    parser.add_argument("--skip-ours", action="store_true")
+    parser.add_argument("--examples", type=Path, help="write a montage of two corpus families to this PNG")
+    args = parser.parse_args(argv)
+
+    from rich.console import Console
+
+    console = Console(width=None if sys.stdout.isatty() else 150)  # piped output gets the whole table too
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="dedup-vs-imagededup-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        start = time.perf_counter()
+        truth = generate_corpus(workdir / "corpus", seed=args.seed, bases=args.bases, workers=args.workers)
+        corpus_seconds = time.perf_counter() - start
+        counts = dict(sorted(truth.kind_counts().items()))
+        console.print(f"corpus: {len(truth.files)} files in {corpus_seconds:.1f} s under {truth.image_dir}: {counts}")
+        if args.examples:
+            console.print(f"examples: {save_montage(truth, args.examples)}")
+
+        figures: dict = {
+            "seed": args.seed,
+            "bases": args.bases,
+            "files": len(truth.files),
+            "kind_counts": counts,
+            "true_pairs": len(truth.true_pairs()),
+            "corpus_seconds": corpus_seconds,
+            "repeats": args.repeats,
+            "ours": None,
+            "imagededup": None,
+        }
+        if not args.skip_imagededup:
+            python = ensure_imagededup_venv()
+            console.print(f"imagededup PHash: {args.repeats} runs ...")
+            run = run_imagededup(python, truth.image_dir, args.repeats, workdir / "imagededup.log")
+            (workdir / "imagededup_pairs.json").write_text(json.dumps(sorted(run.pairs)))
+            figures["imagededup"] = side_figures(run, truth, closure=True)
+        if not args.skip_ours:
+            console.print(f"ours: {args.repeats} runs ...")
+            run = run_ours(truth.paths(), args.repeats, workers=args.workers)
+            (workdir / "ours_clusters.json").write_text(json.dumps(run.clusters))
+            (workdir / "ours_review_pairs.json").write_text(json.dumps(sorted(run.review or ())))
+            figures["ours"] = side_figures(run, truth, closure=False)
+
+        ours, theirs = figures["ours"], figures["imagededup"]
+        both = ours is not None and theirs is not None
+        figures["wall_ratio"] = ours["seconds_median"] / theirs["seconds_median"] if both else None
+        figures["targets"] = {"f1": TARGET_F1, "precision": TARGET_PRECISION, "wall_ratio": TARGET_WALL_RATIO}
+        figures["met"] = {
+            "f1": ours["f1"] >= TARGET_F1 if ours else None,
+            "precision": ours["precision"] >= TARGET_PRECISION if ours else None,
+            "wall_ratio": figures["wall_ratio"] <= TARGET_WALL_RATIO if both else None,
+        }
+        (workdir / "results.json").write_text(json.dumps(figures, indent=1))
+        print_report(truth, figures, console)
+        print(json.dumps(figures), flush=True)  # plain print: rich would wrap the line
+        return figures
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
