@@ -6,6 +6,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
+from catalog_rows import catalog_row
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,39 +29,15 @@ def group(country: str) -> str:
 def make_catalog(images: list[tuple[str, int, frozenset[int]]]) -> pa.Table:
     """Rows in catalog order from (country, concept_id, extra tags)."""
     order = {name: i for i, name in enumerate(COUNTRY_NAMES)}
-    names = {c.concept_id: c.concept for c in reference.concepts()}
     ranks: Counter = Counter()
     rows = []
     for country, concept_id, extra in sorted(images, key=lambda x: (x[1], order[x[0]])):
         rank = ranks[(country, concept_id)]
         ranks[(country, concept_id)] += 1
-        c = reference.country_by_name()[country]
-        rows.append(
-            {
-                "index_in_dataset": len(rows),
-                "image_id": f"{c.slug}-{concept_id}-{rank}-eng",
-                "concept_id": concept_id,
-                "concept": names[concept_id],
-                "concept_in_native": reference.language_pack(c.language_code).concepts[concept_id].text,
-                "concept_country": f"{names[concept_id]} {country}",
-                "country": country,
-                "language_code": c.language_code,
-                "language_group": c.language_group,
-                "title": None,
-                "query": f"{names[concept_id]} {country}",
-                "query_lang": "eng",
-                "rank": rank,
-                "url": f"x/{len(rows)}.jpg",
-                "source_page": None,
-                "sha256": f"{len(rows):064x}",
-                "num_bytes": 1000,
-                "width": 100,
-                "height": 100,
-                "format": "JPEG",
-                "tags": [concept_id, *sorted(extra - {concept_id})],
-                "tagger": "test",
-            }
-        )
+        slug = reference.country_by_name()[country].slug
+        tags = [concept_id, *sorted(extra - {concept_id})]
+        image_id = f"{slug}-{concept_id}-{rank}-eng"
+        rows.append(catalog_row(len(rows), image_id, country, concept_id, rank, tags, "test"))
     return pa.Table.from_pylist(rows, schema=CATALOG)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from catalog_rows import catalog_row
 from fake_gemini import FakeGemini, RecordedRequest, Reply, json_reply, text_reply
 from PIL import Image, ImageStat
 from pydantic import TypeAdapter, ValidationError
@@ -343,36 +344,24 @@ DANCE, COSTUME, DRINK = 29, 27, 36
 
 def catalog_from_tags(images: list[tuple[str, int]], tags: pa.Table) -> pa.Table:
     """CATALOG rows (already in catalog order) for (country, concept id), with the tagging stage's tags."""
-    names = {c.concept_id: c.concept for c in reference.concepts()}
     tag_rows = by_image(tags)
     rows = []
     for index, (country, concept_id) in enumerate(images):
-        c = reference.country_by_name()[country]
+        tagged = tag_rows[f"img-{index}"]
         rows.append(
-            {
-                "index_in_dataset": index,
-                "image_id": f"img-{index}",
-                "concept_id": concept_id,
-                "concept": names[concept_id],
-                "concept_in_native": reference.language_pack(c.language_code).concepts[concept_id].text,
-                "concept_country": f"{names[concept_id]} {country}",
-                "country": country,
-                "language_code": c.language_code,
-                "language_group": c.language_group,
-                "title": None,
-                "query": f"{names[concept_id]} {country}",
-                "query_lang": "eng",
-                "rank": index,
-                "url": f"x/{index}.jpg",
-                "source_page": None,
-                "sha256": sha(index),
-                "num_bytes": 1000,
-                "width": 64,
-                "height": 48,
-                "format": "PNG",
-                "tags": tag_rows[f"img-{index}"]["concept_ids"],
-                "tagger": tag_rows[f"img-{index}"]["tagger"],
-            }
+            catalog_row(
+                index,
+                f"img-{index}",
+                country,
+                concept_id,
+                index,
+                tagged["concept_ids"],
+                tagged["tagger"],
+                sha256=sha(index),
+                width=64,
+                height=48,
+                format="PNG",
+            )
         )
     return pa.Table.from_pylist(rows, schema=CATALOG)
 
