@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from curation.embedding_pairs import group_slices, similar_pairs
 from curation.image_align import AlignedScorer
 from curation.image_embeddings import OpenClipEmbeddingConfig
+from curation.image_hashing import hamming_within
 from curation.unionfind import UnionFind
 from data.schemas import DEDUP_PAIRS, IMAGE_DEDUP, REVIEW_QUEUE
 
@@ -209,8 +210,6 @@ def hamming_pairs(
     hashes: np.ndarray, scopes: np.ndarray, valid: np.ndarray, max_distance: int, block: int = 2048
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pairs within each scope with Hamming distance <= max_distance, in bulk over blocks."""
-    from curation.image_hashing import hamming_within
-
     order, slices = group_slices(scopes)
     found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for start, stop in slices:

@@ -70,11 +70,15 @@ class Registry(Generic[T]):
 
 
 def stats_from_table(stage: str, table: pa.Table, rows_in: int | None = None, **extra: Any) -> StageStats:
-    """Count kept and dropped rows of a collection table (status/error) or a decision table (keep/reason)."""
+    """Count kept and dropped rows of a collection table (status/error), a decision table (keep/reason), or a
+    derived table whose failed rows carry an error (`Class: detail`, counted by class)."""
     names = table.column_names
     if "status" in names:
         kept_mask = pc.equal(table["status"], STATUS_OK)
         reasons = table.filter(pc.invert(kept_mask))["error"].to_pylist()
+    elif "error" in names:
+        kept_mask = pc.is_null(table["error"])
+        reasons = [e.split(":", 1)[0] for e in table.filter(pc.invert(kept_mask))["error"].to_pylist()]
     elif "keep" in names:
         kept_mask = table["keep"]
         reasons = table.filter(pc.invert(kept_mask))["reason"].to_pylist()

@@ -236,22 +236,9 @@ def _image_hashes(ctx: StageContext) -> StageMarker:
         shard_size=settings.shard_size,
         process=lambda chunk: hash_images(chunk, ctx.ws.blobs, settings.workers),
         schema=schemas.IMAGE_HASHES,
-        summarize=lambda t: _failed_rows_stats("image_hashes", t),
+        summarize=lambda t: stats_from_table("image_hashes", t),
         on_shard=ctx.on_shard("image_hashes"),
     )
-
-
-def _failed_rows_stats(stage: str, table: pa.Table) -> StageStats:
-    """Rows with an error are the dropped ones (an image that stored fine but no longer decodes)."""
-    errors = [e for e in table["error"].to_pylist() if e is not None]
-    reasons: dict[str, int] = {}
-    for error in errors:
-        key = error.split(":", 1)[0]
-        reasons[key] = reasons.get(key, 0) + 1
-    return StageStats(
-        stage=stage, rows_in=table.num_rows, kept=table.num_rows - len(errors), dropped=len(errors),
-        dropped_by_reason=dict(sorted(reasons.items())),
-    )  # fmt: skip
 
 
 def _image_embeddings(ctx: StageContext) -> StageMarker:
@@ -276,7 +263,7 @@ def _image_embeddings(ctx: StageContext) -> StageMarker:
         shard_size=tier.shard_size,
         process=process,
         schema=schemas.IMAGE_EMBEDDINGS,
-        summarize=lambda t: _failed_rows_stats("image_embeddings", t),
+        summarize=lambda t: stats_from_table("image_embeddings", t),
         on_shard=ctx.on_shard("image_embeddings"),
     )
 
