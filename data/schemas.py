@@ -14,7 +14,7 @@ STATUS_FAILED = "failed"
 DEMO_CORPUS = pa.schema(
     [
         pa.field("path", pa.string(), nullable=False),  # relative to the corpus root
-        pa.field("role", pa.string(), nullable=False),  # original | duplicate:<kind> | bad_file
+        pa.field("role", pa.string(), nullable=False),  # original | duplicate:<kind> | lookalike:<kind> | bad_file
         pa.field("duplicate_of", pa.string()),
         pa.field("expected_error", pa.string()),
     ]
@@ -218,9 +218,70 @@ REVIEW = pa.schema(
         pa.field("image_id", pa.string(), nullable=False),
         pa.field("keep", pa.bool_(), nullable=False),
         pa.field("automatic_keep", pa.bool_(), nullable=False),
-        pa.field("reviewer", pa.string(), nullable=False),  # auto_accept | label_studio | ...
+        pa.field("reviewer", pa.string(), nullable=False),  # auto_accept | label_studio | label_studio_files
         pa.field("policy", pa.string(), nullable=False),
         pa.field("reason", pa.string()),
+    ]
+)
+
+REVIEW_DECISIONS = pa.schema(
+    [
+        # One row per reviewed item (a queued pair, a synthesis attempt): the majority over its annotators.
+        pa.field("review", pa.string(), nullable=False),  # duplicate_review | synthesis_qa
+        pa.field("item_key", pa.string(), nullable=False),  # image_a|image_b, or the attempt id
+        pa.field("task_id", pa.int64()),  # the Label Studio task
+        pa.field("status", pa.string(), nullable=False),  # decided | undecided | pending
+        pa.field("decision", pa.string()),  # a choice name of the labeling config; null unless decided
+        pa.field("reason", pa.string()),  # why it is not decided
+        pa.field("votes", pa.string(), nullable=False),  # JSON {choice: count}
+        pa.field("annotations", pa.int32(), nullable=False),
+        pa.field("annotators", pa.list_(pa.string()), nullable=False),
+        pa.field("majority_share", pa.float32()),
+    ]
+)
+
+SYNTHESIS_QA_CANDIDATES = pa.schema(
+    [
+        # What the MixCuBe flow sends to synthesis QA: attempts that passed the automatic filters (App. A.6).
+        pa.field("attempt_id", pa.string(), nullable=False),
+        pa.field("original_id", pa.string(), nullable=False),
+        pa.field("ethnicity", pa.string(), nullable=False),
+        pa.field("attempt", pa.int32(), nullable=False),
+        pa.field("original_sha256", pa.string(), nullable=False),  # blob keys
+        pa.field("synthesized_sha256", pa.string(), nullable=False),
+        pa.field("mask_sha256", pa.string(), nullable=False),
+        pa.field("prompt", pa.string(), nullable=False),
+        pa.field("brisque", pa.float32()),
+        pa.field("clip_similarity", pa.float32()),
+    ]
+)
+
+SYNTHESIS_QA = pa.schema(
+    [
+        pa.field("attempt_id", pa.string(), nullable=False),
+        pa.field("original_id", pa.string(), nullable=False),
+        pa.field("ethnicity", pa.string(), nullable=False),
+        pa.field("keep", pa.bool_(), nullable=False),  # accepted by the reviewers (or the auto-accept policy)
+        pa.field("status", pa.string(), nullable=False),  # decided | undecided | pending
+        # accept | reject_artifacts | reject_cultural_marker | retry_prompt | fix_mask
+        pa.field("decision", pa.string()),
+        pa.field("reviewer", pa.string(), nullable=False),
+        pa.field("policy", pa.string(), nullable=False),
+        pa.field("reason", pa.string()),
+    ]
+)
+
+RESYNTHESIS_REQUESTS = pa.schema(
+    [
+        # Consumed by the MixCuBe flow: each row becomes a new attempt; earlier attempts are never overwritten.
+        pa.field("attempt_id", pa.string(), nullable=False),  # the reviewed attempt
+        pa.field("original_id", pa.string(), nullable=False),
+        pa.field("ethnicity", pa.string(), nullable=False),
+        pa.field("next_attempt", pa.int32(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),  # retry_prompt | fix_mask
+        pa.field("prompt", pa.string()),  # the tailored prompt (retry_prompt)
+        pa.field("mask_sha256", pa.string()),  # blob key of the painted mask PNG (fix_mask)
+        pa.field("requested_by", pa.list_(pa.string()), nullable=False),
     ]
 )
 

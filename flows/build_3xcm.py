@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger, suspend_flow_run, task
 from prefect.artifacts import (
     create_markdown_artifact,
     create_progress_artifact,
@@ -18,8 +18,11 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
+from prefect.input import RunInput
 from pydantic import BaseModel, Field
 
+from annotation.collect import ReviewPending
 from data import release_3xcm
 from data.provenance import code_version, redact, reference_data_sha256
 from data.release import ReleaseResult
@@ -64,7 +67,9 @@ def provenance(config: Build3XCMConfig, ws: Workspace) -> dict[str, Any]:
             "assembly": config.assembly.seed,
             "demo_corpus": config.demo_corpus.seed if config.demo_corpus else None,
         },
-        "backends": backends(config),
+        # Who actually reviewed: the files backend falls back on auto-accept until a completed export arrives.
+        "backends": {**backends(config), "review": by_name["review"].extra.get("review", {}).get("reviewer", "?")},
+        "review": by_name["review"].extra.get("review", {}),
         "stage_fingerprints": stage_fingerprints(config),
         "stage_stats": [s.model_dump(mode="json") for s in stats],
         "reuse": by_name["assembly"].extra.get("reuse", {}),
@@ -85,15 +90,37 @@ def release(config: Build3XCMConfig) -> ReleaseResult:
     )
 
 
+class StageRun(BaseModel):
+    stage: str
+    status: Literal["done", "skipped", "waiting"]
+    detail: str = ""
+
+
+class ReviewResume(RunInput):
+    """What an operator (or the sync-reviews deployment) sends to resume a build that waits for reviews."""
+
+    close_review: bool = Field(
+        default=False,
+        description="Import now even if tasks still lack annotations; those items are undecided and reported.",
+    )
+    note: str = Field(default="", description="Why the build was resumed (kept in the run's logs).")
+
+
 def execute(
     config: Build3XCMConfig,
-    run: Callable[[str], tuple[Any, bool]],
+    run: Callable[[str, bool], StageRun],
+    wait: Callable[[StageRun, int], ReviewResume],
     do_release: Callable[[], ReleaseResult],
 ) -> BuildSummary:
+    """Run the stages in order. A stage that waits for reviewers calls `wait`, then runs again with its answer."""
     skipped = []
     for stage in STAGES:
-        _, was_skipped = run(stage.name)
-        if was_skipped:
+        outcome, waits = run(stage.name, False), 0
+        while outcome.status == "waiting":
+            answer = wait(outcome, waits)
+            waits += 1
+            outcome = run(stage.name, answer.close_review)
+        if outcome.status == "skipped":
             skipped.append(stage.name)
     result = do_release()
     ws = Workspace(config.workspace_root, config.resolved_build_id())
@@ -110,9 +137,19 @@ def execute(
     )
 
 
-def build_locally(config: Build3XCMConfig, progress: Progress | None = None) -> BuildSummary:
-    """The whole build in this process, without Prefect."""
-    return execute(config, lambda name: run_stage(name, config, progress), lambda: release(config))
+def build_locally(
+    config: Build3XCMConfig, progress: Progress | None = None, close_reviews: bool = False
+) -> BuildSummary:
+    """The whole build in this process, without Prefect. Open reviews raise `ReviewPending`: rerun when done."""
+
+    def run(name: str, close: bool) -> StageRun:
+        _, skipped = run_stage(name, config, progress, accept_incomplete=close or close_reviews)
+        return StageRun(stage=name, status="skipped" if skipped else "done")
+
+    def cannot_wait(outcome: StageRun, waits: int) -> ReviewResume:
+        raise AssertionError("run_stage raises ReviewPending; it never returns a waiting stage")
+
+    return execute(config, run, cannot_wait, lambda: release(config))
 
 
 # -- Prefect -------------------------------------------------------------------------------------------------------
@@ -146,8 +183,17 @@ class ProgressArtifact:
 
 
 @task(cache_policy=NO_CACHE)
-def stage_task(name: str, config: Build3XCMConfig) -> bool:
-    marker, skipped = run_stage(name, config, ProgressArtifact())
+def stage_task(name: str, config: Build3XCMConfig, close_reviews: bool = False) -> StageRun:
+    try:
+        marker, skipped = run_stage(name, config, ProgressArtifact(), accept_incomplete=close_reviews)
+    except ReviewPending as pending:
+        get_run_logger().info("%s: waiting for reviewers: %s", name, pending)
+        create_markdown_artifact(
+            key=_artifact_key(f"{name}-waiting"),
+            markdown=f"# Waiting for reviewers\n\n{pending}\n\nLabel Studio: {file_link(pending.location)}\n",
+            description=f"Stage `{name}` waits for annotations.",
+        )
+        return StageRun(stage=name, status="waiting", detail=str(pending))
     ws = Workspace(config.workspace_root, config.resolved_build_id())
     stats = ws.stats(name)
     get_run_logger().info(
@@ -177,7 +223,29 @@ def stage_task(name: str, config: Build3XCMConfig) -> bool:
             table=ws.read_extra_table(name, summary_table).to_pylist(),
             description=f"Stage `{name}`: {summary_table.replace('_', ' ')}.",
         )
-    return skipped
+    return StageRun(stage=name, status="skipped" if skipped else "done")
+
+
+def wait_for_reviews(config: Build3XCMConfig, outcome: StageRun, waits: int) -> ReviewResume:
+    """Suspend the run (the worker is freed) until it is resumed with a `ReviewResume`.
+
+    Suspension needs a deployment: the worker starts the run again on resume, finished stages are skipped, and the
+    keyed suspend returns the input it was given. A run without a deployment cannot be started again, so it stops
+    with the pending message instead; rerunning the build resumes it.
+    """
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None or context.flow_run.deployment_id is None:
+        raise ReviewsNotFinished(f"{outcome.detail}; run a deployment to wait for them, or rerun this build later")
+    fingerprints = stage_fingerprints(config)
+    timeout = getattr(config.review, "wait_timeout_s", None)
+    key = f"{outcome.stage}-{fingerprints[outcome.stage][:12]}-{waits}"
+    answer = suspend_flow_run(wait_for_input=ReviewResume, key=key, timeout=timeout)
+    get_run_logger().info("resumed %s (close_review=%s): %s", outcome.stage, answer.close_review, answer.note)
+    return answer
+
+
+class ReviewsNotFinished(RuntimeError):
+    """A run outside a deployment met an open review."""
 
 
 @task(name="release", cache_policy=NO_CACHE)
@@ -185,12 +253,18 @@ def release_task(config: Build3XCMConfig) -> ReleaseResult:
     return release(config)
 
 
-@flow(name="build-3xcm", log_prints=True)
-def build_3xcm(config: Build3XCMConfig = Build3XCMConfig.demo()) -> BuildSummary:  # noqa: B008
-    """Build and release 3XCM; stages that already finished for this config are skipped."""
+@flow(name="build-3xcm", log_prints=True, persist_result=True)
+def build_3xcm(
+    config: Build3XCMConfig = Build3XCMConfig.demo(),  # noqa: B008
+    close_reviews: bool = False,
+) -> BuildSummary:
+    """Build and release 3XCM; stages that already finished for this config are skipped. An open review suspends
+    the run until the reviewers are done (resume it from the UI, or let the sync-reviews deployment do it).
+    `close_reviews` imports open reviews as they stand: items short of annotations are undecided and reported."""
     summary = execute(
         config,
-        lambda name: (None, stage_task.with_options(name=name)(name, config)),
+        lambda name, close: stage_task.with_options(name=name)(name, config, close or close_reviews),
+        lambda outcome, waits: wait_for_reviews(config, outcome, waits),
         lambda: release_task(config),
     )
     create_markdown_artifact(

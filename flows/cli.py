@@ -55,8 +55,11 @@ def build_3xcm_command(
     release_root: Annotated[str | None, typer.Option(help="Release root (fsspec URL).")] = None,
     version: Annotated[str | None, typer.Option(help="Release version (semver).")] = None,
     build_id: Annotated[str | None, typer.Option(help="Build id (default: derived from the config).")] = None,
+    close_reviews: Annotated[
+        bool, typer.Option(help="Import open reviews as they stand; items short of annotations are undecided.")
+    ] = False,
 ) -> None:
-    """Build 3XCM and write a versioned release."""
+    """Build 3XCM and write a versioned release. Exits with 3 while reviewers are still at work."""
     try:
         overrides = _overrides(workspace_root, release_root, version, build_id)
         cfg = load_config(config, demo=demo, overrides=overrides) if config else build_config({}, demo, overrides)
@@ -68,17 +71,21 @@ def build_3xcm_command(
 
     if engine is Engine.prefect:
         _prepare_prefect_environment()
+    from annotation.collect import ReviewPending
     from data.release import ReleaseExistsError
-    from flows.build_3xcm import build_3xcm, build_locally
+    from flows.build_3xcm import ReviewsNotFinished, build_3xcm, build_locally
     from flows.stages_3xcm import BuildValidationError
 
     console.print(f"build id [bold]{cfg.resolved_build_id()}[/bold], workspace {cfg.workspace_root}")
     try:
         if engine is Engine.local:
             with _progress() as progress:
-                summary = build_locally(cfg, progress=progress)
+                summary = build_locally(cfg, progress=progress, close_reviews=close_reviews)
         else:
-            summary = build_3xcm(cfg)
+            summary = build_3xcm(cfg, close_reviews=close_reviews)
+    except (ReviewPending, ReviewsNotFinished) as exc:
+        console.print(f"[yellow]waiting for reviewers:[/yellow] {exc}\nRerun the same command when they are done.")
+        raise typer.Exit(3) from None
     except BuildValidationError as exc:
         console.print(f"[red]validation failed, nothing released:[/red]\n{exc}")
         raise typer.Exit(1) from None

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from annotation.review import ReviewConfig
+from annotation.backends import LabelStudioFilesReviewConfig, ReviewConfig
 from collectors.concepts import ConceptsConfig, ShippedConceptsConfig
 from collectors.demo_corpus import DEMO_CONCEPTS, DEMO_COUNTRIES, DemoCorpusConfig
 from collectors.fetch import FetchConfig
@@ -53,7 +53,10 @@ class Build3XCMConfig(BaseModel):
         default_factory=ImportConfig, description="How hits are fetched: local fsspec import or the HTTP downloader."
     )
     image_dedup: ImageDedupConfig = Field(default_factory=ImageDedupConfig)
-    review: ReviewConfig = Field(default_factory=ReviewConfig)
+    review: ReviewConfig = Field(
+        default_factory=LabelStudioFilesReviewConfig,
+        description="Human review of the ambiguous near-duplicate pairs (Label Studio server, files, or auto-accept).",
+    )
     tagging: TaggingConfig = Field(default_factory=OwnConceptTaggingConfig)
     assembly: AssemblyConfig = Field(default_factory=AssemblyConfig)
     release: ReleaseConfig = Field(default_factory=ReleaseConfig)

@@ -6,15 +6,19 @@ config reruns that stage and everything after it, and an unchanged one is skippe
 
 from __future__ import annotations
 
+import hashlib
+import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import fsspec
 import pyarrow as pa
 
-from annotation.review import run_review
+from annotation.backends import AUTO_ACCEPT, LabelStudioFilesReviewConfig, ReviewContext
+from annotation.review import ReviewImage, image_extension, run_review
 from collectors.concept_generation import review_file_sha256
 from collectors.concepts import run_concepts
 from collectors.demo_corpus import generate_demo_corpus
@@ -50,6 +54,7 @@ class StageContext:
     ws: Workspace
     fingerprint: str
     progress: Progress | None = None
+    accept_incomplete: bool = False  # an operator closed the open reviews: missing votes become undecided
 
     def table(self, stage: str) -> pa.Table:
         return self.ws.read_table(stage)
@@ -85,6 +90,10 @@ def _demo_corpus(ctx: StageContext) -> StageMarker:
                 "expected_error": None,
             }
             for d in truth.duplicates
+        ]
+        rows += [
+            {"path": d.path, "role": f"lookalike:{d.kind}", "duplicate_of": d.duplicate_of, "expected_error": None}
+            for d in truth.lookalikes
         ]
         rows += [
             {"path": p, "role": "bad_file", "duplicate_of": None, "expected_error": e}
@@ -304,11 +313,42 @@ def _image_dedup(ctx: StageContext) -> StageMarker:
     )
 
 
+def review_context(ctx: StageContext) -> ReviewContext:
+    storage = ctx.ws.storage
+    local = "file" in storage.fs.protocol
+    return ReviewContext(
+        build_id=ctx.ws.build_id,
+        # Label Studio reads the export from a local disk; a remote workspace exports to the temp folder.
+        files_folder=Path(ctx.ws.file_path() if local else tempfile.gettempdir()) / ("" if local else ctx.ws.build_id),
+        load_blob=ctx.ws.blobs.get,
+        blob_path=(lambda sha: ctx.ws.blobs.path(sha)) if local else (lambda sha: None),
+        accept_incomplete=ctx.accept_incomplete,
+    )
+
+
 def _review(ctx: StageContext) -> StageMarker:
     queue = ctx.ws.read_extra_table("image_dedup", "review_queue")
-    table = run_review(ctx.config.review, ctx.table("image_dedup"), queue)
-    stats = stats_from_table("review", table, review_queue_pairs=queue.num_rows)
-    return ctx.ws.write_stage("review", ctx.fingerprint, table, schemas.REVIEW, stats)
+    images = {
+        row["image_id"]: ReviewImage(row["sha256"], image_extension(row["format"]), row["width"] * row["height"])
+        for row in stored_images(ctx)
+    }
+    out = run_review(ctx.config.review, ctx.table("image_dedup"), queue, images, review_context(ctx))
+    stats = stats_from_table(
+        "review",
+        out.table,
+        review_queue_pairs=queue.num_rows,
+        review=out.round.stats() if out.round else {"reviewer": AUTO_ACCEPT},
+        disagreements=out.round.agreement.disagreements[:50] if out.round else [],
+    )
+    decisions = out.round.decisions if out.round else schemas.empty(schemas.REVIEW_DECISIONS)
+    return ctx.ws.write_stage(
+        "review",
+        ctx.fingerprint,
+        out.table,
+        schemas.REVIEW,
+        stats,
+        extra_tables={"decisions": (decisions, schemas.REVIEW_DECISIONS)},
+    )
 
 
 def _tags(ctx: StageContext) -> StageMarker:
@@ -400,6 +440,15 @@ def _validation(ctx: StageContext) -> StageMarker:
     return ctx.ws.write_stage("validation", ctx.fingerprint, table, schemas.VIOLATIONS, stats)
 
 
+def review_settings(config: Build3XCMConfig) -> Any:
+    """A new completed export at the same path is new input: its content is part of the fingerprint."""
+    review = config.review
+    if isinstance(review, LabelStudioFilesReviewConfig) and review.completed_export:
+        with fsspec.open(review.completed_export, "rb") as handle:
+            return (review, hashlib.sha256(handle.read()).hexdigest())
+    return review
+
+
 def embedding_settings(config: Build3XCMConfig) -> Any:
     """Only what changes the vectors: thresholds are the dedup stage's business."""
     tier = config.image_dedup.embedding
@@ -407,7 +456,7 @@ def embedding_settings(config: Build3XCMConfig) -> Any:
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("demo_corpus", 1, (), lambda c: c.demo_corpus, _demo_corpus),
+    Stage("demo_corpus", 2, (), lambda c: c.demo_corpus, _demo_corpus),
     Stage("concepts", 1, (), concepts_settings, _concepts),
     Stage("concept_dedup", 1, ("concepts",), lambda c: c.concept_dedup, _concept_dedup),
     Stage("translations", 1, ("concept_dedup",), lambda c: (c.translations, c.language_codes), _translations),
@@ -422,7 +471,7 @@ STAGES: tuple[Stage, ...] = (
         lambda c: c.image_dedup.model_dump(exclude={"shard_size", "workers"}),
         _image_dedup,
     ),
-    Stage("review", 1, ("image_dedup",), lambda c: c.review, _review),
+    Stage("review", 2, ("image_dedup",), review_settings, _review),
     Stage("tags", 1, ("concept_dedup", "review"), lambda c: c.tagging, _tags),
     Stage("image_metadata", 1, ("tags",), lambda c: None, _image_metadata),
     Stage(
@@ -445,12 +494,17 @@ def stage_fingerprints(config: Build3XCMConfig) -> dict[str, str]:
     return out
 
 
-def run_stage(name: str, config: Build3XCMConfig, progress: Progress | None = None) -> tuple[StageMarker, bool]:
-    """Run one stage unless its output with the same fingerprint exists. Returns (marker, skipped)."""
+def run_stage(
+    name: str, config: Build3XCMConfig, progress: Progress | None = None, accept_incomplete: bool = False
+) -> tuple[StageMarker, bool]:
+    """Run one stage unless its output with the same fingerprint exists. Returns (marker, skipped).
+
+    The review stage raises `ReviewPending` while annotators are at work; it writes nothing until they are done."""
     stage = STAGE_BY_NAME[name]
     ws = Workspace(config.workspace_root, config.resolved_build_id())
     fp = stage_fingerprints(config)[name]
     marker = ws.marker(name)
     if marker is not None and marker.fingerprint == fp:
         return marker, True
-    return stage.run(StageContext(config=config, ws=ws, fingerprint=fp, progress=progress)), False
+    context = StageContext(config=config, ws=ws, fingerprint=fp, progress=progress, accept_incomplete=accept_incomplete)
+    return stage.run(context), False

@@ -1,0 +1,111 @@
+"""The review backends shared by both reviews, and how a review of one kind finds its backend.
+
+- `label_studio`: a Label Studio server (annotation/label_studio.py).
+- `label_studio_files` (embedded default): importable task files plus a completed JSON export as the input
+  (annotation/task_files.py); until an export is given, the auto-accept policy applies (recorded) or the build waits.
+- `auto_accept`: every automatic decision stands, and each row says no human looked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from annotation.collect import ReviewTarget
+from annotation.label_configs import SPECS, ReviewKind
+from annotation.label_studio import LabelStudioProject, LabelStudioServerConfig
+from annotation.task_files import TaskFiles
+from annotation.tasks import MediaFolder
+
+AUTO_ACCEPT = "auto_accept"
+
+
+class AutoAcceptReviewConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["auto_accept"] = "auto_accept"
+
+
+class LabelStudioFilesReviewConfig(BaseModel):
+    """Offline: write importable task files; read a completed Label Studio JSON export back."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["label_studio_files"] = "label_studio_files"
+    annotators: int = Field(default=3, ge=1, le=20, description="Annotators per task (3XCM §3.2.1: three).")
+    completed_export: str | None = Field(
+        default=None, description="fsspec path of the project's completed Label Studio JSON export."
+    )
+    document_root: str | None = Field(
+        default=None,
+        description="LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT the image URLs are written for; default: the build's "
+        "files folder.",
+    )
+    when_unreviewed: Literal["auto_accept", "wait"] = Field(
+        default="auto_accept",
+        description="Without a completed export: apply the auto-accept policy (recorded) or wait for the export.",
+    )
+
+
+class LabelStudioReviewConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["label_studio"] = "label_studio"
+    server: LabelStudioServerConfig
+    annotators: int = Field(default=3, ge=1, le=20, description="Annotators per task (3XCM §3.2.1: three).")
+    wait_timeout_s: int | None = Field(
+        default=None, ge=60, description="How long a suspended build waits for the reviews; None waits forever."
+    )
+
+
+ReviewConfig = Annotated[
+    AutoAcceptReviewConfig | LabelStudioFilesReviewConfig | LabelStudioReviewConfig, Field(discriminator="backend")
+]
+
+
+@dataclass
+class ReviewContext:
+    """What the stage hands the review: where the build lives and how to read an image."""
+
+    build_id: str
+    files_folder: Path  # local folder of the build's files (the offline export goes below it)
+    load_blob: Callable[[str], bytes]  # sha256 -> bytes
+    blob_path: Callable[[str], str | None]  # sha256 -> local file of the blob, when there is one (for hard links)
+    accept_incomplete: bool = False  # the operator closed the review
+
+
+def review_target(
+    config: ReviewConfig, kind: ReviewKind, ctx: ReviewContext
+) -> tuple[ReviewTarget, MediaFolder] | None:
+    """The backend of a review of `kind` for this build, with the folder its images are served from."""
+    spec = SPECS[kind]
+    if isinstance(config, LabelStudioReviewConfig):
+        root = Path(config.server.export_root or Path(config.server.document_root) / "culturebench")
+        media = MediaFolder(root / ctx.build_id / kind, config.server.document_root)
+        project = LabelStudioProject(config.server, spec, ctx.build_id, config.annotators)
+        project.ensure_storage(str(media.folder))
+        return project, media
+    if isinstance(config, LabelStudioFilesReviewConfig):
+        folder = ctx.files_folder / "label_studio" / kind
+        media = MediaFolder(folder / "images", config.document_root or ctx.files_folder)
+        files = TaskFiles(folder, spec, ctx.build_id, config.annotators, media.document_root, config.completed_export)
+        return files, media
+    return None
+
+
+def unreviewed_auto_accept(config: ReviewConfig) -> bool:
+    """The files backend without a completed export, set to fall back on auto-accept."""
+    return (
+        isinstance(config, LabelStudioFilesReviewConfig)
+        and config.when_unreviewed == "auto_accept"
+        and not config.completed_export
+    )
+
+
+def publisher(media: MediaFolder, ctx: ReviewContext) -> Callable[[str, str], str]:
+    """(sha256, extension) -> the Label Studio URL of that blob in the review's export folder."""
+    return lambda sha, ext: media.publish(sha, ext, lambda: ctx.load_blob(sha), ctx.blob_path(sha))
