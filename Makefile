@@ -6,10 +6,14 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# Label Studio pins conflict with Prefect's (python-json-logger, Django): it gets a virtual environment of its own.
+LS_VENV ?= .venv-labelstudio
+LS_STAMP := $(LS_VENV)/.installed-stamp
+CHROMIUM ?= /usr/bin/chromium
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export DO_NOT_TRACK ?= 1
 
-.PHONY: demo test lint lock venv clean
+.PHONY: demo test lint lock venv clean label-studio browser
 
 venv: $(STAMP)
 
@@ -20,10 +24,25 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/uv pip install --python $(BIN)/python --no-deps -e .
 	touch $@
 
+# The tests start a real Label Studio server from this venv.
+label-studio: $(LS_STAMP)
+
+$(LS_STAMP): requirements-labelstudio.lock
+	test -x $(LS_VENV)/bin/python || $(PYTHON) -m venv $(LS_VENV)
+	$(LS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "uv>=0.4"
+	$(LS_VENV)/bin/uv pip install --python $(LS_VENV)/bin/python -r requirements-labelstudio.lock
+	touch $@
+
+# Debian's Chromium for the labeling-interface screenshots (Playwright drives it; no browser download).
+browser:
+	@test -x $(CHROMIUM) || { export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }
+	@test -x $(CHROMIUM) && echo "chromium: $(CHROMIUM)"
+
 demo: $(STAMP)
 	$(BIN)/culturebench build 3xcm --demo
 
-test: $(STAMP)
+test: $(STAMP) $(LS_STAMP) browser
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
@@ -34,6 +53,8 @@ lock:
 	test -x $(BIN)/uv || { $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install --quiet "uv>=0.4"; }
 	$(BIN)/uv pip compile pyproject.toml --extra all --extra dev --python-version 3.11 \
 		--no-header --output-file requirements.lock
+	echo "label-studio==1.23.2" | $(BIN)/uv pip compile - --python-version 3.11 --no-header \
+		--output-file requirements-labelstudio.lock
 
 clean:
-	rm -rf $(VENV) workspace releases .prefect
+	rm -rf $(VENV) $(LS_VENV) workspace releases .prefect test-artifacts

@@ -1,0 +1,86 @@
+"""Screenshots of Label Studio's labeling interface in headless Chromium (Debian's `chromium`, driven by Playwright;
+no browser download). The PNGs are kept as test artifacts."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from label_studio_server import RunningLabelStudio
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("CULTUREBENCH_CHROMIUM", "/usr/bin/chromium")
+# As the machine notes say: no sandbox as root, and no background networking on a closed network.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@dataclass
+class ScreenshotReport:
+    path: Path
+    loaded_images: int  # <img> elements showing a served review image (naturalWidth > 0)
+    image_sources: list[str]
+    visible_textareas: int
+
+
+def artifact_dir() -> Path:
+    folder = Path(os.environ.get("CULTUREBENCH_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+# Images of the labeling interface (Label Studio Frontend, `lsf-` classes), not the data manager's thumbnails.
+LOADED_IMAGES_JS = """() => Array.from(document.querySelectorAll('img'))
+    .filter(img => img.closest('[class*="lsf-"]') && img.src.includes('/data/local-files/'))
+    .filter(img => img.complete && img.naturalWidth > 0)
+    .map(img => img.src)"""
+
+
+def screenshot_task(
+    server: RunningLabelStudio,
+    project_id: int,
+    task_id: int,
+    out_png: Path,
+    expected_images: int,
+    click_label: str | None = None,
+) -> ScreenshotReport:
+    """Log in as the admin, open the task in the labeling interface, wait for its images, optionally click a choice
+    by its label, and take a screenshot."""
+    if not Path(CHROMIUM).exists():
+        raise RuntimeError(f"no Chromium at {CHROMIUM}: run `make browser` (Debian package `chromium`)")
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.goto(f"{server.url}/user/login/")
+            page.fill("input[name=email]", server.admin_email)
+            page.fill("input[name=password]", server.admin_password)
+            page.click("button[type=submit]")
+            page.wait_for_url(lambda url: "/user/login" not in url, timeout=60_000)
+            page.goto(f"{server.url}/projects/{project_id}/data?task={task_id}")
+            page.get_by_role("button", name="Submit").wait_for(state="visible", timeout=90_000)
+            # On a timeout the screenshot below shows what rendered; the caller asserts on the count.
+            with contextlib.suppress(PlaywrightTimeout):
+                page.wait_for_function(f"({LOADED_IMAGES_JS})().length >= {expected_images}", timeout=90_000)
+            if click_label:
+                page.get_by_label(click_label).check(timeout=30_000)  # the radio button of that choice
+            page.wait_for_timeout(500)  # let the layout settle after the last image or click
+            sources = page.evaluate(LOADED_IMAGES_JS)
+            textareas = page.locator("textarea").evaluate_all("els => els.filter(e => e.offsetParent).length")
+            out_png.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(out_png), full_page=True)
+        finally:
+            browser.close()
+    return ScreenshotReport(out_png, len(set(sources)), sorted(set(sources)), textareas)
