@@ -288,6 +288,7 @@ def summary_markdown(summary: BuildSummary) -> str:
     ]
     for s in summary.stages:
         lines.append(f"| {s.stage} | {s.rows_in} | {s.kept} | {s.dropped} | {s.reasons_text()} |")
+    lines += review_markdown(next((s for s in summary.stages if s.stage == "review"), None))
     sheets = [(s.stage, s.extra["contact_sheet"]) for s in summary.stages if s.extra.get("contact_sheet")]
     if sheets:  # paths are relative to the build workspace
         lines += ["", "## What was merged", ""]
@@ -296,6 +297,23 @@ def summary_markdown(summary: BuildSummary) -> str:
             for stage, path in sheets
         ]
     return "\n".join(lines) + "\n"
+
+
+def review_markdown(stats: StageStats | None) -> list[str]:
+    info = stats.extra.get("review", {}) if stats else {}
+    if not info:
+        return []
+    lines = ["", "## Human review", "", f"* reviewer: `{info['reviewer']}`"]
+    if "tasks" in info:
+        agreement = info.get("agreement", {})
+        kappa = agreement.get("fleiss_kappa")
+        lines += [
+            f"* tasks: {info['tasks']} at {info['location']}; decided {info['decided']}, undecided {info['undecided']}"
+            + (" (closed before every task was annotated)" if info.get("closed_early") else ""),
+            f"* agreement: Fleiss' kappa {'n/a' if kappa is None else f'{kappa:.3f}'} over "
+            f"{agreement.get('tasks_rated', 0)} tasks; {agreement.get('disagreements', 0)} with disagreement",
+        ]
+    return lines
 
 
 def file_link(path: str) -> str:

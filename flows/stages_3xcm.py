@@ -339,6 +339,7 @@ def _review(ctx: StageContext) -> StageMarker:
         review_queue_pairs=queue.num_rows,
         review=out.round.stats() if out.round else {"reviewer": AUTO_ACCEPT},
         disagreements=out.round.agreement.disagreements[:50] if out.round else [],
+        **({"summary_table": "decisions"} if out.round else {}),  # published as a table artifact by the flow
     )
     decisions = out.round.decisions if out.round else schemas.empty(schemas.REVIEW_DECISIONS)
     return ctx.ws.write_stage(

@@ -330,3 +330,56 @@ def test_a_down_server_leaves_the_review_stage_unwritten(
     with pytest.raises(LabelStudioUnavailable):
         run_stage("review", config)
     assert ws.marker("review") is None
+
+
+def test_cli_exits_3_while_reviews_are_open_and_closes_them_on_request(tmp_path: Path) -> None:
+    import yaml
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    countries, concepts = ["USA", "Spain", "Japan", "Kenya"], ["train", "food"]
+    config_file = tmp_path / "build.yaml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "countries": countries,
+                "concepts": {"include": concepts},
+                "demo_corpus": {"countries": countries, "concepts": concepts, "images_per_query": 2},
+                "review": {"backend": "label_studio_files", "when_unreviewed": "wait"},
+            }
+        )
+    )
+    args = ["build", "3xcm", "--demo", "--engine", "local", "--config", str(config_file)]
+    args += ["--workspace-root", str(tmp_path / "ws"), "--release-root", str(tmp_path / "rel")]
+    waiting = CliRunner().invoke(app, args)
+    assert waiting.exit_code == 3, waiting.output
+    assert "waiting for reviewers" in waiting.output and "tasks fully annotated" in waiting.output
+    assert not (tmp_path / "rel").exists()
+    closed = CliRunner().invoke(app, [*args, "--close-reviews"])
+    assert closed.exit_code == 0, closed.output
+    line = json.loads(closed.stdout.strip().splitlines()[-1])
+    manifest = json.loads((Path(line["release_path"]) / "manifest.json").read_text())
+    assert manifest["backends"]["review"] == "label_studio_files"
+    assert manifest["review"]["closed_early"] is True
+
+
+def test_summary_artifact_reports_the_reviewer_and_agreement() -> None:
+    from data.workspace import StageStats
+    from flows.build_3xcm import review_markdown
+
+    tasks, votes = ["x", "y", "z"], votes_for("x", SAME_SCENE, SAME_SCENE, SAME_SCENE)
+    votes += votes_for("y", DIFFERENT, DIFFERENT, DIFFERENT) + votes_for("z", SAME_SCENE, DIFFERENT, DIFFERENT)
+    _, agreement = decide(votes, tasks, SPECS[DUP], 3, complete=True)
+    info = {"reviewer": "label_studio", "location": "http://ls/projects/1", "tasks": 3, "decided": 3, "undecided": 0}
+    text = "\n".join(
+        review_markdown(StageStats(stage="review", extra={"review": {**info, "agreement": agreement.summary()}}))
+    )
+    assert "`label_studio`" in text and "decided 3, undecided 0" in text
+    assert f"Fleiss' kappa {agreement.fleiss_kappa:.3f} over 3 tasks; 1 with disagreement" in text
+    assert review_markdown(StageStats(stage="review", extra={"review": {"reviewer": "auto_accept"}})) == [
+        "",
+        "## Human review",
+        "",
+        "* reviewer: `auto_accept`",
+    ]
