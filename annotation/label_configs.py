@@ -67,6 +67,20 @@ def _choices_xml(control: str, target: str, choices: tuple[Choice, ...]) -> str:
     )
 
 
+def _interface(title: str, panels: str, verdict_target: str, choices: tuple[Choice, ...], extra: str = "") -> str:
+    """The frame both reviews share: title, guideline, the image panels side by side, the scores, the verdict."""
+    return f"""<View>
+  <Header value="{title}"/>
+  <View style="padding: 0 8px; color: #333"><Text name="guideline" value="$guideline"/></View>
+  <View style="display: flex; gap: 8px">
+{panels}
+  </View>
+  <View style="padding: 4px 8px; font-family: monospace"><Text name="scores" value="$scores"/></View>
+{_choices_xml("verdict", verdict_target, choices)}
+{extra}</View>
+"""
+
+
 SAME_SCENE = "same_scene"
 DIFFERENT = "different"
 UNSURE = "unsure"
@@ -77,17 +91,15 @@ DUPLICATE_CHOICES = (
     Choice(UNSURE, "Unsure", "Counted as no vote; the pair stays undecided without a majority."),
 )
 
-DUPLICATE_REVIEW_XML = f"""<View>
-  <Header value="Near-duplicate review (3XCM App. J)"/>
-  <View style="padding: 0 8px; color: #333"><Text name="guideline" value="$guideline"/></View>
-  <View style="display: flex; gap: 8px">
-    <View style="flex: 1"><Header value="A: $image_a_id" size="5"/><Image name="image_a" value="$image_a"/></View>
-    <View style="flex: 1"><Header value="B: $image_b_id" size="5"/><Image name="image_b" value="$image_b"/></View>
-  </View>
-  <View style="padding: 4px 8px; font-family: monospace"><Text name="scores" value="$scores"/></View>
-{_choices_xml("verdict", "image_a", DUPLICATE_CHOICES)}
-</View>
-"""
+DUPLICATE_REVIEW_XML = _interface(
+    "Near-duplicate review (3XCM App. J)",
+    """    <View style="flex: 1"><Header value="A: $image_a_id" size="5"/>
+      <Image name="image_a" value="$image_a"/></View>
+    <View style="flex: 1"><Header value="B: $image_b_id" size="5"/>
+      <Image name="image_b" value="$image_b"/></View>""",
+    "image_a",
+    DUPLICATE_CHOICES,
+)
 
 ACCEPT = "accept"
 REJECT_ARTIFACTS = "reject_artifacts"
@@ -105,11 +117,9 @@ SYNTHESIS_CHOICES = (
 RETRY_PROMPT_CONTROL = "retry_prompt_text"
 MASK_CONTROL = "mask_fix"
 
-SYNTHESIS_QA_XML = f"""<View>
-  <Header value="Synthesis QA (MixCuBe §2, App. A.6, B.1)"/>
-  <View style="padding: 0 8px; color: #333"><Text name="guideline" value="$guideline"/></View>
-  <View style="display: flex; gap: 8px">
-    <View style="flex: 1"><Header value="Original (paint here to fix the mask)" size="5"/>
+SYNTHESIS_QA_XML = _interface(
+    "Synthesis QA (MixCuBe §2, App. A.6, B.1)",
+    f"""    <View style="flex: 1"><Header value="Original (paint here to fix the mask)" size="5"/>
       <Image name="original" value="$original" zoom="true"/>
       <BrushLabels name="{MASK_CONTROL}" toName="original">
         <Label value="repaint" background="#ff0066"/>
@@ -117,16 +127,16 @@ SYNTHESIS_QA_XML = f"""<View>
     </View>
     <View style="flex: 1"><Header value="Synthesized: $ethnicity, attempt $attempt" size="5"/>
       <Image name="synthesized" value="$synthesized"/></View>
-    <View style="flex: 1"><Header value="Mask used" size="5"/><Image name="mask" value="$mask"/></View>
-  </View>
-  <View style="padding: 4px 8px; font-family: monospace"><Text name="scores" value="$scores"/></View>
-{_choices_xml("verdict", "synthesized", SYNTHESIS_CHOICES)}
-  <View visibleWhen="choice-selected" whenTagName="verdict" whenChoiceValue="Retry with a tailored prompt">
+    <View style="flex: 1"><Header value="Mask used" size="5"/><Image name="mask" value="$mask"/></View>""",
+    "synthesized",
+    SYNTHESIS_CHOICES,
+    extra=f"""  <View visibleWhen="choice-selected" whenTagName="verdict"
+        whenChoiceValue="Retry with a tailored prompt">
     <Header value="Tailored prompt" size="5"/>
     <TextArea name="{RETRY_PROMPT_CONTROL}" toName="synthesized" rows="3" maxSubmissions="1" editable="true"/>
   </View>
-</View>
-"""
+""",
+)
 
 SPECS: dict[ReviewKind, ReviewSpec] = {
     "duplicate_review": ReviewSpec(

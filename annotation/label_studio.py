@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from annotation.label_configs import GUIDELINES, ReviewSpec
 from collectors.retry import TRANSIENT_HTTP_CODES, RetryPolicy
+from data.secrets import resolve_secret
 from data.stage import require
 
 T = TypeVar("T")
@@ -72,22 +73,7 @@ class ReviewProgress:
 
 
 def resolve_token(config: LabelStudioServerConfig) -> str:
-    if config.api_key_secret_block:
-        from prefect.blocks.system import Secret
-
-        try:
-            value = Secret.load(config.api_key_secret_block).get()
-        except Exception as exc:  # the block API raises several types; the name is what the operator needs
-            raise LabelStudioRejected(
-                f"cannot load the Prefect Secret block {config.api_key_secret_block!r}: {type(exc).__name__}"
-            ) from None
-        return str(value).strip()
-    value = os.environ.get(config.api_key_env, "").strip()
-    if not value:
-        raise LabelStudioRejected(
-            f"no Label Studio token: set {config.api_key_env} or name a Prefect Secret block in api_key_secret_block"
-        )
-    return value
+    return resolve_secret(config.api_key_secret_block, [config.api_key_env], "Label Studio token", LabelStudioRejected)
 
 
 def project_key(build_id: str, kind: str) -> str:

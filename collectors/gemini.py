@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -31,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from collectors.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after, prefect_slot, shared_limiter
 from data import provenance
 from data.schemas import LLM_FAILURES, empty, from_rows
+from data.secrets import resolve_secret
 from data.stage import require
 from data.workspace import Storage
 
@@ -107,25 +107,8 @@ class InvalidAnswer(ValueError):
 
 def resolve_api_key(settings: GeminiSettings) -> str:
     """The key from the Secret block, else the configured variable, else GOOGLE_API_KEY."""
-    if settings.api_key_secret_block:
-        from prefect.blocks.system import Secret
-
-        try:
-            value = Secret.load(settings.api_key_secret_block).get()
-        except Exception as exc:  # the block API raises several types; the name is all the caller needs
-            raise GeminiConfigError(
-                f"cannot load the Prefect Secret block {settings.api_key_secret_block!r}: {type(exc).__name__}"
-            ) from None
-        if not isinstance(value, str) or not value.strip():
-            raise GeminiConfigError(f"the Prefect Secret block {settings.api_key_secret_block!r} holds no key")
-        return value.strip()
-    for name in dict.fromkeys([settings.api_key_env, FALLBACK_API_KEY_ENV]):
-        value = os.environ.get(name, "").strip()
-        if value:
-            return value
-    raise GeminiConfigError(
-        f"no Gemini API key: set {settings.api_key_env} (or {FALLBACK_API_KEY_ENV}), "
-        "or name a Prefect Secret block in api_key_secret_block"
+    return resolve_secret(
+        settings.api_key_secret_block, [settings.api_key_env, FALLBACK_API_KEY_ENV], "Gemini API key", GeminiConfigError
     )
 
 

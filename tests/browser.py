@@ -1,22 +1,18 @@
-"""Screenshots of Label Studio's labeling interface in headless Chromium, kept as test artifacts.
-
-Drives Debian's `chromium` (`make browser` installs it) through Playwright; no browser is downloaded. The PNGs go
-to `CULTUREBENCH_TEST_ARTIFACTS` or `<repo>/test-artifacts/`, which CI keeps.
-"""
+"""Screenshots of Label Studio's labeling interface in headless Chromium (Debian's `chromium`, driven by Playwright;
+no browser download). The PNGs are kept as test artifacts."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from label_studio_server import REPO_ROOT, RunningLabelStudio
+from label_studio_server import RunningLabelStudio
 
-ARTIFACTS_ENV = "CULTUREBENCH_TEST_ARTIFACTS"
-CHROMIUM_ENV = "CULTUREBENCH_CHROMIUM"
-DEFAULT_CHROMIUM = Path("/usr/bin/chromium")
-# The flags verified with Debian's chromium in a root container without a GPU or a display (notes §2).
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("CULTUREBENCH_CHROMIUM", "/usr/bin/chromium")
+# As the machine notes say: no sandbox as root, and no background networking on a closed network.
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -26,45 +22,26 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-VIEWPORT = {"width": 1400, "height": 900}
-# Images of the annotation panel only: the data manager's task table beside it shows thumbnails of the same files.
-LABELING_IMAGES = ".lsf-main-view img"
-_LOADED_IMAGES_JS = """(selector) => Array.from(document.querySelectorAll(selector))
-    .filter((img) => img.complete && img.naturalWidth > 0)
-    .map((img) => img.currentSrc || img.src)"""
 
 
 @dataclass
 class ScreenshotReport:
-    png: Path
-    url: str
-    loaded_images: int
-    image_srcs: list[str]  # of the loaded <img> elements; Label Studio shows them as blob: URLs
-    image_responses: list[tuple[str, int]] = field(default_factory=list)  # (url, status) of image-typed answers
-    page_errors: list[str] = field(default_factory=list)  # uncaught JavaScript errors
-    seconds: float = 0.0
+    path: Path
+    panel_images: int  # images the labeling panel drew (naturalWidth > 0)
+    served_files: list[str]  # /data/local-files/ URLs the page fetched with status 200
+    visible_textareas: int
 
 
-def artifacts_dir() -> Path:
-    path = Path(os.environ.get(ARTIFACTS_ENV) or REPO_ROOT / "test-artifacts")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+def artifact_dir() -> Path:
+    folder = Path(os.environ.get("CULTUREBENCH_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
-def chromium_executable() -> Path:
-    configured = os.environ.get(CHROMIUM_ENV)
-    path = Path(configured) if configured else DEFAULT_CHROMIUM
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        raise FileNotFoundError(
-            f"no chromium at {path}. Run `make browser` (installs Debian's chromium with apt-get) "
-            f"or set {CHROMIUM_ENV} to a Chromium executable."
-        )
-    return path
-
-
-def labeling_url(server: RunningLabelStudio, project_id: int, task_id: int) -> str:
-    """The data manager with this task open in the labeling panel (Label Studio 1.23 adds `&tab=<view>`)."""
-    return f"{server.url}/projects/{project_id}/data?task={task_id}"
+# Images drawn by the labeling panel itself (`.lsf-main-view`; it loads them as blob: URLs), not the task list's
+# thumbnails beside it, which fetch the same files.
+PANEL_IMAGES_JS = """() => Array.from(document.querySelectorAll('.lsf-main-view img'))
+    .filter(img => img.complete && img.naturalWidth > 0).length"""
 
 
 def screenshot_task(
@@ -73,71 +50,41 @@ def screenshot_task(
     task_id: int,
     out_png: Path,
     expected_images: int,
-    timeout_s: float = 60.0,
+    click_label: str | None = None,
 ) -> ScreenshotReport:
-    """Log in as the admin through the login form, open the task in the labeling UI, wait until at least
-    `expected_images` images of the annotation panel have decoded, and save a full-page PNG.
-
-    On a timeout the PNG is still written (it shows what did render) before the TimeoutError.
-    """
-    from playwright.sync_api import Error as PlaywrightError
+    """Log in as the admin, open the task in the labeling interface, wait for its images, optionally click a choice
+    by its label, and take a screenshot."""
+    if not Path(CHROMIUM).exists():
+        raise RuntimeError(f"no Chromium at {CHROMIUM}: run `make browser` (Debian package `chromium`)")
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
-    started = time.monotonic()
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    url = labeling_url(server, project_id, task_id)
-    responses: list[tuple[str, int]] = []
-    errors: list[str] = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(chromium_executable()), args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport=VIEWPORT)
-            page.set_default_timeout(timeout_s * 1000)
-            page.on("pageerror", lambda error: errors.append(str(error)))
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            served: set[str] = set()
             page.on(
                 "response",
-                lambda r: responses.append((r.url, r.status))
-                if r.headers.get("content-type", "").startswith("image/")
-                else None,
+                lambda r: served.add(r.url) if "/data/local-files/" in r.url and r.status == 200 else None,
             )
-            _login(page, server)
-            page.goto(url)
-            try:
-                page.wait_for_function(
-                    f"(n) => ({_LOADED_IMAGES_JS})({LABELING_IMAGES!r}).length >= n",
-                    arg=expected_images,
-                    timeout=timeout_s * 1000,
-                )
-                waited_out = False
-            except PlaywrightError:  # playwright's TimeoutError is a subclass
-                waited_out = True
-            srcs: list[str] = page.evaluate(_LOADED_IMAGES_JS, LABELING_IMAGES)
+            page.goto(f"{server.url}/user/login/")
+            page.fill("input[name=email]", server.admin_email)
+            page.fill("input[name=password]", server.admin_password)
+            page.click("button[type=submit]")
+            page.wait_for_url(lambda url: "/user/login" not in url, timeout=60_000)
+            page.goto(f"{server.url}/projects/{project_id}/data?task={task_id}")
+            page.get_by_role("button", name="Submit").wait_for(state="visible", timeout=90_000)
+            # On a timeout the screenshot below shows what rendered; the caller asserts on the count.
+            with contextlib.suppress(PlaywrightTimeout):
+                page.wait_for_function(f"({PANEL_IMAGES_JS})() >= {expected_images}", timeout=90_000)
+            if click_label:
+                page.get_by_label(click_label).check(timeout=30_000)  # the radio button of that choice
+            page.wait_for_timeout(500)  # let the layout settle after the last image or click
+            drawn = page.evaluate(PANEL_IMAGES_JS)
+            textareas = page.locator("textarea").evaluate_all("els => els.filter(e => e.offsetParent).length")
+            out_png.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(out_png), full_page=True)
-            final_url = page.url
         finally:
             browser.close()
-    if waited_out:
-        raise TimeoutError(
-            f"{url}: {len(srcs)} of {expected_images} labeling images loaded within {timeout_s:.0f} s "
-            f"(screenshot {out_png}; image responses {responses}; page errors {errors[:3]})"
-        )
-    return ScreenshotReport(
-        png=out_png,
-        url=final_url,
-        loaded_images=len(srcs),
-        image_srcs=srcs,
-        image_responses=responses,
-        page_errors=errors,
-        seconds=time.monotonic() - started,
-    )
-
-
-def _login(page: object, server: RunningLabelStudio) -> None:
-    """The login form, as a person would use it; the session cookie then opens every page."""
-    page.goto(f"{server.url}/user/login/")  # type: ignore[attr-defined]
-    page.fill("input[name=email]", server.admin_email)  # type: ignore[attr-defined]
-    page.fill("input[name=password]", server.admin_password)  # type: ignore[attr-defined]
-    with page.expect_navigation():  # type: ignore[attr-defined]
-        page.click("form button[type=submit]")  # type: ignore[attr-defined]
-    if "/user/login" in page.url:  # type: ignore[attr-defined]
-        raise RuntimeError(f"browser login as {server.admin_email} failed: still on {page.url}")  # type: ignore[attr-defined]
+    return ScreenshotReport(out_png, drawn, sorted(served), textareas)

@@ -45,8 +45,9 @@ def tasks_by_key(project: LabelStudioProject) -> dict[str, dict]:
 
 
 def shows_images(shot: ScreenshotReport, task: dict, fields: list[str]) -> bool:
-    """Every image of the task was served and rendered in the labeling interface."""
-    return all(any(src.endswith(task["data"][field]) for src in shot.image_sources) for field in fields)
+    """The labeling panel drew one image per field, and every image of the task was served to the page."""
+    served = all(any(url.endswith(task["data"][field]) for url in shot.served_files) for field in fields)
+    return served and shot.panel_images == len(fields)
 
 
 def annotate(annotators: list[LabelStudio], task_id: int, results: list[list[dict]]) -> None:
