@@ -105,7 +105,7 @@ def render_card(
         extra={"task_categories": ["image-to-text", "text-to-image"]},
     )
     backends = provenance.get("backends", {})
-    warnings = embedded_default_warnings(backends)
+    warnings = embedded_default_warnings(backends) + review_note(provenance.get("review", {}))
     per_country = Counter(catalog["country"].to_pylist())
     country_rows = [
         {"country": c.name, "images": per_country[c.name]} for c in reference.countries() if per_country[c.name]
@@ -172,6 +172,21 @@ Provenance (config, code version, seeds, per-file sha256) is in `manifest.json`.
 """
     )
     return head + body
+
+
+def review_note(review: dict[str, Any]) -> str:
+    """What the human duplicate review decided, for the card; nothing when no review round ran."""
+    if "tasks" not in review:
+        return ""
+    kappa = review.get("agreement", {}).get("fleiss_kappa")
+    agreement = "n/a" if kappa is None else f"{kappa:.2f}"
+    closed = " The review was closed before every pair had all its annotations." if review.get("closed_early") else ""
+    return (
+        f"\n\n**Human review** (`{review['reviewer']}`): {review['tasks']} ambiguous pairs, "
+        f"{review['decided']} decided by majority, {review['undecided']} undecided "
+        "(one image of each undecided pair is held back); "
+        f"Fleiss' kappa {agreement}.{closed}"
+    )
 
 
 def embedded_default_warnings(backends: dict[str, str]) -> str:

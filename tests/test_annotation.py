@@ -362,6 +362,9 @@ def test_cli_exits_3_while_reviews_are_open_and_closes_them_on_request(tmp_path:
     manifest = json.loads((Path(line["release_path"]) / "manifest.json").read_text())
     assert manifest["backends"]["review"] == "label_studio_files"
     assert manifest["review"]["closed_early"] is True
+    card = (Path(line["release_path"]) / "README.md").read_text()
+    undecided = manifest["review"]["undecided"]
+    assert undecided > 0 and f"{undecided} undecided (one image of each undecided pair is held back)" in card
 
 
 def test_summary_artifact_reports_the_reviewer_and_agreement() -> None:
