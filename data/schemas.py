@@ -285,6 +285,23 @@ RESYNTHESIS_REQUESTS = pa.schema(
     ]
 )
 
+MIXCUBE_ORIGINALS = pa.schema(
+    [
+        pa.field("original_id", pa.string(), nullable=False),
+        pa.field("culture", pa.string()),  # MixCuBe culture name (Azerbaijan, South Korea, ...)
+        pa.field("country", pa.string()),  # its adjective: the public dataset's `country` column
+        pa.field("category", pa.string()),  # Food | Festival | Clothes
+        pa.field("food_label", pa.string()),  # native and English names (food_label.csv), Food only
+        pa.field("source", pa.string(), nullable=False),  # the image file, or `demo`
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error", pa.string()),  # bad_label | missing_file | not_an_image | too_small
+        pa.field("sha256", pa.string()),
+        pa.field("width", pa.int32()),
+        pa.field("height", pa.int32()),
+        pa.field("format", pa.string()),
+    ]
+)
+
 TAGS = pa.schema(
     [
         pa.field("image_id", pa.string(), nullable=False),
