@@ -14,7 +14,6 @@ image tower from a local weights file (or an open_clip pretrained tag, which dow
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -28,6 +27,7 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field
 
 from data.stage import Registry, require
+from data.workspace import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -92,23 +92,6 @@ def looks_like_path(value: str) -> bool:
     """Tags are bare names (laion2b_s34b_b79k); anything with a separator, a home/relative prefix or a weights
     suffix names a file."""
     return "/" in value or "\\" in value or value.startswith((".", "~")) or value.lower().endswith(WEIGHT_SUFFIXES)
-
-
-_hashes: dict[tuple[str, int, int], str] = {}
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of the file, cached per (path, size, mtime) in this process; ~0.6 s/GB here, small next to loading
-    the same bytes into a model, and it tells two same-sized fine-tunes apart (a name or size would not)."""
-    stat = path.stat()
-    key = (str(path), stat.st_size, stat.st_mtime_ns)
-    if key not in _hashes:
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(chunk)
-        _hashes[key] = digest.hexdigest()
-    return _hashes[key]
 
 
 def resolve_weights(config: OpenClipEmbeddingConfig) -> ResolvedWeights:

@@ -302,6 +302,17 @@ MIXCUBE_ORIGINALS = pa.schema(
     ]
 )
 
+SYNTHESIS_FILTER_SCORES = pa.schema(
+    [
+        pa.field("brisque", pa.float32()),  # of the synthesized image; null when off or not computable
+        pa.field("clip_similarity", pa.float32()),  # cosine original vs synthesized; null when off or not computable
+        pa.field("brisque_backend", pa.string(), nullable=False),  # e.g. piq-0.8.0:<file>:sha256-<12 hex>, or "off"
+        pa.field("clip_backend", pa.string(), nullable=False),  # the embedder's model_id, or "off"
+        pa.field("verdict", pa.string(), nullable=False),  # one of VERDICTS
+        pa.field("reason", pa.string()),  # why not kept: the failed bounds, or "<where>: ErrorClass: detail"
+    ]
+)
+
 TAGS = pa.schema(
     [
         pa.field("image_id", pa.string(), nullable=False),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -37,6 +38,16 @@ def require(module: str, extra: str) -> ModuleType:
         raise MissingExtraError(
             f"this backend needs the '{module}' package: install it with `pip install 'culturebench[{extra}]'`"
         ) from exc
+
+
+def required_file(value: str, label: str, field: str, kind: str, hint: str) -> Path:
+    """A model or weights file named by a config: missing, it is an error naming the field, never a silent download
+    or random weights."""
+    path = Path(value).expanduser()
+    if not path.is_file():
+        what = f"is a folder, not {kind}" if path.is_dir() else "does not exist"
+        raise FileNotFoundError(f"{label} {value!r} ({field}) {what}. {hint}")
+    return path
 
 
 class Registry(Generic[T]):

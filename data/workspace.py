@@ -22,6 +22,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import IO, Any
 
 import fsspec
@@ -58,6 +59,23 @@ class StageMarker(BaseModel):
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+_hashes: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of the file, cached per (path, size, mtime) in this process; ~0.6 s/GB here, small next to loading
+    the same bytes into a model, and it tells two same-sized fine-tunes apart (a name or size would not)."""
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _hashes:
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(chunk)
+        _hashes[key] = digest.hexdigest()
+    return _hashes[key]
 
 
 def fingerprint(*parts: Any) -> str:
