@@ -313,6 +313,49 @@ SYNTHESIS_FILTER_SCORES = pa.schema(
     ]
 )
 
+SYNTHESIS_ATTEMPTS = pa.schema(
+    [
+        # One row per (original, ethnicity, attempt); a retry is a new attempt, never an overwrite.
+        pa.field("attempt_id", pa.string(), nullable=False),  # <original_id>-<ethnicity>-<attempt>
+        pa.field("original_id", pa.string(), nullable=False),
+        pa.field("ethnicity", pa.string(), nullable=False),  # the public dataset's label: African, EastAsian ...
+        pa.field("attempt", pa.int32(), nullable=False),
+        pa.field("prompt", pa.string(), nullable=False),
+        pa.field("seed", pa.int64(), nullable=False),
+        pa.field("model_id", pa.string(), nullable=False),
+        pa.field("scheduler", pa.string()),
+        pa.field("placeholder", pa.bool_(), nullable=False),  # the offline stand-in, never a real synthesis
+        pa.field("mask_sha256", pa.string(), nullable=False),
+        pa.field("sha256", pa.string()),  # the synthesized image; null on failure
+        pa.field("error", pa.string()),
+    ]
+)
+
+MIXCUBE_ROWS = pa.schema(
+    [
+        # The released `default` config: the public columns first, in the public order (each original, then its 4
+        # swaps), then ours.
+        pa.field("country", pa.string(), nullable=False),
+        pa.field("category", pa.string(), nullable=False),
+        pa.field("ethnicity", pa.string(), nullable=False),  # original | African | Caucasian | EastAsian | SouthAsian
+        pa.field("sample_id", pa.string(), nullable=False),
+        pa.field("original_id", pa.string(), nullable=False),
+        pa.field("attempt_id", pa.string()),  # null for the original
+        pa.field("mask_sha256", pa.string()),
+        pa.field("prompt", pa.string()),
+        pa.field("seed", pa.int64()),
+        pa.field("model_id", pa.string()),
+        pa.field("brisque", pa.float32()),
+        pa.field("clip_similarity", pa.float32()),
+        pa.field("review_decision", pa.string()),
+        pa.field("reviewer", pa.string()),
+        pa.field("placeholder", pa.bool_(), nullable=False),
+        pa.field("food_label", pa.string()),
+        pa.field("sha256", pa.string(), nullable=False),  # blob of the image
+        pa.field("num_bytes", pa.int64()),
+    ]
+)
+
 TAGS = pa.schema(
     [
         pa.field("image_id", pa.string(), nullable=False),

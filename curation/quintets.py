@@ -1,0 +1,91 @@
+"""MixCuBe quintets: each original followed by one accepted synthesis per ethnicity (MixCuBe §2, Fig. 2).
+
+Curation decides, the release materialises: this builds the ordered rows of the `default` table from the
+originals, the attempts, their filter scores and the QA decisions. An original without an accepted attempt for
+every ethnicity is left out and reported with what it lacks. Among several accepted attempts the latest wins: a
+retry exists because people asked for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from data import reference, schemas
+from data.schemas import STATUS_OK
+
+
+@dataclass
+class Quintets:
+    rows: pa.Table  # MIXCUBE_ROWS, in the public order
+    incomplete: list[dict]  # {"original_id", "missing": [ethnicities]}
+
+
+def assemble_quintets(
+    originals: pa.Table, attempts: pa.Table, scores: dict[str, dict], qa: pa.Table, sizes: dict[str, int]
+) -> Quintets:
+    """`scores`: attempt id -> {"brisque", "clip_similarity"}; `qa`: SYNTHESIS_QA; `sizes`: sha256 -> bytes."""
+    mix = reference.mixcube()
+    ethnicities = [e.label for e in mix.ethnicities]
+    category_order = {c: i for i, c in enumerate(mix.categories)}
+    culture_order = {c.name: i for i, c in enumerate(mix.cultures)}
+    decisions = {r["attempt_id"]: r for r in qa.to_pylist()}
+    accepted: dict[tuple[str, str], dict] = {}
+    for attempt in attempts.to_pylist():
+        decision = decisions.get(attempt["attempt_id"])
+        if attempt["sha256"] is None or decision is None or not decision["keep"]:
+            continue
+        key = (attempt["original_id"], attempt["ethnicity"])
+        if key not in accepted or attempt["attempt"] > accepted[key]["attempt"]:
+            accepted[key] = {**attempt, "decision": decision}
+    ok = [o for o in originals.to_pylist() if o["status"] == STATUS_OK]
+    ok.sort(key=lambda o: (culture_order[o["culture"]], category_order[o["category"]], o["original_id"]))
+    rows, incomplete = [], []
+    for original in ok:
+        missing = [e for e in ethnicities if (original["original_id"], e) not in accepted]
+        if missing:
+            incomplete.append({"original_id": original["original_id"], "missing": missing})
+            continue
+        common = {
+            "country": original["country"],
+            "category": original["category"],
+            "original_id": original["original_id"],
+            "food_label": original["food_label"],
+        }
+        swaps = [accepted[(original["original_id"], e)] for e in ethnicities]
+        rows.append(
+            schemas.blank_row(
+                schemas.MIXCUBE_ROWS,
+                **common,
+                ethnicity=mix.original_label,
+                sample_id=f"{original['original_id']}-original",
+                mask_sha256=swaps[0]["mask_sha256"],
+                placeholder=False,
+                sha256=original["sha256"],
+                num_bytes=sizes.get(original["sha256"]),
+            )
+        )
+        for swap in swaps:
+            score = scores.get(swap["attempt_id"], {})
+            rows.append(
+                schemas.blank_row(
+                    schemas.MIXCUBE_ROWS,
+                    **common,
+                    ethnicity=swap["ethnicity"],
+                    sample_id=f"{original['original_id']}-{swap['ethnicity'].lower()}",
+                    attempt_id=swap["attempt_id"],
+                    mask_sha256=swap["mask_sha256"],
+                    prompt=swap["prompt"],
+                    seed=swap["seed"],
+                    model_id=swap["model_id"],
+                    brisque=score.get("brisque"),
+                    clip_similarity=score.get("clip_similarity"),
+                    review_decision=swap["decision"]["decision"],
+                    reviewer=swap["decision"]["reviewer"],
+                    placeholder=swap["placeholder"],
+                    sha256=swap["sha256"],
+                    num_bytes=sizes.get(swap["sha256"]),
+                )
+            )
+    return Quintets(schemas.from_rows(rows, schemas.MIXCUBE_ROWS), incomplete)

@@ -1,0 +1,127 @@
+"""The MixCuBe release: `releases/mixcube/<version>/` with the public dataset's columns and row order.
+
+- `default/`: Parquet image shards (HF `Image` feature, 100 rows per row group) with `country, category,
+  ethnicity, image` first, each original followed by its 4 swaps, then our columns (ids, mask, prompt, seed,
+  model, scores, review decision, placeholder flag);
+- WebDataset tars of the same samples, `food_label.csv` (`image_file,label`), the masks as PNG files;
+- a card with a before/after grid, and the manifest (config, code version, seeds, sha256 of every file).
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+from PIL import Image, ImageDraw
+
+from data.card import front_matter, markdown_table
+from data.release import ImageRow, ReleaseConfig, ReleaseResult, ReleaseWriter, to_release_jpeg
+from data.schemas import MIXCUBE_ROWS
+from data.workspace import BlobStore
+
+NAME = "mixcube"
+GRID = "figures/before_after.png"
+GRID_ORIGINALS = 6
+THUMB = 160
+
+
+def _jpeg(data: bytes) -> bytes:
+    return to_release_jpeg(data, "JPEG" if data[:3] == b"\xff\xd8\xff" else "PNG")
+
+
+def before_after_grid(rows: pa.Table, load: Any, originals: int = GRID_ORIGINALS) -> bytes:
+    """One line per original: the original, then its swaps, captioned with the ethnicity."""
+    lines = [rows.slice(5 * k, 5).to_pylist() for k in range(min(originals, rows.num_rows // 5))]
+    line_height = THUMB * 3 // 4 + 14  # 4:3 thumbnails and a caption
+    grid = Image.new("RGB", (5 * THUMB, max(1, len(lines)) * line_height), (255, 255, 255))
+    draw = ImageDraw.Draw(grid)
+    for y, line in enumerate(lines):
+        for x, row in enumerate(line):
+            with Image.open(io.BytesIO(load(row["sha256"]))) as image:
+                thumb = image.convert("RGB")
+                thumb.thumbnail((THUMB, THUMB))
+            grid.paste(thumb, (x * THUMB, y * line_height))
+            caption = row["ethnicity"] + (" (placeholder)" if row["placeholder"] else "")
+            draw.text((x * THUMB + 2, y * line_height + min(thumb.height, line_height - 14)), caption, fill=(0, 0, 0))
+    buffer = io.BytesIO()
+    grid.save(buffer, format="PNG", optimize=True)
+    return buffer.getvalue()
+
+
+def write_mixcube_release(
+    config: ReleaseConfig, blobs: BlobStore, rows: pa.Table, provenance: dict[str, Any]
+) -> ReleaseResult:
+    writer = ReleaseWriter(config, NAME)
+    try:
+        rows = rows.select(MIXCUBE_ROWS.names).cast(MIXCUBE_ROWS)
+        images = [
+            ImageRow(key=meta["sample_id"], metadata=meta, load=lambda sha=meta["sha256"]: _jpeg(blobs.get(sha)))
+            for meta in rows.to_pylist()
+        ]
+        shards = writer.write_images("default", images, MIXCUBE_ROWS)
+        food = rows.filter(pa.compute.equal(rows["category"], "Food"))
+        labels = pa.table(
+            {
+                "image_file": [f"{s}.jpg" for s in food["sample_id"].to_pylist()],
+                "label": food["food_label"],
+            }
+        )
+        writer.write_csv("food_label.csv", labels, ["image_file", "label"])
+        for sha in sorted({m for m in rows["mask_sha256"].to_pylist() if m}):
+            writer.write_bytes(f"masks/{sha}.png", blobs.get(sha))
+        writer.write_bytes(GRID, before_after_grid(rows, blobs.get))
+        writer.write_bytes("README.md", render_card(rows, shards, provenance, config.version).encode())
+        return writer.commit({"name": NAME, "version": config.version, **provenance})
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def render_card(rows: pa.Table, shards: dict, provenance: dict[str, Any], version: str) -> str:
+    configs = [
+        {"config_name": "default", "default": True, "data_files": [{"split": "train", "path": "default/train-*"}]}
+    ]
+    head = front_matter(configs, pretty_name="MixCuBe (culturebench build)", tags=["cultural-bias", "inpainting"])
+    placeholders = sum(rows["placeholder"].to_pylist())
+    demo = bool(provenance.get("demo"))
+    warnings = []
+    if demo:
+        warnings.append(
+            "**This is a pipeline demonstration, not the benchmark**: the originals are composed from a stock "
+            "portrait, not collected photos."
+        )
+    if placeholders:
+        warnings.append(
+            f"**{placeholders} images are placeholders, not syntheses** (`placeholder=true`): the offline stand-in "
+            "for SDXL inpainting painted their masks."
+        )
+    reviewers = Counter(r for r in rows["reviewer"].to_pylist() if r)
+    if reviewers.get("auto_accept"):
+        warnings.append("No human checked the syntheses: the auto-accept policy accepted every filtered attempt.")
+    cells = Counter(zip(rows["country"].to_pylist(), rows["category"].to_pylist(), strict=True))
+    cell_rows = [{"country": c, "category": k, "images": n} for (c, k), n in sorted(cells.items())]
+    incomplete = provenance.get("incomplete", [])
+    body = f"""
+# MixCuBe, culturebench build {version}
+
+Each original photo of food, a festival or clothing is followed by four copies in which the people were inpainted
+into another ethnicity (African, Caucasian, East Asian, South Asian), following *When Tom Eats Kimchi* (MixCuBe).
+
+{chr(10).join("* " + w for w in warnings) if warnings else "All stages ran on their production backends."}
+
+Columns: `country` (adjective), `category`, `ethnicity` (`original` or the swap), `image`, then `sample_id`,
+`original_id`, `attempt_id`, `mask_sha256` (the mask is `masks/<sha256>.png`), `prompt`, `seed`, `model_id`,
+`brisque`, `clip_similarity`, `review_decision`, `reviewer`, `placeholder`, `food_label`. Rows are ordered as each
+original followed by its 4 swaps. `food_label.csv` lists the food images with their native and English names.
+
+{rows.num_rows} images ({rows.num_rows // 5} quintets) in {len(shards["parquet"])} Parquet and
+{len(shards["webdataset"])} WebDataset shards. Originals left out for lack of an accepted swap: {len(incomplete)}.
+
+![before and after]({GRID})
+
+{markdown_table(cell_rows)}
+Provenance (config, code version, seeds, per-file sha256) is in `manifest.json`.
+"""
+    return head + body
