@@ -58,6 +58,7 @@ def backends(config: Build3XCMConfig) -> dict[str, str]:
 def provenance(config: Build3XCMConfig, ws: Workspace) -> dict[str, Any]:
     stats = [ws.stats(stage.name) for stage in STAGES]
     by_name = {s.stage: s for s in stats}
+    review = by_name["review"].extra.get("review", {})
     return {
         "build_id": ws.build_id,
         "config": redact(config.model_dump(mode="json", exclude={"workspace_root"})),
@@ -68,8 +69,8 @@ def provenance(config: Build3XCMConfig, ws: Workspace) -> dict[str, Any]:
             "demo_corpus": config.demo_corpus.seed if config.demo_corpus else None,
         },
         # Who actually reviewed: the files backend falls back on auto-accept until a completed export arrives.
-        "backends": {**backends(config), "review": by_name["review"].extra.get("review", {}).get("reviewer", "?")},
-        "review": by_name["review"].extra.get("review", {}),
+        "backends": {**backends(config), "review": review.get("reviewer", "?")},
+        "review": review,
         "stage_fingerprints": stage_fingerprints(config),
         "stage_stats": [s.model_dump(mode="json") for s in stats],
         "reuse": by_name["assembly"].extra.get("reuse", {}),

@@ -6,7 +6,6 @@ config reruns that stage and everything after it, and an unchanged one is skippe
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 from collections import Counter
 from collections.abc import Callable
@@ -445,8 +444,7 @@ def review_settings(config: Build3XCMConfig) -> Any:
     """A new completed export at the same path is new input: its content is part of the fingerprint."""
     review = config.review
     if isinstance(review, LabelStudioFilesReviewConfig) and review.completed_export:
-        with fsspec.open(review.completed_export, "rb") as handle:
-            return (review, hashlib.sha256(handle.read()).hexdigest())
+        return (review, review_file_sha256(review.completed_export))
     return review
 
 

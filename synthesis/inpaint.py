@@ -260,22 +260,8 @@ class PlaceholderInpainter:
             except Exception as exc:  # a failure is a result row, never a lost batch
                 results.append(_failed(request, self.model_id, self.name, 0, 0.0, _error_text(exc), True))
                 continue
-            results.append(
-                InpaintResult(
-                    original_id=request.original_id,
-                    ethnicity=request.ethnicity,
-                    attempt=request.attempt,
-                    image=filled,
-                    prompt=request.prompt,
-                    seed=request.seed,
-                    model_id=self.model_id,
-                    scheduler=self.name,
-                    steps=0,
-                    guidance=0.0,
-                    placeholder=True,
-                    seconds=time.perf_counter() - started,
-                )
-            )
+            seconds = time.perf_counter() - started
+            results.append(result_for(request, filled, self.model_id, self.name, 0, 0.0, True, None, seconds))
         return results
 
 

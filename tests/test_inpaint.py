@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 from pydantic import TypeAdapter, ValidationError
 from tiny_sdxl import build_tiny_sdxl_inpaint
@@ -32,9 +33,6 @@ from synthesis.inpaint import (
     resolve_model,
 )
 from synthesis.prompts import attempt_seed, inpainting_prompt
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("diffusers")
 
 # Not a multiple of 8 on purpose: the pipeline must run at 72x56 and the result come back at 77x59.
 WIDTH, HEIGHT = 77, 59
