@@ -1,22 +1,16 @@
-"""The 3XCM stage graph: which tables each stage reads and writes. Stage logic lives in the stage packages.
-
-Each stage's fingerprint hashes its name, version, its config section and its upstream fingerprints, so a changed
-config reruns that stage and everything after it, and an unchanged one is skipped.
-"""
+"""The 3XCM stage graph: which tables each stage reads and writes. Stage logic lives in the stage packages;
+fingerprints and skip-if-done are the shared `flows.graph`."""
 
 from __future__ import annotations
 
-import tempfile
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import fsspec
 import pyarrow as pa
 
-from annotation.backends import AUTO_ACCEPT, LabelStudioFilesReviewConfig, ReviewContext
+from annotation.backends import AUTO_ACCEPT
 from annotation.review import ReviewImage, image_extension, run_review
 from collectors.concept_generation import review_file_sha256
 from collectors.concepts import run_concepts
@@ -37,40 +31,17 @@ from curation.validate import validate_benchmark
 from data import schemas
 from data.schemas import STATUS_OK
 from data.stage import stats_from_table
-from data.workspace import StageMarker, StageStats, Workspace, fingerprint
+from data.workspace import StageMarker, StageStats, Workspace
 from flows.config import Build3XCMConfig
-
-Progress = Callable[[str, int, int], None]
+from flows.graph import BuildGraph, Progress, Stage, review_settings
+from flows.graph import StageContext as GraphContext
 
 
 class BuildValidationError(RuntimeError):
     """The assembled benchmark broke a rule; the build stops before anything is released."""
 
 
-@dataclass
-class StageContext:
-    config: Build3XCMConfig
-    ws: Workspace
-    fingerprint: str
-    progress: Progress | None = None
-    accept_incomplete: bool = False  # an operator closed the open reviews: missing votes become undecided
-
-    def table(self, stage: str) -> pa.Table:
-        return self.ws.read_table(stage)
-
-    def on_shard(self, stage: str) -> Callable[[int, int], None] | None:
-        if self.progress is None:
-            return None
-        return lambda done, total: self.progress(stage, done, total)  # type: ignore[misc]
-
-
-@dataclass(frozen=True)
-class Stage:
-    name: str
-    version: int
-    deps: tuple[str, ...]
-    settings: Callable[[Build3XCMConfig], Any]
-    run: Callable[[StageContext], StageMarker]
+StageContext = GraphContext[Build3XCMConfig]
 
 
 # -- stage adapters -----------------------------------------------------------------------------------------------
@@ -312,26 +283,13 @@ def _image_dedup(ctx: StageContext) -> StageMarker:
     )
 
 
-def review_context(ctx: StageContext) -> ReviewContext:
-    storage = ctx.ws.storage
-    local = "file" in storage.fs.protocol
-    return ReviewContext(
-        build_id=ctx.ws.build_id,
-        # Label Studio reads the export from a local disk; a remote workspace exports to the temp folder.
-        files_folder=Path(ctx.ws.file_path() if local else tempfile.gettempdir()) / ("" if local else ctx.ws.build_id),
-        load_blob=ctx.ws.blobs.get,
-        blob_path=(lambda sha: ctx.ws.blobs.path(sha)) if local else (lambda sha: None),
-        accept_incomplete=ctx.accept_incomplete,
-    )
-
-
 def _review(ctx: StageContext) -> StageMarker:
     queue = ctx.ws.read_extra_table("image_dedup", "review_queue")
     images = {
         row["image_id"]: ReviewImage(row["sha256"], image_extension(row["format"]), row["width"] * row["height"])
         for row in stored_images(ctx)
     }
-    out = run_review(ctx.config.review, ctx.table("image_dedup"), queue, images, review_context(ctx))
+    out = run_review(ctx.config.review, ctx.table("image_dedup"), queue, images, ctx.review_context())
     stats = stats_from_table(
         "review",
         out.table,
@@ -440,14 +398,6 @@ def _validation(ctx: StageContext) -> StageMarker:
     return ctx.ws.write_stage("validation", ctx.fingerprint, table, schemas.VIOLATIONS, stats)
 
 
-def review_settings(config: Build3XCMConfig) -> Any:
-    """A new completed export at the same path is new input: its content is part of the fingerprint."""
-    review = config.review
-    if isinstance(review, LabelStudioFilesReviewConfig) and review.completed_export:
-        return (review, review_file_sha256(review.completed_export))
-    return review
-
-
 def embedding_settings(config: Build3XCMConfig) -> Any:
     """Only what changes the vectors: thresholds are the dedup stage's business."""
     tier = config.image_dedup.embedding
@@ -470,7 +420,7 @@ STAGES: tuple[Stage, ...] = (
         lambda c: c.image_dedup.model_dump(exclude={"shard_size", "workers"}),
         _image_dedup,
     ),
-    Stage("review", 2, ("image_dedup",), review_settings, _review),
+    Stage("review", 2, ("image_dedup",), lambda c: review_settings(c.review), _review),
     Stage("tags", 1, ("concept_dedup", "review"), lambda c: c.tagging, _tags),
     Stage("image_metadata", 1, ("tags",), lambda c: None, _image_metadata),
     Stage(
@@ -482,28 +432,14 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage("validation", 1, ("assembly",), lambda c: c.assembly.max_candidate_reuse, _validation),
 )
-STAGE_BY_NAME = {s.name: s for s in STAGES}
+GRAPH = BuildGraph("3xcm", lambda config: STAGES)
 
 
 def stage_fingerprints(config: Build3XCMConfig) -> dict[str, str]:
-    """Each stage's fingerprint from its own settings and its dependencies' fingerprints (transitively)."""
-    out: dict[str, str] = {}
-    for stage in STAGES:
-        out[stage.name] = fingerprint(stage.name, stage.version, stage.settings(config), [out[d] for d in stage.deps])
-    return out
+    return GRAPH.fingerprints(config)
 
 
 def run_stage(
     name: str, config: Build3XCMConfig, progress: Progress | None = None, accept_incomplete: bool = False
 ) -> tuple[StageMarker, bool]:
-    """Run one stage unless its output with the same fingerprint exists. Returns (marker, skipped).
-
-    The review stage raises `ReviewPending` while annotators are at work; it writes nothing until they are done."""
-    stage = STAGE_BY_NAME[name]
-    ws = Workspace(config.workspace_root, config.resolved_build_id())
-    fp = stage_fingerprints(config)[name]
-    marker = ws.marker(name)
-    if marker is not None and marker.fingerprint == fp:
-        return marker, True
-    context = StageContext(config=config, ws=ws, fingerprint=fp, progress=progress, accept_incomplete=accept_incomplete)
-    return stage.run(context), False
+    return GRAPH.run(name, config, progress, accept_incomplete)

@@ -369,7 +369,7 @@ def test_cli_exits_3_while_reviews_are_open_and_closes_them_on_request(tmp_path:
 
 def test_summary_artifact_reports_the_reviewer_and_agreement() -> None:
     from data.workspace import StageStats
-    from flows.build_3xcm import review_markdown
+    from flows.runner import review_markdown
 
     tasks, votes = ["x", "y", "z"], votes_for("x", SAME_SCENE, SAME_SCENE, SAME_SCENE)
     votes += votes_for("y", DIFFERENT, DIFFERENT, DIFFERENT) + votes_for("z", SAME_SCENE, DIFFERENT, DIFFERENT)
@@ -382,7 +382,7 @@ def test_summary_artifact_reports_the_reviewer_and_agreement() -> None:
     assert f"Fleiss' kappa {agreement.fleiss_kappa:.3f} over 3 tasks; 1 with disagreement" in text
     assert review_markdown(StageStats(stage="review", extra={"review": {"reviewer": "auto_accept"}})) == [
         "",
-        "## Human review",
+        "## Human review (review)",
         "",
         "* reviewer: `auto_accept`",
     ]

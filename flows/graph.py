@@ -1,0 +1,121 @@
+"""A build as a graph of stages, shared by 3XCM and MixCuBe: fingerprints, skip-if-done, and the stage context.
+
+Each stage's fingerprint hashes its name, version, its config section and its upstream fingerprints, so a changed
+config reruns that stage and everything after it, and an unchanged one is skipped.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+import pyarrow as pa
+
+from annotation.backends import LabelStudioFilesReviewConfig, ReviewConfig, ReviewContext
+from collectors.concept_generation import review_file_sha256
+from data.workspace import StageMarker, Workspace, fingerprint
+
+Progress = Callable[[str, int, int], None]
+
+
+class BuildConfig(Protocol):
+    workspace_root: str
+
+    def resolved_build_id(self) -> str: ...
+
+
+ConfigT = TypeVar("ConfigT", bound=BuildConfig)
+
+
+@dataclass
+class StageContext(Generic[ConfigT]):
+    config: ConfigT
+    ws: Workspace
+    fingerprint: str
+    progress: Progress | None = None
+    accept_incomplete: bool = False  # an operator closed the open reviews: missing votes become undecided
+
+    def table(self, stage: str) -> pa.Table:
+        return self.ws.read_table(stage)
+
+    def on_shard(self, stage: str) -> Callable[[int, int], None] | None:
+        if self.progress is None:
+            return None
+        return lambda done, total: self.progress(stage, done, total)  # type: ignore[misc]
+
+    def review_context(self) -> ReviewContext:
+        storage = self.ws.storage
+        local = "file" in storage.fs.protocol
+        return ReviewContext(
+            build_id=self.ws.build_id,
+            # Label Studio reads the export from a local disk; a remote workspace exports to the temp folder.
+            files_folder=Path(self.ws.file_path() if local else tempfile.gettempdir())
+            / ("" if local else self.ws.build_id),
+            load_blob=self.ws.blobs.get,
+            blob_path=(lambda sha: self.ws.blobs.path(sha)) if local else (lambda sha: None),
+            accept_incomplete=self.accept_incomplete,
+        )
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    version: int
+    deps: tuple[str, ...]
+    settings: Callable[[Any], Any]
+    run: Callable[[StageContext[Any]], StageMarker]
+
+
+@dataclass(frozen=True)
+class BuildGraph:
+    """The stages of one benchmark's build, in run order. `stages_for` may depend on the config (MixCuBe's number
+    of synthesis rounds does)."""
+
+    name: str  # the benchmark: 3xcm | mixcube
+    stages_for: Callable[[Any], tuple[Stage, ...]]
+
+    def stages(self, config: BuildConfig) -> tuple[Stage, ...]:
+        return self.stages_for(config)
+
+    def names(self, config: BuildConfig) -> list[str]:
+        return [s.name for s in self.stages(config)]
+
+    def workspace(self, config: BuildConfig) -> Workspace:
+        return Workspace(config.workspace_root, config.resolved_build_id())
+
+    def fingerprints(self, config: BuildConfig) -> dict[str, str]:
+        """Each stage's fingerprint from its own settings and its dependencies' fingerprints (transitively)."""
+        out: dict[str, str] = {}
+        for stage in self.stages(config):
+            out[stage.name] = fingerprint(
+                stage.name, stage.version, stage.settings(config), [out[d] for d in stage.deps]
+            )
+        return out
+
+    def run(
+        self, name: str, config: BuildConfig, progress: Progress | None = None, accept_incomplete: bool = False
+    ) -> tuple[StageMarker, bool]:
+        """Run one stage unless its output with the same fingerprint exists. Returns (marker, skipped).
+
+        A review stage raises `ReviewPending` while annotators are at work; it writes nothing until they are done."""
+        stage = next(s for s in self.stages(config) if s.name == name)
+        ws = self.workspace(config)
+        fp = self.fingerprints(config)[name]
+        marker = ws.marker(name)
+        if marker is not None and marker.fingerprint == fp:
+            return marker, True
+        context = StageContext(
+            config=config, ws=ws, fingerprint=fp, progress=progress, accept_incomplete=accept_incomplete
+        )
+        return stage.run(context), False
+
+
+def review_settings(review: ReviewConfig) -> Any:
+    """A review's part of its stage fingerprint: a new completed export at the same path is new input, so its
+    content counts."""
+    if isinstance(review, LabelStudioFilesReviewConfig) and review.completed_export:
+        return (review, review_file_sha256(review.completed_export))
+    return review

@@ -1,0 +1,276 @@
+"""Running a `BuildGraph`, with or without Prefect: shared by `build-3xcm` and `build-mixcube`.
+
+With Prefect, each stage is a task named after the stage that publishes its counts as a table artifact; long
+stages publish progress artifacts. A stage that waits for reviewers suspends the run (the worker is freed) until it
+is resumed with a `ReviewResume`, by an operator in the UI or by the sync-reviews deployment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from prefect import get_run_logger, suspend_flow_run, task
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
+from prefect.input import RunInput
+from pydantic import BaseModel, Field
+
+from annotation.collect import ReviewPending
+from data.release import ReleaseResult
+from data.workspace import StageStats
+from flows.graph import BuildConfig, BuildGraph, Progress
+
+
+class BuildSummary(BaseModel):
+    build_id: str
+    workspace: str
+    release_path: str
+    release_version: str
+    release_status: str
+    stages: list[StageStats]
+    skipped_stages: list[str] = Field(default_factory=list)
+    validation: str = ""
+
+
+class StageRun(BaseModel):
+    stage: str
+    status: Literal["done", "skipped", "waiting"]
+    detail: str = ""
+
+
+class ReviewResume(RunInput):
+    """What an operator (or the sync-reviews deployment) sends to resume a build that waits for reviews."""
+
+    close_review: bool = Field(
+        default=False,
+        description="Import now even if tasks still lack annotations; those items are undecided and reported.",
+    )
+    note: str = Field(default="", description="Why the build was resumed (kept in the run's logs).")
+
+
+class ReviewsNotFinished(RuntimeError):
+    """A run outside a deployment met an open review."""
+
+
+def execute(
+    graph: BuildGraph,
+    config: BuildConfig,
+    run: Callable[[str, bool], StageRun],
+    wait: Callable[[StageRun, int], ReviewResume],
+    do_release: Callable[[], ReleaseResult],
+    validation: Callable[[dict[str, StageStats]], str] = lambda stats: "",
+) -> BuildSummary:
+    """Run the stages in order. A stage that waits for reviewers calls `wait`, then runs again with its answer."""
+    skipped = []
+    names = graph.names(config)
+    for name in names:
+        outcome, waits = run(name, False), 0
+        while outcome.status == "waiting":
+            answer = wait(outcome, waits)
+            waits += 1
+            outcome = run(name, answer.close_review)
+        if outcome.status == "skipped":
+            skipped.append(name)
+    result = do_release()
+    ws = graph.workspace(config)
+    stats = [ws.stats(name) for name in names]
+    return BuildSummary(
+        build_id=ws.build_id,
+        workspace=ws.url,
+        release_path=result.path,
+        release_version=result.version,
+        release_status=result.status,
+        stages=stats,
+        skipped_stages=skipped,
+        validation=validation({s.stage: s for s in stats}),
+    )
+
+
+def execute_locally(
+    graph: BuildGraph,
+    config: BuildConfig,
+    do_release: Callable[[], ReleaseResult],
+    progress: Progress | None = None,
+    close_reviews: bool = False,
+    validation: Callable[[dict[str, StageStats]], str] = lambda stats: "",
+) -> BuildSummary:
+    """The whole build in this process, without Prefect. Open reviews raise `ReviewPending`: rerun when done."""
+
+    def run(name: str, close: bool) -> StageRun:
+        _, skipped = graph.run(name, config, progress, accept_incomplete=close or close_reviews)
+        return StageRun(stage=name, status="skipped" if skipped else "done")
+
+    def cannot_wait(outcome: StageRun, waits: int) -> ReviewResume:
+        raise AssertionError("stages raise ReviewPending; they never return a waiting stage")
+
+    return execute(graph, config, run, cannot_wait, do_release, validation)
+
+
+# -- Prefect -------------------------------------------------------------------------------------------------------
+
+
+def artifact_key(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
+
+
+class ProgressArtifact:
+    """A Prefect progress artifact per long stage, updated at most once per whole percent."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, Any] = {}
+        self._last: dict[str, int] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        percent = int(100 * done / total) if total else 100
+        try:
+            if stage not in self._ids:
+                self._ids[stage] = create_progress_artifact(
+                    progress=float(percent),
+                    key=artifact_key(f"{stage}-progress"),
+                    description=f"Stage `{stage}`: share of items done.",
+                )
+            elif percent > self._last.get(stage, -1):
+                update_progress_artifact(artifact_id=self._ids[stage], progress=float(percent))
+        except Exception as exc:  # progress is informative; it must never fail a stage
+            get_run_logger().debug("progress artifact for %s not updated: %s", stage, exc)
+        self._last[stage] = percent
+
+
+@task(cache_policy=NO_CACHE)
+def stage_task(graph: BuildGraph, name: str, config: BuildConfig, close_reviews: bool = False) -> StageRun:
+    try:
+        marker, skipped = graph.run(name, config, ProgressArtifact(), accept_incomplete=close_reviews)
+    except ReviewPending as pending:
+        get_run_logger().info("%s: waiting for reviewers: %s", name, pending)
+        create_markdown_artifact(
+            key=artifact_key(f"{name}-waiting"),
+            markdown=f"# Waiting for reviewers\n\n{pending}\n\nLabel Studio: {file_link(pending.location)}\n",
+            description=f"Stage `{name}` waits for annotations.",
+        )
+        return StageRun(stage=name, status="waiting", detail=str(pending))
+    ws = graph.workspace(config)
+    stats = ws.stats(name)
+    get_run_logger().info(
+        "%s: %s (%d rows, kept %d, dropped %d)",
+        name,
+        "skipped, already done" if skipped else "done",
+        marker.rows,
+        stats.kept,
+        stats.dropped,
+    )
+    create_table_artifact(
+        key=artifact_key(f"{name}-stats"),
+        table=[
+            {
+                "in": stats.rows_in,
+                "kept": stats.kept,
+                "dropped": stats.dropped,
+                **{f"dropped:{k}": v for k, v in stats.dropped_by_reason.items()},
+            }
+        ],
+        description=f"Stage `{name}`: rows in, kept and dropped by reason.",
+    )
+    summary_table = stats.extra.get("summary_table")
+    if summary_table:  # e.g. the per-concept dedup summary
+        create_table_artifact(
+            key=artifact_key(f"{name}-{summary_table}"),
+            table=ws.read_extra_table(name, summary_table).to_pylist(),
+            description=f"Stage `{name}`: {summary_table.replace('_', ' ')}.",
+        )
+    return StageRun(stage=name, status="skipped" if skipped else "done")
+
+
+def wait_for_reviews(graph: BuildGraph, config: BuildConfig, outcome: StageRun, waits: int) -> ReviewResume:
+    """Suspend the run (the worker is freed) until it is resumed with a `ReviewResume`.
+
+    Suspension needs a deployment: the worker starts the run again on resume, finished stages are skipped, and the
+    keyed suspend returns the input it was given. A run without a deployment cannot be started again, so it stops
+    with the pending message instead; rerunning the build resumes it.
+    """
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None or context.flow_run.deployment_id is None:
+        raise ReviewsNotFinished(f"{outcome.detail}; run a deployment to wait for them, or rerun this build later")
+    fingerprints = graph.fingerprints(config)
+    review = getattr(config, "review", None) or getattr(config, "qa", None)
+    timeout = getattr(review, "wait_timeout_s", None)
+    key = f"{outcome.stage}-{fingerprints[outcome.stage][:12]}-{waits}"
+    answer = suspend_flow_run(wait_for_input=ReviewResume, key=key, timeout=timeout)
+    get_run_logger().info("resumed %s (close_review=%s): %s", outcome.stage, answer.close_review, answer.note)
+    return answer
+
+
+def execute_in_prefect(
+    graph: BuildGraph,
+    config: BuildConfig,
+    close_reviews: bool,
+    do_release: Callable[[], ReleaseResult],
+    validation: Callable[[dict[str, StageStats]], str] = lambda stats: "",
+) -> BuildSummary:
+    """Inside a flow: one task per stage, a suspend per open review, the release as its own task."""
+    release_task = task(name="release", cache_policy=NO_CACHE)(do_release)
+    return execute(
+        graph,
+        config,
+        lambda name, close: stage_task.with_options(name=name)(graph, name, config, close or close_reviews),
+        lambda outcome, waits: wait_for_reviews(graph, config, outcome, waits),
+        release_task,
+        validation,
+    )
+
+
+def summary_markdown(title: str, summary: BuildSummary) -> str:
+    lines = [
+        f"# {title} build `{summary.build_id}`",
+        "",
+        f"* release: `{summary.release_path}` (version {summary.release_version}, {summary.release_status})",
+        f"* workspace: `{summary.workspace}`",
+    ]
+    if summary.validation:
+        lines.append(f"* validation: {summary.validation}")
+    lines += ["", "| stage | in | kept | dropped | by reason |", "|---|---|---|---|---|"]
+    for s in summary.stages:
+        lines.append(f"| {s.stage} | {s.rows_in} | {s.kept} | {s.dropped} | {s.reasons_text()} |")
+    for stats in summary.stages:
+        lines += review_markdown(stats)
+    sheets = [(s.stage, s.extra["contact_sheet"]) for s in summary.stages if s.extra.get("contact_sheet")]
+    if sheets:  # paths are relative to the build workspace
+        lines += ["", "## What was merged", ""]
+        lines += [
+            f"* [{stage}: contact sheet of the largest clusters]({file_link(f'{summary.workspace}/{path}')})"
+            for stage, path in sheets
+        ]
+    figures = [(s.stage, f) for s in summary.stages for f in s.extra.get("figures", [])]
+    if figures:
+        lines += ["", "## Figures", ""]
+        lines += [f"* [{stage}: {Path(f).stem}]({file_link(f'{summary.workspace}/{f}')})" for stage, f in figures]
+    return "\n".join(lines) + "\n"
+
+
+def review_markdown(stats: StageStats | None) -> list[str]:
+    info = stats.extra.get("review", {}) if stats else {}
+    if not info:
+        return []
+    lines = ["", f"## Human review ({stats.stage})", "", f"* reviewer: `{info['reviewer']}`"]  # type: ignore[union-attr]
+    if "tasks" in info:
+        agreement = info.get("agreement", {})
+        kappa = agreement.get("fleiss_kappa")
+        lines += [
+            f"* tasks: {info['tasks']} at {info['location']}; decided {info['decided']}, undecided {info['undecided']}"
+            + (" (closed before every task was annotated)" if info.get("closed_early") else ""),
+            f"* agreement: Fleiss' kappa {'n/a' if kappa is None else f'{kappa:.3f}'} over "
+            f"{agreement.get('tasks_rated', 0)} tasks; {agreement.get('disagreements', 0)} with disagreement",
+        ]
+    return lines
+
+
+def file_link(path: str) -> str:
+    """A link the UI can follow: fsspec URLs stay as they are, local paths become file:// URLs."""
+    return path if "://" in path else Path(path).resolve().as_uri()
