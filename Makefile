@@ -1,4 +1,4 @@
-# The two README commands: `make demo` (offline 3XCM build on the embedded defaults) and `make test`.
+# The two README commands: `make demo` (offline 3XCM and MixCuBe builds on the embedded defaults) and `make test`.
 # Both create .venv and install the locked dependency set when needed; nothing is taken from the host
 # besides a Python 3.11 interpreter.
 SHELL := /bin/bash
@@ -41,6 +41,7 @@ browser:
 
 demo: $(STAMP)
 	$(BIN)/culturebench build 3xcm --demo
+	$(BIN)/culturebench build mixcube --demo
 
 test: $(STAMP) $(LS_STAMP) browser
 	$(BIN)/python -m pytest

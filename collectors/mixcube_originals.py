@@ -52,7 +52,7 @@ class DemoOriginalsConfig(BaseModel):
 OriginalsConfig = Annotated[LocalOriginalsConfig | DemoOriginalsConfig, Field(discriminator="backend")]
 
 
-def _culture(name: str) -> reference.MixCubeCulture:
+def culture_by_name(name: str) -> reference.MixCubeCulture:
     mix = reference.mixcube()
     for culture in mix.cultures:
         names = {culture.name, culture.adjective, culture.iso2, *culture.label_aliases}
@@ -61,7 +61,7 @@ def _culture(name: str) -> reference.MixCubeCulture:
     raise ValueError(f"unknown MixCuBe culture {name!r}; known: {[c.name for c in mix.cultures]}")
 
 
-def _category(name: str) -> str:
+def category_name(name: str) -> str:
     for category in reference.mixcube().categories:
         if name.strip().lower() == category.lower():
             return category
@@ -97,7 +97,7 @@ def import_local(config: LocalOriginalsConfig, put_blob: Callable[[bytes], str])
         original_id = f"local-{n:05d}"
         base = {"original_id": original_id, "source": row["image_file"], "food_label": row.get("food_label") or None}
         try:
-            culture, category = _culture(row["culture"]), _category(row["category"])
+            culture, category = culture_by_name(row["culture"]), category_name(row["category"])
         except ValueError as exc:
             out.append(_row(**base, status=STATUS_FAILED, error=f"bad_label: {exc}"))
             continue
@@ -160,34 +160,39 @@ def demo_scene(culture: reference.MixCubeCulture, category: str, index: int, see
     return scene
 
 
+def cells(cultures: list[str] | None, categories: list[str] | None) -> list[tuple[reference.MixCubeCulture, str]]:
+    """(culture, category) pairs of the named cultures and categories (all of either when None), in paper order."""
+    mix = reference.mixcube()
+    chosen = [culture_by_name(c) for c in cultures] if cultures else mix.cultures
+    kinds = [category_name(c) for c in categories] if categories else mix.categories
+    return [(culture, category) for culture in chosen for category in kinds]
+
+
 def generate_demo(config: DemoOriginalsConfig, put_blob: Callable[[bytes], str]) -> pa.Table:
     mix = reference.mixcube()
-    cultures = [_culture(c) for c in config.cultures] if config.cultures else mix.cultures
-    categories = [_category(c) for c in config.categories] if config.categories else mix.categories
     rows = []
-    for culture in cultures:
-        for category in categories:
-            for index in range(config.per_cell):
-                buffer = io.BytesIO()
-                demo_scene(culture, category, index, config.seed).save(buffer, format="JPEG", quality=92)
-                data = buffer.getvalue()
-                width, height, fmt = check_original(data)
-                food = mix.food_label_examples.get(culture.name) if category == "Food" else None
-                rows.append(
-                    _row(
-                        original_id=f"demo-{culture.iso2.lower()}-{category.lower()}-{index:02d}",
-                        culture=culture.name,
-                        country=culture.adjective,
-                        category=category,
-                        food_label=food,
-                        source="demo",
-                        status=STATUS_OK,
-                        sha256=put_blob(data),
-                        width=width,
-                        height=height,
-                        format=fmt,
-                    )
+    for culture, category in cells(config.cultures, config.categories):
+        for index in range(config.per_cell):
+            buffer = io.BytesIO()
+            demo_scene(culture, category, index, config.seed).save(buffer, format="JPEG", quality=92)
+            data = buffer.getvalue()
+            width, height, fmt = check_original(data)
+            food = mix.food_label_examples.get(culture.name) if category == "Food" else None
+            rows.append(
+                _row(
+                    original_id=f"demo-{culture.iso2.lower()}-{category.lower()}-{index:02d}",
+                    culture=culture.name,
+                    country=culture.adjective,
+                    category=category,
+                    food_label=food,
+                    source="demo",
+                    status=STATUS_OK,
+                    sha256=put_blob(data),
+                    width=width,
+                    height=height,
+                    format=fmt,
                 )
+            )
     return schemas.from_rows(rows, schemas.MIXCUBE_ORIGINALS)
 
 

@@ -42,13 +42,17 @@ class SearchQuery(BaseModel):
     not_searchable: str | None = None  # why this query is recorded as failed without asking the engine
 
     @property
+    def _country_slug(self) -> str:
+        """The 3XCM country's slug; another place (a MixCuBe culture) is slugged from its name."""
+        country = reference.country_by_name().get(self.country)
+        return country.slug if country else "-".join("".join(c if c.isalnum() else " " for c in self.country).split())
+
+    @property
     def query_id(self) -> str:
-        slug = reference.country_by_name()[self.country].slug
-        return f"{slug}-{self.concept_id}-q-{self.query_lang}"
+        return f"{self._country_slug}-{self.concept_id}-q-{self.query_lang}"
 
     def image_id(self, rank: int) -> str:
-        slug = reference.country_by_name()[self.country].slug
-        return f"{slug}-{self.concept_id}-{rank}-{self.query_lang}"
+        return f"{self._country_slug}-{self.concept_id}-{rank}-{self.query_lang}"
 
 
 class SearchHit(BaseModel):

@@ -118,6 +118,7 @@ original followed by its 4 swaps. `food_label.csv` lists the food images with th
 
 {rows.num_rows} images ({rows.num_rows // 5} quintets) in {len(shards["parquet"])} Parquet and
 {len(shards["webdataset"])} WebDataset shards. Originals left out for lack of an accepted swap: {len(incomplete)}.
+{_losses(provenance)}
 
 ![before and after]({GRID})
 
@@ -125,3 +126,18 @@ original followed by its 4 swaps. `food_label.csv` lists the food images with th
 Provenance (config, code version, seeds, per-file sha256) is in `manifest.json`.
 """
     return head + body
+
+
+def _losses(provenance: dict[str, Any]) -> str:
+    """Where originals and swaps were lost, by stage and reason (from the build's provenance)."""
+    lines = [
+        f"* dropped at `{stage}`: " + ", ".join(f"{reason} {n}" for reason, n in sorted(reasons.items()))
+        for stage, reasons in provenance.get("dropped_before_synthesis", {}).items()
+    ]
+    left = provenance.get("left_over_by_outcome", {})
+    if left:
+        lines.append(
+            "* swaps never accepted, by their last outcome: "
+            + ", ".join(f"{outcome} {n}" for outcome, n in sorted(left.items()))
+        )
+    return ("\nLosses:\n\n" + "\n".join(lines) + "\n") if lines else ""

@@ -313,6 +313,10 @@ SYNTHESIS_FILTER_SCORES = pa.schema(
     ]
 )
 
+
+# The filter stage's table: the attempt, then its scores.
+MIXCUBE_FILTERS = pa.schema([pa.field("attempt_id", pa.string(), nullable=False), *SYNTHESIS_FILTER_SCORES])
+
 SYNTHESIS_ATTEMPTS = pa.schema(
     [
         # One row per (original, ethnicity, attempt); a retry is a new attempt, never an overwrite.
@@ -328,6 +332,61 @@ SYNTHESIS_ATTEMPTS = pa.schema(
         pa.field("mask_sha256", pa.string(), nullable=False),
         pa.field("sha256", pa.string()),  # the synthesized image; null on failure
         pa.field("error", pa.string()),
+        # first | reseed | retry_prompt | fix_mask: why this attempt exists (MixCuBe §2, App. B.1)
+        pa.field("retry_kind", pa.string(), nullable=False),
+        pa.field("retry_of", pa.string()),  # the attempt it replaces; null for the first
+    ]
+)
+
+
+MIXCUBE_FACES = pa.schema(
+    [
+        # One row per collected original: the faces kept by App. A.4 (conf >= threshold, top 3), or why none.
+        pa.field("original_id", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error", pa.string()),  # no_face | not_an_image | detector_error
+        pa.field("detail", pa.string()),
+        pa.field(
+            "boxes",
+            pa.list_(
+                pa.struct(
+                    [
+                        pa.field("x", pa.int32()),
+                        pa.field("y", pa.int32()),
+                        pa.field("w", pa.int32()),
+                        pa.field("h", pa.int32()),
+                        pa.field("score", pa.float32()),
+                    ]
+                )
+            ),
+        ),
+        pa.field("detector", pa.string(), nullable=False),  # model id: backend, file name and content hash
+    ]
+)
+
+
+MIXCUBE_MASKS = pa.schema(
+    [
+        pa.field("original_id", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error", pa.string()),  # empty_mask | not_an_image | masker_error
+        pa.field("detail", pa.string()),
+        pa.field("mask_sha256", pa.string()),  # PNG blob, white where people are repainted
+        pa.field("coverage", pa.float32()),  # share of the image the mask covers (> 0 after feathering)
+        pa.field("masker", pa.string(), nullable=False),
+    ]
+)
+
+
+MIXCUBE_LEFT_OVER = pa.schema(
+    [
+        # (original, ethnicity) pairs without an accepted synthesis when the rounds ended, and why.
+        pa.field("original_id", pa.string(), nullable=False),
+        pa.field("ethnicity", pa.string(), nullable=False),
+        pa.field("attempts", pa.int32(), nullable=False),
+        pa.field("last_attempt_id", pa.string()),
+        pa.field("outcome", pa.string(), nullable=False),  # synthesis_error | filter:<verdict> | qa:<decision> ...
+        pa.field("cap_reached", pa.bool_(), nullable=False),
     ]
 )
 

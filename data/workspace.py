@@ -175,6 +175,9 @@ class BlobStore:
             raise OSError(f"blob {sha256} is corrupt in the store")
         return data
 
+    def size(self, sha256: str) -> int:
+        return int(self.storage.fs.size(self.path(sha256)))
+
     def __contains__(self, sha256: str) -> bool:
         return self.storage.exists(self.path(sha256))
 

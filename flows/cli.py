@@ -40,41 +40,97 @@ def _overrides(workspace_root: str | None, release_root: str | None, version: st
     return out
 
 
+ConfigOption = Annotated[Path | None, typer.Option(help="YAML or JSON build config.", exists=True, dir_okay=False)]
+EngineOption = Annotated[
+    Engine,
+    typer.Option(
+        help="prefect: run the build's flow (a server from PREFECT_API_URL, else a temporary local one); "
+        "local: plain Python."
+    ),
+]
+WorkspaceOption = Annotated[str | None, typer.Option(help="Workspace root (fsspec URL).")]
+ReleaseRootOption = Annotated[str | None, typer.Option(help="Release root (fsspec URL).")]
+VersionOption = Annotated[str | None, typer.Option(help="Release version (semver).")]
+BuildIdOption = Annotated[str | None, typer.Option(help="Build id (default: derived from the config).")]
+CloseReviewsOption = Annotated[
+    bool, typer.Option(help="Import open reviews as they stand; items short of annotations are undecided.")
+]
+
+
 @build_app.command("3xcm")
 def build_3xcm_command(
-    config: Annotated[Path | None, typer.Option(help="YAML or JSON build config.", exists=True, dir_okay=False)] = None,
+    config: ConfigOption = None,
     demo: Annotated[bool, typer.Option(help="Offline demo: generate a corpus and build on embedded defaults.")] = False,
-    engine: Annotated[
-        Engine,
-        typer.Option(
-            help="prefect: run the build-3xcm flow (a server from PREFECT_API_URL, "
-            "else a temporary local one); local: plain Python."
-        ),
-    ] = Engine.prefect,
-    workspace_root: Annotated[str | None, typer.Option(help="Workspace root (fsspec URL).")] = None,
-    release_root: Annotated[str | None, typer.Option(help="Release root (fsspec URL).")] = None,
-    version: Annotated[str | None, typer.Option(help="Release version (semver).")] = None,
-    build_id: Annotated[str | None, typer.Option(help="Build id (default: derived from the config).")] = None,
-    close_reviews: Annotated[
-        bool, typer.Option(help="Import open reviews as they stand; items short of annotations are undecided.")
-    ] = False,
+    engine: EngineOption = Engine.prefect,
+    workspace_root: WorkspaceOption = None,
+    release_root: ReleaseRootOption = None,
+    version: VersionOption = None,
+    build_id: BuildIdOption = None,
+    close_reviews: CloseReviewsOption = False,
 ) -> None:
     """Build 3XCM and write a versioned release. Exits with 3 while reviewers are still at work."""
-    try:
-        overrides = _overrides(workspace_root, release_root, version, build_id)
-        cfg = load_config(config, demo=demo, overrides=overrides) if config else build_config({}, demo, overrides)
+    from flows.config import Build3XCMConfig
+
+    def check(cfg: Build3XCMConfig) -> None:
         if cfg.demo_corpus is None and cfg.search.backend == "local" and not (cfg.search.root or cfg.search.manifest):
             raise ConfigError("search.root or search.manifest is required (or use --demo for the generated corpus)")
+
+    cfg = _config(Build3XCMConfig, config, demo, _overrides(workspace_root, release_root, version, build_id), check)
+    _run_build("3xcm", cfg, engine, close_reviews)
+
+
+@build_app.command("mixcube")
+def build_mixcube_command(
+    config: ConfigOption = None,
+    demo: Annotated[
+        bool, typer.Option(help="Offline demo: composed originals, embedded backends, placeholder inpainting.")
+    ] = False,
+    engine: EngineOption = Engine.prefect,
+    workspace_root: WorkspaceOption = None,
+    release_root: ReleaseRootOption = None,
+    version: VersionOption = None,
+    build_id: BuildIdOption = None,
+    close_reviews: CloseReviewsOption = False,
+) -> None:
+    """Build MixCuBe and write a versioned release. Exits with 3 while reviewers are still at work."""
+    from flows.config_mixcube import BuildMixCubeConfig
+
+    if not (config or demo):
+        console.print("[red]give --config (with an `originals` section) or --demo[/red]")
+        raise typer.Exit(2)
+    cfg = _config(BuildMixCubeConfig, config, demo, _overrides(workspace_root, release_root, version, build_id))
+    _run_build("mixcube", cfg, engine, close_reviews)
+
+
+def _config(model: type, path: Path | None, demo: bool, overrides: dict, check: Any = None) -> Any:
+    try:
+        if path:
+            cfg = load_config(path, demo=demo, overrides=overrides, model=model)
+        else:
+            cfg = build_config({}, demo, overrides, model=model)
+        if check is not None:
+            check(cfg)
     except ConfigError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
+    return cfg
 
+
+def _run_build(benchmark: str, cfg: Any, engine: Engine, close_reviews: bool) -> None:
     if engine is Engine.prefect:
         _prepare_prefect_environment()
     from annotation.collect import ReviewPending
     from data.release import ReleaseExistsError
-    from flows.build_3xcm import ReviewsNotFinished, build_3xcm, build_locally
-    from flows.stages_3xcm import BuildValidationError
+    from flows.runner import ReviewsNotFinished
+
+    if benchmark == "3xcm":
+        from flows.build_3xcm import build_3xcm as build_flow
+        from flows.build_3xcm import build_locally
+        from flows.stages_3xcm import BuildValidationError as BuildFailed
+    else:
+        from flows.build_mixcube import NothingToRelease as BuildFailed
+        from flows.build_mixcube import build_locally
+        from flows.build_mixcube import build_mixcube as build_flow
 
     console.print(f"build id [bold]{cfg.resolved_build_id()}[/bold], workspace {cfg.workspace_root}")
     try:
@@ -82,17 +138,20 @@ def build_3xcm_command(
             with _progress() as progress:
                 summary = build_locally(cfg, progress=progress, close_reviews=close_reviews)
         else:
-            summary = build_3xcm(cfg, close_reviews=close_reviews)
+            summary = build_flow(cfg, close_reviews=close_reviews)
     except (ReviewPending, ReviewsNotFinished) as exc:
         console.print(f"[yellow]waiting for reviewers:[/yellow] {exc}\nRerun the same command when they are done.")
         raise typer.Exit(3) from None
-    except BuildValidationError as exc:
-        console.print(f"[red]validation failed, nothing released:[/red]\n{exc}")
+    except FileNotFoundError as exc:  # a model or weights file named by the config
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    except BuildFailed as exc:
+        console.print(f"[red]nothing released:[/red]\n{exc}")
         raise typer.Exit(1) from None
     except ReleaseExistsError as exc:
         console.print(f"[red]{exc}[/red] (pass --version to write a new one)")
         raise typer.Exit(1) from None
-    _print_summary(summary)
+    _print_summary(benchmark, summary)
 
 
 def _prepare_prefect_environment() -> None:
@@ -129,8 +188,8 @@ class _progress:
         self.bar.__exit__(*exc)
 
 
-def _print_summary(summary: Any) -> None:
-    table = Table(title=f"3XCM build {summary.build_id}")
+def _print_summary(benchmark: str, summary: Any) -> None:
+    table = Table(title=f"{benchmark} build {summary.build_id}")
     for column in ("stage", "in", "kept", "dropped", "dropped by reason"):
         table.add_column(column)
     for s in summary.stages:
@@ -138,7 +197,8 @@ def _print_summary(summary: Any) -> None:
     console.print(table)
     if summary.skipped_stages:
         console.print(f"skipped (already done): {', '.join(summary.skipped_stages)}")
-    console.print(f"validation: {summary.validation}")
+    if summary.validation:
+        console.print(f"validation: {summary.validation}")
     console.print(f"release {summary.release_version} ({summary.release_status}): [bold]{summary.release_path}[/bold]")
     typer.echo(
         json.dumps(
@@ -152,18 +212,27 @@ def _print_summary(summary: Any) -> None:
     )
 
 
+class Benchmark(StrEnum):
+    three_xcm = "3xcm"
+    mixcube = "mixcube"
+
+
 @app.command("config")
 def config_command(
     demo: Annotated[bool, typer.Option(help="Print the demo config.")] = False,
     schema: Annotated[bool, typer.Option(help="Print the JSON schema instead of a config.")] = False,
+    benchmark: Annotated[Benchmark, typer.Option(help="Which build's config.")] = Benchmark.three_xcm,
 ) -> None:
-    """Print the default (or demo) 3XCM build config as JSON, to edit and pass with --config."""
+    """Print the default (or demo) build config as JSON, to edit and pass with --config. MixCuBe has no default
+    originals, so its config is the demo's unless --schema is given."""
     from flows.config import Build3XCMConfig
+    from flows.config_mixcube import BuildMixCubeConfig
 
+    model = BuildMixCubeConfig if benchmark is Benchmark.mixcube else Build3XCMConfig
     if schema:
-        typer.echo(json.dumps(Build3XCMConfig.model_json_schema(), indent=2))
+        typer.echo(json.dumps(model.model_json_schema(), indent=2))
         return
-    cfg = Build3XCMConfig.demo() if demo else Build3XCMConfig()
+    cfg = model.demo() if demo or model is BuildMixCubeConfig else model()
     typer.echo(cfg.model_dump_json(indent=2))
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -24,19 +24,39 @@ from data.release import ReleaseConfig
 from data.workspace import fingerprint
 
 BUILD_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 
-class Build3XCMConfig(BaseModel):
-    """Everything that decides a 3XCM build. The same config always resolves to the same build id."""
+class BuildConfigBase(BaseModel):
+    """What every build config has: where its workspace is, and an id that is a hash of what it builds."""
 
     model_config = ConfigDict(extra="forbid")
+    build_prefix: ClassVar[str]
+    # Fields that do not change what is collected or drawn: changing them continues the same build.
+    outside_build_id: ClassVar[frozenset[str]] = frozenset({"build_id", "workspace_root", "release"})
 
     build_id: str | None = Field(
         default=None,
         pattern=BUILD_ID_PATTERN,
-        description="Workspace name. Defaults to 3xcm-<hash of the config>, so a rerun resumes the same build.",
+        description="Workspace name. Defaults to <benchmark>-<hash of the config>, so a rerun resumes the same build.",
     )
     workspace_root: str = Field(default="./workspace", description="fsspec URL holding one folder per build.")
+
+    def resolved_build_id(self) -> str:
+        if self.build_id:
+            return self.build_id
+        content = self.model_dump(mode="json", exclude=set(self.outside_build_id))
+        return f"{self.build_prefix}-{fingerprint(content)[:12]}"
+
+
+class Build3XCMConfig(BuildConfigBase):
+    """Everything that decides a 3XCM build. The same config always resolves to the same build id."""
+
+    build_prefix: ClassVar[str] = "3xcm"
+    # How the review is reached does not change what is collected: adding a completed review export continues the
+    # same build (the review stage's fingerprint redoes it).
+    outside_build_id: ClassVar[frozenset[str]] = BuildConfigBase.outside_build_id | {"review"}
+
     countries: list[str] = Field(
         default_factory=lambda: [c.name for c in reference.countries()],
         min_length=2,
@@ -70,13 +90,6 @@ class Build3XCMConfig(BaseModel):
         order = {c.name: i for i, c in enumerate(reference.countries())}
         return sorted(names, key=order.__getitem__)
 
-    def resolved_build_id(self) -> str:
-        if self.build_id:
-            return self.build_id
-        # Where the build is written and released does not change what it contains.
-        content = self.model_dump(mode="json", exclude={"build_id", "workspace_root", "release"})
-        return f"3xcm-{fingerprint(content)[:12]}"
-
     @property
     def language_codes(self) -> list[str]:
         return sorted({reference.country_by_name()[c].language_code for c in self.countries})
@@ -90,13 +103,14 @@ class Build3XCMConfig(BaseModel):
             "concepts": {"backend": "shipped", "include": list(DEMO_CONCEPTS)},
             "release": {"version": "0.1.0-demo"},
         }
-        return cls.model_validate(_merge(base, overrides))
+        return cls.model_validate(merge(base, overrides))
 
 
-def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`overrides` on top of `base`, mappings merged key by key."""
     out = dict(base)
     for key, value in overrides.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
 
 
@@ -104,7 +118,12 @@ class ConfigError(ValueError):
     """An invalid config file, reported field by field."""
 
 
-def load_config(path: str | Path, demo: bool = False, overrides: dict[str, Any] | None = None) -> Build3XCMConfig:
+def load_config(
+    path: str | Path,
+    demo: bool = False,
+    overrides: dict[str, Any] | None = None,
+    model: type[ConfigT] = Build3XCMConfig,  # type: ignore[assignment]
+) -> ConfigT:
     """Read a YAML or JSON config file; report every invalid field with its location."""
     try:
         raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) if path else {}
@@ -114,15 +133,20 @@ def load_config(path: str | Path, demo: bool = False, overrides: dict[str, Any] 
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"config {path} must be a mapping, not {type(raw).__name__}")
-    return build_config(raw, demo=demo, overrides=overrides, source=str(path))
+    return build_config(raw, demo=demo, overrides=overrides, source=str(path), model=model)
 
 
 def build_config(
-    raw: dict[str, Any], demo: bool = False, overrides: dict[str, Any] | None = None, source: str = "config"
-) -> Build3XCMConfig:
-    merged = _merge(raw, overrides or {})
+    raw: dict[str, Any],
+    demo: bool = False,
+    overrides: dict[str, Any] | None = None,
+    source: str = "config",
+    model: type[ConfigT] = Build3XCMConfig,
+) -> ConfigT:
+    """The config of `model` (3XCM or MixCuBe) from a mapping; `demo` starts from the model's demo config."""
+    merged = merge(raw, overrides or {})
     try:
-        return Build3XCMConfig.demo(**merged) if demo else Build3XCMConfig.model_validate(merged)
+        return model.demo(**merged) if demo else model.model_validate(merged)  # type: ignore[attr-defined]
     except ValidationError as exc:
         lines = [f"invalid {source}:"]
         for error in exc.errors():

@@ -1,14 +1,14 @@
 """`sync-reviews`: resume the builds that wait for reviewers once their reviews are complete.
 
-A build that meets an open review suspends itself and frees its worker (flows/build_3xcm.py). This flow, deployed
-on a schedule, looks at every suspended `build-3xcm` run, asks its review backend whether every task has its
-annotations, and resumes the complete ones. Operators can also resume a run by hand from the UI (with
+A build that meets an open review suspends itself and frees its worker (flows/runner.py). This flow, deployed on
+a schedule, looks at every suspended `build-3xcm` and `build-mixcube` run, asks its review backend whether every
+task has its annotations, and resumes the complete ones. Operators can also resume a run by hand from the UI (with
 `close_review` to import an incomplete review).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import fsspec
 from prefect import flow, get_run_logger
@@ -24,10 +24,17 @@ from prefect.client.schemas.objects import StateType
 from prefect.flow_runs import aresume_flow_run
 from pydantic import BaseModel
 
-from annotation.backends import LabelStudioFilesReviewConfig, LabelStudioReviewConfig
-from annotation.label_configs import SPECS
+from annotation.backends import LabelStudioFilesReviewConfig, LabelStudioReviewConfig, ReviewConfig
+from annotation.label_configs import SPECS, ReviewKind
 from annotation.label_studio import LabelStudioProject
 from flows.config import Build3XCMConfig
+from flows.config_mixcube import BuildMixCubeConfig
+
+# flow name -> (its config model, the config field of its review, the review's kind)
+REVIEWED_FLOWS: dict[str, tuple[type[Build3XCMConfig] | type[BuildMixCubeConfig], str, ReviewKind]] = {
+    "build-3xcm": (Build3XCMConfig, "review", "duplicate_review"),
+    "build-mixcube": (BuildMixCubeConfig, "qa", "synthesis_qa"),
+}
 
 
 class ReviewSync(BaseModel):
@@ -37,13 +44,10 @@ class ReviewSync(BaseModel):
     detail: str
 
 
-def review_complete(config: Build3XCMConfig) -> tuple[bool, str]:
-    """Whether the build's duplicate review is done, by the backend's own cheap measure."""
-    review = config.review
+def review_complete(review: ReviewConfig, kind: ReviewKind, build_id: str) -> tuple[bool, str]:
+    """Whether the build's review of `kind` is done, by the backend's own cheap measure."""
     if isinstance(review, LabelStudioReviewConfig):
-        project = LabelStudioProject(
-            review.server, SPECS["duplicate_review"], config.resolved_build_id(), review.annotators
-        )
+        project = LabelStudioProject(review.server, SPECS[kind], build_id, review.annotators)
         progress = project.progress()
         return progress.complete, f"{progress.finished} of {progress.total} tasks done at {project.location}"
     if isinstance(review, LabelStudioFilesReviewConfig) and review.completed_export:
@@ -64,14 +68,26 @@ async def _suspended_runs(flow_name: str) -> list[Any]:
 
 
 @flow(name="sync-reviews", log_prints=True)
-async def sync_reviews(flow_name: str = "build-3xcm") -> list[ReviewSync]:
-    """Resume every suspended run of `flow_name` whose reviews are complete."""
+async def sync_reviews(
+    flow_names: list[Literal["build-3xcm", "build-mixcube"]] = list(REVIEWED_FLOWS),  # noqa: B006
+) -> list[ReviewSync]:
+    """Resume every suspended run of the named build flows whose reviews are complete."""
     logger = get_run_logger()
     out = []
+    for flow_name in flow_names:
+        out += await _sync(flow_name, logger)
+    return out
+
+
+async def _sync(flow_name: str, logger: Any) -> list[ReviewSync]:
+    model, field, kind = REVIEWED_FLOWS[flow_name]
+    out = []
     for run in await _suspended_runs(flow_name):
-        config = Build3XCMConfig.model_validate(run.parameters.get("config") or {})
+        raw = run.parameters.get("config")
+        # A run without the parameter ran on the flow's default, which is the demo config.
+        config = model.model_validate(raw) if raw else model.demo()
         try:
-            complete, detail = review_complete(config)
+            complete, detail = review_complete(getattr(config, field), kind, config.resolved_build_id())
         except Exception as exc:  # one unreachable server must not stop the others from resuming
             complete, detail = False, f"{type(exc).__name__}: {exc}"
         if complete:

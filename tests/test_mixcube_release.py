@@ -21,10 +21,10 @@ from data import reference, schemas
 from data.release import ReleaseConfig, ReleaseExistsError
 from data.release_mixcube import write_mixcube_release
 from data.workspace import Workspace
+from synthesis.attempts import first_plans, run_attempts
 from synthesis.faces import HaarFaceConfig, build_face_detector
-from synthesis.inpaint import InpaintRequest, PlaceholderInpaintConfig, build_inpainter
+from synthesis.inpaint import PlaceholderInpaintConfig, build_inpainter
 from synthesis.masks import EllipseMaskConfig, build_masker, mask_png
-from synthesis.prompts import attempt_seed, inpainting_prompt
 
 ETHNICITIES = [e.label for e in reference.mixcube().ethnicities]
 
@@ -32,56 +32,26 @@ ETHNICITIES = [e.label for e in reference.mixcube().ethnicities]
 def build_rows(ws: Workspace, drop: tuple[str, str] | None = None) -> tuple[pa.Table, list[dict]]:
     originals = collect_originals(DemoOriginalsConfig(per_cell=1, cultures=["South Korea", "UK"]), ws.blobs.put)
     detector, masker = build_face_detector(HaarFaceConfig()), build_masker(EllipseMaskConfig())
-    inpainter = build_inpainter(PlaceholderInpaintConfig())
-    attempts, candidates = [], []
+    masks = {}
     for original in originals.to_pylist():
-        image = Image.open(io.BytesIO(ws.blobs.get(original["sha256"]))).convert("RGB")
-        pixels = np.array(image)
-        mask = masker.mask(pixels, detector.detect(pixels))
-        mask_sha = ws.blobs.put(mask_png(mask))
-        requests = [
-            InpaintRequest(
-                original_id=original["original_id"],
-                ethnicity=e,
-                attempt=1,
-                image=image,
-                mask=Image.fromarray(mask, mode="L"),
-                prompt=inpainting_prompt(original["category"], e),
-                seed=attempt_seed(0, original["original_id"], e, 1),
-            )
-            for e in ETHNICITIES
-            if (original["original_id"], e) != drop
-        ]
-        for result in inpainter.inpaint(requests):
-            buffer = io.BytesIO()
-            result.image.save(buffer, format="JPEG", quality=90)
-            attempt_id = f"{result.original_id}-{result.ethnicity.lower()}-{result.attempt}"
-            row = {
-                "attempt_id": attempt_id,
-                "original_id": result.original_id,
-                "ethnicity": result.ethnicity,
-                "attempt": result.attempt,
-                "prompt": result.prompt,
-                "seed": result.seed,
-                "model_id": result.model_id,
-                "scheduler": result.scheduler,
-                "placeholder": result.placeholder,
-                "mask_sha256": mask_sha,
-                "sha256": ws.blobs.put(buffer.getvalue()),
-                "error": result.error,
-            }
-            attempts.append(row)
-            candidates.append(
-                {
-                    **{k: row[k] for k in ("attempt_id", "original_id", "ethnicity", "attempt", "prompt")},
-                    "original_sha256": original["sha256"],
-                    "synthesized_sha256": row["sha256"],
-                    "mask_sha256": mask_sha,
-                    "brisque": None,
-                    "clip_similarity": None,
-                }
-            )
-    attempts_table = schemas.from_rows(attempts, schemas.SYNTHESIS_ATTEMPTS)
+        pixels = np.array(Image.open(io.BytesIO(ws.blobs.get(original["sha256"]))).convert("RGB"))
+        masks[original["original_id"]] = ws.blobs.put(mask_png(masker.mask(pixels, detector.detect(pixels))))
+    plans = [
+        p
+        for p in first_plans(originals.to_pylist(), masks, ETHNICITIES, base_seed=0)
+        if (p.original_id, p.ethnicity) != drop
+    ]
+    attempts_table = run_attempts(build_inpainter(PlaceholderInpaintConfig()), plans, ws.blobs.get, ws.blobs.put)
+    candidates = [
+        {
+            **{k: row[k] for k in ("attempt_id", "original_id", "ethnicity", "attempt", "prompt", "mask_sha256")},
+            "original_sha256": plan.original_sha256,
+            "synthesized_sha256": row["sha256"],
+            "brisque": None,
+            "clip_similarity": None,
+        }
+        for plan, row in zip(plans, attempts_table.to_pylist(), strict=True)
+    ]
     ctx = ReviewContext(ws.build_id, Path(ws.file_path()), ws.blobs.get, ws.blobs.path)
     qa = run_synthesis_qa(
         AutoAcceptReviewConfig(), schemas.from_rows(candidates, schemas.SYNTHESIS_QA_CANDIDATES), ctx, ws.blobs.put

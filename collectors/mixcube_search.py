@@ -1,0 +1,117 @@
+"""MixCuBe originals from an image search and the downloader (MixCuBe §2: web scraping plus manual search).
+
+One query per culture x category from a configurable template, the top `per_cell` hits through the same searcher
+and fetcher the 3XCM stages use (DuckDuckGo via ddgs, the SSRF-checked HTTP downloader), each hit a row of
+MIXCUBE_ORIGINALS: the image, or why there is none (the search failed, the download failed with its class, the
+image is too small). The templates are ours, not the paper's (which gives none); App. A.3's criteria (a visible
+person, a clear cultural marker) are not judged by a search engine, so the face stage checks the first and
+reviewers the second. Food names cannot come from a search: `food_label` stays empty for these rows.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+
+from collectors.downloader import HttpDownloadConfig
+from collectors.fetch import Fetcher
+from collectors.importer import ImportConfig
+from collectors.mixcube_originals import MIN_SIDE, cells
+from collectors.search import SearchConfig, Searcher, SearchError, SearchQuery
+from collectors.search_ddgs import DdgsSearchConfig
+from data import reference, schemas
+from data.schemas import STATUS_FAILED, STATUS_OK
+from data.workspace import BlobStore
+
+DEFAULT_QUERIES = {
+    "Food": "{adjective} people eating traditional food",
+    "Festival": "{adjective} people at a traditional festival",
+    "Clothes": "{adjective} people wearing traditional clothes",
+}
+
+
+class SearchOriginalsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["search"] = "search"
+    search: SearchConfig = Field(default_factory=DdgsSearchConfig, description="The image search engine.")
+    download: HttpDownloadConfig | ImportConfig = Field(
+        default_factory=HttpDownloadConfig, description="How hits are fetched (the HTTP downloader)."
+    )
+    queries: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_QUERIES),
+        description="Query template per category; {culture} and {adjective} are filled in.",
+    )
+    per_cell: int = Field(default=33, ge=1, description="Hits kept per culture x category (MixCuBe §2: 33).")
+    cultures: list[str] | None = Field(default=None, description="Culture names; default all five.")
+    categories: list[str] | None = Field(default=None, description="Categories; default Food, Festival, Clothes.")
+    region: str = Field(default="wt-wt", description="Search region (DuckDuckGo's `kl`).")
+
+
+def _queries(config: SearchOriginalsConfig) -> list[tuple[reference.MixCubeCulture, str, SearchQuery]]:
+    mix = reference.mixcube()
+    out = []
+    for culture, category in cells(config.cultures, config.categories):
+        template = config.queries.get(category)
+        if template is None:
+            raise ValueError(f"originals.queries has no template for {category!r}")
+        query = SearchQuery(
+            concept_id=mix.categories.index(category),
+            concept=category,
+            country=culture.name,
+            query=template.format(culture=culture.name, adjective=culture.adjective),
+            query_lang="eng",
+            language_code="en",
+            region=config.region,
+        )
+        out.append((culture, category, query))
+    return out
+
+
+def search_originals(config: SearchOriginalsConfig, searcher: Searcher, fetcher: Fetcher, blobs: BlobStore) -> pa.Table:
+    """MIXCUBE_ORIGINALS rows for every hit and every failed query."""
+    rows, hits, meta = [], [], {}
+    for culture, category, query in _queries(config):
+        base = {"culture": culture.name, "country": culture.adjective, "category": category}
+        cell = f"search-{culture.iso2.lower()}-{category.lower()}"
+        try:
+            found = searcher.search(query, config.per_cell)[: config.per_cell]
+            if not found:
+                raise SearchError("no_results", "the engine returned no images")
+        except SearchError as exc:
+            rows.append(_failed(cell, base, f"search:{exc.kind}", query.query))
+            continue
+        for rank, hit in enumerate(found):
+            image_id = f"{cell}-{rank:03d}"
+            hits.append({"image_id": image_id, "url": hit.url})
+            meta[image_id] = base
+    fetched = fetcher.fetch(hits, blobs, None).to_pylist() if hits else []
+    for image in fetched:
+        base = meta[image["image_id"]]
+        if image["status"] != STATUS_OK:
+            rows.append(_failed(image["image_id"], base, image["error"], image["url"]))
+        elif min(image["width"], image["height"]) < MIN_SIDE:
+            rows.append(_failed(image["image_id"], base, "too_small", image["url"]))
+        else:
+            rows.append(
+                schemas.blank_row(
+                    schemas.MIXCUBE_ORIGINALS,
+                    original_id=image["image_id"],
+                    source=image["url"],
+                    status=STATUS_OK,
+                    sha256=image["sha256"],
+                    width=image["width"],
+                    height=image["height"],
+                    format=image["format"],
+                    **base,
+                )
+            )
+    return schemas.from_rows(rows, schemas.MIXCUBE_ORIGINALS)
+
+
+def _failed(original_id: str, base: dict, error: str, source: str) -> dict:
+    return schemas.blank_row(
+        schemas.MIXCUBE_ORIGINALS, original_id=original_id, source=source, status=STATUS_FAILED, error=error, **base
+    )

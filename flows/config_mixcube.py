@@ -1,0 +1,90 @@
+"""The typed build config of `build-mixcube`: one section per stage, each naming its backend.
+
+The defaults are the embedded backends (Haar faces, ellipse masks, the placeholder inpainter, offline review files)
+except the automatic filter, which is BRISQUE as in the paper (App. A.6) and needs its weights file; the demo
+switches it off. A production config names YuNet, SAM and SDXL with their weights (see README).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field
+
+from annotation.backends import LabelStudioFilesReviewConfig, ReviewConfig
+from collectors.mixcube_originals import DemoOriginalsConfig, LocalOriginalsConfig
+from collectors.mixcube_search import SearchOriginalsConfig
+from curation.synthesis_filters import SynthesisFilterConfig
+from data.release import ReleaseConfig
+from flows.config import BuildConfigBase, merge
+from synthesis.faces import FaceConfig, HaarFaceConfig
+from synthesis.inpaint import InpaintConfig, PlaceholderInpaintConfig
+from synthesis.masks import EllipseMaskConfig, MaskConfig
+
+
+class BuildMixCubeConfig(BuildConfigBase):
+    """Everything that decides a MixCuBe build. The same config always resolves to the same build id."""
+
+    build_prefix: ClassVar[str] = "mixcube"
+    # How it is reviewed and how the work is cut do not change what is drawn: adding a completed QA export, raising
+    # the attempt cap or moving to a Label Studio server continues the same build (its stage fingerprints redo what
+    # these change).
+    outside_build_id: ClassVar[frozenset[str]] = BuildConfigBase.outside_build_id | {
+        "qa",
+        "max_attempts",
+        "shard_size",
+        "gpu_concurrency_limit",
+    }
+
+    originals: Annotated[
+        LocalOriginalsConfig | SearchOriginalsConfig | DemoOriginalsConfig, Field(discriminator="backend")
+    ] = Field(
+        description="Where the originals come from: a folder with a labels CSV, an image search and the downloader, "
+        "or the offline demo scenes."
+    )
+    faces: FaceConfig = Field(default_factory=HaarFaceConfig, description="Face detector (App. A.4: YuNet).")
+    masks: MaskConfig = Field(default_factory=EllipseMaskConfig, description="Masks from the face boxes (SAM).")
+    inpaint: InpaintConfig = Field(
+        default_factory=PlaceholderInpaintConfig, description="Inpainting (App. C.2: SDXL, 60 steps, guidance 7)."
+    )
+    seed: int = Field(default=0, description="Base seed; each (original, ethnicity, attempt) derives its own.")
+    filters: SynthesisFilterConfig = Field(
+        default_factory=SynthesisFilterConfig, description="Automatic BRISQUE / CLIP filters (App. A.6)."
+    )
+    qa: ReviewConfig = Field(
+        default_factory=LabelStudioFilesReviewConfig,
+        description="Human QA of the filtered syntheses (Label Studio server, files, or auto-accept).",
+    )
+    max_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=10,
+        description="Attempts per (original, ethnicity), the first included; pairs still without an accepted image "
+        "after this many are reported as left over.",
+    )
+    shard_size: int = Field(
+        default=16, ge=1, description="Originals (faces, masks) or attempts (inpainting, filters) per shard."
+    )
+    gpu_concurrency_limit: str | None = Field(
+        default="gpu",
+        description="Prefect global concurrency limit held while a model runs on the GPU (created by the deployment "
+        "set-up; ignored when it does not exist or outside Prefect).",
+    )
+    release: ReleaseConfig = Field(default_factory=ReleaseConfig)
+
+    @property
+    def is_demo(self) -> bool:
+        return isinstance(self.originals, DemoOriginalsConfig)
+
+    @classmethod
+    def demo(cls, **overrides: Any) -> BuildMixCubeConfig:
+        """The offline demo: composed originals for 5 cultures x 3 categories, embedded backends, no filters."""
+        base: dict[str, Any] = {
+            "originals": DemoOriginalsConfig().model_dump(),
+            "filters": {"brisque": None, "clip": None},
+            "release": {"version": "0.1.0-demo"},
+        }
+        originals = overrides.get("originals")
+        if isinstance(originals, dict) and originals.get("backend", "demo") != "demo":
+            del base["originals"]  # another source replaces the demo's settings rather than merging into them
+        return cls.model_validate(merge(base, overrides))

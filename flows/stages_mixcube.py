@@ -1,0 +1,413 @@
+"""The MixCuBe stage graph: which tables each stage reads and writes. Stage logic lives in the stage packages;
+fingerprints and skip-if-done are the shared `flows.graph`.
+
+originals -> faces -> masks -> (synthesis_rN -> filters_rN -> qa_rN) for N = 1..max_attempts -> quintets
+
+Round 1 inpaints every (original, ethnicity); round N+1 only what round N's filters or reviewers sent back
+(curation/resynthesis.py), so a round with nothing to redo is an empty table and costs nothing.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from functools import cache
+from typing import Any, TypeVar
+
+import numpy as np
+import pyarrow as pa
+from PIL import Image
+
+from annotation.synthesis_qa import run_synthesis_qa
+from collectors.fetch import fetchers
+from collectors.mixcube_originals import collect_originals
+from collectors.mixcube_search import SearchOriginalsConfig, search_originals
+from collectors.retry import prefect_slot
+from collectors.search import searchers
+from curation.quintets import assemble_quintets
+from curation.resynthesis import Outcome, left_over, outcomes, retry_plans
+from curation.synthesis_filters import ERROR, KEEP, build_synthesis_filter, verdict_counts
+from data import reference, schemas
+from data.schemas import STATUS_FAILED, STATUS_OK
+from data.stage import stats_from_table
+from data.workspace import StageMarker, StageStats
+from flows.config_mixcube import BuildMixCubeConfig
+from flows.graph import BuildGraph, Progress, Stage, review_settings
+from flows.graph import StageContext as GraphContext
+from synthesis.attempts import AttemptPlan, ResultCache, first_plans, run_attempts
+from synthesis.faces import FaceBox, build_face_detector
+from synthesis.inpaint import build_inpainter
+from synthesis.masks import build_masker, mask_png
+
+StageContext = GraphContext[BuildMixCubeConfig]
+T = TypeVar("T")
+MAX_DETAIL = 300
+
+
+def ethnicities() -> list[str]:
+    return [e.label for e in reference.mixcube().ethnicities]
+
+
+def lazily(build: Callable[[], T]) -> Callable[[], T]:
+    """Build a model at the first shard that needs it: a resumed stage may need none."""
+    return cache(build)
+
+
+def gpu_slot(ctx: StageContext) -> Callable[[], AbstractContextManager[None]]:
+    return lambda: prefect_slot(ctx.config.gpu_concurrency_limit)
+
+
+def _detail(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:MAX_DETAIL]
+
+
+def _rgb(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as image:
+        return np.array(image.convert("RGB"))
+
+
+def collected(ctx: StageContext) -> list[dict]:
+    return [o for o in ctx.table("originals").to_pylist() if o["status"] == STATUS_OK]
+
+
+def masked_originals(ctx: StageContext) -> tuple[list[dict], dict[str, str]]:
+    """The originals that reached synthesis, and their mask blobs."""
+    masks = {m["original_id"]: m["mask_sha256"] for m in ctx.table("masks").to_pylist() if m["status"] == STATUS_OK}
+    return [o for o in collected(ctx) if o["original_id"] in masks], masks
+
+
+# -- stage adapters -----------------------------------------------------------------------------------------------
+
+
+def _originals(ctx: StageContext) -> StageMarker:
+    config = ctx.config.originals
+    if isinstance(config, SearchOriginalsConfig):
+        fetcher = fetchers.build(config.download)(ctx.ws)
+        table = search_originals(config, searchers.build(config.search), fetcher, ctx.ws.blobs)
+    else:
+        table = collect_originals(config, ctx.ws.blobs.put)
+    stats = stats_from_table("originals", table, demo=ctx.config.is_demo)
+    return ctx.ws.write_stage("originals", ctx.fingerprint, table, schemas.MIXCUBE_ORIGINALS, stats)
+
+
+def _faces(ctx: StageContext) -> StageMarker:
+    """App. A.4 and the issue: every original must show at least one detectable face; those without are rows."""
+    detector = lazily(lambda: build_face_detector(ctx.config.faces))
+
+    def process(chunk: list[dict]) -> pa.Table:
+        rows = []
+        for original in chunk:
+            row = schemas.blank_row(
+                schemas.MIXCUBE_FACES, original_id=original["original_id"], detector=detector().model_id
+            )
+            try:
+                boxes = detector().detect(_rgb(ctx.ws.blobs.get(original["sha256"])))
+            except Exception as exc:  # a bad file or a failing model is this original's row, not the stage's end
+                rows.append({**row, "status": STATUS_FAILED, "error": "detector_error", "detail": _detail(exc)})
+                continue
+            if not boxes:
+                rows.append({**row, "status": STATUS_FAILED, "error": "no_face", "detail": "no face detected"})
+                continue
+            rows.append({**row, "status": STATUS_OK, "boxes": [b.model_dump() for b in boxes]})
+        return schemas.from_rows(rows, schemas.MIXCUBE_FACES)
+
+    return ctx.ws.run_sharded(
+        "faces",
+        ctx.fingerprint,
+        collected(ctx),
+        shard_size=ctx.config.shard_size,
+        process=process,
+        schema=schemas.MIXCUBE_FACES,
+        summarize=lambda t: stats_from_table("faces", t),
+        on_shard=ctx.on_shard("faces"),
+    )
+
+
+def _masks(ctx: StageContext) -> StageMarker:
+    masker = lazily(lambda: build_masker(ctx.config.masks))
+    sha = {o["original_id"]: o["sha256"] for o in collected(ctx)}
+    faces = [f for f in ctx.table("faces").to_pylist() if f["status"] == STATUS_OK]
+
+    def process(chunk: list[dict]) -> pa.Table:
+        rows = []
+        with gpu_slot(ctx)():
+            for face in chunk:
+                row = schemas.blank_row(
+                    schemas.MIXCUBE_MASKS, original_id=face["original_id"], masker=masker().model_id
+                )
+                try:
+                    boxes = [FaceBox(**b) for b in face["boxes"]]
+                    mask = masker().mask(_rgb(ctx.ws.blobs.get(sha[face["original_id"]])), boxes)
+                except Exception as exc:
+                    rows.append({**row, "status": STATUS_FAILED, "error": "masker_error", "detail": _detail(exc)})
+                    continue
+                coverage = float((mask > 0).mean())
+                if coverage == 0.0:
+                    rows.append({**row, "status": STATUS_FAILED, "error": "empty_mask", "detail": "mask is empty"})
+                    continue
+                mask_sha = ctx.ws.blobs.put(mask_png(mask))
+                rows.append({**row, "status": STATUS_OK, "mask_sha256": mask_sha, "coverage": coverage})
+        return schemas.from_rows(rows, schemas.MIXCUBE_MASKS)
+
+    return ctx.ws.run_sharded(
+        "masks",
+        ctx.fingerprint,
+        faces,
+        shard_size=ctx.config.shard_size,
+        process=process,
+        schema=schemas.MIXCUBE_MASKS,
+        summarize=lambda t: stats_from_table("masks", t),
+        on_shard=ctx.on_shard("masks"),
+    )
+
+
+def _synthesis(round_: int) -> Callable[[StageContext], StageMarker]:
+    name = f"synthesis_r{round_}"
+
+    def run(ctx: StageContext) -> StageMarker:
+        originals, masks = masked_originals(ctx)
+        if round_ == 1:
+            plans = first_plans(originals, masks, ethnicities(), ctx.config.seed)
+        else:
+            previous = round_outcomes(ctx, round_ - 1)
+            requests = ctx.ws.read_extra_table(f"qa_r{round_ - 1}", "requests")
+            sha = {o["original_id"]: o["sha256"] for o in originals}
+            plans = retry_plans(previous, requests, sha, round_, ctx.config.seed)
+        inpainter = lazily(lambda: build_inpainter(ctx.config.inpaint))
+        results = lazily(
+            lambda: ResultCache(ctx.ws.storage, ctx.ws.file_path("inpaint_cache"), ctx.config.inpaint, inpainter())
+        )
+
+        def process(chunk: list[AttemptPlan]) -> pa.Table:
+            return run_attempts(inpainter(), chunk, ctx.ws.blobs.get, ctx.ws.blobs.put, results(), gpu_slot(ctx))
+
+        def summarize(table: pa.Table) -> StageStats:
+            return stats_from_table(
+                name,
+                table,
+                retry_kinds=dict(Counter(table["retry_kind"].to_pylist())),
+                placeholders=sum(table["placeholder"].to_pylist()),
+                models=sorted(set(table["model_id"].to_pylist())),
+            )
+
+        return ctx.ws.run_sharded(
+            name,
+            ctx.fingerprint,
+            plans,
+            shard_size=ctx.config.shard_size,
+            process=process,
+            schema=schemas.SYNTHESIS_ATTEMPTS,
+            summarize=summarize,
+            on_shard=ctx.on_shard(name),
+        )
+
+    return run
+
+
+def _filters(round_: int) -> Callable[[StageContext], StageMarker]:
+    name = f"filters_r{round_}"
+
+    def run(ctx: StageContext) -> StageMarker:
+        scorer = lazily(lambda: build_synthesis_filter(ctx.config.filters))
+        sha = {o["original_id"]: o["sha256"] for o in collected(ctx)}
+
+        def process(chunk: list[dict]) -> pa.Table:
+            drawn = [a for a in chunk if a["sha256"] is not None]
+            pairs = [(ctx.ws.blobs.get(sha[a["original_id"]]), ctx.ws.blobs.get(a["sha256"])) for a in drawn]
+            with gpu_slot(ctx)():
+                scores = scorer().score(pairs)
+            by_id = {a["attempt_id"]: s for a, s in zip(drawn, scores, strict=True)}
+            rows = []
+            for attempt in chunk:
+                score = by_id.get(attempt["attempt_id"]) or {
+                    "brisque": None,
+                    "clip_similarity": None,
+                    "brisque_backend": scorer().brisque_backend,
+                    "clip_backend": scorer().clip_backend,
+                    "verdict": ERROR,
+                    "reason": f"synthesis failed: {attempt['error']}"[:MAX_DETAIL],
+                }
+                rows.append({"attempt_id": attempt["attempt_id"], **score})
+            return schemas.from_rows(rows, schemas.MIXCUBE_FILTERS)
+
+        def summarize(table: pa.Table) -> StageStats:
+            counts = verdict_counts(table.select(["verdict"]).to_pylist())
+            return StageStats(
+                stage=name,
+                rows_in=table.num_rows,
+                kept=counts[KEEP],
+                dropped=table.num_rows - counts[KEEP],
+                dropped_by_reason={k: v for k, v in counts.items() if k != KEEP and v},
+                extra={column: _first(table, column) for column in ("brisque_backend", "clip_backend")},
+            )
+
+        return ctx.ws.run_sharded(
+            name,
+            ctx.fingerprint,
+            ctx.table(f"synthesis_r{round_}").to_pylist(),
+            shard_size=ctx.config.shard_size,
+            process=process,
+            schema=schemas.MIXCUBE_FILTERS,
+            summarize=summarize,
+            on_shard=ctx.on_shard(name),
+        )
+
+    return run
+
+
+def _first(table: pa.Table, column: str) -> str | None:
+    return table[column][0].as_py() if table.num_rows else None
+
+
+def _qa(round_: int) -> Callable[[StageContext], StageMarker]:
+    name = f"qa_r{round_}"
+
+    def run(ctx: StageContext) -> StageMarker:
+        passed = {r["attempt_id"] for r in ctx.table(f"filters_r{round_}").to_pylist() if r["verdict"] == KEEP}
+        scores = {r["attempt_id"]: r for r in ctx.table(f"filters_r{round_}").to_pylist()}
+        sha = {o["original_id"]: o["sha256"] for o in collected(ctx)}
+        candidates = [
+            {
+                "attempt_id": a["attempt_id"],
+                "original_id": a["original_id"],
+                "ethnicity": a["ethnicity"],
+                "attempt": a["attempt"],
+                "original_sha256": sha[a["original_id"]],
+                "synthesized_sha256": a["sha256"],
+                "mask_sha256": a["mask_sha256"],
+                "prompt": a["prompt"],
+                "brisque": scores[a["attempt_id"]]["brisque"],
+                "clip_similarity": scores[a["attempt_id"]]["clip_similarity"],
+            }
+            for a in ctx.table(f"synthesis_r{round_}").to_pylist()
+            if a["attempt_id"] in passed
+        ]
+        out = run_synthesis_qa(
+            ctx.config.qa,
+            schemas.from_rows(candidates, schemas.SYNTHESIS_QA_CANDIDATES),
+            ctx.review_context(),
+            ctx.ws.blobs.put,
+        )
+        decisions = Counter(r["decision"] or r["status"] for r in out.qa.to_pylist() if not r["keep"])
+        stats = StageStats(
+            stage=name,
+            rows_in=out.qa.num_rows,
+            kept=out.qa.num_rows - sum(decisions.values()),
+            dropped=sum(decisions.values()),
+            dropped_by_reason=dict(sorted(decisions.items())),
+            extra={
+                "review": out.round.stats() if out.round else {"reviewer": _reviewer(out.qa)},
+                "retry_requests": out.requests.num_rows,
+                **({"summary_table": "decisions"} if out.round else {}),
+            },
+        )
+        review_decisions = out.round.decisions if out.round else schemas.empty(schemas.REVIEW_DECISIONS)
+        return ctx.ws.write_stage(
+            name,
+            ctx.fingerprint,
+            out.qa,
+            schemas.SYNTHESIS_QA,
+            stats,
+            extra_tables={
+                "requests": (out.requests, schemas.RESYNTHESIS_REQUESTS),
+                "decisions": (review_decisions, schemas.REVIEW_DECISIONS),
+            },
+        )
+
+    return run
+
+
+def _reviewer(qa: pa.Table) -> str:
+    return _first(qa, "reviewer") or "none (no attempt reached QA)"
+
+
+def round_outcomes(ctx: StageContext, round_: int) -> list[Outcome]:
+    return outcomes(ctx.table(f"synthesis_r{round_}"), ctx.table(f"filters_r{round_}"), ctx.table(f"qa_r{round_}"))
+
+
+def _quintets(ctx: StageContext) -> StageMarker:
+    """Curation decides: the ordered release rows, and every (original, ethnicity) left without a synthesis."""
+    originals, _ = masked_originals(ctx)
+    rounds = range(1, ctx.config.max_attempts + 1)
+    attempts = pa.concat_tables([ctx.table(f"synthesis_r{n}") for n in rounds])
+    scores = {
+        r["attempt_id"]: r
+        for n in rounds
+        for r in ctx.table(f"filters_r{n}").select(["attempt_id", "brisque", "clip_similarity"]).to_pylist()
+    }
+    qa = pa.concat_tables([ctx.table(f"qa_r{n}") for n in rounds])
+    shas = [o["sha256"] for o in originals] + [s for s in attempts["sha256"].to_pylist() if s]
+    sizes = {sha: ctx.ws.blobs.size(sha) for sha in set(shas)}
+    quintets = assemble_quintets(schemas.from_rows(originals, schemas.MIXCUBE_ORIGINALS), attempts, scores, qa, sizes)
+    leftover = left_over([o for n in rounds for o in round_outcomes(ctx, n)], ctx.config.max_attempts)
+    by_original: dict[str, Counter] = {}
+    for row in leftover.to_pylist():
+        by_original.setdefault(row["original_id"], Counter())[row["outcome"]] += 1
+    reasons = Counter(min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] for c in by_original.values())
+    stats = StageStats(
+        stage="quintets",
+        rows_in=len(originals),
+        kept=quintets.rows.num_rows // 5,
+        dropped=len(quintets.incomplete),
+        dropped_by_reason=dict(sorted(reasons.items())),
+        extra={
+            "images": quintets.rows.num_rows,
+            "left_over_pairs": leftover.num_rows,
+            "left_over_by_outcome": dict(sorted(Counter(leftover["outcome"].to_pylist()).items())),
+            "cap_reached": sum(leftover["cap_reached"].to_pylist()),
+            "incomplete": quintets.incomplete,
+        },
+    )
+    return ctx.ws.write_stage(
+        "quintets",
+        ctx.fingerprint,
+        quintets.rows,
+        schemas.MIXCUBE_ROWS,
+        stats,
+        extra_tables={"left_over": (leftover, schemas.MIXCUBE_LEFT_OVER)},
+    )
+
+
+# -- the graph ----------------------------------------------------------------------------------------------------
+
+
+def _stages(config: BuildMixCubeConfig) -> tuple[Stage, ...]:
+    stages = [
+        Stage("originals", 1, (), lambda c: c.originals, _originals),
+        Stage("faces", 1, ("originals",), lambda c: c.faces, _faces),
+        Stage("masks", 1, ("faces",), lambda c: c.masks, _masks),
+    ]
+    for n in range(1, config.max_attempts + 1):
+        upstream = ("masks",) if n == 1 else ("masks", f"qa_r{n - 1}")
+        stages += [
+            # The seed and the inpainter decide the pixels; the attempt cap only how many rounds there are.
+            Stage(f"synthesis_r{n}", 1, upstream, lambda c: (c.inpaint, c.seed), _synthesis(n)),
+            Stage(f"filters_r{n}", 1, (f"synthesis_r{n}",), lambda c: c.filters, _filters(n)),
+            Stage(f"qa_r{n}", 1, (f"filters_r{n}",), lambda c: review_settings(c.qa), _qa(n)),
+        ]
+    stages.append(Stage("quintets", 1, (f"qa_r{config.max_attempts}",), lambda c: c.max_attempts, _quintets))
+    return tuple(stages)
+
+
+GRAPH = BuildGraph("mixcube", _stages)
+
+
+def run_stage(
+    name: str, config: BuildMixCubeConfig, progress: Progress | None = None, accept_incomplete: bool = False
+) -> tuple[StageMarker, bool]:
+    return GRAPH.run(name, config, progress, accept_incomplete)
+
+
+def stage_settings(config: BuildMixCubeConfig) -> dict[str, Any]:
+    """The backends as they are named in provenance."""
+    return {
+        "originals": config.originals.backend,
+        "faces": config.faces.backend,
+        "masks": config.masks.backend,
+        "inpaint": config.inpaint.backend,
+        "brisque": "off" if config.filters.brisque is None else config.filters.brisque.backend,
+        "clip": "off" if config.filters.clip is None else config.filters.clip.embedder.backend,
+        "qa": config.qa.backend,
+    }

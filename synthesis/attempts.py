@@ -1,0 +1,167 @@
+"""Synthesis attempts: what to inpaint (a plan per original x ethnicity x attempt) and running a batch of plans.
+
+An attempt is never overwritten: a retry is a new plan with the next attempt number, a seed of its own, and the
+prompt or mask that the retry asked for (MixCuBe §2, App. B.1). Results are cached by everything that decides the
+pixels (model, settings, original, mask, prompt, seed), so a stage redone for an unrelated reason (a new review
+export upstream, say) does not inpaint the same request twice.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+import pyarrow as pa
+from PIL import Image
+
+from data import schemas
+from data.workspace import Storage, fingerprint
+from synthesis.inpaint import InpaintConfig, Inpainter, InpaintRequest, InpaintResult
+from synthesis.prompts import attempt_seed, inpainting_prompt
+
+FIRST = "first"
+RESEED = "reseed"
+JPEG_QUALITY = 95  # synthesized images are stored as JPEG, the format the release and the QA tasks serve
+
+
+def attempt_id(original_id: str, ethnicity: str, attempt: int) -> str:
+    return f"{original_id}-{ethnicity.lower()}-{attempt}"
+
+
+@dataclass(frozen=True)
+class AttemptPlan:
+    original_id: str
+    ethnicity: str
+    attempt: int
+    prompt: str
+    seed: int
+    original_sha256: str
+    mask_sha256: str
+    retry_kind: str = FIRST  # first | reseed | retry_prompt | fix_mask
+    retry_of: str | None = None
+
+    @property
+    def attempt_id(self) -> str:
+        return attempt_id(self.original_id, self.ethnicity, self.attempt)
+
+
+def first_plans(
+    originals: Sequence[dict], masks: dict[str, str], ethnicities: Sequence[str], base_seed: int
+) -> list[AttemptPlan]:
+    """Attempt 1 for every original with a mask and every ethnicity, with the App. B.1 batch prompt."""
+    return [
+        AttemptPlan(
+            original_id=o["original_id"],
+            ethnicity=ethnicity,
+            attempt=1,
+            prompt=inpainting_prompt(o["category"], ethnicity),
+            seed=attempt_seed(base_seed, o["original_id"], ethnicity, 1),
+            original_sha256=o["sha256"],
+            mask_sha256=masks[o["original_id"]],
+        )
+        for o in originals
+        if o["original_id"] in masks
+        for ethnicity in ethnicities
+    ]
+
+
+class ResultCache:
+    """Finished attempts by request content, as small JSON files beside the build (`files/inpaint_cache/`)."""
+
+    def __init__(self, storage: Storage, folder: str, config: InpaintConfig, inpainter: Inpainter) -> None:
+        self.storage = storage
+        self.folder = folder
+        # Batch size and device choose how the work is spread, not what is drawn.
+        self.settings = (inpainter.model_id, config.model_dump(mode="json", exclude={"batch_size", "device"}))
+
+    def _path(self, plan: AttemptPlan) -> str:
+        key = fingerprint(self.settings, plan.original_sha256, plan.mask_sha256, plan.prompt, plan.seed, plan.ethnicity)
+        return f"{self.folder}/{key[:2]}/{key}.json"
+
+    def get(self, plan: AttemptPlan) -> dict | None:
+        path = self._path(plan)
+        return self.storage.read_json(path) if self.storage.exists(path) else None
+
+    def put(self, plan: AttemptPlan, result: dict) -> None:
+        self.storage.write_json(self._path(plan), result)
+
+
+def _row(plan: AttemptPlan, outcome: dict) -> dict:
+    return {
+        "attempt_id": plan.attempt_id,
+        "original_id": plan.original_id,
+        "ethnicity": plan.ethnicity,
+        "attempt": plan.attempt,
+        "prompt": plan.prompt,
+        "seed": plan.seed,
+        "mask_sha256": plan.mask_sha256,
+        "retry_kind": plan.retry_kind,
+        "retry_of": plan.retry_of,
+        **outcome,
+    }
+
+
+def _outcome(result: InpaintResult, put_blob: Callable[[bytes], str]) -> dict:
+    sha = None
+    if result.image is not None:
+        buffer = io.BytesIO()
+        result.image.convert("RGB").save(buffer, format="JPEG", quality=JPEG_QUALITY)
+        sha = put_blob(buffer.getvalue())
+    return {
+        "model_id": result.model_id,
+        "scheduler": result.scheduler,
+        "placeholder": result.placeholder,
+        "sha256": sha,
+        "error": result.error,
+    }
+
+
+def _open(data: bytes, mode: str) -> Image.Image:
+    with Image.open(io.BytesIO(data)) as image:
+        return image.convert(mode)
+
+
+def run_attempts(
+    inpainter: Inpainter,
+    plans: Sequence[AttemptPlan],
+    load_blob: Callable[[str], bytes],
+    put_blob: Callable[[bytes], str],
+    cache: ResultCache | None = None,
+    device_slot: Callable[[], AbstractContextManager[None]] = nullcontext,
+) -> pa.Table:
+    """SYNTHESIS_ATTEMPTS rows for `plans`, in order. A failed attempt is a row with its error; it is not cached,
+    so a rerun tries it again. The model runs inside `device_slot` (a Prefect concurrency slot on the GPU)."""
+    outcomes: dict[int, dict] = {}
+    todo: list[tuple[int, AttemptPlan]] = []
+    for index, plan in enumerate(plans):
+        cached = cache.get(plan) if cache else None
+        if cached is not None:
+            outcomes[index] = cached
+        else:
+            todo.append((index, plan))
+    if todo:
+        requests = []
+        for _, plan in todo:
+            original = _open(load_blob(plan.original_sha256), "RGB")
+            requests.append(
+                InpaintRequest(
+                    original_id=plan.original_id,
+                    ethnicity=plan.ethnicity,
+                    attempt=plan.attempt,
+                    image=original,
+                    mask=_open(load_blob(plan.mask_sha256), "L"),
+                    prompt=plan.prompt,
+                    seed=plan.seed,
+                )
+            )
+        with device_slot():
+            results = inpainter.inpaint(requests)
+        for (index, plan), result in zip(todo, results, strict=True):
+            outcome = _outcome(result, put_blob)
+            outcomes[index] = outcome
+            if cache is not None and outcome["error"] is None:
+                cache.put(plan, outcome)
+    rows = [_row(plan, outcomes[index]) for index, plan in enumerate(plans)]
+    return schemas.from_rows(rows, schemas.SYNTHESIS_ATTEMPTS)
