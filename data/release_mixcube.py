@@ -140,4 +140,10 @@ def _losses(provenance: dict[str, Any]) -> str:
             "* swaps never accepted, by their last outcome: "
             + ", ".join(f"{outcome} {n}" for outcome, n in sorted(left.items()))
         )
+    short = provenance.get("cells_below_target", [])
+    if short:
+        lines.append(
+            f"* cells short of {short[0]['target']} originals: "
+            + ", ".join(f"{c['country']} {c['category']} {c['originals']}" for c in short)
+        )
     return ("\nLosses:\n\n" + "\n".join(lines) + "\n") if lines else ""

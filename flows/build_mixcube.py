@@ -58,6 +58,7 @@ def provenance(config: BuildMixCubeConfig, ws: Workspace) -> dict[str, Any]:
         },
         "incomplete": quintets.extra["incomplete"],
         "left_over_by_outcome": quintets.extra["left_over_by_outcome"],
+        "cells_below_target": quintets.extra["cells_below_target"],
         "dropped_before_synthesis": {
             name: stats[name].dropped_by_reason for name in ("originals", "faces", "masks") if stats[name].dropped
         },

@@ -34,6 +34,7 @@ class BuildMixCubeConfig(BuildConfigBase):
         "max_attempts",
         "shard_size",
         "gpu_concurrency_limit",
+        "target_per_cell",
     }
 
     originals: Annotated[
@@ -62,6 +63,12 @@ class BuildMixCubeConfig(BuildConfigBase):
         description="Attempts per (original, ethnicity), the first included; pairs still without an accepted image "
         "after this many are reported as left over.",
     )
+    target_per_cell: int = Field(
+        default=33,
+        ge=1,
+        description="Released originals wanted per culture x category (App. A.2: 33); cells short of it are "
+        "reported in the stage stats, the manifest and the card.",
+    )
     shard_size: int = Field(
         default=16, ge=1, description="Originals (faces, masks) or attempts (inpainting, filters) per shard."
     )
@@ -82,6 +89,7 @@ class BuildMixCubeConfig(BuildConfigBase):
         base: dict[str, Any] = {
             "originals": DemoOriginalsConfig().model_dump(),
             "filters": {"brisque": None, "clip": None},
+            "target_per_cell": DemoOriginalsConfig().per_cell,
             "release": {"version": "0.1.0-demo"},
         }
         originals = overrides.get("originals")

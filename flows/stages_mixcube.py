@@ -22,7 +22,7 @@ from PIL import Image
 
 from annotation.synthesis_qa import run_synthesis_qa
 from collectors.fetch import fetchers
-from collectors.mixcube_originals import collect_originals
+from collectors.mixcube_originals import cells, collect_originals
 from collectors.mixcube_search import SearchOriginalsConfig, search_originals
 from collectors.retry import prefect_slot
 from collectors.search import searchers
@@ -358,6 +358,7 @@ def _quintets(ctx: StageContext) -> StageMarker:
             "left_over_by_outcome": dict(sorted(Counter(leftover["outcome"].to_pylist()).items())),
             "cap_reached": sum(leftover["cap_reached"].to_pylist()),
             "incomplete": quintets.incomplete,
+            "cells_below_target": below_target(ctx, quintets.rows),
         },
     )
     return ctx.ws.write_stage(
@@ -368,6 +369,23 @@ def _quintets(ctx: StageContext) -> StageMarker:
         stats,
         extra_tables={"left_over": (leftover, schemas.MIXCUBE_LEFT_OVER)},
     )
+
+
+def below_target(ctx: StageContext, rows: pa.Table) -> list[dict]:
+    """Culture x category cells with fewer released originals than `target_per_cell`."""
+    originals = ctx.config.originals
+    wanted = cells(getattr(originals, "cultures", None), getattr(originals, "categories", None))
+    released = Counter(
+        (r["country"], r["category"])
+        for r in rows.select(["country", "category", "ethnicity"]).to_pylist()
+        if r["ethnicity"] == reference.mixcube().original_label
+    )
+    target = ctx.config.target_per_cell
+    return [
+        {"country": c.adjective, "category": k, "originals": released[(c.adjective, k)], "target": target}
+        for c, k in wanted
+        if released[(c.adjective, k)] < target
+    ]
 
 
 # -- the graph ----------------------------------------------------------------------------------------------------

@@ -65,6 +65,8 @@ def test_demo_build_releases_quintets_and_a_rerun_redoes_nothing(tmp_path: Path)
     assert "pipeline demonstration, not the benchmark" in card and "placeholders, not syntheses" in card
     manifest = json.loads((Path(summary.release_path) / "manifest.json").read_text())
     assert manifest["demo"] is True and manifest["backends"]["inpaint"] == "placeholder"
+    short = manifest["cells_below_target"]  # the demo wants 2 per cell; this build made 1
+    assert len(short) == 4 and {(c["originals"], c["target"]) for c in short} == {(1, 2)}
 
     again = build_locally(config)
     assert set(again.skipped_stages) == set(GRAPH.names(config)) and again.release_status == "unchanged"
@@ -224,6 +226,8 @@ def test_an_original_without_a_face_is_a_row_and_is_never_inpainted(tmp_path: Pa
     assert len(loaded) == 5 and no_face not in set(loaded["original_id"])
     manifest = json.loads((Path(summary.release_path) / "manifest.json").read_text())
     assert manifest["demo"] is False and manifest["dropped_before_synthesis"] == {"faces": {"no_face": 1}}
+    short = {(c["country"], c["category"]): c["originals"] for c in manifest["cells_below_target"]}
+    assert len(short) == 15 and short[("British", "Food")] == 1  # every cell is wanted; only one has an original
     assert "dropped at `faces`: no_face 1" in (Path(summary.release_path) / "README.md").read_text()
 
 
