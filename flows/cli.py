@@ -313,3 +313,21 @@ def concepts_accept_command(
     for row in changed:
         console.print(f"{row.review_status}: {row.candidate_id} {row.concept!r} (concept_id {row.concept_id})")
     console.print(f"{len(changed)} rows changed in {review_file}")
+
+
+@app.command("prefect-setup")
+def prefect_setup_command(
+    work_pool: Annotated[str, typer.Option(help="The process work pool the deployments run on.")] = "",
+) -> None:
+    """Create the work pool and the global concurrency limits (duckduckgo, gemini, gpu) on the server at
+    PREFECT_API_URL, if missing. Run it once before `prefect deploy --all`."""
+    from flows.prefect_setup import WORK_POOL, ensure_prefect_setup
+
+    if not os.environ.get("PREFECT_API_URL"):
+        console.print("[red]PREFECT_API_URL is not set: point it at the server to set up[/red]")
+        raise typer.Exit(2)
+    report = ensure_prefect_setup(work_pool or WORK_POOL)
+    for line in report.created:
+        console.print(f"created {line}")
+    for line in report.kept:
+        console.print(f"already there: {line}")

@@ -1,0 +1,167 @@
+"""The README's operator sequence, for real: `prefect server start` on 127.0.0.1 with SQLite, `culturebench
+prefect-setup`, `prefect deploy --all` from prefect.yaml, a process worker, and `prefect deployment run` of both demo
+deployments, which must reach `Completed` and leave valid releases.
+
+The project is copied into a temporary folder first: deployments run in the folder they were deployed from, and
+their relative `./workspace` and `./releases` must not land in the checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from datasets import load_dataset
+
+from flows.config import Build3XCMConfig
+from flows.config_mixcube import BuildMixCubeConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+ETHNICITIES = ["African", "Caucasian", "EastAsian", "SouthAsian"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def copy_project(dest: Path) -> Path:
+    """The files git tracks, plus new ones it does not ignore: what a clean clone of this tree would hold."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    for name in listed:
+        source = ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
+def run(command: list[str], env: dict[str, str], cwd: Path, timeout: float = 300) -> str:
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{command} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+@pytest.fixture
+def prefect_api(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A real Prefect server on a free port, with its own PREFECT_HOME and SQLite database; stopped afterwards."""
+    port = free_port()
+    home = tmp_path / "server-home"
+    home.mkdir()
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_CLI_PROMPT": "false",
+    }
+    log = (tmp_path / "server.log").open("wb")
+    server = subprocess.Popen(
+        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        run([str(BIN / "prefect"), "server", "status", "--wait", "--timeout", "180"], env, tmp_path, timeout=200)
+        yield env
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def flow_run_id(output: str) -> str:
+    match = re.search(r"UUID:\s*([0-9a-f-]{36})", output)
+    assert match, output
+    return match.group(1)
+
+
+def wait_for(run_id: str, env: dict[str, str], cwd: Path, timeout_s: float = 600) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = run([str(BIN / "prefect"), "flow-run", "inspect", run_id, "--output", "json"], env, cwd)
+        state = json.loads(out[out.index("{") :])["state"]["type"]
+        if state in TERMINAL:
+            return state
+        time.sleep(3)
+    raise AssertionError(f"flow run {run_id} did not finish in {timeout_s} s")
+
+
+@pytest.mark.prefect
+def test_readme_sequence_deploys_and_runs_both_demos_to_completed(prefect_api: dict[str, str], tmp_path: Path) -> None:
+    env = prefect_api
+    project = copy_project(tmp_path / "project")
+    setup = run([str(BIN / "culturebench"), "prefect-setup"], env, project)
+    assert "created work pool culturebench-process" in setup and "created limit gpu = 1" in setup
+    assert "already there: limit gpu" in run([str(BIN / "culturebench"), "prefect-setup"], env, project)
+    deployed = run([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], env, project)
+    for name in ("build-3xcm/demo", "build-mixcube/demo", "sync-reviews/sync-reviews"):
+        assert name in deployed, deployed
+
+    worker_log = (tmp_path / "worker.log").open("wb")
+    worker = subprocess.Popen(
+        [str(BIN / "prefect"), "worker", "start", "--pool", "culturebench-process"],
+        env=env,
+        cwd=project,
+        stdout=worker_log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        runs = {
+            name: flow_run_id(run([str(BIN / "prefect"), "deployment", "run", name], env, project))
+            for name in ("build-3xcm/demo", "build-mixcube/demo")
+        }
+        states = {name: wait_for(run_id, env, project) for name, run_id in runs.items()}
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+        worker_log.close()
+    assert states == {"build-3xcm/demo": "COMPLETED", "build-mixcube/demo": "COMPLETED"}, (
+        tmp_path / "worker.log"
+    ).read_text()[-5000:]
+
+    three = project / "releases" / "3xcm" / Build3XCMConfig.demo().release.version
+    run([str(BIN / "culturebench"), "validate", str(three)], env, project)
+    assert len(load_dataset(str(three), "benchmark", split="train")) > 0
+    mix = project / "releases" / "mixcube" / BuildMixCubeConfig.demo().release.version
+    loaded = load_dataset(str(mix), split="train")
+    assert len(loaded) == 5 * 30 and loaded["ethnicity"][:5] == ["original", *ETHNICITIES]
+
+
+def test_release_deployments_hold_production_configs_that_fail_fast_without_their_models() -> None:
+    from flows.build_mixcube import check_backends
+
+    spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    by_name = {(d["entrypoint"].rsplit(":", 1)[1], d["name"]): d for d in spec["deployments"]}
+    three = Build3XCMConfig.model_validate(by_name[("build_3xcm", "release")]["parameters"]["config"])
+    assert three.demo_corpus is None and three.release.version == "1.0.0"
+    assert (three.search.backend, three.download.backend, three.review.backend) == ("ddgs", "http", "label_studio")
+    assert three.concepts.backend == "reviewed" and three.tagging.backend == "gemini"
+    mix = BuildMixCubeConfig.model_validate(by_name[("build_mixcube", "release")]["parameters"]["config"])
+    assert not mix.is_demo and (mix.faces.backend, mix.masks.backend, mix.inpaint.backend) == ("yunet", "sam", "sdxl")
+    assert mix.filters.brisque is not None and mix.filters.clip is not None and mix.qa.backend == "label_studio"
+    with pytest.raises(FileNotFoundError, match="model_path"):  # the models are not on this machine
+        check_backends(mix)
