@@ -88,3 +88,46 @@ def screenshot_task(
         finally:
             browser.close()
     return ScreenshotReport(out_png, drawn, sorted(served), textareas)
+
+
+@dataclass
+class FlowRunPage:
+    path: Path  # the flow run page
+    artifacts_path: Path  # its Artifacts tab
+    state_shown: bool  # the page showed the expected state name
+    artifacts_shown: list[str]  # expected artifact keys found on the Artifacts tab
+
+
+def screenshot_flow_run(
+    ui_url: str, flow_run_id: str, out_png: Path, state: str, artifact_keys: list[str]
+) -> FlowRunPage:
+    """Open a flow run in the Prefect UI, wait for its state badge, screenshot it, then its Artifacts tab."""
+    if not Path(CHROMIUM).exists():
+        raise RuntimeError(f"no Chromium at {CHROMIUM}: run `make browser` (Debian package `chromium`)")
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import sync_playwright
+
+    artifacts_png = out_png.with_name(out_png.stem + "-artifacts.png")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.goto(f"{ui_url}/runs/flow-run/{flow_run_id}")
+            shown = True
+            try:
+                page.get_by_text(state, exact=True).first.wait_for(state="visible", timeout=90_000)
+            except PlaywrightTimeout:
+                shown = False
+            page.wait_for_timeout(1000)  # the timeline and logs render after the header
+            out_png.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(out_png), full_page=True)
+            page.get_by_text("Artifacts", exact=True).first.click(timeout=30_000)
+            found = []
+            for key in artifact_keys:
+                with contextlib.suppress(PlaywrightTimeout):
+                    page.get_by_text(key).first.wait_for(state="visible", timeout=30_000)
+                    found.append(key)
+            page.screenshot(path=str(artifacts_png), full_page=True)
+        finally:
+            browser.close()
+    return FlowRunPage(out_png, artifacts_png, shown, found)

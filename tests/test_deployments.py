@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from browser import artifact_dir, screenshot_flow_run
 from datasets import load_dataset
 
 from flows.config import Build3XCMConfig
@@ -73,6 +74,7 @@ def prefect_api(tmp_path: Path) -> Iterator[dict[str, str]]:
         "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_CLI_PROMPT": "false",
+        "PREFECT_LOGGING_LEVEL": "INFO",  # an operator's default (the suite quiets in-process runs to WARNING)
     }
     log = (tmp_path / "server.log").open("wb")
     server = subprocess.Popen(
@@ -142,6 +144,21 @@ def test_readme_sequence_deploys_and_runs_both_demos_to_completed(prefect_api: d
     assert states == {"build-3xcm/demo": "COMPLETED", "build-mixcube/demo": "COMPLETED"}, (
         tmp_path / "worker.log"
     ).read_text()[-5000:]
+
+    logs = run([str(BIN / "prefect"), "flow-run", "logs", runs["build-3xcm/demo"]], env, project)
+    assert "image_dedup: done (" in logs and "validation: done (" in logs, logs[-3000:]  # stage logs reach the API
+
+    # What an operator sees: the run page in the Prefect UI, in headless Chromium.
+    ui = env["PREFECT_API_URL"].removesuffix("/api")
+    page = screenshot_flow_run(
+        ui,
+        runs["build-3xcm/demo"],
+        artifact_dir() / "prefect-build-3xcm-demo.png",
+        "Completed",
+        ["build-3xcm-summary", "image-dedup-stats"],
+    )
+    assert page.state_shown, f"the run page never showed Completed: {page.path}"
+    assert page.artifacts_shown == ["build-3xcm-summary", "image-dedup-stats"], page.artifacts_path
 
     three = project / "releases" / "3xcm" / Build3XCMConfig.demo().release.version
     run([str(BIN / "culturebench"), "validate", str(three)], env, project)
