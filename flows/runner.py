@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+import fsspec
 from prefect import get_run_logger, suspend_flow_run, task
 from prefect.artifacts import (
     create_markdown_artifact,
@@ -24,8 +25,9 @@ from prefect.input import RunInput
 from pydantic import BaseModel, Field
 
 from annotation.collect import ReviewPending
+from data.figures import bars_png
 from data.release import ReleaseResult
-from data.workspace import StageStats
+from data.workspace import StageStats, Workspace
 from flows.graph import BuildConfig, BuildGraph, Progress
 
 
@@ -38,6 +40,7 @@ class BuildSummary(BaseModel):
     stages: list[StageStats]
     skipped_stages: list[str] = Field(default_factory=list)
     validation: str = ""
+    figures: list[str] = Field(default_factory=list, description="PNG figures in the workspace.")
 
 
 class StageRun(BaseModel):
@@ -91,7 +94,23 @@ def execute(
         stages=stats,
         skipped_stages=skipped,
         validation=validation({s.stage: s for s in stats}),
+        figures=write_figures(ws, stats, result),
     )
+
+
+def write_figures(ws: Workspace, stats: list[StageStats], result: ReleaseResult) -> list[str]:
+    """PNG figures of the build in its workspace (`files/figures/`): what each stage dropped and why, and copies of
+    the release's figures. Returns their URLs."""
+    drops = {f"{s.stage}: {reason}": n for s in stats for reason, n in s.dropped_by_reason.items() if n}
+    figures = {"drops_by_stage.png": bars_png(drops, "Rows dropped, by stage and reason")}
+    released = fsspec.core.url_to_fs(result.path)
+    for path in released[0].glob(f"{released[1].rstrip('/')}/figures/*.png"):
+        figures[f"release_{path.rsplit('/', 1)[-1]}"] = released[0].cat_file(path)
+    out = []
+    for name, data in sorted(figures.items()):
+        ws.storage.write_bytes(ws.file_path("figures", name), data)
+        out.append(ws.storage.fs.unstrip_protocol(ws.file_path("figures", name)))
+    return out
 
 
 def execute_locally(
@@ -247,10 +266,9 @@ def summary_markdown(title: str, summary: BuildSummary) -> str:
             f"* [{stage}: contact sheet of the largest clusters]({file_link(f'{summary.workspace}/{path}')})"
             for stage, path in sheets
         ]
-    figures = [(s.stage, f) for s in summary.stages for f in s.extra.get("figures", [])]
-    if figures:
+    if summary.figures:
         lines += ["", "## Figures", ""]
-        lines += [f"* [{stage}: {Path(f).stem}]({file_link(f'{summary.workspace}/{f}')})" for stage, f in figures]
+        lines += [f"* [{Path(f).stem.replace('_', ' ')}]({file_link(f)})" for f in summary.figures]
     return "\n".join(lines) + "\n"
 
 

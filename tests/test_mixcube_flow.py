@@ -61,12 +61,18 @@ def test_demo_build_releases_quintets_and_a_rerun_redoes_nothing(tmp_path: Path)
     assert all(row["placeholder"] and row["model_id"] == "placeholder" for row in swaps)
     assert all(row["prompt"] and row["seed"] is not None and row["mask_sha256"] for row in swaps)
     assert len({row["seed"] for row in swaps}) == len(swaps)  # one seed per (original, ethnicity, attempt)
-    card = (Path(summary.release_path) / "README.md").read_text()
+    release = Path(summary.release_path)
+    card = (release / "README.md").read_text()
     assert "pipeline demonstration, not the benchmark" in card and "placeholders, not syntheses" in card
-    manifest = json.loads((Path(summary.release_path) / "manifest.json").read_text())
+    manifest = json.loads((release / "manifest.json").read_text())
     assert manifest["demo"] is True and manifest["backends"]["inpaint"] == "placeholder"
     short = manifest["cells_below_target"]  # the demo wants 2 per cell; this build made 1
     assert len(short) == 4 and {(c["originals"], c["target"]) for c in short} == {(1, 2)}
+
+    figures = {Path(f.removeprefix("file://")).name: Path(f.removeprefix("file://")) for f in summary.figures}
+    assert set(figures) == {"drops_by_stage.png", "release_before_after.png"}
+    assert all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in figures.values())
+    assert figures["release_before_after.png"].read_bytes() == (release / "figures" / "before_after.png").read_bytes()
 
     again = build_locally(config)
     assert set(again.skipped_stages) == set(GRAPH.names(config)) and again.release_status == "unchanged"
