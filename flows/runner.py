@@ -22,9 +22,11 @@ from prefect.artifacts import (
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.input import RunInput
+from prefect.tasks import exponential_backoff
 from pydantic import BaseModel, Field
 
 from annotation.collect import ReviewPending
+from annotation.label_studio import LabelStudioUnavailable
 from data.figures import bars_png
 from data.release import ReleaseResult
 from data.workspace import StageStats, Workspace
@@ -163,7 +165,26 @@ class ProgressArtifact:
         self._last[stage] = percent
 
 
-@task(cache_policy=NO_CACHE)
+# A stage is retried as a whole only for errors that a later attempt can outlive: a service that stayed down
+# through the per-request retries, a dropped connection or a timeout. Bad input and bugs fail at once. Its finished
+# shards are kept, so a retry resumes where the failure struck.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, LabelStudioUnavailable)
+STAGE_RETRIES = 2
+STAGE_RETRY_DELAYS_S: list[float] = exponential_backoff(backoff_factor=30)(STAGE_RETRIES)  # 30 s, then 60 s
+
+
+def transient_failure(task: Any, task_run: Any, state: Any) -> bool:
+    """Prefect's retry condition: retry only when the stage failed with a transient error."""
+    try:
+        state.result()
+    except TRANSIENT_ERRORS:
+        return True
+    except BaseException:
+        return False
+    return False
+
+
+@task(cache_policy=NO_CACHE, retries=STAGE_RETRIES, retry_jitter_factor=0.5, retry_condition_fn=transient_failure)
 def stage_task(graph: BuildGraph, name: str, config: BuildConfig, close_reviews: bool = False) -> StageRun:
     try:
         marker, skipped = graph.run(name, config, ProgressArtifact(), accept_incomplete=close_reviews)
@@ -238,7 +259,9 @@ def execute_in_prefect(
     return execute(
         graph,
         config,
-        lambda name, close: stage_task.with_options(name=name)(graph, name, config, close or close_reviews),
+        lambda name, close: stage_task.with_options(name=name, retry_delay_seconds=STAGE_RETRY_DELAYS_S)(
+            graph, name, config, close or close_reviews
+        ),
         lambda outcome, waits: wait_for_reviews(graph, config, outcome, waits),
         release_task,
         validation,

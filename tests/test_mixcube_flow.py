@@ -285,3 +285,41 @@ def test_prefect_yaml_mixcube_demo_deployment_matches_the_flow() -> None:
     demo = next(d for d in spec["deployments"] if d["entrypoint"] == "flows/build_mixcube.py:build_mixcube")
     assert demo["name"] == "demo" and demo["work_pool"]["name"]
     assert BuildMixCubeConfig.model_validate(demo["parameters"]["config"]) == BuildMixCubeConfig.demo()
+
+
+@pytest.mark.prefect
+@pytest.mark.parametrize(("error", "runs", "completed"), [(ConnectionError, 2, True), (ValueError, 1, False)])
+def test_a_stage_is_retried_for_transient_errors_only(
+    prefect: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: type[Exception], runs: int, completed: bool
+) -> None:
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    import flows.runner
+    from flows.build_mixcube import build_mixcube
+
+    monkeypatch.setattr(flows.runner, "STAGE_RETRY_DELAYS_S", [0.0, 0.0])
+    real = synthesis.inpaint.PlaceholderInpainter.inpaint
+    calls: list[int] = []
+
+    def fail_once(self: object, requests: list) -> list:
+        calls.append(len(requests))
+        if len(calls) == 1:
+            raise error("the first call fails")
+        return real(self, requests)
+
+    monkeypatch.setattr(synthesis.inpaint.PlaceholderInpainter, "inpaint", fail_once)
+    config = small_config(tmp_path, originals={"per_cell": 1, "cultures": ["UK"], "categories": ["Clothes"]})
+    state = build_mixcube(config, return_state=True)
+    assert state.is_completed() is completed
+
+    async def synthesis_run_count() -> int:
+        async with get_client() as client:
+            tasks = await client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id])), limit=200
+            )
+        return next(t.run_count for t in tasks if t.name.startswith("synthesis_r1"))
+
+    assert asyncio.run(synthesis_run_count()) == runs
