@@ -8,10 +8,12 @@ their relative `./workspace` and `./releases` must not land in the checkout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +28,7 @@ from datasets import load_dataset
 
 from flows.config import Build3XCMConfig
 from flows.config_mixcube import BuildMixCubeConfig
+from flows.stages_3xcm import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -95,10 +98,52 @@ def prefect_api(tmp_path: Path) -> Iterator[dict[str, str]]:
         log.close()
 
 
-def flow_run_id(output: str) -> str:
+@contextlib.contextmanager
+def process_worker(env: dict[str, str], project: Path, log_path: Path) -> Iterator[subprocess.Popen]:
+    """`prefect worker start` on the project's pool, stopped on exit."""
+    with log_path.open("wb") as log:
+        worker = subprocess.Popen(
+            [str(BIN / "prefect"), "worker", "start", "--pool", "culturebench-process"],
+            env=env,
+            cwd=project,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield worker
+        finally:
+            worker.terminate()
+            try:
+                worker.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+
+
+def deployment_run(name: str, env: dict[str, str], project: Path) -> str:
+    """`prefect deployment run NAME`; returns the flow run id it printed."""
+    output = run([str(BIN / "prefect"), "deployment", "run", name], env, project)
     match = re.search(r"UUID:\s*([0-9a-f-]{36})", output)
     assert match, output
     return match.group(1)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc (Linux)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def marker_times(workspace: Path) -> dict[str, int]:
+    return {p.parent.name: p.stat().st_mtime_ns for p in workspace.glob("tables/*/_SUCCESS")}
 
 
 def wait_for(run_id: str, env: dict[str, str], cwd: Path, timeout_s: float = 600) -> str:
@@ -123,24 +168,9 @@ def test_readme_sequence_deploys_and_runs_both_demos_to_completed(prefect_api: d
     for name in ("build-3xcm/demo", "build-mixcube/demo", "sync-reviews/sync-reviews"):
         assert name in deployed, deployed
 
-    worker_log = (tmp_path / "worker.log").open("wb")
-    worker = subprocess.Popen(
-        [str(BIN / "prefect"), "worker", "start", "--pool", "culturebench-process"],
-        env=env,
-        cwd=project,
-        stdout=worker_log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        runs = {
-            name: flow_run_id(run([str(BIN / "prefect"), "deployment", "run", name], env, project))
-            for name in ("build-3xcm/demo", "build-mixcube/demo")
-        }
+    with process_worker(env, project, tmp_path / "worker.log"):
+        runs = {name: deployment_run(name, env, project) for name in ("build-3xcm/demo", "build-mixcube/demo")}
         states = {name: wait_for(run_id, env, project) for name, run_id in runs.items()}
-    finally:
-        worker.terminate()
-        worker.wait(timeout=60)
-        worker_log.close()
     assert states == {"build-3xcm/demo": "COMPLETED", "build-mixcube/demo": "COMPLETED"}, (
         tmp_path / "worker.log"
     ).read_text()[-5000:]
@@ -182,3 +212,48 @@ def test_release_deployments_hold_production_configs_that_fail_fast_without_thei
     assert mix.filters.brisque is not None and mix.filters.clip is not None and mix.qa.backend == "label_studio"
     with pytest.raises(FileNotFoundError, match="model_path"):  # the models are not on this machine
         check_backends(mix)
+
+
+@pytest.mark.prefect
+def test_a_flow_process_killed_mid_build_is_resumed_by_a_rerun_without_redoing_finished_stages(
+    prefect_api: dict[str, str], tmp_path: Path
+) -> None:
+    env = prefect_api
+    project = copy_project(tmp_path / "project")
+    run([str(BIN / "culturebench"), "prefect-setup"], env, project)
+    run([str(BIN / "prefect"), "--no-prompt", "deploy", "--name", "build-3xcm/demo"], env, project)
+    config = Build3XCMConfig.demo()
+    workspace = project / "workspace" / config.resolved_build_id()
+
+    with process_worker(env, project, tmp_path / "worker.log") as worker:
+        first = deployment_run("build-3xcm/demo", env, project)
+        deadline = time.monotonic() + 300
+        while not (workspace / "tables" / "images" / "_SUCCESS").exists():  # kill once the downloads are done
+            assert time.monotonic() < deadline, "the images stage never finished"
+            time.sleep(0.05)
+        engines = [pid for pid in descendants(worker.pid) if b"prefect" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert engines, "no flow run process under the worker"
+        for pid in engines:
+            os.kill(pid, signal.SIGKILL)
+        assert wait_for(first, env, project) == "CRASHED"
+        before = marker_times(workspace)
+        assert "images" in before and "validation" not in before
+        assert not (project / "releases" / "3xcm").exists()
+
+        second = deployment_run("build-3xcm/demo", env, project)
+        assert wait_for(second, env, project) == "COMPLETED", (tmp_path / "worker.log").read_text()[-5000:]
+    after = marker_times(workspace)
+    assert {stage: after[stage] for stage in before} == before  # no finished stage ran again
+    assert set(after) == {s.name for s in STAGES}
+
+    # The resumed release is byte for byte the release of an uninterrupted build of the same config: the same
+    # relative roots and the code of a project copy (its manifest names the code), so a second copy, run from there.
+    clean = copy_project(tmp_path / "clean")
+    cli = "from flows.cli import app; app()"
+    run([sys.executable, "-c", cli, "build", "3xcm", "--demo", "--engine", "local"], env, clean)
+    resumed_release = project / "releases" / "3xcm" / config.release.version
+    clean_release = clean / "releases" / "3xcm" / config.release.version
+    files = sorted(p.relative_to(clean_release) for p in clean_release.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(resumed_release) for p in resumed_release.rglob("*") if p.is_file())
+    differing = [f for f in files if (clean_release / f).read_bytes() != (resumed_release / f).read_bytes()]
+    assert differing == []
