@@ -12,8 +12,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -110,6 +113,43 @@ class FakeDuckDuckGo:
         return json.dumps({"results": results})
 
 
+@contextlib.contextmanager
+def run_loggers_at(level: int) -> Iterator[None]:
+    names = ("prefect", "prefect.flow_runs", "prefect.task_runs")
+    before = {name: logging.getLogger(name).level for name in names}
+    for name in names:
+        logging.getLogger(name).setLevel(level)
+    try:
+        yield
+    finally:
+        for name, old in before.items():
+            logging.getLogger(name).setLevel(old)
+
+
+async def logs_and_artifacts(flow_run_id: object) -> tuple[list[str], list[str]]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
+
+    async with get_client() as client:
+        logs: list = []
+        while True:  # every page: the server returns at most 200 per call
+            page = await client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])), limit=200, offset=len(logs)
+            )
+            logs += page
+            if len(page) < 200:
+                break
+        artifacts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])), limit=200
+        )
+    return [log.message for log in logs], [json.dumps(a.data) + (a.description or "") for a in artifacts]
+
+
 def test_production_backends_build_a_valid_release_end_to_end(
     prefect: Path,
     tmp_path: Path,
@@ -188,7 +228,9 @@ def test_production_backends_build_a_valid_release_end_to_end(
             mock.patch.object(DuckduckgoImages, "_get_vqd", return_value="fake-vqd"),
             mock.patch.object(DuckduckgoImages, "request", new=lambda engine, *a, **kw: ddg.request(*a, **kw)),
         ):
-            summary = build_3xcm(config)
+            with run_loggers_at(logging.INFO):  # what an operator's runs log (the suite runs at WARNING)
+                state = build_3xcm(config, return_state=True)
+            summary = state.result()
         translation_requests = [
             r for r in gemini.requests[generation_requests:] if "translations" in r.schema_properties
         ]
@@ -250,3 +292,8 @@ def test_production_backends_build_a_valid_release_end_to_end(
         for path in folder.rglob("*"):
             if path.is_file():
                 assert API_KEY.encode() not in path.read_bytes(), path
+    # Nor in what the server holds for the run: its logs and artifacts.
+    logs, artifacts = asyncio.run(logs_and_artifacts(state.state_details.flow_run_id))
+    assert any("translations: done" in message for message in logs)  # the scan sees the stage logs
+    assert len(artifacts) > 10
+    assert not [m for m in logs if API_KEY in m] and not [a for a in artifacts if API_KEY in a]
