@@ -369,7 +369,7 @@ MIXCUBE_MASKS = pa.schema(
     [
         pa.field("original_id", pa.string(), nullable=False),
         pa.field("status", pa.string(), nullable=False),
-        pa.field("error", pa.string()),  # empty_mask | not_an_image | masker_error
+        pa.field("error", pa.string()),  # empty_mask | masker_error
         pa.field("detail", pa.string()),
         pa.field("mask_sha256", pa.string()),  # PNG blob, white where people are repainted
         pa.field("coverage", pa.float32()),  # share of the image the mask covers (> 0 after feathering)

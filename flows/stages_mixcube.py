@@ -103,8 +103,13 @@ def _faces(ctx: StageContext) -> StageMarker:
                 schemas.MIXCUBE_FACES, original_id=original["original_id"], detector=detector().model_id
             )
             try:
-                boxes = detector().detect(_rgb(ctx.ws.blobs.get(original["sha256"])))
-            except Exception as exc:  # a bad file or a failing model is this original's row, not the stage's end
+                pixels = _rgb(ctx.ws.blobs.get(original["sha256"]))
+            except Exception as exc:  # Pillow raises many types; the class is the detail
+                rows.append({**row, "status": STATUS_FAILED, "error": "not_an_image", "detail": _detail(exc)})
+                continue
+            try:
+                boxes = detector().detect(pixels)
+            except Exception as exc:  # a failing model is this original's row, not the stage's end
                 rows.append({**row, "status": STATUS_FAILED, "error": "detector_error", "detail": _detail(exc)})
                 continue
             if not boxes:

@@ -65,6 +65,21 @@ def run(command: list[str], env: dict[str, str], cwd: Path, timeout: float = 300
     return done.stdout + done.stderr
 
 
+@contextlib.contextmanager
+def background(command: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> Iterator[subprocess.Popen]:
+    """A process for the length of the block, its output in `log_path`; terminated (then killed) afterwards."""
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield process
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
 @pytest.fixture
 def prefect_api(tmp_path: Path) -> Iterator[dict[str, str]]:
     """A real Prefect server on a free port, with its own PREFECT_HOME and SQLite database; stopped afterwards."""
@@ -79,44 +94,16 @@ def prefect_api(tmp_path: Path) -> Iterator[dict[str, str]]:
         "PREFECT_CLI_PROMPT": "false",
         "PREFECT_LOGGING_LEVEL": "INFO",  # an operator's default (the suite quiets in-process runs to WARNING)
     }
-    log = (tmp_path / "server.log").open("wb")
-    server = subprocess.Popen(
-        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
+    server = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    with background(server, env, tmp_path, tmp_path / "server.log"):
         run([str(BIN / "prefect"), "server", "status", "--wait", "--timeout", "180"], env, tmp_path, timeout=200)
         yield env
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
 
 
-@contextlib.contextmanager
-def process_worker(env: dict[str, str], project: Path, log_path: Path) -> Iterator[subprocess.Popen]:
-    """`prefect worker start` on the project's pool, stopped on exit."""
-    with log_path.open("wb") as log:
-        worker = subprocess.Popen(
-            [str(BIN / "prefect"), "worker", "start", "--pool", "culturebench-process"],
-            env=env,
-            cwd=project,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            yield worker
-        finally:
-            worker.terminate()
-            try:
-                worker.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+def process_worker(env: dict[str, str], project: Path, log_path: Path) -> contextlib.AbstractContextManager[subprocess.Popen]:
+    """`prefect worker start` on the project's pool, in the project folder."""
+    worker = [str(BIN / "prefect"), "worker", "start", "--pool", "culturebench-process"]
+    return background(worker, env, project, log_path)
 
 
 def deployment_run(name: str, env: dict[str, str], project: Path) -> str:
