@@ -8,6 +8,7 @@ is resumed with a `ReviewResume`, by an operator in the UI or by the sync-review
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,10 +20,11 @@ from prefect.artifacts import (
     create_table_artifact,
     update_progress_artifact,
 )
-from prefect.cache_policies import NO_CACHE
+from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CachePolicy
 from prefect.context import FlowRunContext
 from prefect.input import RunInput
 from prefect.tasks import exponential_backoff
+from prefect.utilities.hashing import hash_objects
 from pydantic import BaseModel, Field
 
 from annotation.collect import ReviewPending
@@ -184,7 +186,33 @@ def transient_failure(task: Any, task_run: Any, state: Any) -> bool:
     return False
 
 
-@task(cache_policy=NO_CACHE, retries=STAGE_RETRIES, retry_jitter_factor=0.5, retry_condition_fn=transient_failure)
+@dataclass
+class FinishedStage(CachePolicy):
+    """Prefect's cache for a stage: the task's source (TASK_SOURCE) plus the stage's fingerprint (the hash of its
+    config section and of every upstream one, so of the inputs that decide it) and the workspace's completion
+    marker. A stage whose marker is missing or stale has no key and always runs: a wiped workspace or a changed
+    config is never answered from the cache, and a stage waiting for reviewers is never cached."""
+
+    def compute_key(
+        self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any
+    ) -> str | None:
+        graph, name, config = inputs["graph"], inputs["name"], inputs["config"]
+        fingerprint = graph.fingerprints(config)[name]
+        ws = graph.workspace(config)
+        marker = ws.marker(name)
+        if marker is None or marker.fingerprint != fingerprint:
+            return None
+        source = TASK_SOURCE.compute_key(task_ctx, inputs, flow_parameters, **kwargs)
+        return hash_objects(source, ws.url, marker.model_dump(mode="json"), raise_on_failure=True)
+
+
+@task(
+    cache_policy=FinishedStage(),
+    persist_result=True,
+    retries=STAGE_RETRIES,
+    retry_jitter_factor=0.5,
+    retry_condition_fn=transient_failure,
+)
 def stage_task(graph: BuildGraph, name: str, config: BuildConfig, close_reviews: bool = False) -> StageRun:
     try:
         marker, skipped = graph.run(name, config, ProgressArtifact(), accept_incomplete=close_reviews)

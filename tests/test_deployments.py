@@ -100,7 +100,9 @@ def prefect_api(tmp_path: Path) -> Iterator[dict[str, str]]:
         yield env
 
 
-def process_worker(env: dict[str, str], project: Path, log_path: Path) -> contextlib.AbstractContextManager[subprocess.Popen]:
+def process_worker(
+    env: dict[str, str], project: Path, log_path: Path
+) -> contextlib.AbstractContextManager[subprocess.Popen]:
     """`prefect worker start` on the project's pool, in the project folder."""
     worker = [str(BIN / "prefect"), "worker", "start", "--pool", "culturebench-process"]
     return background(worker, env, project, log_path)

@@ -323,3 +323,46 @@ def test_a_stage_is_retried_for_transient_errors_only(
         return next(t.run_count for t in tasks if t.name.startswith("synthesis_r1"))
 
     assert asyncio.run(synthesis_run_count()) == runs
+
+
+@pytest.mark.prefect
+def test_prefect_caches_finished_stages_and_a_changed_stage_config_reruns_only_that_stage_onwards(
+    prefect: Path, tmp_path: Path
+) -> None:
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from flows.build_mixcube import build_mixcube
+
+    async def task_states(flow_run_id: object) -> dict[str, str]:
+        async with get_client() as client:
+            runs = await client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])), limit=200
+            )
+        return {t.name.rsplit("-", 1)[0]: t.state.name for t in runs}
+
+    def states(config: BuildMixCubeConfig) -> dict[str, str]:
+        state = build_mixcube(config, return_state=True)
+        assert state.is_completed(), state
+        return asyncio.run(task_states(state.state_details.flow_run_id))
+
+    originals = {"per_cell": 1, "cultures": ["Azerbaijan"], "categories": ["Food"]}
+    config = small_config(tmp_path, originals=originals, build_id="cached", max_attempts=1)
+    names = GRAPH.names(config)
+    first = states(config)
+    assert {first[n] for n in names} == {"Completed"}  # built
+    second = states(config)  # every stage found done by its marker; the results are kept under their keys
+    assert {second[n] for n in names} == {"Completed"}
+    third = states(config)
+    assert {third[n] for n in names} == {"Cached"}  # answered by Prefect's cache, nothing ran
+
+    wider = config.model_copy(
+        update={
+            "masks": config.masks.model_copy(update={"feather_kernel": 31}),
+            "release": config.release.model_copy(update={"version": "0.0.2"}),  # other masks: another release
+        }
+    )
+    after = states(wider)
+    assert [after[n] for n in names] == ["Cached"] * 2 + ["Completed"] * (len(names) - 2)  # masks onwards
