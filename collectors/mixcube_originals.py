@@ -68,7 +68,8 @@ def category_name(name: str) -> str:
     raise ValueError(f"unknown MixCuBe category {name!r}; known: {reference.mixcube().categories}")
 
 
-def _row(**values: object) -> dict:
+def original_row(**values: object) -> dict:
+    """A MIXCUBE_ORIGINALS row: the values given, every other column empty."""
     return schemas.blank_row(schemas.MIXCUBE_ORIGINALS, **values)
 
 
@@ -99,7 +100,7 @@ def import_local(config: LocalOriginalsConfig, put_blob: Callable[[bytes], str])
         try:
             culture, category = culture_by_name(row["culture"]), category_name(row["category"])
         except ValueError as exc:
-            out.append(_row(**base, status=STATUS_FAILED, error=f"bad_label: {exc}"))
+            out.append(original_row(**base, status=STATUS_FAILED, error=f"bad_label: {exc}"))
             continue
         base |= {"culture": culture.name, "country": culture.adjective, "category": category}
         try:
@@ -107,13 +108,13 @@ def import_local(config: LocalOriginalsConfig, put_blob: Callable[[bytes], str])
                 data = handle.read()
             width, height, fmt = check_original(data)
         except FileNotFoundError:
-            out.append(_row(**base, status=STATUS_FAILED, error="missing_file"))
+            out.append(original_row(**base, status=STATUS_FAILED, error="missing_file"))
             continue
         except ValueError as exc:
-            out.append(_row(**base, status=STATUS_FAILED, error=str(exc)))
+            out.append(original_row(**base, status=STATUS_FAILED, error=str(exc)))
             continue
         sha = put_blob(data)
-        out.append(_row(**base, status=STATUS_OK, sha256=sha, width=width, height=height, format=fmt))
+        out.append(original_row(**base, status=STATUS_OK, sha256=sha, width=width, height=height, format=fmt))
     return schemas.from_rows(out, schemas.MIXCUBE_ORIGINALS)
 
 
@@ -179,7 +180,7 @@ def generate_demo(config: DemoOriginalsConfig, put_blob: Callable[[bytes], str])
             width, height, fmt = check_original(data)
             food = mix.food_label_examples.get(culture.name) if category == "Food" else None
             rows.append(
-                _row(
+                original_row(
                     original_id=f"demo-{culture.iso2.lower()}-{category.lower()}-{index:02d}",
                     culture=culture.name,
                     country=culture.adjective,

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from collectors.downloader import HttpDownloadConfig
 from collectors.fetch import Fetcher
 from collectors.importer import ImportConfig
-from collectors.mixcube_originals import MIN_SIDE, cells
+from collectors.mixcube_originals import MIN_SIDE, cells, original_row
 from collectors.search import SearchConfig, Searcher, SearchError, SearchQuery
 from collectors.search_ddgs import DdgsSearchConfig
 from data import reference, schemas
@@ -96,8 +96,7 @@ def search_originals(config: SearchOriginalsConfig, searcher: Searcher, fetcher:
             rows.append(_failed(image["image_id"], base, "too_small", image["url"]))
         else:
             rows.append(
-                schemas.blank_row(
-                    schemas.MIXCUBE_ORIGINALS,
+                original_row(
                     original_id=image["image_id"],
                     source=image["url"],
                     status=STATUS_OK,
@@ -112,6 +111,4 @@ def search_originals(config: SearchOriginalsConfig, searcher: Searcher, fetcher:
 
 
 def _failed(original_id: str, base: dict, error: str, source: str) -> dict:
-    return schemas.blank_row(
-        schemas.MIXCUBE_ORIGINALS, original_id=original_id, source=source, status=STATUS_FAILED, error=error, **base
-    )
+    return original_row(original_id=original_id, source=source, status=STATUS_FAILED, error=error, **base)

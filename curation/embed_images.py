@@ -10,6 +10,7 @@ import pyarrow as pa
 from curation.image_embeddings import ImageEmbedder
 from curation.image_hashing import decode_normalized
 from data.schemas import IMAGE_EMBEDDINGS
+from data.stage import error_text
 
 
 def embed_images(
@@ -25,7 +26,7 @@ def embed_images(
                 images.append(decode_normalized(loaders[row]()))
                 rows.append(row)
             except Exception as exc:  # an undecodable image is a row with a reason
-                errors[row] = f"{type(exc).__name__}: {exc}"[:300]
+                errors[row] = error_text(exc)
         if images:
             vectors[rows] = embedder.embed(images)
     return vectors, errors

@@ -27,6 +27,7 @@ from PIL import Image, ImageOps
 
 from curation.image_align import ALIGN_SIDE
 from data.schemas import IMAGE_HASHES, from_rows
+from data.stage import error_text
 from data.workspace import BlobStore
 
 PHASH_SIDE = 32  # imagehash.phash: a 32x32 DCT, of which the top-left 8x8 is kept
@@ -148,12 +149,12 @@ def _try_thumbnails(load: Callable[[], bytes]) -> tuple[str | None, Thumbnails |
     try:
         data = load()
     except Exception as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:300]
+        return None, error_text(exc)
     digest = hashlib.sha256(data).hexdigest()
     try:
         return digest, thumbnails(data)
     except Exception as exc:  # any decoder failure is a row, not a crash of the batch
-        return digest, f"{type(exc).__name__}: {exc}"[:300]
+        return digest, error_text(exc)
 
 
 def hash_batch(loaders: Sequence[Callable[[], bytes]], workers: int = 2, keep_align: bool = False) -> HashedBatch:

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from data import reference, schemas
 from data.schemas import STATUS_OK
+from synthesis.prompts import ethnicity_labels
 
 
 @dataclass
@@ -27,7 +28,7 @@ def assemble_quintets(
 ) -> Quintets:
     """`scores`: attempt id -> {"brisque", "clip_similarity"}; `qa`: SYNTHESIS_QA; `sizes`: sha256 -> bytes."""
     mix = reference.mixcube()
-    ethnicities = [e.label for e in mix.ethnicities]
+    ethnicities = ethnicity_labels()
     category_order = {c: i for i, c in enumerate(mix.categories)}
     culture_order = {c.name: i for i, c in enumerate(mix.cultures)}
     decisions = {r["attempt_id"]: r for r in qa.to_pylist()}

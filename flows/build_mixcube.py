@@ -53,7 +53,8 @@ def provenance(config: BuildMixCubeConfig, ws: Workspace) -> dict[str, Any]:
         "seeds": {"synthesis": config.seed, "demo_originals": getattr(config.originals, "seed", None)},
         "backends": {**stage_settings(config), "qa": reviewers},
         "models": {
-            "faces": _first_extra(ws, "faces", "detector"),
+            "faces": stats["faces"].extra.get("detector"),
+            "masks": stats["masks"].extra.get("masker"),
             "inpaint": sorted({m for n in names if n.startswith("synthesis_") for m in stats[n].extra["models"]}),
         },
         "incomplete": quintets.extra["incomplete"],
@@ -65,11 +66,6 @@ def provenance(config: BuildMixCubeConfig, ws: Workspace) -> dict[str, Any]:
         "stage_fingerprints": GRAPH.fingerprints(config),
         "stage_stats": [s.model_dump(mode="json") for s in stats.values()],
     }
-
-
-def _first_extra(ws: Workspace, stage: str, column: str) -> str | None:
-    table = ws.read_table(stage)
-    return table[column][0].as_py() if table.num_rows else None
 
 
 def release(config: BuildMixCubeConfig) -> ReleaseResult:

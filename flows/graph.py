@@ -15,6 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import pyarrow as pa
 
 from annotation.backends import LabelStudioFilesReviewConfig, ReviewConfig, ReviewContext
+from annotation.label_configs import ReviewKind
 from collectors.concept_generation import review_file_sha256
 from data.workspace import StageMarker, Workspace, fingerprint
 
@@ -76,6 +77,11 @@ class BuildGraph:
 
     name: str  # the benchmark: 3xcm | mixcube
     stages_for: Callable[[Any], tuple[Stage, ...]]
+    review_field: str  # the config section of its human review
+    review_kind: ReviewKind  # which review that is
+
+    def review(self, config: BuildConfig) -> ReviewConfig:
+        return getattr(config, self.review_field)
 
     def stages(self, config: BuildConfig) -> tuple[Stage, ...]:
         return self.stages_for(config)

@@ -267,8 +267,7 @@ def wait_for_reviews(graph: BuildGraph, config: BuildConfig, outcome: StageRun, 
     if context is None or context.flow_run is None or context.flow_run.deployment_id is None:
         raise ReviewsNotFinished(f"{outcome.detail}; run a deployment to wait for them, or rerun this build later")
     fingerprints = graph.fingerprints(config)
-    review = getattr(config, "review", None) or getattr(config, "qa", None)
-    timeout = getattr(review, "wait_timeout_s", None)
+    timeout = getattr(graph.review(config), "wait_timeout_s", None)
     key = f"{outcome.stage}-{fingerprints[outcome.stage][:12]}-{waits}"
     answer = suspend_flow_run(wait_for_input=ReviewResume, key=key, timeout=timeout)
     get_run_logger().info("resumed %s (close_review=%s): %s", outcome.stage, answer.close_review, answer.note)

@@ -432,7 +432,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage("validation", 1, ("assembly",), lambda c: c.assembly.max_candidate_reuse, _validation),
 )
-GRAPH = BuildGraph("3xcm", lambda config: STAGES)
+GRAPH = BuildGraph("3xcm", lambda config: STAGES, review_field="review", review_kind="duplicate_review")
 
 
 def stage_fingerprints(config: Build3XCMConfig) -> dict[str, str]:

@@ -13,6 +13,7 @@ import io
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
 
@@ -31,23 +32,20 @@ from curation.resynthesis import Outcome, left_over, outcomes, retry_plans
 from curation.synthesis_filters import ERROR, KEEP, build_synthesis_filter, verdict_counts
 from data import reference, schemas
 from data.schemas import STATUS_FAILED, STATUS_OK
-from data.stage import stats_from_table
+from data.stage import error_text, stats_from_table
 from data.workspace import StageMarker, StageStats
 from flows.config_mixcube import BuildMixCubeConfig
-from flows.graph import BuildGraph, Progress, Stage, review_settings
+from flows.graph import BuildGraph, Stage, review_settings
 from flows.graph import StageContext as GraphContext
 from synthesis.attempts import AttemptPlan, ResultCache, first_plans, run_attempts
 from synthesis.faces import FaceBox, build_face_detector
 from synthesis.inpaint import build_inpainter
 from synthesis.masks import build_masker, mask_png
+from synthesis.prompts import ethnicity_labels
 
 StageContext = GraphContext[BuildMixCubeConfig]
 T = TypeVar("T")
 MAX_DETAIL = 300
-
-
-def ethnicities() -> list[str]:
-    return [e.label for e in reference.mixcube().ethnicities]
 
 
 def lazily(build: Callable[[], T]) -> Callable[[], T]:
@@ -59,10 +57,6 @@ def gpu_slot(ctx: StageContext) -> Callable[[], AbstractContextManager[None]]:
     return lambda: prefect_slot(ctx.config.gpu_concurrency_limit)
 
 
-def _detail(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:MAX_DETAIL]
-
-
 def _rgb(data: bytes) -> np.ndarray:
     with Image.open(io.BytesIO(data)) as image:
         return np.array(image.convert("RGB"))
@@ -70,6 +64,11 @@ def _rgb(data: bytes) -> np.ndarray:
 
 def collected(ctx: StageContext) -> list[dict]:
     return [o for o in ctx.table("originals").to_pylist() if o["status"] == STATUS_OK]
+
+
+def original_sha256(ctx: StageContext) -> dict[str, str]:
+    """original id -> blob of the collected original."""
+    return {o["original_id"]: o["sha256"] for o in collected(ctx)}
 
 
 def masked_originals(ctx: StageContext) -> tuple[list[dict], dict[str, str]]:
@@ -105,12 +104,12 @@ def _faces(ctx: StageContext) -> StageMarker:
             try:
                 pixels = _rgb(ctx.ws.blobs.get(original["sha256"]))
             except Exception as exc:  # Pillow raises many types; the class is the detail
-                rows.append({**row, "status": STATUS_FAILED, "error": "not_an_image", "detail": _detail(exc)})
+                rows.append({**row, "status": STATUS_FAILED, "error": "not_an_image", "detail": error_text(exc)})
                 continue
             try:
                 boxes = detector().detect(pixels)
             except Exception as exc:  # a failing model is this original's row, not the stage's end
-                rows.append({**row, "status": STATUS_FAILED, "error": "detector_error", "detail": _detail(exc)})
+                rows.append({**row, "status": STATUS_FAILED, "error": "detector_error", "detail": error_text(exc)})
                 continue
             if not boxes:
                 rows.append({**row, "status": STATUS_FAILED, "error": "no_face", "detail": "no face detected"})
@@ -125,14 +124,14 @@ def _faces(ctx: StageContext) -> StageMarker:
         shard_size=ctx.config.shard_size,
         process=process,
         schema=schemas.MIXCUBE_FACES,
-        summarize=lambda t: stats_from_table("faces", t),
+        summarize=lambda t: stats_from_table("faces", t, detector=_first(t, "detector")),
         on_shard=ctx.on_shard("faces"),
     )
 
 
 def _masks(ctx: StageContext) -> StageMarker:
     masker = lazily(lambda: build_masker(ctx.config.masks))
-    sha = {o["original_id"]: o["sha256"] for o in collected(ctx)}
+    sha = original_sha256(ctx)
     faces = [f for f in ctx.table("faces").to_pylist() if f["status"] == STATUS_OK]
 
     def process(chunk: list[dict]) -> pa.Table:
@@ -146,7 +145,7 @@ def _masks(ctx: StageContext) -> StageMarker:
                     boxes = [FaceBox(**b) for b in face["boxes"]]
                     mask = masker().mask(_rgb(ctx.ws.blobs.get(sha[face["original_id"]])), boxes)
                 except Exception as exc:
-                    rows.append({**row, "status": STATUS_FAILED, "error": "masker_error", "detail": _detail(exc)})
+                    rows.append({**row, "status": STATUS_FAILED, "error": "masker_error", "detail": error_text(exc)})
                     continue
                 coverage = float((mask > 0).mean())
                 if coverage == 0.0:
@@ -163,7 +162,7 @@ def _masks(ctx: StageContext) -> StageMarker:
         shard_size=ctx.config.shard_size,
         process=process,
         schema=schemas.MIXCUBE_MASKS,
-        summarize=lambda t: stats_from_table("masks", t),
+        summarize=lambda t: stats_from_table("masks", t, masker=_first(t, "masker")),
         on_shard=ctx.on_shard("masks"),
     )
 
@@ -174,9 +173,9 @@ def _synthesis(round_: int) -> Callable[[StageContext], StageMarker]:
     def run(ctx: StageContext) -> StageMarker:
         originals, masks = masked_originals(ctx)
         if round_ == 1:
-            plans = first_plans(originals, masks, ethnicities(), ctx.config.seed)
+            plans = first_plans(originals, masks, ethnicity_labels(), ctx.config.seed)
         else:
-            previous = round_outcomes(ctx, round_ - 1)
+            previous = round_tables(ctx, round_ - 1).outcomes()
             requests = ctx.ws.read_extra_table(f"qa_r{round_ - 1}", "requests")
             sha = {o["original_id"]: o["sha256"] for o in originals}
             plans = retry_plans(previous, requests, sha, round_, ctx.config.seed)
@@ -216,11 +215,13 @@ def _filters(round_: int) -> Callable[[StageContext], StageMarker]:
 
     def run(ctx: StageContext) -> StageMarker:
         scorer = lazily(lambda: build_synthesis_filter(ctx.config.filters))
-        sha = {o["original_id"]: o["sha256"] for o in collected(ctx)}
+        sha = original_sha256(ctx)
 
         def process(chunk: list[dict]) -> pa.Table:
             drawn = [a for a in chunk if a["sha256"] is not None]
-            pairs = [(ctx.ws.blobs.get(sha[a["original_id"]]), ctx.ws.blobs.get(a["sha256"])) for a in drawn]
+            # One original serves 4 ethnicities: read it once.
+            originals = {key: ctx.ws.blobs.get(key) for key in {sha[a["original_id"]] for a in drawn}}
+            pairs = [(originals[sha[a["original_id"]]], ctx.ws.blobs.get(a["sha256"])) for a in drawn]
             with gpu_slot(ctx)():
                 scores = scorer().score(pairs)
             by_id = {a["attempt_id"]: s for a, s in zip(drawn, scores, strict=True)}
@@ -270,9 +271,9 @@ def _qa(round_: int) -> Callable[[StageContext], StageMarker]:
     name = f"qa_r{round_}"
 
     def run(ctx: StageContext) -> StageMarker:
-        passed = {r["attempt_id"] for r in ctx.table(f"filters_r{round_}").to_pylist() if r["verdict"] == KEEP}
         scores = {r["attempt_id"]: r for r in ctx.table(f"filters_r{round_}").to_pylist()}
-        sha = {o["original_id"]: o["sha256"] for o in collected(ctx)}
+        passed = {attempt_id for attempt_id, r in scores.items() if r["verdict"] == KEEP}
+        sha = original_sha256(ctx)
         candidates = [
             {
                 "attempt_id": a["attempt_id"],
@@ -328,25 +329,32 @@ def _reviewer(qa: pa.Table) -> str:
     return _first(qa, "reviewer") or "none (no attempt reached QA)"
 
 
-def round_outcomes(ctx: StageContext, round_: int) -> list[Outcome]:
-    return outcomes(ctx.table(f"synthesis_r{round_}"), ctx.table(f"filters_r{round_}"), ctx.table(f"qa_r{round_}"))
+@dataclass
+class RoundTables:
+    attempts: pa.Table  # SYNTHESIS_ATTEMPTS
+    filters: pa.Table  # MIXCUBE_FILTERS
+    qa: pa.Table  # SYNTHESIS_QA
+
+    def outcomes(self) -> list[Outcome]:
+        return outcomes(self.attempts, self.filters, self.qa)
+
+
+def round_tables(ctx: StageContext, round_: int) -> RoundTables:
+    return RoundTables(ctx.table(f"synthesis_r{round_}"), ctx.table(f"filters_r{round_}"), ctx.table(f"qa_r{round_}"))
 
 
 def _quintets(ctx: StageContext) -> StageMarker:
     """Curation decides: the ordered release rows, and every (original, ethnicity) left without a synthesis."""
     originals, _ = masked_originals(ctx)
-    rounds = range(1, ctx.config.max_attempts + 1)
-    attempts = pa.concat_tables([ctx.table(f"synthesis_r{n}") for n in rounds])
-    scores = {
-        r["attempt_id"]: r
-        for n in rounds
-        for r in ctx.table(f"filters_r{n}").select(["attempt_id", "brisque", "clip_similarity"]).to_pylist()
-    }
-    qa = pa.concat_tables([ctx.table(f"qa_r{n}") for n in rounds])
+    rounds = [round_tables(ctx, n) for n in range(1, ctx.config.max_attempts + 1)]
+    attempts = pa.concat_tables([r.attempts for r in rounds])
+    filters = pa.concat_tables([r.filters for r in rounds]).select(["attempt_id", "brisque", "clip_similarity"])
+    scores = {r["attempt_id"]: r for r in filters.to_pylist()}
+    qa = pa.concat_tables([r.qa for r in rounds])
     shas = [o["sha256"] for o in originals] + [s for s in attempts["sha256"].to_pylist() if s]
     sizes = {sha: ctx.ws.blobs.size(sha) for sha in set(shas)}
     quintets = assemble_quintets(schemas.from_rows(originals, schemas.MIXCUBE_ORIGINALS), attempts, scores, qa, sizes)
-    leftover = left_over([o for n in rounds for o in round_outcomes(ctx, n)], ctx.config.max_attempts)
+    leftover = left_over([o for r in rounds for o in r.outcomes()], ctx.config.max_attempts)
     by_original: dict[str, Counter] = {}
     for row in leftover.to_pylist():
         by_original.setdefault(row["original_id"], Counter())[row["outcome"]] += 1
@@ -414,13 +422,7 @@ def _stages(config: BuildMixCubeConfig) -> tuple[Stage, ...]:
     return tuple(stages)
 
 
-GRAPH = BuildGraph("mixcube", _stages)
-
-
-def run_stage(
-    name: str, config: BuildMixCubeConfig, progress: Progress | None = None, accept_incomplete: bool = False
-) -> tuple[StageMarker, bool]:
-    return GRAPH.run(name, config, progress, accept_incomplete)
+GRAPH = BuildGraph("mixcube", _stages, review_field="qa", review_kind="synthesis_qa")
 
 
 def stage_settings(config: BuildMixCubeConfig) -> dict[str, Any]:

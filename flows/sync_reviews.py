@@ -27,13 +27,15 @@ from pydantic import BaseModel
 from annotation.backends import LabelStudioFilesReviewConfig, LabelStudioReviewConfig, ReviewConfig
 from annotation.label_configs import SPECS, ReviewKind
 from annotation.label_studio import LabelStudioProject
+from flows import stages_3xcm, stages_mixcube
 from flows.config import Build3XCMConfig
 from flows.config_mixcube import BuildMixCubeConfig
+from flows.graph import BuildGraph
 
-# flow name -> (its config model, the config field of its review, the review's kind)
-REVIEWED_FLOWS: dict[str, tuple[type[Build3XCMConfig] | type[BuildMixCubeConfig], str, ReviewKind]] = {
-    "build-3xcm": (Build3XCMConfig, "review", "duplicate_review"),
-    "build-mixcube": (BuildMixCubeConfig, "qa", "synthesis_qa"),
+# flow name -> its config model and its stage graph (which names the review)
+REVIEWED_FLOWS: dict[str, tuple[type[Build3XCMConfig] | type[BuildMixCubeConfig], BuildGraph]] = {
+    "build-3xcm": (Build3XCMConfig, stages_3xcm.GRAPH),
+    "build-mixcube": (BuildMixCubeConfig, stages_mixcube.GRAPH),
 }
 
 
@@ -80,14 +82,14 @@ async def sync_reviews(
 
 
 async def _sync(flow_name: str, logger: Any) -> list[ReviewSync]:
-    model, field, kind = REVIEWED_FLOWS[flow_name]
+    model, graph = REVIEWED_FLOWS[flow_name]
     out = []
     for run in await _suspended_runs(flow_name):
         raw = run.parameters.get("config")
         # A run without the parameter ran on the flow's default, which is the demo config.
         config = model.model_validate(raw) if raw else model.demo()
         try:
-            complete, detail = review_complete(getattr(config, field), kind, config.resolved_build_id())
+            complete, detail = review_complete(graph.review(config), graph.review_kind, config.resolved_build_id())
         except Exception as exc:  # one unreachable server must not stop the others from resuming
             complete, detail = False, f"{type(exc).__name__}: {exc}"
         if complete:

@@ -142,16 +142,18 @@ def run_attempts(
         else:
             todo.append((index, plan))
     if todo:
+        # An original and its mask serve every ethnicity: each blob is read and decoded once per call.
+        images = {sha: _open(load_blob(sha), "RGB") for sha in {plan.original_sha256 for _, plan in todo}}
+        masks = {sha: _open(load_blob(sha), "L") for sha in {plan.mask_sha256 for _, plan in todo}}
         requests = []
         for _, plan in todo:
-            original = _open(load_blob(plan.original_sha256), "RGB")
             requests.append(
                 InpaintRequest(
                     original_id=plan.original_id,
                     ethnicity=plan.ethnicity,
                     attempt=plan.attempt,
-                    image=original,
-                    mask=_open(load_blob(plan.mask_sha256), "L"),
+                    image=images[plan.original_sha256],
+                    mask=masks[plan.mask_sha256],
                     prompt=plan.prompt,
                     seed=plan.seed,
                 )

@@ -18,6 +18,7 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -32,7 +33,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 from pydantic import BaseModel, ConfigDict, Field
 
-from data.stage import Registry, require
+from data.stage import Registry, error_text, require
 from data.workspace import file_sha256
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ PLACEHOLDER_TEXT_FILL = (255, 255, 255)
 PLACEHOLDER_TEXT_STROKE = (0, 0, 0)
 SIZE_MULTIPLE = 8  # the SDXL pipeline's check_inputs needs height and width divisible by 8
 MAX_ERROR_CHARS = 500
+_error_text = functools.partial(error_text, limit=MAX_ERROR_CHARS)
 
 
 @dataclass
@@ -149,10 +151,6 @@ def build_inpainter(config: SdxlInpaintConfig | PlaceholderInpaintConfig) -> Inp
 
 
 # -- shared request handling ---------------------------------------------------------------------------------------
-
-
-def _error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
 
 
 def _prepared(request: InpaintRequest) -> tuple[Image.Image, Image.Image]:

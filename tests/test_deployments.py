@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pytest
 import yaml
 from browser import artifact_dir, screenshot_flow_run
 from datasets import load_dataset
+from label_studio_server import free_port
 
 from flows.config import Build3XCMConfig
 from flows.config_mixcube import BuildMixCubeConfig
@@ -34,12 +34,6 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 ETHNICITIES = ["African", "Caucasian", "EastAsian", "SouthAsian"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def copy_project(dest: Path) -> Path:
