@@ -18,11 +18,10 @@ from data.stage import Registry
 from data.workspace import BlobStore, Workspace
 
 FetchConfig = Annotated[ImportConfig | HttpDownloadConfig, Field(discriminator="backend")]
-ItemProgress = Callable[[int, int], None]
 
 
 class Fetcher(Protocol):
-    def fetch(self, hits: Sequence[dict], blobs: BlobStore, on_item: ItemProgress | None) -> pa.Table: ...
+    def fetch(self, hits: Sequence[dict], blobs: BlobStore) -> pa.Table: ...
 
 
 # A backend is built from its config and the build's workspace, where it may keep state that outlives one
@@ -34,11 +33,8 @@ class LocalImporter:
     def __init__(self, config: ImportConfig) -> None:
         self.config = config
 
-    def fetch(self, hits: Sequence[dict], blobs: BlobStore, on_item: ItemProgress | None) -> pa.Table:
-        table = import_hits(hits, blobs, self.config.limits)
-        if on_item is not None:
-            on_item(len(hits), len(hits))
-        return table
+    def fetch(self, hits: Sequence[dict], blobs: BlobStore) -> pa.Table:
+        return import_hits(hits, blobs, self.config.limits)
 
 
 class HttpFetcher:
@@ -47,8 +43,8 @@ class HttpFetcher:
         # Outside the stage folder: a new attempt (say `retry_failed`) still knows every URL already fetched.
         self.journal = DownloadJournal(ws.storage, "files/download_journal")
 
-    def fetch(self, hits: Sequence[dict], blobs: BlobStore, on_item: ItemProgress | None) -> pa.Table:
-        return download_hits(hits, blobs, self.config, journal=self.journal, on_item=on_item)
+    def fetch(self, hits: Sequence[dict], blobs: BlobStore) -> pa.Table:
+        return download_hits(hits, blobs, self.config, journal=self.journal)
 
 
 @fetchers.register("local")

@@ -87,7 +87,7 @@ def search_originals(config: SearchOriginalsConfig, searcher: Searcher, fetcher:
             image_id = f"{cell}-{rank:03d}"
             hits.append({"image_id": image_id, "url": hit.url})
             meta[image_id] = base
-    fetched = fetcher.fetch(hits, blobs, None).to_pylist() if hits else []
+    fetched = fetcher.fetch(hits, blobs).to_pylist() if hits else []
     for image in fetched:
         base = meta[image["image_id"]]
         if image["status"] != STATUS_OK:

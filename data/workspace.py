@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -29,6 +29,8 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
+
+from data.shards import InOrder, MapShards, ShardPlan
 
 SUCCESS = "_SUCCESS"
 ATTEMPT = "_attempt.json"
@@ -259,7 +261,7 @@ class Workspace:
         for name, (side, side_schema) in (extra_tables or {}).items():
             self.storage.write_parquet(f"{self.stage_dir(stage)}/{name}.parquet", _conform(side, side_schema))
         table = _conform(table, schema)
-        self.storage.write_parquet(f"{self.stage_dir(stage)}/part-00000.parquet", table)
+        self.storage.write_parquet(f"{self.stage_dir(stage)}/{_part_name(0)}", table)
         return self._finish(stage, fingerprint, stats, table.num_rows, 1)
 
     def read_extra_table(self, stage: str, name: str) -> pa.Table:
@@ -271,38 +273,52 @@ class Workspace:
         self,
         stage: str,
         fingerprint: str,
-        items: Sequence[Any],
-        shard_size: int,
-        process: Callable[[Sequence[Any]], pa.Table],
-        schema: pa.Schema,
-        summarize: Callable[[pa.Table], StageStats],
-        on_shard: Callable[[int, int], None] | None = None,
+        plan: ShardPlan,
+        on_progress: Callable[[int, int], None] | None = None,
+        map_shards: MapShards | None = None,
     ) -> StageMarker:
-        """Run `process` over fixed shards of `items`, one Parquet part per shard.
+        """Run a sharded stage: one Parquet part per shard, then the stage's stats and marker.
 
         Parts that already exist from an attempt with the same fingerprint are kept, so a crashed stage resumes
-        at its first unfinished shard and never redoes finished ones.
+        at its unfinished shards and never redoes finished ones. `map_shards` decides where the pending shards run
+        (default: in order, here); `on_progress` gets (items done, items) as shards finish.
         """
-        if shard_size < 1:
-            raise ValueError("shard_size must be >= 1")
-        # Parts are only reusable when they were cut the same way from the same items.
-        self._begin(stage, f"{fingerprint}:shards={shard_size}:items={len(items)}")
+        self._begin(stage, plan.attempt_key(fingerprint))
         done = set(self._parts(stage))
-        shards = max(1, -(-len(items) // shard_size))
-        for index in range(shards):
-            name = f"part-{index:05d}.parquet"
-            if name not in done:
-                chunk = items[index * shard_size : (index + 1) * shard_size]
-                self.storage.write_parquet(f"{self.stage_dir(stage)}/{name}", _conform(process(chunk), schema))
-            if on_shard is not None:
-                on_shard(index + 1, shards)
-        stale = [n for n in self._parts(stage) if int(n[5:10]) >= shards]
-        for name in stale:
+        pending = [index for index in range(plan.shards) if _part_name(index) not in done]
+        items_done = len(plan.items) - sum(len(plan.chunk(index)) for index in pending)
+        if on_progress is not None:
+            on_progress(items_done, len(plan.items))
+        runner = map_shards or InOrder()
+        for index in runner(stage, pending, lambda i: self.write_shard(stage, fingerprint, plan, i)):
+            items_done += len(plan.chunk(index))
+            if on_progress is not None:
+                on_progress(items_done, len(plan.items))
+        written = set(self._parts(stage))
+        missing = [index for index in range(plan.shards) if _part_name(index) not in written]
+        if missing:
+            raise RuntimeError(f"stage {stage!r}: shards {missing} have no part after running")
+        for name in [n for n in self._parts(stage) if int(n[5:10]) >= plan.shards]:  # from a longer item list
             self.storage.rm(f"{self.stage_dir(stage)}/{name}")
-        marker_table = pa.concat_tables(
+        table = pa.concat_tables(
             [self.storage.read_parquet(f"{self.stage_dir(stage)}/{n}") for n in self._parts(stage)]
         )
-        return self._finish(stage, fingerprint, summarize(marker_table), marker_table.num_rows, shards)
+        return self._finish(stage, fingerprint, plan.summarize(table), table.num_rows, plan.shards)
+
+    def write_shard(self, stage: str, fingerprint: str, plan: ShardPlan, index: int) -> int:
+        """Process one shard and write its part; returns its rows. Any process that sees the workspace may call it
+        (a Dask worker does), but only inside the attempt that `run_sharded` began: a shard of an attempt that was
+        since restarted with another config must not land among the new parts."""
+        attempt = self.storage.read_json(f"{self.stage_dir(stage)}/{ATTEMPT}")["fingerprint"]
+        if attempt != plan.attempt_key(fingerprint):
+            raise RuntimeError(f"stage {stage!r} was restarted with another config; shard {index} not written")
+        table = _conform(plan.process(plan.chunk(index)), plan.schema)
+        self.storage.write_parquet(f"{self.stage_dir(stage)}/{_part_name(index)}", table)
+        return table.num_rows
+
+
+def _part_name(index: int) -> str:
+    return f"part-{index:05d}.parquet"
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

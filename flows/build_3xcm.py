@@ -12,7 +12,7 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
 from data import release_3xcm
-from data.provenance import code_version, redact, reference_data_sha256
+from data.provenance import code_version, reference_data_sha256
 from data.release import ReleaseResult
 from data.workspace import StageStats, Workspace
 from flows.config import Build3XCMConfig
@@ -49,7 +49,7 @@ def provenance(config: Build3XCMConfig, ws: Workspace) -> dict[str, Any]:
     review = by_name["review"].extra.get("review", {})
     return {
         "build_id": ws.build_id,
-        "config": redact(config.model_dump(mode="json", exclude={"workspace_root"})),
+        "config": config.released_config(),
         "code_version": code_version(),
         "reference_data_sha256": reference_data_sha256(),
         "seeds": {

@@ -14,7 +14,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from curation.synthesis_filters import resolve_brisque_weights
 from data import release_mixcube
-from data.provenance import code_version, redact, reference_data_sha256
+from data.provenance import code_version, reference_data_sha256
 from data.release import ReleaseResult
 from data.workspace import Workspace
 from flows.config_mixcube import BuildMixCubeConfig
@@ -47,7 +47,7 @@ def provenance(config: BuildMixCubeConfig, ws: Workspace) -> dict[str, Any]:
     return {
         "build_id": ws.build_id,
         "demo": config.is_demo,
-        "config": redact(config.model_dump(mode="json", exclude={"workspace_root"})),
+        "config": config.released_config(),
         "code_version": code_version(),
         "reference_data_sha256": reference_data_sha256(),
         "seeds": {"synthesis": config.seed, "demo_originals": getattr(config.originals, "seed", None)},

@@ -133,6 +133,8 @@ def _run_build(benchmark: str, cfg: Any, engine: Engine, close_reviews: bool) ->
         from flows.build_mixcube import build_mixcube as build_flow
 
     console.print(f"build id [bold]{cfg.resolved_build_id()}[/bold], workspace {cfg.workspace_root}")
+    if engine is Engine.local and cfg.task_runner.kind != "default":
+        console.print(f"[yellow]task_runner {cfg.task_runner.kind} is for Prefect runs: the shards run here[/yellow]")
     try:
         if engine is Engine.local:
             with _progress() as progress:
@@ -199,6 +201,8 @@ def _print_summary(benchmark: str, summary: Any) -> None:
         console.print(f"skipped (already done): {', '.join(summary.skipped_stages)}")
     if summary.validation:
         console.print(f"validation: {summary.validation}")
+    for stage, workers in summary.shard_placement.items():
+        console.print(f"{stage} shards: " + ", ".join(f"{n} on {worker}" for worker, n in sorted(workers.items())))
     console.print(f"release {summary.release_version} ({summary.release_status}): [bold]{summary.release_path}[/bold]")
     typer.echo(
         json.dumps(

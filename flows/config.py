@@ -20,8 +20,10 @@ from curation.concept_dedup import ConceptDedupConfig, LexicalConceptDedupConfig
 from curation.image_dedup import ImageDedupConfig
 from curation.tagging import OwnConceptTaggingConfig, TaggingConfig
 from data import reference
+from data.provenance import redact
 from data.release import ReleaseConfig
 from data.workspace import fingerprint
+from flows.task_runner_config import DefaultTaskRunnerConfig, TaskRunnerConfig
 
 BUILD_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
@@ -33,7 +35,7 @@ class BuildConfigBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
     build_prefix: ClassVar[str]
     # Fields that do not change what is collected or drawn: changing them continues the same build.
-    outside_build_id: ClassVar[frozenset[str]] = frozenset({"build_id", "workspace_root", "release"})
+    outside_build_id: ClassVar[frozenset[str]] = frozenset({"build_id", "workspace_root", "release", "task_runner"})
 
     build_id: str | None = Field(
         default=None,
@@ -41,6 +43,15 @@ class BuildConfigBase(BaseModel):
         description="Workspace name. Defaults to <benchmark>-<hash of the config>, so a rerun resumes the same build.",
     )
     workspace_root: str = Field(default="./workspace", description="fsspec URL holding one folder per build.")
+    task_runner: TaskRunnerConfig = Field(
+        default_factory=DefaultTaskRunnerConfig,
+        description="Where a Prefect run's sharded stages run: in the flow's process, or on a Dask cluster.",
+    )
+
+    def released_config(self) -> dict[str, Any]:
+        """The config as a release's manifest records it: secrets redacted, and without where the build ran (its
+        workspace, its task runner), so the same config releases the same bytes wherever it ran."""
+        return redact(self.model_dump(mode="json", exclude={"workspace_root", "task_runner"}))
 
     def resolved_build_id(self) -> str:
         if self.build_id:

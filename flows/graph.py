@@ -7,6 +7,7 @@ config reruns that stage and everything after it, and an unchanged one is skippe
 from __future__ import annotations
 
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ import pyarrow as pa
 from annotation.backends import LabelStudioFilesReviewConfig, ReviewConfig, ReviewContext
 from annotation.label_configs import ReviewKind
 from collectors.concept_generation import review_file_sha256
+from data.shards import MapShards, ShardPlan
 from data.workspace import StageMarker, Workspace, fingerprint
 
 Progress = Callable[[str, int, int], None]
@@ -42,7 +44,7 @@ class StageContext(Generic[ConfigT]):
     def table(self, stage: str) -> pa.Table:
         return self.ws.read_table(stage)
 
-    def on_shard(self, stage: str) -> Callable[[int, int], None] | None:
+    def on_progress(self, stage: str) -> Callable[[int, int], None] | None:
         if self.progress is None:
             return None
         return lambda done, total: self.progress(stage, done, total)  # type: ignore[misc]
@@ -67,7 +69,9 @@ class Stage:
     version: int
     deps: tuple[str, ...]
     settings: Callable[[Any], Any]
-    run: Callable[[StageContext[Any]], StageMarker]
+    # A whole-table stage writes its table and returns the marker; a sharded one returns its plan.
+    run: Callable[[StageContext[Any]], StageMarker | ShardPlan]
+    gpu: bool = False  # its shards need a GPU: on Dask they go only to workers that offer one
 
 
 @dataclass(frozen=True)
@@ -101,13 +105,21 @@ class BuildGraph:
             )
         return out
 
+    def stage(self, name: str, config: BuildConfig) -> Stage:
+        return next(s for s in self.stages(config) if s.name == name)
+
     def run(
-        self, name: str, config: BuildConfig, progress: Progress | None = None, accept_incomplete: bool = False
+        self,
+        name: str,
+        config: BuildConfig,
+        progress: Progress | None = None,
+        accept_incomplete: bool = False,
+        map_shards: MapShards | None = None,
     ) -> tuple[StageMarker, bool]:
         """Run one stage unless its output with the same fingerprint exists. Returns (marker, skipped).
 
-        A review stage raises `ReviewPending` while annotators are at work; it writes nothing until they are done."""
-        stage = next(s for s in self.stages(config) if s.name == name)
+        A sharded stage's shards run where `map_shards` puts them (default: in order, here). A review stage raises
+        `ReviewPending` while annotators are at work; it writes nothing until they are done."""
         ws = self.workspace(config)
         fp = self.fingerprints(config)[name]
         marker = ws.marker(name)
@@ -116,7 +128,32 @@ class BuildGraph:
         context = StageContext(
             config=config, ws=ws, fingerprint=fp, progress=progress, accept_incomplete=accept_incomplete
         )
-        return stage.run(context), False
+        result = self.stage(name, config).run(context)
+        if isinstance(result, ShardPlan):
+            return ws.run_sharded(name, fp, result, context.on_progress(name), map_shards), False
+        return result, False
+
+    def write_shard(self, name: str, config: BuildConfig, index: int) -> int:
+        """Process and write one shard of a sharded stage, in whichever process calls it (a Dask worker does).
+        Returns its rows. The plan, and the models it builds at its first shard, are kept for the process's next
+        shard of the same stage."""
+        ws = self.workspace(config)
+        fp = self.fingerprints(config)[name]
+        key = (ws.url, name, fp)
+        with _plans_lock:
+            plan = _plans.get(key)
+            if plan is None:
+                result = self.stage(name, config).run(StageContext(config=config, ws=ws, fingerprint=fp))
+                if not isinstance(result, ShardPlan):
+                    raise TypeError(f"stage {name!r} of {self.name} is not sharded")
+                _plans.clear()  # one stage at a time: a new stage frees the last one's models
+                plan = _plans[key] = result
+        return ws.write_shard(name, fp, plan, index)
+
+
+# The shard plan of the stage this process last worked on, by (workspace, stage, fingerprint).
+_plans: dict[tuple[str, str, str], ShardPlan] = {}
+_plans_lock = threading.Lock()
 
 
 def review_settings(review: ReviewConfig) -> Any:

@@ -20,19 +20,19 @@ from prefect.artifacts import (
     create_table_artifact,
     update_progress_artifact,
 )
-from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CachePolicy
+from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE, CachePolicy
 from prefect.context import FlowRunContext
 from prefect.input import RunInput
-from prefect.tasks import exponential_backoff
 from prefect.utilities.hashing import hash_objects
 from pydantic import BaseModel, Field
 
 from annotation.collect import ReviewPending
-from annotation.label_studio import LabelStudioUnavailable
 from data.figures import bars_png
 from data.release import ReleaseResult
 from data.workspace import StageStats, Workspace
 from flows.graph import BuildConfig, BuildGraph, Progress
+from flows.retries import RETRY_JITTER, STAGE_RETRIES, retry_delays, transient_failure
+from flows.scale_out import current_shard_map, shard_map
 
 
 class BuildSummary(BaseModel):
@@ -45,12 +45,16 @@ class BuildSummary(BaseModel):
     skipped_stages: list[str] = Field(default_factory=list)
     validation: str = ""
     figures: list[str] = Field(default_factory=list, description="PNG figures in the workspace.")
+    shard_placement: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="Stage -> Dask worker -> shards it ran (empty on the default runner)."
+    )
 
 
 class StageRun(BaseModel):
     stage: str
     status: Literal["done", "skipped", "waiting"]
     detail: str = ""
+    workers: dict[str, int] = Field(default_factory=dict, description="Dask worker -> shards it ran.")
 
 
 class ReviewResume(RunInput):
@@ -76,7 +80,7 @@ def execute(
     validation: Callable[[dict[str, StageStats]], str] = lambda stats: "",
 ) -> BuildSummary:
     """Run the stages in order. A stage that waits for reviewers calls `wait`, then runs again with its answer."""
-    skipped = []
+    skipped, placement = [], {}
     names = graph.names(config)
     for name in names:
         outcome, waits = run(name, False), 0
@@ -86,6 +90,8 @@ def execute(
             outcome = run(name, answer.close_review)
         if outcome.status == "skipped":
             skipped.append(name)
+        if outcome.workers:
+            placement[name] = outcome.workers
     result = do_release()
     ws = graph.workspace(config)
     stats = [ws.stats(name) for name in names]
@@ -99,6 +105,7 @@ def execute(
         skipped_stages=skipped,
         validation=validation({s.stage: s for s in stats}),
         figures=write_figures(ws, stats, result),
+        shard_placement=placement,
     )
 
 
@@ -167,31 +174,17 @@ class ProgressArtifact:
         self._last[stage] = percent
 
 
-# A stage is retried as a whole only for errors that a later attempt can outlive: a service that stayed down
-# through the per-request retries, a dropped connection or a timeout. Bad input and bugs fail at once. Its finished
-# shards are kept, so a retry resumes where the failure struck.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, LabelStudioUnavailable)
-STAGE_RETRIES = 2
-STAGE_RETRY_DELAYS_S: list[float] = exponential_backoff(backoff_factor=30)(STAGE_RETRIES)  # 30 s, then 60 s
-
-
-def transient_failure(task: Any, task_run: Any, state: Any) -> bool:
-    """Prefect's retry condition: retry only when the stage failed with a transient error."""
-    try:
-        state.result()
-    except TRANSIENT_ERRORS:
-        return True
-    except BaseException:
-        return False
-    return False
+# The whole config is not a key input: any change to it would rerun every stage. Its stage's share is, through the
+# fingerprint (the stage's config section and every upstream one).
+STAGE_INPUTS = INPUTS - "graph" - "config"
 
 
 @dataclass
 class FinishedStage(CachePolicy):
-    """Prefect's cache for a stage: the task's source (TASK_SOURCE) plus the stage's fingerprint (the hash of its
-    config section and of every upstream one, so of the inputs that decide it) and the workspace's completion
-    marker. A stage whose marker is missing or stale has no key and always runs: a wiped workspace or a changed
-    config is never answered from the cache, and a stage waiting for reviewers is never cached."""
+    """Prefect's cache for a stage: INPUTS (the stage's name and review flag) + TASK_SOURCE + the stage's config
+    hash (its fingerprint) + the workspace's completion marker. A stage whose marker is missing or stale has no key
+    and always runs: a wiped workspace or a changed config is never answered from the cache, and a stage waiting
+    for reviewers is never cached. (Prefect's own `INPUTS + TASK_SOURCE` would still key such a stage.)"""
 
     def compute_key(
         self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any
@@ -202,20 +195,23 @@ class FinishedStage(CachePolicy):
         marker = ws.marker(name)
         if marker is None or marker.fingerprint != fingerprint:
             return None
-        source = TASK_SOURCE.compute_key(task_ctx, inputs, flow_parameters, **kwargs)
-        return hash_objects(source, ws.url, marker.model_dump(mode="json"), raise_on_failure=True)
+        keys = [
+            policy.compute_key(task_ctx, inputs, flow_parameters, **kwargs) for policy in (STAGE_INPUTS, TASK_SOURCE)
+        ]
+        return hash_objects(graph.name, *keys, ws.url, marker.model_dump(mode="json"), raise_on_failure=True)
 
 
 @task(
     cache_policy=FinishedStage(),
     persist_result=True,
     retries=STAGE_RETRIES,
-    retry_jitter_factor=0.5,
+    retry_jitter_factor=RETRY_JITTER,
     retry_condition_fn=transient_failure,
 )
 def stage_task(graph: BuildGraph, name: str, config: BuildConfig, close_reviews: bool = False) -> StageRun:
+    shards = current_shard_map()  # Dask, or None: the shards run here
     try:
-        marker, skipped = graph.run(name, config, ProgressArtifact(), accept_incomplete=close_reviews)
+        marker, skipped = graph.run(name, config, ProgressArtifact(), close_reviews, shards)
     except ReviewPending as pending:
         get_run_logger().info("%s: waiting for reviewers: %s", name, pending)
         create_markdown_artifact(
@@ -253,7 +249,8 @@ def stage_task(graph: BuildGraph, name: str, config: BuildConfig, close_reviews:
             table=ws.read_extra_table(name, summary_table).to_pylist(),
             description=f"Stage `{name}`: {summary_table.replace('_', ' ')}.",
         )
-    return StageRun(stage=name, status="skipped" if skipped else "done")
+    workers = dict(getattr(shards, "placement", {}).get(name, {}))
+    return StageRun(stage=name, status="skipped" if skipped else "done", workers=workers)
 
 
 def wait_for_reviews(graph: BuildGraph, config: BuildConfig, outcome: StageRun, waits: int) -> ReviewResume:
@@ -281,18 +278,20 @@ def execute_in_prefect(
     do_release: Callable[[], ReleaseResult],
     validation: Callable[[dict[str, StageStats]], str] = lambda stats: "",
 ) -> BuildSummary:
-    """Inside a flow: one task per stage, a suspend per open review, the release as its own task."""
+    """Inside a flow: one task per stage (with Dask, one more per shard of a sharded stage), a suspend per open
+    review, the release as its own task."""
     release_task = task(name="release", cache_policy=NO_CACHE)(do_release)
-    return execute(
-        graph,
-        config,
-        lambda name, close: stage_task.with_options(name=name, retry_delay_seconds=STAGE_RETRY_DELAYS_S)(
-            graph, name, config, close or close_reviews
-        ),
-        lambda outcome, waits: wait_for_reviews(graph, config, outcome, waits),
-        release_task,
-        validation,
-    )
+    with shard_map(graph, config):
+        return execute(
+            graph,
+            config,
+            lambda name, close: stage_task.with_options(name=name, retry_delay_seconds=retry_delays())(
+                graph, name, config, close or close_reviews
+            ),
+            lambda outcome, waits: wait_for_reviews(graph, config, outcome, waits),
+            release_task,
+            validation,
+        )
 
 
 def summary_markdown(title: str, summary: BuildSummary) -> str:
@@ -307,6 +306,12 @@ def summary_markdown(title: str, summary: BuildSummary) -> str:
     lines += ["", "| stage | in | kept | dropped | by reason |", "|---|---|---|---|---|"]
     for s in summary.stages:
         lines.append(f"| {s.stage} | {s.rows_in} | {s.kept} | {s.dropped} | {s.reasons_text()} |")
+    if summary.shard_placement:
+        workers = sorted({w for counts in summary.shard_placement.values() for w in counts})
+        lines += ["", "## Where the shards ran (Dask)", "", "| stage | " + " | ".join(workers) + " |"]
+        lines.append("|---" * (len(workers) + 1) + "|")
+        for stage, counts in summary.shard_placement.items():
+            lines.append(f"| {stage} | " + " | ".join(str(counts.get(w, 0)) for w in workers) + " |")
     for stats in summary.stages:
         lines += review_markdown(stats)
     sheets = [(s.stage, s.extra["contact_sheet"]) for s in summary.stages if s.extra.get("contact_sheet")]

@@ -30,6 +30,7 @@ from curation.tagging import TagRequest, run_tagging
 from curation.validate import validate_benchmark
 from data import schemas
 from data.schemas import STATUS_OK
+from data.shards import ShardPlan
 from data.stage import stats_from_table
 from data.workspace import StageMarker, StageStats, Workspace
 from flows.config import Build3XCMConfig
@@ -147,7 +148,7 @@ def public_url_for(search: Any) -> Callable[[str], str]:
     return relative
 
 
-def _search(ctx: StageContext) -> StageMarker:
+def _search(ctx: StageContext) -> ShardPlan:
     search = search_config(ctx.config, ctx.ws)
     searcher = searchers.build(search)
     queries = build_queries(
@@ -156,15 +157,12 @@ def _search(ctx: StageContext) -> StageMarker:
         ctx.config.countries,
         search.skip_identical_native_query,
     )
-    return ctx.ws.run_sharded(
-        "search",
-        ctx.fingerprint,
+    return ShardPlan(
         queries,
         shard_size=64,
         process=lambda chunk: search_rows(searcher, chunk, search.max_results, concurrency=search.concurrency),
         schema=schemas.SEARCH_HITS,
         summarize=lambda t: _search_stats(t, len(queries)),
-        on_shard=ctx.on_shard("search"),
     )
 
 
@@ -173,32 +171,15 @@ def _search_stats(table: pa.Table, queries: int) -> StageStats:
     return stats.model_copy(update={"extra": {"hits": stats.kept, "queries_failed": stats.dropped}})
 
 
-def _images(ctx: StageContext) -> StageMarker:
-    hits = [h for h in ctx.table("search").to_pylist() if h["status"] == STATUS_OK]
+def _images(ctx: StageContext) -> ShardPlan:
     settings = ctx.config.download
     fetcher = fetchers.build(settings)(ctx.ws)
-    shard_size = settings.shard_size
-    done_before = 0  # items of earlier shards, so progress counts items across the whole stage
-
-    def on_shard(done_shards: int, total_shards: int) -> None:
-        nonlocal done_before
-        done_before = min(done_shards * shard_size, len(hits))
-        if ctx.progress is not None:
-            ctx.progress("images", done_before, len(hits))
-
-    def on_item(done: int, total: int) -> None:
-        if ctx.progress is not None:
-            ctx.progress("images", done_before + done, len(hits))
-
-    return ctx.ws.run_sharded(
-        "images",
-        ctx.fingerprint,
-        hits,
-        shard_size=shard_size,
-        process=lambda chunk: fetcher.fetch(chunk, ctx.ws.blobs, on_item),
+    return ShardPlan(
+        [h for h in ctx.table("search").to_pylist() if h["status"] == STATUS_OK],
+        shard_size=settings.shard_size,
+        process=lambda chunk: fetcher.fetch(chunk, ctx.ws.blobs),
         schema=schemas.IMAGES,
         summarize=lambda t: stats_from_table("images", t),
-        on_shard=on_shard,
     )
 
 
@@ -206,21 +187,18 @@ def stored_images(ctx: StageContext) -> list[dict]:
     return [r for r in ctx.table("images").to_pylist() if r["status"] == STATUS_OK]
 
 
-def _image_hashes(ctx: StageContext) -> StageMarker:
+def _image_hashes(ctx: StageContext) -> ShardPlan:
     settings = ctx.config.image_dedup
-    return ctx.ws.run_sharded(
-        "image_hashes",
-        ctx.fingerprint,
+    return ShardPlan(
         stored_images(ctx),
         shard_size=settings.shard_size,
         process=lambda chunk: hash_images(chunk, ctx.ws.blobs, settings.workers),
         schema=schemas.IMAGE_HASHES,
         summarize=lambda t: stats_from_table("image_hashes", t),
-        on_shard=ctx.on_shard("image_hashes"),
     )
 
 
-def _image_embeddings(ctx: StageContext) -> StageMarker:
+def _image_embeddings(ctx: StageContext) -> StageMarker | ShardPlan:
     tier = ctx.config.image_dedup.embedding
     if tier is None:  # the tier is off: an empty table, so the graph is the same for every config
         table = schemas.empty(schemas.IMAGE_EMBEDDINGS)
@@ -235,15 +213,12 @@ def _image_embeddings(ctx: StageContext) -> StageMarker:
         vectors, errors = embed_images(embedder[0], loaders, tier.embedder.batch_size)
         return embeddings_table([item["image_id"] for item in chunk], embedder[0].model_id, vectors, errors)
 
-    return ctx.ws.run_sharded(
-        "image_embeddings",
-        ctx.fingerprint,
+    return ShardPlan(
         stored_images(ctx),
         shard_size=tier.shard_size,
         process=process,
         schema=schemas.IMAGE_EMBEDDINGS,
         summarize=lambda t: stats_from_table("image_embeddings", t),
-        on_shard=ctx.on_shard("image_embeddings"),
     )
 
 
@@ -412,7 +387,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("search", 1, ("demo_corpus", "translations"), lambda c: (c.search, c.countries), _search),
     Stage("images", 1, ("search",), lambda c: c.download, _images),
     Stage("image_hashes", 2, ("images",), lambda c: None, _image_hashes),
-    Stage("image_embeddings", 1, ("images",), embedding_settings, _image_embeddings),
+    Stage("image_embeddings", 1, ("images",), embedding_settings, _image_embeddings, gpu=True),
     Stage(
         "image_dedup",
         2,

@@ -32,6 +32,7 @@ from curation.resynthesis import Outcome, left_over, outcomes, retry_plans
 from curation.synthesis_filters import ERROR, KEEP, build_synthesis_filter, verdict_counts
 from data import reference, schemas
 from data.schemas import STATUS_FAILED, STATUS_OK
+from data.shards import ShardPlan
 from data.stage import error_text, stats_from_table
 from data.workspace import StageMarker, StageStats
 from flows.config_mixcube import BuildMixCubeConfig
@@ -91,7 +92,7 @@ def _originals(ctx: StageContext) -> StageMarker:
     return ctx.ws.write_stage("originals", ctx.fingerprint, table, schemas.MIXCUBE_ORIGINALS, stats)
 
 
-def _faces(ctx: StageContext) -> StageMarker:
+def _faces(ctx: StageContext) -> ShardPlan:
     """App. A.4 and the issue: every original must show at least one detectable face; those without are rows."""
     detector = lazily(lambda: build_face_detector(ctx.config.faces))
 
@@ -117,19 +118,16 @@ def _faces(ctx: StageContext) -> StageMarker:
             rows.append({**row, "status": STATUS_OK, "boxes": [b.model_dump() for b in boxes]})
         return schemas.from_rows(rows, schemas.MIXCUBE_FACES)
 
-    return ctx.ws.run_sharded(
-        "faces",
-        ctx.fingerprint,
+    return ShardPlan(
         collected(ctx),
         shard_size=ctx.config.shard_size,
         process=process,
         schema=schemas.MIXCUBE_FACES,
         summarize=lambda t: stats_from_table("faces", t, detector=_first(t, "detector")),
-        on_shard=ctx.on_shard("faces"),
     )
 
 
-def _masks(ctx: StageContext) -> StageMarker:
+def _masks(ctx: StageContext) -> ShardPlan:
     masker = lazily(lambda: build_masker(ctx.config.masks))
     sha = original_sha256(ctx)
     faces = [f for f in ctx.table("faces").to_pylist() if f["status"] == STATUS_OK]
@@ -155,22 +153,19 @@ def _masks(ctx: StageContext) -> StageMarker:
                 rows.append({**row, "status": STATUS_OK, "mask_sha256": mask_sha, "coverage": coverage})
         return schemas.from_rows(rows, schemas.MIXCUBE_MASKS)
 
-    return ctx.ws.run_sharded(
-        "masks",
-        ctx.fingerprint,
+    return ShardPlan(
         faces,
         shard_size=ctx.config.shard_size,
         process=process,
         schema=schemas.MIXCUBE_MASKS,
         summarize=lambda t: stats_from_table("masks", t, masker=_first(t, "masker")),
-        on_shard=ctx.on_shard("masks"),
     )
 
 
-def _synthesis(round_: int) -> Callable[[StageContext], StageMarker]:
+def _synthesis(round_: int) -> Callable[[StageContext], ShardPlan]:
     name = f"synthesis_r{round_}"
 
-    def run(ctx: StageContext) -> StageMarker:
+    def run(ctx: StageContext) -> ShardPlan:
         originals, masks = masked_originals(ctx)
         if round_ == 1:
             plans = first_plans(originals, masks, ethnicity_labels(), ctx.config.seed)
@@ -196,24 +191,21 @@ def _synthesis(round_: int) -> Callable[[StageContext], StageMarker]:
                 models=sorted(set(table["model_id"].to_pylist())),
             )
 
-        return ctx.ws.run_sharded(
-            name,
-            ctx.fingerprint,
+        return ShardPlan(
             plans,
             shard_size=ctx.config.shard_size,
             process=process,
             schema=schemas.SYNTHESIS_ATTEMPTS,
             summarize=summarize,
-            on_shard=ctx.on_shard(name),
         )
 
     return run
 
 
-def _filters(round_: int) -> Callable[[StageContext], StageMarker]:
+def _filters(round_: int) -> Callable[[StageContext], ShardPlan]:
     name = f"filters_r{round_}"
 
-    def run(ctx: StageContext) -> StageMarker:
+    def run(ctx: StageContext) -> ShardPlan:
         scorer = lazily(lambda: build_synthesis_filter(ctx.config.filters))
         sha = original_sha256(ctx)
 
@@ -249,15 +241,12 @@ def _filters(round_: int) -> Callable[[StageContext], StageMarker]:
                 extra={column: _first(table, column) for column in ("brisque_backend", "clip_backend")},
             )
 
-        return ctx.ws.run_sharded(
-            name,
-            ctx.fingerprint,
+        return ShardPlan(
             ctx.table(f"synthesis_r{round_}").to_pylist(),
             shard_size=ctx.config.shard_size,
             process=process,
             schema=schemas.MIXCUBE_FILTERS,
             summarize=summarize,
-            on_shard=ctx.on_shard(name),
         )
 
     return run
@@ -408,14 +397,14 @@ def _stages(config: BuildMixCubeConfig) -> tuple[Stage, ...]:
     stages = [
         Stage("originals", 1, (), lambda c: c.originals, _originals),
         Stage("faces", 1, ("originals",), lambda c: c.faces, _faces),
-        Stage("masks", 1, ("faces",), lambda c: c.masks, _masks),
+        Stage("masks", 1, ("faces",), lambda c: c.masks, _masks, gpu=True),
     ]
     for n in range(1, config.max_attempts + 1):
         upstream = ("masks",) if n == 1 else ("masks", f"qa_r{n - 1}")
         stages += [
             # The seed and the inpainter decide the pixels; the attempt cap only how many rounds there are.
-            Stage(f"synthesis_r{n}", 1, upstream, lambda c: (c.inpaint, c.seed), _synthesis(n)),
-            Stage(f"filters_r{n}", 1, (f"synthesis_r{n}",), lambda c: c.filters, _filters(n)),
+            Stage(f"synthesis_r{n}", 1, upstream, lambda c: (c.inpaint, c.seed), _synthesis(n), gpu=True),
+            Stage(f"filters_r{n}", 1, (f"synthesis_r{n}",), lambda c: c.filters, _filters(n), gpu=True),
             Stage(f"qa_r{n}", 1, (f"filters_r{n}",), lambda c: review_settings(c.qa), _qa(n)),
         ]
     stages.append(Stage("quintets", 1, (f"qa_r{config.max_attempts}",), lambda c: c.max_attempts, _quintets))

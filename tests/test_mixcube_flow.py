@@ -297,10 +297,10 @@ def test_a_stage_is_retried_for_transient_errors_only(
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    import flows.runner
+    import flows.retries
     from flows.build_mixcube import build_mixcube
 
-    monkeypatch.setattr(flows.runner, "STAGE_RETRY_DELAYS_S", [0.0, 0.0])
+    monkeypatch.setattr(flows.retries, "STAGE_RETRY_DELAYS_S", [0.0, 0.0])
     real = synthesis.inpaint.PlaceholderInpainter.inpaint
     calls: list[int] = []
 

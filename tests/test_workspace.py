@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from data.shards import ShardPlan
 from data.stage import stats_from_table
 from data.workspace import Workspace, sha256_bytes
 
 SCHEMA = pa.schema([pa.field("item", pa.int64(), nullable=False), pa.field("status", pa.string()),
                     pa.field("error", pa.string())])  # fmt: skip
+
+
+def plan(items: list[int], shard_size: int, process: Callable[[Sequence[int]], pa.Table]) -> ShardPlan:
+    return ShardPlan(items, shard_size, process, SCHEMA, lambda t: stats_from_table("s", t))
 
 
 class SimulatedCrash(BaseException):
@@ -83,7 +89,7 @@ def test_sharded_stage_resumes_after_a_crash(workspace_root: Path) -> None:
         return _table(list(chunk))
 
     def run():
-        return ws.run_sharded("s", "fp", items, 3, crash_on_third, SCHEMA, lambda t: stats_from_table("s", t))
+        return ws.run_sharded("s", "fp", plan(items, 3, crash_on_third))
 
     with pytest.raises(SimulatedCrash):
         run()
@@ -104,9 +110,8 @@ def test_a_changed_fingerprint_discards_stale_parts(workspace_root: Path) -> Non
         calls.append(chunk[0])
         return _table(list(chunk))
 
-    stats = lambda t: stats_from_table("s", t)  # noqa: E731
-    ws.run_sharded("s", "fp1", list(range(9)), 3, process, SCHEMA, stats)
-    ws.run_sharded("s", "fp2", list(range(4)), 3, process, SCHEMA, stats)
+    ws.run_sharded("s", "fp1", plan(list(range(9)), 3, process))
+    ws.run_sharded("s", "fp2", plan(list(range(4)), 3, process))
     assert calls == [0, 3, 6, 0, 3]
     assert ws.read_table("s")["item"].to_pylist() == [0, 1, 2, 3]
 
@@ -122,11 +127,54 @@ def test_parts_cut_with_another_shard_size_are_not_reused(workspace_root: Path) 
             raise SimulatedCrash("stop after one part")
         return _table(list(chunk))
 
-    stats = lambda t: stats_from_table("s", t)  # noqa: E731
     with pytest.raises(SimulatedCrash):
-        ws.run_sharded("s", "fp", list(range(6)), 2, process, SCHEMA, stats)
+        ws.run_sharded("s", "fp", plan(list(range(6)), 2, process))
     calls.clear()
     crash.append(False)
-    ws.run_sharded("s", "fp", list(range(6)), 3, process, SCHEMA, stats)
+    ws.run_sharded("s", "fp", plan(list(range(6)), 3, process))
     assert calls == [[0, 1, 2], [3, 4, 5]]  # the old 2-item part was discarded, not mistaken for shard 0
     assert ws.read_table("s")["item"].to_pylist() == list(range(6))
+
+
+def test_shards_finishing_out_of_order_give_the_same_table(workspace_root: Path) -> None:
+    """Where shards run is the mapper's choice (a Dask cluster finishes them in any order); the table is not."""
+
+    def reversed_order(stage: str, pending: list[int], run_here: Callable[[int], None]) -> Iterator[int]:
+        for index in reversed(pending):
+            run_here(index)
+            yield index
+
+    progress: list[tuple[int, int]] = []
+    items = list(range(10))
+    in_order = Workspace(str(workspace_root), "a").run_sharded("s", "fp", plan(items, 3, lambda c: _table(list(c))))
+    backwards = Workspace(str(workspace_root), "b")
+    marker = backwards.run_sharded(
+        "s", "fp", plan(items, 3, lambda c: _table(list(c))), lambda *p: progress.append(p), reversed_order
+    )
+    assert marker == in_order
+    assert backwards.read_table("s")["item"].to_pylist() == items
+    assert progress == [(0, 10), (1, 10), (4, 10), (7, 10), (10, 10)]  # the last shard holds one item
+
+
+def test_a_mapper_that_skips_a_shard_fails_the_stage(workspace_root: Path) -> None:
+    ws = Workspace(str(workspace_root), "b1")
+
+    def lossy(stage: str, pending: list[int], run_here: Callable[[int], None]) -> Iterator[int]:
+        for index in pending[1:]:
+            run_here(index)
+            yield index
+
+    with pytest.raises(RuntimeError, match=r"shards \[0\] have no part"):
+        ws.run_sharded("s", "fp", plan(list(range(6)), 3, lambda c: _table(list(c))), map_shards=lossy)
+    assert ws.marker("s") is None
+
+
+def test_a_shard_of_a_restarted_attempt_is_not_written(workspace_root: Path) -> None:
+    """A late shard (say, from a Dask worker) of an attempt the stage was since restarted under is refused."""
+    ws = Workspace(str(workspace_root), "b1")
+    old = plan(list(range(6)), 3, lambda c: _table(list(c)))
+    ws.run_sharded("s", "fp-old", old)
+    ws.run_sharded("s", "fp-new", plan(list(range(4)), 3, lambda c: _table(list(c))))
+    with pytest.raises(RuntimeError, match="restarted with another config"):
+        ws.write_shard("s", "fp-old", old, 1)
+    assert ws.read_table("s")["item"].to_pylist() == [0, 1, 2, 3]
