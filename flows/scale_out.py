@@ -10,6 +10,8 @@ shards' parts straight into the workspace, so the table is the one the default r
 
 from __future__ import annotations
 
+import importlib
+import threading
 import time
 import uuid
 from collections import Counter
@@ -58,6 +60,10 @@ def shard_task(graph: BuildGraph, name: str, config: BuildConfig, index: int) ->
     return ShardDone(stage=name, index=index, rows=rows, worker=_worker_address())
 
 
+def _import_module(name: str) -> None:
+    importlib.import_module(name)
+
+
 def _worker_address() -> str:
     import distributed
 
@@ -77,6 +83,33 @@ class DaskShards:
         self.config = config
         self.settings = settings
         self.placement: dict[str, Counter[str]] = {}
+        self._connecting: threading.Thread | None = None
+        self._connect_error: BaseException | None = None
+
+    def connect_in_background(self) -> None:
+        """Start (or reach) the cluster and have its workers import the stages while the early, unsharded stages
+        run: a local cluster's processes take seconds to start, and a worker's first shard would pay the imports."""
+
+        def connect() -> None:
+            try:
+                self.runner.client.run(_import_module, self.graph.stages_for.__module__)
+            except BaseException as exc:  # raised to the first stage that needs the cluster
+                self._connect_error = exc
+
+        self._connecting = threading.Thread(target=connect, name="dask-connect", daemon=True)
+        self._connecting.start()
+
+    def settle(self) -> None:
+        if self._connecting is not None:
+            self._connecting.join()
+
+    def client(self) -> Any:
+        if self._connecting is not None:
+            self._connecting.join()
+            self._connecting = None
+            if self._connect_error is not None:
+                raise self._connect_error
+        return self.runner.client
 
     def __call__(self, stage: str, pending: list[int], run_here: Callable[[int], None]) -> Iterator[int]:
         if not pending:
@@ -91,7 +124,7 @@ class DaskShards:
             shard = shard_task.with_options(
                 task_run_name=f"{stage}-shard-{index:05d}", tags=tags, retry_delay_seconds=retry_delays()
             )
-            submitted = self.runner.client.submit(
+            submitted = self.client().submit(
                 shard,
                 key=f"{stage}-shard-{index:05d}-{uuid.uuid4().hex[:8]}",  # readable in the Dask dashboard
                 parameters={"graph": self.graph, "name": stage, "config": self.config, "index": index},
@@ -122,11 +155,11 @@ class DaskShards:
         """Dask would queue the shards forever if no worker offers the resources: fail with what to do instead."""
         deadline = time.monotonic() + self.settings.worker_wait_s
         while True:
-            workers = self.runner.client.scheduler_info(n_workers=-1).get("workers", {})
+            workers = self.client().scheduler_info(n_workers=-1).get("workers", {})
             if any(all(w.get("resources", {}).get(k, 0) >= v for k, v in resources.items()) for w in workers.values()):
                 return
             if time.monotonic() >= deadline:
-                address = self.runner.client.scheduler.address
+                address = self.client().scheduler.address
                 wanted = " ".join(f"{k}={v:g}" for k, v in resources.items())
                 raise NoGpuWorkers(
                     f"no worker of the Dask cluster at {address} offers {wanted} after {self.settings.worker_wait_s:g}"
@@ -147,8 +180,8 @@ def for_workers(config: Any) -> Any:
 
 @contextmanager
 def shard_map(graph: BuildGraph, config: Any) -> Iterator[DaskShards | None]:
-    """The build's shard mapper for the length of the block: None for the default runner, else a Dask cluster
-    (started lazily, at the first shard submitted, and shut down at the end if the build started it)."""
+    """The build's shard mapper for the length of the block: None for the default runner, else a Dask cluster,
+    reached in the background when the build has work left, and shut down at the end if the build started it."""
     settings = config.task_runner
     if not isinstance(settings, DaskTaskRunnerConfig):
         yield None
@@ -161,8 +194,12 @@ def shard_map(graph: BuildGraph, config: Any) -> Iterator[DaskShards | None]:
     get_run_logger().info("sharded stages run on a %s", settings.describe())
     with runner:
         mapper = DaskShards(runner, graph, for_workers(config), settings)
+        ws, fingerprints = graph.workspace(config), graph.fingerprints(config)
+        if not all(ws.is_done(name, fp) for name, fp in fingerprints.items()):
+            mapper.connect_in_background()
         token = _current.set(mapper)
         try:
             yield mapper
         finally:
             _current.reset(token)
+            mapper.settle()  # a cluster still starting must not come up after the runner shut down
