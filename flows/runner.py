@@ -249,7 +249,7 @@ def stage_task(graph: BuildGraph, name: str, config: BuildConfig, close_reviews:
             table=ws.read_extra_table(name, summary_table).to_pylist(),
             description=f"Stage `{name}`: {summary_table.replace('_', ' ')}.",
         )
-    workers = dict(getattr(shards, "placement", {}).get(name, {}))
+    workers = dict(shards.placement.get(name, {})) if shards else {}
     return StageRun(stage=name, status="skipped" if skipped else "done", workers=workers)
 
 

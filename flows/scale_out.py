@@ -27,16 +27,15 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 from pydantic import BaseModel
 
-from data.shards import MapShards
 from data.stage import require
 from flows.graph import BuildConfig, BuildGraph
 from flows.retries import RETRY_JITTER, STAGE_RETRIES, retry_delays, transient_failure
 from flows.task_runner_config import DaskTaskRunnerConfig
 
-_current: ContextVar[MapShards | None] = ContextVar("culturebench_shard_map", default=None)
+_current: ContextVar[DaskShards | None] = ContextVar("culturebench_shard_map", default=None)
 
 
-def current_shard_map() -> MapShards | None:
+def current_shard_map() -> DaskShards | None:
     """The shard mapper of the build running in this context; None: shards run in the stage's own task."""
     return _current.get()
 

@@ -33,7 +33,7 @@ class DaskTaskRunnerConfig(BaseModel):
     )
     n_workers: int = Field(default=2, ge=1, description="Local cluster: worker processes.")
     threads_per_worker: int = Field(
-        default=1, ge=1, description="Local cluster: shards one worker runs at once (each holds its own models)."
+        default=1, ge=1, description="Local cluster: shards one worker runs at once (sharing its models)."
     )
     processes: bool = Field(default=True, description="Local cluster: workers are processes (False: threads).")
     memory_limit: str | None = Field(default=None, description="Local cluster: per worker, e.g. '8GiB'. Unset: auto.")
