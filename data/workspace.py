@@ -294,15 +294,14 @@ class Workspace:
             items_done += len(plan.chunk(index))
             if on_progress is not None:
                 on_progress(items_done, len(plan.items))
-        written = set(self._parts(stage))
-        missing = [index for index in range(plan.shards) if _part_name(index) not in written]
+        parts = [_part_name(index) for index in range(plan.shards)]
+        written = self._parts(stage)
+        missing = sorted(set(parts) - set(written))
         if missing:
-            raise RuntimeError(f"stage {stage!r}: shards {missing} have no part after running")
-        for name in [n for n in self._parts(stage) if int(n[5:10]) >= plan.shards]:  # from a longer item list
+            raise RuntimeError(f"stage {stage!r}: shards {[int(n[5:10]) for n in missing]} have no part after running")
+        for name in set(written) - set(parts):  # from a longer item list
             self.storage.rm(f"{self.stage_dir(stage)}/{name}")
-        table = pa.concat_tables(
-            [self.storage.read_parquet(f"{self.stage_dir(stage)}/{n}") for n in self._parts(stage)]
-        )
+        table = pa.concat_tables([self.storage.read_parquet(f"{self.stage_dir(stage)}/{n}") for n in parts])
         return self._finish(stage, fingerprint, plan.summarize(table), table.num_rows, plan.shards)
 
     def write_shard(self, stage: str, fingerprint: str, plan: ShardPlan, index: int) -> int:

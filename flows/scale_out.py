@@ -11,11 +11,11 @@ shards' parts straight into the workspace, so the table is the one the default r
 from __future__ import annotations
 
 import importlib
-import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -82,32 +82,25 @@ class DaskShards:
         self.config = config
         self.settings = settings
         self.placement: dict[str, Counter[str]] = {}
-        self._connecting: threading.Thread | None = None
-        self._connect_error: BaseException | None = None
+        self._connected: Future[None] | None = None
 
     def connect_in_background(self) -> None:
         """Start (or reach) the cluster and have its workers import the stages while the early, unsharded stages
-        run: a local cluster's processes take seconds to start, and a worker's first shard would pay the imports."""
-
-        def connect() -> None:
-            try:
-                self.runner.client.run(_import_module, self.graph.stages_for.__module__)
-            except BaseException as exc:  # raised to the first stage that needs the cluster
-                self._connect_error = exc
-
-        self._connecting = threading.Thread(target=connect, name="dask-connect", daemon=True)
-        self._connecting.start()
+        run: a local cluster's processes take seconds to start, and a worker's first shard would pay the imports.
+        An error is raised to the first stage that needs the cluster."""
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dask-connect")
+        module = self.graph.stages_for.__module__
+        self._connected = pool.submit(lambda: self.runner.client.run(_import_module, module))
+        pool.shutdown(wait=False)
 
     def settle(self) -> None:
-        if self._connecting is not None:
-            self._connecting.join()
+        if self._connected is not None:
+            wait([self._connected])
 
     def client(self) -> Any:
-        if self._connecting is not None:
-            self._connecting.join()
-            self._connecting = None
-            if self._connect_error is not None:
-                raise self._connect_error
+        if self._connected is not None:
+            connected, self._connected = self._connected, None
+            connected.result()
         return self.runner.client
 
     def __call__(self, stage: str, pending: list[int], run_here: Callable[[int], None]) -> Iterator[int]:
