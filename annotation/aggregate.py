@@ -1,9 +1,12 @@
 """From a Label Studio JSON export to votes, majority decisions and agreement.
 
 The export is the same whether it came from the server's snapshot API or from a file an annotator team handed
-over, so one parser serves both. A task is decided when one choice holds a strict majority of the configured
-number of annotators (3 by default: 2 votes); "unsure" is a vote for nobody. Everything else is undecided, with
-the reason, and is reported rather than guessed.
+over, so one parser serves both, and any shape it does not expect is a `MalformedExport` naming the task.
+
+Every annotation that was not cancelled is a vote cast: "unsure", and a verdict that cannot be read (a renamed
+choice), are votes for nobody. A task is decided when one choice holds more than half of the votes cast (2 of 3,
+3 of 4), so a tie never decides, whatever the export order. Everything else is undecided, with the reason, and is
+reported rather than guessed.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ class Vote:
     choice: str | None  # None: the annotation has no (known) verdict
     text: str | None = None  # the tailored prompt, synthesis QA only
     mask_rle: list[int] | None = None  # the brush painted on the original, synthesis QA only
-    mask_size: tuple[int, int] | None = None  # (width, height) of the original
+    mask_size: tuple[int, int] | None = None  # (width, height) of the image the brush was painted on, as exported
 
 
 @dataclass
@@ -51,42 +54,113 @@ class Agreement:
         }
 
 
-def _verdict(result: list[dict[str, Any]], spec: ReviewSpec) -> tuple[str | None, str | None, Any]:
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is no number
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _value(region: dict[str, Any], where: str) -> dict[str, Any]:
+    value = region.get("value")
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise MalformedExport(f"{where}: `value` is not an object")
+    return value
+
+
+def _side(region: dict[str, Any], name: str, where: str) -> int:
+    size = region.get(name)
+    if not _is_int(size) or size <= 0:
+        raise MalformedExport(f"{where}: brush without a positive integer `{name}` (got {size!r:.40})")
+    return size
+
+
+def _verdict(result: list[Any], spec: ReviewSpec, where: str) -> tuple[str | None, str | None, Any]:
+    """The verdict, tailored prompt and brush of one annotation; regions of other controls are not ours to read."""
     choice = text = brush = None
-    for region in result:
-        name, value = region.get("from_name"), region.get("value") or {}
-        if name == spec.verdict_control and value.get("choices"):
-            choice = spec.name_of_label(str(value["choices"][0]))
-        elif name == RETRY_PROMPT_CONTROL and value.get("text"):
-            text = "\n".join(str(t) for t in value["text"]).strip() or None
-        elif name == MASK_CONTROL and value.get("rle"):
-            brush = (list(value["rle"]), (region.get("original_width"), region.get("original_height")))
+    for number, region in enumerate(result):
+        at = f"{where}, region #{number}"
+        if not isinstance(region, dict):
+            raise MalformedExport(f"{at} is not an object")
+        name = region.get("from_name")
+        if name == spec.verdict_control:
+            choices = _value(region, at).get("choices")
+            if choices is not None and not _is_str_list(choices):
+                raise MalformedExport(f"{at}: `choices` is not a list of strings")
+            if choices:
+                choice = spec.name_of_label(choices[0])
+        elif name == RETRY_PROMPT_CONTROL:
+            lines = _value(region, at).get("text")
+            if lines is not None and not _is_str_list(lines):
+                raise MalformedExport(f"{at}: `text` is not a list of strings")
+            if lines:
+                text = "\n".join(lines).strip() or None
+        elif name == MASK_CONTROL:
+            rle = _value(region, at).get("rle")
+            if rle is not None and (not isinstance(rle, list) or not all(_is_int(v) for v in rle)):
+                raise MalformedExport(f"{at}: `rle` is not a list of integers")
+            if rle:
+                # Only what the export claims: synthesis QA checks the size and the RLE against the original.
+                brush = (rle, (_side(region, "original_width", at), _side(region, "original_height", at)))
     return choice, text, brush
 
 
+def _annotator(annotation: dict[str, Any], where: str) -> str:
+    """Who voted: the user id, or the email (or id) of an expanded user object."""
+    who = annotation.get("completed_by")
+    if isinstance(who, dict):  # JSON export variants expand the user
+        email = who.get("email")
+        who = email if isinstance(email, str) and email else who.get("id")
+    if _is_int(who) or (isinstance(who, str) and who):
+        return str(who)
+    raise MalformedExport(f"{where}: `completed_by` names no annotator (got {annotation.get('completed_by')!r:.60})")
+
+
 def parse_export(tasks: Any, spec: ReviewSpec) -> list[Vote]:
-    """Votes from a Label Studio JSON export (a list of tasks with `data` and `annotations`)."""
+    """Votes from a Label Studio JSON export (a list of tasks with `data` and `annotations`).
+
+    Any other shape raises `MalformedExport` naming the task (position and id), the annotation and what is wrong."""
     if not isinstance(tasks, list):
         raise MalformedExport(f"a Label Studio JSON export is a list of tasks, got {type(tasks).__name__}")
     votes: list[Vote] = []
     for position, task in enumerate(tasks):
-        if not isinstance(task, dict) or not isinstance(task.get("data"), dict):
-            raise MalformedExport(f"task #{position} has no `data` object")
+        if not isinstance(task, dict):
+            raise MalformedExport(f"task #{position} is not an object")
+        where = f"task #{position} (id {task.get('id')!r:.40})"
+        if not isinstance(task.get("data"), dict):
+            raise MalformedExport(f"{where} has no `data` object")
         key = task["data"].get("item_key")
         if not isinstance(key, str) or not key:
-            raise MalformedExport(f"task #{position} (id {task.get('id')}) has no `data.item_key`: not our export")
-        for annotation in task.get("annotations") or []:
-            if annotation.get("was_cancelled"):  # a skipped task is no vote
+            raise MalformedExport(f"{where} has no `data.item_key`: not our export")
+        task_id = task.get("id")
+        if not _is_int(task_id):
+            raise MalformedExport(f"{where} has no integer `id`")
+        annotations = task.get("annotations")
+        if annotations is None:
+            continue
+        if not isinstance(annotations, list):
+            raise MalformedExport(f"{where}: `annotations` is not a list")
+        for number, annotation in enumerate(annotations):
+            if not isinstance(annotation, dict):
+                raise MalformedExport(f"{where}: annotation #{number} is not an object")
+            at = f"{where}: annotation #{number} (id {annotation.get('id')!r:.40})"
+            cancelled = annotation.get("was_cancelled")
+            if not isinstance(cancelled, bool | None):
+                raise MalformedExport(f"{at}: `was_cancelled` is not a boolean")
+            if cancelled:  # a skipped task is no vote
                 continue
-            choice, text, brush = _verdict(annotation.get("result") or [], spec)
-            annotator = annotation.get("completed_by")
-            if isinstance(annotator, dict):  # JSON export variants expand the user
-                annotator = annotator.get("email") or annotator.get("id")
+            result = annotation.get("result")
+            if result is not None and not isinstance(result, list):
+                raise MalformedExport(f"{at}: `result` is not a list")
+            choice, text, brush = _verdict(result or [], spec, at)
             votes.append(
                 Vote(
                     item_key=key,
-                    task_id=int(task.get("id") or 0),
-                    annotator=str(annotator),
+                    task_id=task_id,
+                    annotator=_annotator(annotation, at),
                     choice=choice,
                     text=text,
                     mask_rle=brush[0] if brush else None,
@@ -96,12 +170,10 @@ def parse_export(tasks: Any, spec: ReviewSpec) -> list[Vote]:
     return votes
 
 
-def load_export_file(data: bytes, spec: ReviewSpec) -> list[Vote]:
-    try:
-        tasks = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise MalformedExport(f"not JSON: {exc.msg} at line {exc.lineno}") from None
-    return parse_export(tasks, spec)
+def export_item_keys(tasks: Any, spec: ReviewSpec) -> set[str]:
+    """The item keys of the tasks an export holds (checked as `parse_export` checks them)."""
+    parse_export(tasks, spec)
+    return {task["data"]["item_key"] for task in tasks}
 
 
 def _latest_per_annotator(votes: list[Vote]) -> list[Vote]:
@@ -117,8 +189,12 @@ def decide(
 ) -> tuple[pa.Table, Agreement]:
     """One REVIEW_DECISIONS row per item key, plus agreement over the items fully annotated.
 
-    `complete` says the review is closed: items still short of annotators are then undecided ("too few"); while
-    it is open they are "pending".
+    An item is decided when one choice other than "unsure" holds more than half of the votes cast (each
+    annotator's last annotation that was not cancelled). Otherwise, in this order:
+    - `pending`: the review is open (`complete` false) and the item has fewer than `annotators` annotations;
+    - `too_few_annotations`: closed with fewer annotations than a majority of `annotators` (2 of 3);
+    - `unsure`: "unsure" holds more than half of the votes cast;
+    - `no_majority`: anything else, a tie included.
     """
     by_item: dict[str, list[Vote]] = {key: [] for key in item_keys}
     for vote in _latest_per_annotator(votes):
@@ -126,16 +202,17 @@ def decide(
     needed = annotators // 2 + 1
     rows = []
     for key, item_votes in by_item.items():
+        cast = len(item_votes)
         counts = Counter(v.choice for v in item_votes if v.choice is not None)
         decisive = Counter({c: n for c, n in counts.items() if c != UNSURE})
         top, top_votes = decisive.most_common(1)[0] if decisive else (None, 0)
-        if top_votes >= needed:
+        if cast < annotators and not complete:
+            status, decision, reason = "pending", None, f"{cast} of {annotators} annotations"
+        elif cast < needed:
+            status, decision, reason = "undecided", None, f"too_few_annotations: {cast} of {annotators}"
+        elif 2 * top_votes > cast:  # more than half: no other choice can tie it, so export order cannot matter
             status, decision, reason = "decided", top, None
-        elif len(item_votes) < annotators and not complete:
-            status, decision, reason = "pending", None, f"{len(item_votes)} of {annotators} annotations"
-        elif len(item_votes) < annotators and len(item_votes) < needed:
-            status, decision, reason = "undecided", None, f"too_few_annotations: {len(item_votes)} of {annotators}"
-        elif counts.get(UNSURE, 0) >= needed:
+        elif 2 * counts.get(UNSURE, 0) > cast:
             status, decision, reason = "undecided", None, "unsure"
         else:
             status, decision, reason = "undecided", None, "no_majority"
@@ -148,9 +225,9 @@ def decide(
                 "decision": decision,
                 "reason": reason,
                 "votes": json.dumps(dict(sorted(counts.items())), sort_keys=True),
-                "annotations": len(item_votes),
+                "annotations": cast,
                 "annotators": sorted(v.annotator for v in item_votes),
-                "majority_share": (top_votes / len(item_votes)) if item_votes else None,
+                "majority_share": (top_votes / cast) if cast else None,  # of the votes cast
             }
         )
     return schemas.from_rows(rows, schemas.REVIEW_DECISIONS), agreement(by_item, spec, annotators)

@@ -1,4 +1,5 @@
-"""One review round, whatever the backend: export the tasks, pull the annotations, decide by majority.
+"""One review round, whatever the backend: export the tasks, pull the annotations, decide each item by a strict
+majority of the votes cast (annotation/aggregate.py).
 
 While annotations are missing the round raises `ReviewPending` (the build then waits, see flows/build_3xcm.py),
 unless the operator closed the review, in which case the missing items are undecided and reported. Nothing is
@@ -8,7 +9,7 @@ written before the decisions are whole, so a server that fails halfway leaves no
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -53,6 +54,9 @@ class ReviewRound:
     total_tasks: int
     closed_early: bool  # the operator accepted an incomplete review
     votes: list[Vote]
+    # What applying the decisions left out, for the stats and the release card: `scenes_fully_held_back`
+    # (annotation/review.py), `invalid_masks` (annotation/synthesis_qa.py).
+    outcome: dict[str, int] = field(default_factory=dict)
 
     def stats(self) -> dict[str, Any]:
         status = self.decisions["status"].to_pylist()
@@ -65,6 +69,7 @@ class ReviewRound:
             "undecided": status.count("undecided"),
             "closed_early": self.closed_early,
             "agreement": self.agreement.summary(),
+            **self.outcome,
         }
 
 

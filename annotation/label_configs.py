@@ -88,7 +88,7 @@ UNSURE = "unsure"
 DUPLICATE_CHOICES = (
     Choice(SAME_SCENE, "Same scene: drop one", "No meaningful change of viewpoint or time of day (App. J)."),
     Choice(DIFFERENT, "Different: keep both", "Time of day or viewpoint differs meaningfully."),
-    Choice(UNSURE, "Unsure", "Counted as no vote; the pair stays undecided without a majority."),
+    Choice(UNSURE, "Unsure", "A vote for neither side: a side wins only with more than half of all votes."),
 )
 
 DUPLICATE_REVIEW_XML = _interface(

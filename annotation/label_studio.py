@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from annotation.aggregate import export_item_keys
 from annotation.label_configs import GUIDELINES, ReviewSpec
 from collectors.retry import TRANSIENT_HTTP_CODES, RetryPolicy
 from data.secrets import resolve_secret
@@ -188,7 +189,7 @@ class LabelStudioProject:
     def export(self, tasks: list[dict[str, Any]]) -> tuple[int, int]:
         """Import the tasks the project does not hold yet. Returns (new tasks, tasks in the project)."""
         pid = self.ensure_project()
-        existing = {t["data"].get("item_key") for t in self.snapshot()}
+        existing = export_item_keys(self.snapshot(), self.spec)  # a malformed snapshot is named, not a KeyError
         new = [t for t in tasks if t["data"]["item_key"] not in existing]
         for batch in _batches(new, self.config.import_batch_size):
             self._call(

@@ -9,15 +9,16 @@ Backends:
 - `auto_accept`: every automatic decision stands and ambiguous pairs stay apart. Each row says so
   (`reviewer=auto_accept`), so a release built this way can never pass for a human-reviewed one.
 
-How votes change the automatic decisions: a pair decided "same scene" joins its two clusters and keeps the
-representative with the larger resolution (then the smaller image id); "different" keeps both; an undecided pair
-keeps the better representative and holds the other back (`review_undecided`): either outcome keeps one copy, so
-the release uses only what was decided.
+How votes change the automatic decisions: an undecided pair keeps the better representative (the larger
+resolution, then the smaller image id) and holds the other back (`review_undecided`), so the release uses only what
+was decided. Pairs decided "same scene" join their clusters into one scene, which keeps its best representative
+that is not held back; "different" keeps both. A scene therefore keeps exactly one image unless every one of its
+images is held back; those scenes are counted (`scenes_fully_held_back`), since the release has no image of them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
@@ -41,7 +42,8 @@ AUTO_ACCEPT_POLICY = (
     "no human has looked at these images"
 )
 MAJORITY_POLICY = (
-    "majority of {n} annotators per ambiguous pair (App. J guideline); undecided pairs hold one image back"
+    "more than half of the votes cast, {n} annotators per ambiguous pair (App. J guideline); "
+    "undecided pairs hold one image back"
 )
 
 
@@ -56,6 +58,16 @@ class ReviewImage:
 class ReviewOutput:
     table: pa.Table  # REVIEW: one row per image
     round: ReviewRound | None  # None under auto-accept
+    # Scenes (images joined by "same scene" verdicts; an image in none is a scene of its own) of which every
+    # automatically kept image is held back by an undecided pair: the release has no image of them. 0 under
+    # auto-accept.
+    scenes_fully_held_back: int = 0
+
+
+@dataclass(frozen=True)
+class PairDecisions:
+    table: pa.Table  # REVIEW
+    scenes_fully_held_back: int  # as in ReviewOutput
 
 
 def run_review(
@@ -73,7 +85,9 @@ def run_review(
     annotators = config.annotators  # type: ignore[union-attr]
     round_ = run_round(backend, SPECS["duplicate_review"], tasks, annotators, ctx.accept_incomplete)
     areas = {image_id: image.area for image_id, image in images.items()}
-    return ReviewOutput(apply_pair_decisions(decisions, queue, round_, areas, annotators), round_)
+    applied = apply_pair_decisions(decisions, queue, round_, areas, annotators)
+    lost = applied.scenes_fully_held_back
+    return ReviewOutput(applied.table, replace(round_, outcome={"scenes_fully_held_back": lost}), lost)
 
 
 def _auto_accept(decisions: pa.Table, policy: str = AUTO_ACCEPT_POLICY) -> pa.Table:
@@ -93,9 +107,11 @@ def _auto_accept(decisions: pa.Table, policy: str = AUTO_ACCEPT_POLICY) -> pa.Ta
 
 def apply_pair_decisions(
     decisions: pa.Table, queue: pa.Table, round_: ReviewRound, areas: dict[str, int], annotators: int
-) -> pa.Table:
+) -> PairDecisions:
     """The REVIEW table after the people's verdicts on the queued pairs (module docstring)."""
     ids = decisions["image_id"].to_pylist()
+    automatic = [bool(keep) for keep in decisions["keep"].to_pylist()]
+    reasons = decisions["reason"].to_pylist()
     index = {image_id: i for i, image_id in enumerate(ids)}
     verdict = {row["item_key"]: (row["status"], row["decision"], row["reason"]) for row in round_.decisions.to_pylist()}
 
@@ -112,33 +128,37 @@ def apply_pair_decisions(
         elif status != "decided":
             loser = max(a, b, key=rank)
             held_back.setdefault(loser, f"review_undecided: {reason} ({pair['image_a']} vs {pair['image_b']})")
+    # A held-back image cannot stand for its scene: the keeper is the best copy that is not held back, so the scene
+    # is lost only when every copy of it is held back.
     keeper: dict[int, str] = {}
+    fully_held_back = 0
     for root, members in groups.groups().items():
-        representatives = [ids[m] for m in members if decisions["keep"][m].as_py()]
-        if representatives:
-            keeper[root] = min(representatives, key=rank)
+        representatives = [ids[m] for m in members if automatic[m]]
+        available = [image_id for image_id in representatives if image_id not in held_back]
+        if available:
+            keeper[root] = min(available, key=rank)
+        elif representatives:
+            fully_held_back += 1
     rows = []
     policy = MAJORITY_POLICY.format(n=annotators)
     for i, image_id in enumerate(ids):
-        automatic = bool(decisions["keep"][i].as_py())
-        keep, reason = automatic, decisions["reason"][i].as_py()
-        if automatic:
-            kept_by = keeper.get(groups.find(i), image_id)
-            if kept_by != image_id:
-                keep, reason = False, f"review_same_scene: duplicate of {kept_by}"
-            elif image_id in held_back:
+        keep, reason = automatic[i], reasons[i]
+        if automatic[i]:
+            if image_id in held_back:
                 keep, reason = False, held_back[image_id]
+            elif keeper[groups.find(i)] != image_id:
+                keep, reason = False, f"review_same_scene: duplicate of {keeper[groups.find(i)]}"
         rows.append(
             {
                 "image_id": image_id,
                 "keep": keep,
-                "automatic_keep": automatic,
+                "automatic_keep": automatic[i],
                 "reviewer": round_.reviewer,
                 "policy": policy,
                 "reason": reason,
             }
         )
-    return from_rows(rows, schemas.REVIEW)
+    return PairDecisions(from_rows(rows, schemas.REVIEW), fully_held_back)
 
 
 def image_extension(format_name: str | None) -> str:

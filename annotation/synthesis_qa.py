@@ -4,13 +4,18 @@ Input: the attempts that passed the automatic filters (SYNTHESIS_QA_CANDIDATES).
 attempt, and RESYNTHESIS_REQUESTS for the MixCuBe flow: a tailored prompt, or a mask the annotators painted on the
 original (decoded from Label Studio's brush RLE into a PNG blob). Requests name the next attempt number; earlier
 attempts are never overwritten.
+
+A painted mask must fit the original the redraw paints on: the size the annotator painted on, and the RLE's own
+length (RGBA, 4 values a pixel), are checked against the original blob before anything of that size is allocated.
+A brush that does not fit is left out of the mask and named in the attempt's reason (`invalid_mask: ...`); a retry
+whose every brush was left out keeps the old mask, as one where nobody painted.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +30,14 @@ from annotation.tasks import synthesis_qa_tasks
 from data import schemas
 
 AUTO_ACCEPT_POLICY = "accept every attempt that passed BRISQUE and CLIP; no human has looked at these images"
-MAJORITY_POLICY = "majority of {n} annotators per attempt (MixCuBe §2); undecided attempts are not released"
+MAJORITY_POLICY = (
+    "more than half of the votes cast, {n} annotators per attempt (MixCuBe §2); undecided attempts are not released"
+)
+INVALID_MASK = "invalid_mask"
+
+
+class InvalidMask(ValueError):
+    """A painted brush that cannot become a mask of the original."""
 
 
 @dataclass
@@ -33,6 +45,9 @@ class SynthesisQAOutput:
     qa: pa.Table  # SYNTHESIS_QA
     requests: pa.Table  # RESYNTHESIS_REQUESTS
     round: ReviewRound | None
+    # Attempts with a painted brush left out because it does not fit the original (reason `invalid_mask: ...`);
+    # also in the round's stats.
+    invalid_masks: int = 0
 
 
 def run_synthesis_qa(
@@ -52,8 +67,17 @@ def run_synthesis_qa(
     annotators = config.annotators  # type: ignore[union-attr]
     spec = SPECS["synthesis_qa"]
     round_ = run_round(backend, spec, tasks, annotators, ctx.accept_incomplete)
-    qa, requests = apply_qa_decisions(candidates, round_, annotators, put_blob)
-    return SynthesisQAOutput(qa, requests, round_)
+    qa, requests = apply_qa_decisions(
+        candidates, round_, annotators, put_blob, lambda sha: image_size(ctx.load_blob(sha))
+    )
+    invalid = sum((reason or "").startswith(f"{INVALID_MASK}:") for reason in qa["reason"].to_pylist())
+    return SynthesisQAOutput(qa, requests, replace(round_, outcome={"invalid_masks": invalid}), invalid)
+
+
+def image_size(data: bytes) -> tuple[int, int]:
+    """(width, height) of an image as the inpainter decodes it (PIL, no EXIF rotation), from its header alone."""
+    with Image.open(io.BytesIO(data)) as image:
+        return image.size
 
 
 def _auto_accept(candidates: pa.Table, policy: str) -> pa.Table:
@@ -79,7 +103,9 @@ def apply_qa_decisions(
     round_: ReviewRound,
     annotators: int,
     put_blob: Callable[[bytes], str],
+    original_size: Callable[[str], tuple[int, int]],
 ) -> tuple[pa.Table, pa.Table]:
+    """SYNTHESIS_QA rows and RESYNTHESIS_REQUESTS; `original_size(sha256)` is the (width, height) of an original."""
     verdicts = {row["item_key"]: row for row in round_.decisions.to_pylist()}
     next_attempt: dict[tuple[str, str], int] = {}
     for row in candidates.select(["original_id", "ethnicity", "attempt"]).to_pylist():
@@ -88,7 +114,14 @@ def apply_qa_decisions(
     qa_rows, requests = [], []
     for row in candidates.to_pylist():
         verdict = verdicts[row["attempt_id"]]
-        decision = verdict["decision"]
+        decision, reason = verdict["decision"], verdict["reason"]
+        backers = [v for v in round_.votes if v.item_key == row["attempt_id"] and v.choice == decision]
+        mask = None
+        painted = [v for v in backers if v.mask_rle and v.mask_size] if decision == FIX_MASK else []
+        if painted:
+            mask, refused = _painted_mask(painted, original_size(row["original_sha256"]))
+            if refused:
+                reason = f"{INVALID_MASK}: " + "; ".join(refused)
         qa_rows.append(
             {
                 "attempt_id": row["attempt_id"],
@@ -99,14 +132,12 @@ def apply_qa_decisions(
                 "decision": decision,
                 "reviewer": round_.reviewer,
                 "policy": MAJORITY_POLICY.format(n=annotators),
-                "reason": verdict["reason"],
+                "reason": reason,
             }
         )
         if decision not in (RETRY_PROMPT, FIX_MASK):
             continue
-        backers = [v for v in round_.votes if v.item_key == row["attempt_id"] and v.choice == decision]
         prompt = next((v.text for v in backers if v.text), None) if decision == RETRY_PROMPT else None
-        mask = _painted_mask(backers) if decision == FIX_MASK else None
         requests.append(
             {
                 "attempt_id": row["attempt_id"],
@@ -125,25 +156,83 @@ def apply_qa_decisions(
     )
 
 
+_WEIGHTS = [1 << np.arange(size - 1, -1, -1, dtype=np.uint64) for size in range(33)]  # bit weights, MSB first
+
+
+class _Bits:
+    """Big-endian reader over the bits of Label Studio's brush RLE (thi-ng rle-pack); reading past the end is an
+    InvalidMask, never an index error."""
+
+    def __init__(self, data: list[int]) -> None:
+        self.bits = np.unpackbits(np.asarray(data, dtype=np.uint8)).astype(np.uint64)
+        self.at = 0
+
+    def take(self, size: int) -> np.ndarray:
+        end = self.at + size
+        if end > len(self.bits):
+            raise InvalidMask(f"brush RLE ends early, at bit {len(self.bits)} of at least {end}")
+        out, self.at = self.bits[self.at : end], end
+        return out
+
+    def read(self, size: int) -> int:
+        """One unsigned number of `size` (at most 32) bits."""
+        return int(self.take(size).dot(_WEIGHTS[size]))
+
+    def words(self, count: int, size: int) -> np.ndarray:
+        """`count` numbers of `size` (at most 32) bits each."""
+        return self.take(count * size).reshape(count, size).dot(_WEIGHTS[size])
+
+
 def decode_brush(rle: list[int], width: int, height: int) -> np.ndarray:
-    """Label Studio's brush RLE -> a boolean mask of the original's size."""
-    from label_studio_sdk.converter.brush import decode_rle
+    """Label Studio's brush RLE -> a boolean (height, width) mask, the alpha channel of its RGBA values.
 
-    rgba = np.asarray(decode_rle(rle), dtype=np.uint8).reshape(height, width, 4)
-    return rgba[:, :, 3] > 0
+    The same format as `label_studio_sdk.converter.brush.decode_rle`, decoded strictly: the header must promise
+    exactly width * height * 4 values, which is checked before the output is allocated, and every run must stay
+    inside them. Anything else raises InvalidMask."""
+    if not all(0 <= value <= 255 for value in rle):
+        raise InvalidMask("brush RLE holds values that are not bytes")
+    bits = _Bits(rle)
+    count, needed = bits.read(32), width * height * 4
+    if count != needed:
+        raise InvalidMask(f"brush RLE holds {count} values, the {width}x{height} original needs {needed} (RGBA)")
+    word_size = bits.read(5) + 1
+    if word_size > 8:
+        raise InvalidMask(f"brush RLE has word size {word_size}, a mask's values are bytes (8)")
+    run_sizes = [bits.read(4) + 1 for _ in range(4)]
+    out = np.zeros(count, dtype=np.uint8)
+    done = 0
+    while done < count:
+        fill = bits.read(1)
+        end = done + 1 + bits.read(run_sizes[bits.read(2)])
+        if end > count:
+            raise InvalidMask(f"brush RLE runs past its {count} values (to {end})")
+        out[done:end] = bits.read(word_size) if fill else bits.words(end - done, word_size)
+        done = end
+    return out.reshape(height, width, 4)[:, :, 3] > 0
 
 
-def _painted_mask(backers: list[Vote]) -> bytes | None:
-    """The union of the masks the backing annotators painted, as a PNG; None when nobody painted."""
+def _brush_mask(vote: Vote, width: int, height: int) -> np.ndarray:
+    """The mask one annotator painted, checked against the (width, height) original; InvalidMask otherwise."""
+    if vote.mask_size != (width, height):
+        painted = "x".join(map(str, vote.mask_size or ()))
+        raise InvalidMask(f"painted on a {painted} view of the {width}x{height} original")
+    return decode_brush(vote.mask_rle or [], width, height)
+
+
+def _painted_mask(backers: list[Vote], original: tuple[int, int]) -> tuple[bytes | None, list[str]]:
+    """The union of the masks the backing annotators painted, as a PNG of the original's size (None when none of
+    them fits it), and why each brush that does not fit was left out."""
     union: np.ndarray | None = None
+    refused: list[str] = []
     for vote in backers:
-        if not vote.mask_rle or not vote.mask_size or None in vote.mask_size:
+        try:
+            mask = _brush_mask(vote, *original)
+        except InvalidMask as exc:
+            refused.append(f"annotator {vote.annotator}: {exc}")
             continue
-        width, height = vote.mask_size
-        mask = decode_brush(vote.mask_rle, int(width), int(height))  # type: ignore[arg-type]
-        union = mask if union is None or union.shape != mask.shape else (union | mask)
+        union = mask if union is None else (union | mask)
     if union is None:
-        return None
+        return None, refused
     buffer = io.BytesIO()
     Image.fromarray(union.astype(np.uint8) * 255, mode="L").save(buffer, format="PNG")
-    return buffer.getvalue()
+    return buffer.getvalue(), refused

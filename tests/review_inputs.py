@@ -47,45 +47,65 @@ class DedupReviewInputs:
 
 def dedup_review_inputs(root: Path, pairs: int = 3, build_id: str = "review-test") -> DedupReviewInputs:
     """`pairs` queued pairs (p{i}a, p{i}b), each image its own cluster, plus one image merged automatically."""
+    sizes = {f"p{i}{side}": size for i in range(pairs) for side, size in (("a", (96, 72)), ("b", (80, 60)))}
+    return pair_graph_inputs(root, sizes, [(f"p{i}a", f"p{i}b") for i in range(pairs)], build_id, with_copy=True)
+
+
+def pair_graph_inputs(
+    root: Path,
+    sizes: dict[str, tuple[int, int]],
+    pairs: list[tuple[str, str]],
+    build_id: str = "review-test",
+    with_copy: bool = False,
+) -> DedupReviewInputs:
+    """Images of the given sizes, each its own cluster, and the queued pairs between them; `with_copy` adds an
+    image merged automatically into the first one."""
     ws = Workspace(str(root), build_id)
     decisions, queue, images = [], [], {}
-    for i in range(pairs):
-        for side, size in (("a", (96, 72)), ("b", (80, 60))):
-            image_id = f"p{i}{side}"
-            sha = ws.blobs.put(picture(10 * i + (side == "b"), size))
-            images[image_id] = ReviewImage(sha, "jpg", size[0] * size[1])
-            decisions.append(
-                schemas.blank_row(
-                    schemas.IMAGE_DEDUP, image_id=image_id, concept_id=1, cluster_id=image_id, cluster_size=1, keep=True
-                )
+    for seed, (image_id, size) in enumerate(sizes.items()):
+        sha = ws.blobs.put(picture(seed, size))
+        images[image_id] = ReviewImage(sha, "jpg", size[0] * size[1])
+        decisions.append(
+            schemas.blank_row(
+                schemas.IMAGE_DEDUP, image_id=image_id, concept_id=1, cluster_id=image_id, cluster_size=1, keep=True
             )
+        )
+    for a, b in pairs:
         queue.append(
             schemas.blank_row(
                 schemas.REVIEW_QUEUE,
-                image_a=f"p{i}a",
-                image_b=f"p{i}b",
+                image_a=a,
+                image_b=b,
                 concept_id=1,
-                cluster_a=f"p{i}a",
-                cluster_b=f"p{i}b",
+                cluster_a=a,
+                cluster_b=b,
                 phash_distance=12.0,
                 aligned_correlation=0.88,
             )
         )
+    if not with_copy:
+        return DedupReviewInputs(
+            ws,
+            schemas.from_rows(decisions, schemas.IMAGE_DEDUP),
+            schemas.from_rows(queue, schemas.REVIEW_QUEUE),
+            images,
+        )
+    first = next(iter(sizes))
     decisions.append(
         schemas.blank_row(
             schemas.IMAGE_DEDUP,
             image_id="copy",
             concept_id=1,
-            cluster_id="p0a",
+            cluster_id=first,
             cluster_size=2,
             keep=False,
-            duplicate_of="p0a",
+            duplicate_of=first,
             method="exact_bytes",
             score=0.0,
             reason="exact_bytes",
         )
     )
-    images["copy"] = images["p0a"]
+    images["copy"] = images[first]
     return DedupReviewInputs(
         ws, schemas.from_rows(decisions, schemas.IMAGE_DEDUP), schemas.from_rows(queue, schemas.REVIEW_QUEUE), images
     )
@@ -166,3 +186,17 @@ def completed_export(tasks: list[dict[str, Any]], results: dict[str, list[list[d
         ]
         out.append({"id": task_id, "data": task["data"], "annotations": annotations, "predictions": []})
     return out
+
+
+def fill_rle(values: int, fill: int = 0, run_bits: int = 16) -> list[int]:
+    """A brush RLE (Label Studio's rle-pack format) whose header promises `values` bytes, all `fill`, written as
+    fill runs of up to 2**run_bits: a few KB that decode to gigabytes if a decoder trusts the header."""
+    bits = [f"{values:032b}", f"{8 - 1:05b}", "".join(f"{size - 1:04b}" for size in (3, 4, 8, run_bits))]
+    done = 0
+    while done < values:
+        run = min(values - done, 2**run_bits)
+        bits.append(f"1{3:02b}{run - 1:0{run_bits}b}{fill:08b}")  # fill run, run-length size index 3
+        done += run
+    stream = "".join(bits)
+    stream += "0" * (-len(stream) % 8)
+    return [int(stream[i : i + 8], 2) for i in range(0, len(stream), 8)]

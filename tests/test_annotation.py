@@ -49,6 +49,7 @@ from annotation.tasks import MediaFolder
 from collectors.retry import RetryPolicy
 
 DUP = "duplicate_review"
+AUTO_FILES = LabelStudioFilesReviewConfig(when_unreviewed="auto_accept")  # exports the tasks, then auto-accepts
 
 
 @pytest.mark.parametrize("kind", ["duplicate_review", "synthesis_qa"])
@@ -143,7 +144,7 @@ def test_media_folder_refuses_a_folder_outside_the_document_root(tmp_path: Path)
 
 def test_files_backend_exports_importable_tasks_and_auto_accepts_until_a_completed_export(tmp_path: Path) -> None:
     inputs = dedup_review_inputs(tmp_path / "ws")
-    out = run_review(LabelStudioFilesReviewConfig(), inputs.decisions, inputs.queue, inputs.images, inputs.context())
+    out = run_review(AUTO_FILES, inputs.decisions, inputs.queue, inputs.images, inputs.context())
     assert out.round is None
     assert set(out.table["reviewer"].to_pylist()) == {"auto_accept"}
     assert out.table["keep"].to_pylist() == inputs.decisions["keep"].to_pylist()
@@ -162,7 +163,7 @@ def test_files_backend_exports_importable_tasks_and_auto_accepts_until_a_complet
 
 def test_files_backend_imports_a_completed_export_and_applies_the_majority(tmp_path: Path) -> None:
     inputs = dedup_review_inputs(tmp_path / "ws")
-    run_review(LabelStudioFilesReviewConfig(), inputs.decisions, inputs.queue, inputs.images, inputs.context())
+    run_review(AUTO_FILES, inputs.decisions, inputs.queue, inputs.images, inputs.context())
     tasks = json.loads(Path(inputs.ws.file_path("label_studio", DUP, "tasks.json")).read_text())
     same, diff, unsure = verdict(DUP, SAME_SCENE), verdict(DUP, DIFFERENT), verdict(DUP, UNSURE)
     export = completed_export(
@@ -180,6 +181,8 @@ def test_files_backend_imports_a_completed_export_and_applies_the_majority(tmp_p
     assert not rows["copy"]["keep"] and rows["copy"]["reason"] == "exact_bytes"  # automatic drops stand
     assert set(out.table["reviewer"].to_pylist()) == {"label_studio_files"}
     assert out.round.stats()["decided"] == 2 and out.round.stats()["undecided"] == 1
+    # p2b, held back, is a scene of its own: the release has no copy of it; the stage stats (and card) carry it
+    assert out.scenes_fully_held_back == 1 and out.round.stats()["scenes_fully_held_back"] == 1
 
 
 def test_files_backend_waits_when_asked_and_reexport_adds_only_new_tasks(tmp_path: Path) -> None:
@@ -211,7 +214,7 @@ def test_synthesis_qa_turns_votes_into_decisions_and_resynthesis_requests(tmp_pa
     ws = inputs.ws
     candidates = synthesis_candidates(ws, originals=4)
     ctx = inputs.context()
-    run_synthesis_qa(LabelStudioFilesReviewConfig(), candidates, ctx, ws.blobs.put)
+    run_synthesis_qa(AUTO_FILES, candidates, ctx, ws.blobs.put)
     tasks = json.loads(Path(ws.file_path("label_studio", "synthesis_qa", "tasks.json")).read_text())
     painted = np.zeros((72, 96), dtype=bool)
     painted[5:30, 10:50] = True
