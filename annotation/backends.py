@@ -46,8 +46,9 @@ class LabelStudioFilesReviewConfig(BaseModel):
         "files folder.",
     )
     when_unreviewed: Literal["auto_accept", "wait"] = Field(
-        default="auto_accept",
-        description="Without a completed export: apply the auto-accept policy (recorded) or wait for the export.",
+        default="wait",
+        description="Without a completed export: wait for it (the default: the papers' reviews are human, 3XCM App. J"
+        ", MixCuBe §2), or apply the auto-accept policy, which every row and the release card record (the demos do).",
     )
 
 

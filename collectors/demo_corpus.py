@@ -19,7 +19,6 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import fsspec
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +27,7 @@ from curation.image_align import AlignedScorer
 from curation.image_dedup import PerceptualTierConfig
 from curation.image_hashing import dhash_bulk, phash_bulk, thumbnails
 from data import reference
+from data.workspace import Storage
 
 DEMO_COUNTRIES = ["USA", "UK", "Spain", "Argentina", "Japan", "Thailand", "Kenya", "Saudi Arabia"]
 DEMO_CONCEPTS = ["train", "food", "wedding", "school", "market", "dance"]
@@ -53,7 +53,9 @@ class DemoCorpusConfig(BaseModel):
 class PlantedDuplicate(BaseModel):
     path: str
     duplicate_of: str
-    kind: str  # exact_bytes | exact_pixels | reencode | resize | brightness | cross_concept_copy; other_view | night
+    # exact_bytes | exact_pixels | reencode | resize | brightness | cross_concept_copy | cross_concept_pixel_copy;
+    # other_view | night
+    kind: str
 
 
 class GroundTruth(BaseModel):
@@ -288,8 +290,9 @@ def _calibrated_lookalike(
 
 
 def generate_demo_corpus(config: DemoCorpusConfig, root: str) -> GroundTruth:
-    """Write the corpus under `root` (an fsspec URL) and return what was planted."""
-    fs, base = fsspec.core.url_to_fs(root)
+    """Write the corpus under `root` (an fsspec URL) and return what was planted. Every file goes through the
+    workspace's atomic writer, so a crash mid-generation never leaves a half-written picture under a final name."""
+    storage = Storage(root)
     truth = GroundTruth()
     countries = [reference.resolve_country(c) for c in config.countries]
     concepts = [c for c in reference.concepts() if c.concept in config.concepts]
@@ -301,10 +304,7 @@ def generate_demo_corpus(config: DemoCorpusConfig, root: str) -> GroundTruth:
     images: dict[str, bytes] = {}  # every decodable image written, by relative path: look-alikes keep clear of them
 
     def write(rel: str, data: bytes) -> str:
-        path = f"{base}/{rel}"
-        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        with fs.open(path, "wb") as handle:
-            handle.write(data)
+        storage.write_bytes(storage.path(rel), data)
         folder_sizes[rel.rsplit("/", 1)[0]] += 1
         return rel
 
@@ -342,7 +342,7 @@ def generate_demo_corpus(config: DemoCorpusConfig, root: str) -> GroundTruth:
                 target_folder = concept_folders[int(rng.integers(len(concept_folders)))]
                 picture = pictures[source]
                 if kind == "exact_bytes":
-                    data, ext = fs.cat_file(f"{base}/{source}"), "jpg"
+                    data, ext = images[source], "jpg"
                 elif kind == "exact_pixels":
                     data, ext = _png(picture), "png"
                 elif kind == "reencode":
@@ -358,20 +358,26 @@ def generate_demo_corpus(config: DemoCorpusConfig, root: str) -> GroundTruth:
                 rel = write(f"{target_folder}/{extra_rank:02d}_dup_{kind}.{ext}", data)
                 images[rel] = data
                 truth.duplicates.append(PlantedDuplicate(path=rel, duplicate_of=source, kind=kind))
-            extra_rank += 1
-        # The same picture under another concept must NOT be merged: dedup is scoped within a concept.
+                extra_rank += 1
+        # The same picture under another concept must NOT be merged (dedup is scoped within a concept), but it
+        # shows both concepts: the build gives each copy the other's concept (curation/copies.py). One byte copy,
+        # and one copy of the same pixels re-saved as PNG.
         if len(by_concept) > 1:
-            first, second = sorted(by_concept)[:2]
-            source = by_concept[first][0]
-            target_folder = next(f for f, _, c in folders if c.replace(" ", "_") == second)
-            data = fs.cat_file(f"{base}/{source}")
-            rel = write(f"{target_folder}/{extra_rank:02d}_cross_concept.jpg", data)
-            images[rel] = data
-            truth.duplicates.append(PlantedDuplicate(path=rel, duplicate_of=source, kind="cross_concept_copy"))
-            extra_rank += 1
+            names = sorted(by_concept)
+            copies = [
+                ("cross_concept_copy", by_concept[names[0]][0], names[1], "jpg"),
+                ("cross_concept_pixel_copy", by_concept[names[0]][1], names[-1], "png"),
+            ]
+            for kind, source, target_concept, ext in copies:
+                target_folder = next(f for f, _, c in folders if c.replace(" ", "_") == target_concept)
+                data = images[source] if ext == "jpg" else _png(pictures[source])
+                rel = write(f"{target_folder}/{extra_rank:02d}_{kind.replace('_copy', '')}.{ext}", data)
+                images[rel] = data
+                truth.duplicates.append(PlantedDuplicate(path=rel, duplicate_of=source, kind=kind))
+                extra_rank += 1
 
     if config.plant_bad_files:
-        sample = fs.cat_file(f"{base}/{truth.originals[0]}")
+        sample = images[truth.originals[0]]
         bad = {
             "html_as_image.jpg": (
                 b"<!DOCTYPE html><html><body>403 Forbidden</body></html>" * 8,

@@ -4,8 +4,11 @@ The production counterpart of `collectors.importer` (same rows, same image check
 
 - asyncio + aiohttp, a global and a per-host concurrency limit, connect/read/request timeouts;
 - a body cap enforced while streaming (and early, from Content-Length);
+- bodies asked for uncompressed (`Accept-Encoding: identity`) and never inflated by aiohttp: a server that compresses
+  anyway is inflated here, a piece at a time, under the same cap (`_Inflater`), so a compression bomb costs at most
+  max_bytes of memory and is a `decompression_bomb` row, not a stall that reads as a retryable timeout;
 - classified failures (`error` column): dns, connect, timeout, http_<code>, not_an_image, corrupt, truncated,
-  too_small, too_large, decompression_bomb, blocked_address, invalid_url, too_many_redirects;
+  too_small, too_large, decompression_bomb, unsupported_encoding, blocked_address, invalid_url, too_many_redirects;
 - retries of transient failures only (timeouts, 408/425/429/5xx) with `collectors.retry.RetryPolicy`, honouring
   Retry-After, sleeping without holding a connection slot (design brief, habit 6);
 - an SSRF guard (`collectors.ssrf`) checked before every request and every redirect hop, and inside the DNS
@@ -22,6 +25,7 @@ import os
 import threading
 import time
 import uuid
+import zlib
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +50,9 @@ LIMIT_DEPENDENT_ERRORS = frozenset({"too_small", "too_large", "decompression_bom
 # Decided by the URL and the address policy, both cheap to decide again and possibly changed: never reused.
 NEVER_REUSED_ERRORS = frozenset({"invalid_url", "blocked_address"})
 _CHUNK = 64 * 1024
+# Inflated bytes per compressed byte above which a body over max_bytes is a bomb rather than a large image: images
+# are compressed already, so gzip gains them little; a run of zeros deflates about 1000:1.
+BOMB_RATIO = 100
 
 
 class HttpDownloadConfig(BaseModel):
@@ -311,11 +318,14 @@ class _Fetcher:
 
     async def _read_body(self, resp: aiohttp.ClientResponse) -> bytes:
         limit = self.config.limits.max_bytes
-        declared = resp.content_length
+        declared = resp.content_length  # of the body as sent (compressed, if it is)
         if declared is not None and declared > limit:
             raise _Failure("too_large", f"Content-Length {declared} > max_bytes {limit}")
+        encoding = _content_encoding(resp)
         try:
-            if declared is not None and "Content-Encoding" not in resp.headers:
+            if encoding is not None:
+                return await self._inflate_capped(resp, encoding, limit)
+            if declared is not None:
                 # The parser never yields more than Content-Length bytes of an uncompressed body: one read.
                 return await resp.content.readexactly(declared)
             return await self._stream_capped(resp, limit)
@@ -331,8 +341,20 @@ class _Fetcher:
             ) from None
 
     @staticmethod
+    async def _inflate_capped(resp: aiohttp.ClientResponse, encoding: str, limit: int) -> bytes:
+        """A body the server compressed although we asked for identity: inflate it under the cap."""
+        try:
+            inflater = _Inflater(encoding, limit)
+            async for chunk in resp.content.iter_chunked(_CHUNK):
+                inflater.feed(chunk)
+        except _Failure:
+            resp.close()  # stop now: the connection is closed rather than drained
+            raise
+        return inflater.finish()
+
+    @staticmethod
     async def _stream_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
-        """No usable length (chunked, or compressed): count while streaming and stop at the cap."""
+        """No Content-Length (chunked, or read to the end): count while streaming and stop at the cap."""
         chunks: list[bytes] = []
         size = 0
         async for chunk in resp.content.iter_chunked(_CHUNK):
@@ -342,6 +364,86 @@ class _Fetcher:
                 resp.close()  # stop now: the connection is closed rather than drained
                 raise _Failure("too_large", f"body exceeded max_bytes {limit} while streaming")
         return b"".join(chunks)
+
+
+def _content_encoding(resp: aiohttp.ClientResponse) -> str | None:
+    """The body's Content-Encoding, lower case; None when it is sent as stored."""
+    value = resp.headers.get("Content-Encoding", "").strip().lower()
+    return None if value in ("", "identity") else value
+
+
+class _Inflater:
+    """Inflates a gzip or deflate body piece by piece, never producing more than `limit` + 1 bytes.
+
+    zlib's `max_length` bounds each call's output, so a bomb is stopped after at most `limit` + 1 inflated bytes
+    whatever its ratio. Over the cap, the ratio of inflated to consumed compressed bytes tells a bomb
+    (`decompression_bomb`) from a large image (`too_large`). gzip may hold several members (RFC 1952); deflate is
+    zlib-wrapped (RFC 1950) or, from some servers, raw, told apart by the first byte as aiohttp does.
+    """
+
+    def __init__(self, encoding: str, limit: int) -> None:
+        if encoding in ("gzip", "x-gzip"):
+            self._wbits: int | None = 16 + zlib.MAX_WBITS
+        elif encoding == "deflate":
+            self._wbits = None  # decided by the first byte
+        else:
+            # br, zstd, compress, or a list of stacked codings: refused rather than decoded by another library.
+            raise _Failure("unsupported_encoding", f"Content-Encoding {encoding!r} (we asked for identity)")
+        self.encoding = encoding
+        self.limit = limit
+        self._decoder: Any = None
+        self._parts: list[bytes] = []
+        self._size = 0  # inflated
+        self._consumed = 0  # compressed bytes consumed so far
+        self._started = False
+        self._between = b""  # the start of the next gzip member, when a piece ended inside its magic
+
+    def feed(self, data: bytes) -> None:
+        while data:
+            if self._decoder is None and self._started:
+                if self._wbits is None:
+                    return  # deflate holds one stream: bytes after its end are not part of the body
+                data, self._between = self._between + data, b""
+                if len(data) < 2:
+                    self._between = data  # a member's magic split across pieces: wait for the next one
+                    return
+                if not data.startswith(b"\x1f\x8b"):
+                    return  # padding after the last gzip member, not another member
+            if self._decoder is None:
+                wbits = self._wbits
+                if wbits is None:
+                    wbits = zlib.MAX_WBITS if data[0] & 0x0F == 8 else -zlib.MAX_WBITS
+                self._decoder = zlib.decompressobj(wbits)
+                self._started = True
+            decoder = self._decoder
+            try:
+                out = decoder.decompress(data, self.limit - self._size + 1)
+            except zlib.error as exc:
+                raise _Failure("corrupt", f"Content-Encoding {self.encoding}: bad compressed data ({exc})") from None
+            left = len(decoder.unconsumed_tail) + (len(decoder.unused_data) if decoder.eof else 0)
+            self._consumed += len(data) - left
+            self._size += len(out)
+            if self._size > self.limit:
+                raise self._over_limit()
+            self._parts.append(out)
+            # Under the cap, zlib consumed all its input; what is left is the next gzip member, if anything.
+            data = decoder.unused_data if decoder.eof else b""
+            if decoder.eof:
+                self._decoder = None
+
+    def finish(self) -> bytes:
+        if self._decoder is not None:
+            raise _Failure(
+                "truncated", f"Content-Encoding {self.encoding}: the compressed stream ended early ({self._size} bytes)"
+            )
+        return b"".join(self._parts)
+
+    def _over_limit(self) -> _Failure:
+        ratio = self._size / max(1, self._consumed)
+        where = f"{self.encoding} body inflates past max_bytes {self.limit} from {self._consumed} compressed bytes"
+        if ratio >= BOMB_RATIO:
+            return _Failure("decompression_bomb", f"{where} (over {int(ratio)}:1)")
+        return _Failure("too_large", where)
 
 
 class _Verdicts:
@@ -541,14 +643,15 @@ async def _fetch_all(
         ttl_dns_cache=60,
     )
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout_s, sock_read=config.read_timeout_s)
-    headers = {"User-Agent": config.user_agent, "Accept": "image/*,*/*;q=0.5"}
+    # identity: an image is compressed already, and an uncompressed body is capped by its Content-Length alone.
+    headers = {"User-Agent": config.user_agent, "Accept": "image/*,*/*;q=0.5", "Accept-Encoding": "identity"}
     async with aiohttp.ClientSession(
         connector=connector,
         timeout=timeout,
         headers=headers,
         cookie_jar=aiohttp.DummyCookieJar(),  # no state carried between unrelated hosts
         trust_env=False,  # an environment proxy would connect on our behalf, past the resolver's guard
-        auto_decompress=True,
+        auto_decompress=False,  # a server may compress anyway: `_Inflater` does it under the body cap
     ) as session:
         fetcher = _Fetcher(
             config=config,

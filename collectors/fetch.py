@@ -2,6 +2,9 @@
 
 Backends: `local` (embedded default: fsspec paths, for the local-folder searcher) and `http` (production: the async
 downloader with its SSRF guard, classified retries and an item-level journal). Both write the same rows.
+
+Hits of a web search are URLs chosen by strangers: only the `http` backend may fetch them (`web_hits_problem`, checked
+by the build configs), and the `local` importer refuses any URL that is not on storage (`blocked_protocol`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,19 @@ from data.stage import Registry
 from data.workspace import BlobStore, Workspace
 
 FetchConfig = Annotated[ImportConfig | HttpDownloadConfig, Field(discriminator="backend")]
+# Searchers whose hits are local files; every other searcher returns web URLs.
+LOCAL_SEARCH_BACKENDS = frozenset({"local"})
+
+
+def web_hits_problem(search_backend: str, download_backend: str, prefix: str = "") -> str | None:
+    """Why this search/download pair is refused, or None. `prefix` locates the sections in the config."""
+    if search_backend in LOCAL_SEARCH_BACKENDS or download_backend == "http":
+        return None
+    return (
+        f"{prefix}download.backend must be 'http' when {prefix}search.backend is {search_backend!r}: web search hits "
+        f"are fetched only by the SSRF-guarded HTTP downloader ({prefix}download: {{backend: http}}); the "
+        f"{download_backend!r} backend reads local files"
+    )
 
 
 class Fetcher(Protocol):

@@ -1,7 +1,9 @@
 """Import stage: fetch each search hit's bytes from an fsspec path, check them, store them by sha256.
 
 This is the embedded counterpart of the HTTP downloader: same output rows, same failure classes for the image
-checks, plus `not_found` and `read_error` for paths that cannot be read.
+checks, plus `not_found` and `read_error` for paths that cannot be read, and `blocked_protocol` for a URL that is
+not on storage (http, ftp, a chained fsspec URL, ...): fsspec would fetch it with none of the downloader's SSRF
+checks, so it is refused as a row and never opened.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from collectors.image_check import ImageLimits, ImageRejected, inspect_image
+from collectors.ssrf import storage_refusal
 from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, blank_row, from_rows
 from data.workspace import BlobStore
 
@@ -26,8 +29,20 @@ class ImportConfig(BaseModel):
     shard_size: int = Field(default=256, ge=1, description="Hits per resumable part.")
 
 
+class ProtocolRefused(Exception):
+    """A URL fsspec would fetch from a network host (see `collectors.ssrf.storage_refusal`)."""
+
+
 def read_limited(url: str, max_bytes: int) -> bytes:
-    """Read at most max_bytes + 1 bytes, so an oversized body is detected without reading all of it."""
+    """Read at most max_bytes + 1 bytes, so an oversized body is detected without reading all of it.
+
+    Only storage URLs are opened: the check sits here, next to the only `fsspec.open` of a hit's URL.
+    """
+    refusal = storage_refusal(url)
+    if refusal is not None:
+        raise ProtocolRefused(
+            f"{refusal}; web URLs are fetched only by the SSRF-guarded HTTP downloader (download.backend: http)"
+        )
     with fsspec.open(url, "rb") as handle:
         return handle.read(max_bytes + 1)
 
@@ -40,6 +55,9 @@ def import_hits(hits: Sequence[dict], blobs: BlobStore, limits: ImageLimits) -> 
             data = read_limited(hit["url"], limits.max_bytes)
             row["num_bytes"] = len(data)
             info = inspect_image(data, limits)
+        except ProtocolRefused as exc:
+            # Nothing was opened: attempts 0, as the downloader records a URL it refused.
+            row.update(status=STATUS_FAILED, error="blocked_protocol", detail=str(exc), attempts=0)
         except FileNotFoundError as exc:
             row.update(status=STATUS_FAILED, error="not_found", detail=str(exc))
         except ImageRejected as exc:

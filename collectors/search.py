@@ -18,9 +18,10 @@ from typing import Annotated, Literal, Protocol
 import fsspec
 import pyarrow as pa
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from collectors.search_ddgs import DdgsSearchConfig, DdgsSearcher
+from collectors.ssrf import storage_refusal
 from data import reference
 from data.schemas import SEARCH_HITS, STATUS_FAILED, STATUS_OK, blank_row, from_rows
 from data.stage import Registry
@@ -99,6 +100,17 @@ class LocalFolderSearchConfig(BaseModel):
         description="English-speaking countries get no 'nav' query: it would repeat the 'eng' one.",
     )
     concurrency: int = Field(default=1, ge=1, description="Queries in flight at once (local reads need no more).")
+
+    @field_validator("root", "manifest")
+    @classmethod
+    def _on_storage(cls, value: str | None) -> str | None:
+        # fsspec would list a web "folder" and open every link on it, with none of the downloader's SSRF checks.
+        refusal = storage_refusal(value) if value is not None else None
+        if refusal:
+            raise ValueError(
+                f"{refusal}: the local searcher reads a corpus on storage; search the web with backend: ddgs"
+            )
+        return value
 
 
 SearchConfig = Annotated[LocalFolderSearchConfig | DdgsSearchConfig, Field(discriminator="backend")]
@@ -207,6 +219,11 @@ class LocalFolderSearcher:
     def __init__(self, config: LocalFolderSearchConfig) -> None:
         if config.root is None and config.manifest is None:
             raise ValueError("local searcher needs `root` or `manifest`")
+        for where in (config.root, config.manifest):
+            # Again here: a config changed with model_copy (the demo's root) skipped the field validator.
+            refusal = storage_refusal(where) if where is not None else None
+            if refusal:
+                raise ValueError(f"local searcher: {refusal}")
         self.config = config
         self._index = self._read_manifest(config.manifest) if config.manifest else None
 

@@ -9,6 +9,10 @@ network. Two checks close that door:
 - `GuardedResolver` is the aiohttp resolver: it drops every resolved address that is not allowed, so the address
   that is checked is the address that is connected to (no time-of-check/time-of-use gap for DNS rebinding).
   aiohttp never calls a resolver for a literal IP host, which is why `check_url` covers those.
+
+The local importer and the local searcher read through fsspec, which speaks http, ftp, sftp, smb and more without
+any of these checks. `storage_refusal` keeps them to storage protocols, so a URL that names a network host can
+only be fetched by the guarded downloader.
 """
 
 from __future__ import annotations
@@ -20,11 +24,16 @@ from dataclasses import dataclass
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
+from fsspec.core import split_protocol as fsspec_split_protocol
 from yarl import URL
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})
+# What a local corpus (and the build workspace, where the demo corpus lives) may be read from through fsspec: local
+# files, memory, and object stores. An object-store URL names a bucket, reached through the endpoint the operator
+# configured, never a host of its own; every other protocol (http, ftp, sftp, smb, webdav, ...) names a host.
+STORAGE_PROTOCOLS = frozenset({"file", "local", "memory", "s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl"})
 MAX_URL_CHARS = 8192  # longer URLs are refused by most servers anyway; a cheap cap on abuse
 
 # RFC 6052 NAT64 well-known prefix: the last 32 bits are an IPv4 address reached through a translator.
@@ -41,6 +50,23 @@ class UrlRefused(Exception):
         super().__init__(f"{error}: {detail}")
         self.error = error
         self.detail = detail
+
+
+def storage_refusal(url: str) -> str | None:
+    """Why fsspec must not open `url` for a local corpus, or None when it may (see STORAGE_PROTOCOLS).
+
+    The answer says what is wrong; callers add what to do instead, which depends on where the URL came from.
+    """
+    text = str(url)
+    if "::" in text:
+        # fsspec reads `a::b` as a chain (simplecache::http://..., zip://x::ftp://...): the inner link is fetched too.
+        # Not echoed: the URL is in the row already, and a link of the chain may carry credentials.
+        return "a chained fsspec URL ('a::b') is not a storage URL (only plain paths and storage URLs are read)"
+    protocol = fsspec_split_protocol(text)[0]  # as fsspec will read it: `data:` included, case kept
+    if protocol is None or protocol in STORAGE_PROTOCOLS:
+        return None
+    storage = ", ".join(sorted(STORAGE_PROTOCOLS - {"local"}))
+    return f"{protocol!r} is not a storage protocol (local paths, {storage})"
 
 
 class BlockedAddressError(OSError):

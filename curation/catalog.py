@@ -2,10 +2,15 @@
 
 Row order, and so `index_in_dataset`, is concept id, then the reference country order, then the English query
 before the native one, then search rank. The benchmark tables refer to images by these row positions.
+
+An image's tags are the concepts it shows: its own, the tagger's, and those of every exact-byte or exact-pixel copy
+of it found under another concept (`curation/copies.py`), kept or not. A copy of a food picture filed under "dance"
+therefore shows food too, and is never a "not food" distractor.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -21,6 +26,7 @@ def build_catalog(
     review: pa.Table,
     tags: pa.Table,
     translations: pa.Table,
+    copies: pa.Table,
     public_url: Callable[[str], str] = lambda url: url,
 ) -> pa.Table:
     """`public_url` turns a fetch location into what the release records (local paths become relative)."""
@@ -28,6 +34,11 @@ def build_catalog(
     hits = {r["image_id"]: r for r in search_hits.to_pylist() if r["status"] == STATUS_OK}
     kept = {r["image_id"] for r in review.to_pylist() if r["keep"]}
     tag_rows = {r["image_id"]: r for r in tags.to_pylist()}
+    copy_rows = {r["image_id"]: r for r in copies.to_pylist()}
+    shown_by_group: dict[str, set[int]] = defaultdict(set)  # every concept any copy was found for or tagged with
+    for image_id, row in copy_rows.items():
+        shown_by_group[row["copy_group"]].add(hits[image_id]["concept_id"])
+        shown_by_group[row["copy_group"]].update(tag_rows[image_id]["concept_ids"] if image_id in tag_rows else ())
     native = {(r["concept_id"], r["language_code"]): r["text"] for r in translations.to_pylist()}
     country_order = {c.name: i for i, c in enumerate(reference.countries())}
 
@@ -39,6 +50,8 @@ def build_catalog(
         country = reference.country_by_name()[hit["country"]]
         concept = names[hit["concept_id"]]
         tag = tag_rows[image["image_id"]]
+        copy = copy_rows[image["image_id"]]
+        own_tags = list(tag["concept_ids"])
         records.append(
             {
                 "image_id": image["image_id"],
@@ -56,11 +69,12 @@ def build_catalog(
                 "url": public_url(hit["url"]),
                 "source_page": hit["source_page"],
                 "sha256": image["sha256"],
+                "pixel_sha256": copy["pixel_sha256"],
                 "num_bytes": image["num_bytes"],
                 "width": image["width"],
                 "height": image["height"],
                 "format": image["format"],
-                "tags": tag["concept_ids"],
+                "tags": own_tags + sorted(shown_by_group[copy["copy_group"]] - set(own_tags)),
                 "tagger": tag["tagger"],
             }
         )

@@ -14,10 +14,11 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 from PIL import Image, ImageDraw, ImageFont, ImageOps
+
+from data.workspace import Storage
 
 KEPT_COLOUR = (0, 160, 60)
 DROPPED_COLOUR = (210, 30, 30)
@@ -109,12 +110,9 @@ def write_contact_sheet(
             draw.text((left, bottom + 15), _fit_head(draw, link, font, layout.frame_px), fill=TEXT_COLOUR, font=font)
     buffer = io.BytesIO()
     sheet.save(buffer, format="PNG")  # Pillow writes no timestamp: same pixels, same bytes
-    fs, path = fsspec.core.url_to_fs(out_path)
-    parent = posixpath.dirname(path)
-    if parent:
-        fs.makedirs(parent, exist_ok=True)
-    with fsspec.open(out_path, "wb") as handle:
-        handle.write(buffer.getvalue())
+    folder, name = posixpath.split(out_path)
+    storage = Storage(folder or ".")  # the workspace's writer: a temporary name, fsync, then the rename
+    storage.write_bytes(storage.path(name), buffer.getvalue())
     return out_path
 
 

@@ -12,6 +12,7 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 
 from curation.image_dedup import DedupInputs, ImageDedupConfig, decide
 from curation.image_hashing import hash_batch, pixel_sha256
@@ -22,6 +23,7 @@ class FileDedupResult:
     clusters: list[list[str]]  # merged groups of two or more paths, the kept one first
     review_pairs: list[tuple[str, str]]  # ambiguous pairs, not merged
     unreadable: dict[str, str]  # path -> decode error
+    merge_pairs: list[tuple[str, str]]  # the pairs a tier decided to merge, before union-find closes them
 
 
 def _read(path: str) -> bytes:
@@ -75,4 +77,6 @@ def dedup_files(paths: Sequence[str], config: ImageDedupConfig | None = None, wo
     queue = result.review_queue
     review = list(zip(queue["image_a"].to_pylist(), queue["image_b"].to_pylist(), strict=True))
     unreadable = {p: e for p, e in zip(paths, batch.errors, strict=True) if e is not None}
-    return FileDedupResult(clusters, review, unreadable)
+    merging = result.pairs.filter(pc.equal(result.pairs["decision"], "merge"))
+    merge_pairs = sorted(set(zip(merging["image_a"].to_pylist(), merging["image_b"].to_pylist(), strict=True)))
+    return FileDedupResult(clusters, review, unreadable, merge_pairs)

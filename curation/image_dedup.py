@@ -248,7 +248,7 @@ def _perceptual_pairs(
     if inputs.sha256 is not None:  # equal bytes are already the strongest link
         distinct = np.array([inputs.sha256[a] != inputs.sha256[b] for a, b in zip(i, j, strict=True)], bool)
         i, j, d = i[distinct], j[distinct], d[distinct]
-    exact = _equal_pixels(inputs, i, j, d)
+    exact, _ = equal_pixels(inputs, i, j, d)
     evidence.add(i[exact], j[exact], EXACT_PIXELS, np.zeros(int(exact.sum())), np.ones(int(exact.sum()), bool))
     i, j, d = i[~exact], j[~exact], d[~exact]
     dh = np.bitwise_count(inputs.dhash[i] ^ inputs.dhash[j])
@@ -293,13 +293,14 @@ def _aligned_pairs(
             evidence.add(ki[keep], kj[keep], ALIGNED, scores[keep], merge[keep])
 
 
-def _equal_pixels(inputs: DedupInputs, i: np.ndarray, j: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """Which candidate pairs have identical decoded pixels. Only pairs that can be equal are decoded in full:
-    same size, pHash within the window, and (when thumbnails are at hand) equal thumbnails for two images decoded
-    the same way, or thumbnails within the draft-versus-box rounding for a JPEG against another format."""
+def equal_pixels(inputs: DedupInputs, i: np.ndarray, j: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, dict[int, str]]:
+    """Which candidate pairs have identical decoded pixels, and the pixel hashes that took (row -> sha256). Only
+    pairs that can be equal are decoded in full: same size, pHash within the window, and (when thumbnails are at
+    hand) equal thumbnails for two images decoded the same way, or thumbnails within the draft-versus-box rounding
+    for a JPEG against another format."""
     out = np.zeros(len(i), dtype=bool)
     if inputs.pixel_hash is None:
-        return out
+        return out, {}
     same_size = (inputs.width[i] == inputs.width[j]) & (inputs.height[i] == inputs.height[j])
     candidates = np.flatnonzero(same_size & (d <= EXACT_PIXEL_WINDOW))
     if inputs.align_thumbnail is not None and inputs.draft_decoded is not None:
@@ -309,7 +310,7 @@ def _equal_pixels(inputs: DedupInputs, i: np.ndarray, j: np.ndarray, d: np.ndarr
         digests = dict(zip(rows, pool.map(inputs.pixel_hash, rows), strict=True))
     for k in candidates.tolist():
         out[k] = digests[int(i[k])] == digests[int(j[k])]
-    return out
+    return out, digests
 
 
 def _thumbnails_allow_equal(inputs: DedupInputs, a: int, b: int) -> bool:

@@ -1,8 +1,10 @@
 """The candidate rules of the RQ2 triplets and RQ3 sextets, written once for the assembler and the validator.
 
 3XCM paper §3.2.2 (RQ2) and §3.2.3 (RQ3), with the stricter reading of the design brief: the correct and the
-irrelevant candidates never share the query's language group, and no distractor carries the query concept
-among its tags.
+irrelevant candidates never share the query's language group, and no distractor shows the query concept: none
+carries it among its tags, and none has the bytes (sha256) or the decoded pixels (pixel hash) of an image of the
+query concept. The tags already include the concepts of an image's copies (`curation/copies.py`); the hashes are
+checked again here, so the validator holds a release to the rule whatever its tags say.
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ class Catalog:
     country_names: list[str]
     country_group: np.ndarray
     tags: list[frozenset[int]]
+    sha_group: np.ndarray  # int: rows with equal sha256 share a value
+    pixel_group: np.ndarray  # int: rows with equal (known) pixel hashes share a value; -1 where unknown
     _tag_masks: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    _shows: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_table(cls, table: pa.Table) -> Catalog:
@@ -61,6 +66,12 @@ class Catalog:
             country_names=ordered,
             country_group=country_group,
             tags=[frozenset(t) for t in table.column("tags").to_pylist()],
+            sha_group=_groups(table.column("sha256").to_pylist()),
+            pixel_group=_groups(
+                table.column("pixel_sha256").to_pylist()
+                if "pixel_sha256" in table.column_names
+                else [None] * table.num_rows
+            ),
         )
 
     def __len__(self) -> int:
@@ -73,6 +84,17 @@ class Catalog:
             self._tag_masks[concept] = mask
         return mask
 
+    def shows(self, concept: int) -> np.ndarray:
+        """Rows that show `concept`: tagged with it, or a byte- or pixel-identical copy of an image of it."""
+        mask = self._shows.get(concept)
+        if mask is None:
+            of_concept = self.concept == concept
+            mask = self.tagged(concept) | np.isin(self.sha_group, self.sha_group[of_concept])
+            pixels = self.pixel_group[of_concept]
+            mask |= np.isin(self.pixel_group, pixels[pixels >= 0])
+            self._shows[concept] = mask
+        return mask
+
     def query_for(self, index: int, descriptor_country: int = -1) -> Query:
         return Query(
             concept=int(self.concept[index]),
@@ -83,15 +105,21 @@ class Catalog:
         )
 
 
+def _groups(values: list[str | None]) -> np.ndarray:
+    """Equal non-null values -> equal non-negative ints; null -> -1."""
+    ids: dict[str, int] = {}
+    return np.array([-1 if v is None else ids.setdefault(v, len(ids)) for v in values], dtype=np.int64)
+
+
 Rule = Callable[[Catalog, Query], np.ndarray]
 
 RQ2_RULES: dict[str, Rule] = {
     # (i) Correct: the query concept, from a country outside the query's language group.
     "correct": lambda cat, q: (cat.concept == q.concept) & (cat.group != q.group),
     # (ii) Language-biased: from the query's country, not showing the query concept.
-    "language_biased": lambda cat, q: (cat.country == q.country) & ~cat.tagged(q.concept),
+    "language_biased": lambda cat, q: (cat.country == q.country) & ~cat.shows(q.concept),
     # (iii) Totally irrelevant: not showing the concept, from outside the query's language group.
-    "irrelevant": lambda cat, q: (cat.group != q.group) & ~cat.tagged(q.concept),
+    "irrelevant": lambda cat, q: (cat.group != q.group) & ~cat.shows(q.concept),
 }
 
 RQ3_RULES: dict[str, Rule] = {
@@ -100,9 +128,9 @@ RQ3_RULES: dict[str, Rule] = {
     "object_relevant": lambda cat, q: (
         (cat.concept == q.concept) & (cat.group != q.group) & (cat.group != q.descriptor_group)
     ),
-    "cultural_descriptor_relevant": lambda cat, q: (cat.country == q.descriptor_country) & ~cat.tagged(q.concept),
-    "language_biased": lambda cat, q: (cat.country == q.country) & ~cat.tagged(q.concept),
-    "irrelevant": lambda cat, q: ~cat.tagged(q.concept) & (cat.group != q.group) & (cat.group != q.descriptor_group),
+    "cultural_descriptor_relevant": lambda cat, q: (cat.country == q.descriptor_country) & ~cat.shows(q.concept),
+    "language_biased": lambda cat, q: (cat.country == q.country) & ~cat.shows(q.concept),
+    "irrelevant": lambda cat, q: ~cat.shows(q.concept) & (cat.group != q.group) & (cat.group != q.descriptor_group),
 }
 
 
@@ -119,6 +147,12 @@ class PoolCache:
 
     def pool(self, slot: str, query: Query) -> np.ndarray:
         return self._pool(slot, query)
+
+    def allows(self, slot: str, query: Query, index: int) -> bool:
+        """Whether row `index` is eligible for the slot: a binary search of the (sorted, cached) pool."""
+        pool = self.pool(slot, query)
+        position = int(np.searchsorted(pool, index))
+        return position < len(pool) and int(pool[position]) == index
 
 
 def eligible_descriptor_countries(cache: PoolCache, query: Query) -> list[int]:

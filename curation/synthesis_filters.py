@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from curation.image_embeddings import ImageEmbedder, OpenClipEmbeddingConfig, build_embedder
 from curation.image_hashing import decode_normalized
 from data.schemas import SYNTHESIS_FILTER_SCORES, from_rows
-from data.stage import Registry, require, required_file
+from data.stage import Registry, error_text, require, required_file
 from data.workspace import file_sha256
 
 # App. A.6: "images with either BRISQUE score of greater than 80 or CLIP similarity outside the range (65 - 98)
@@ -241,12 +241,6 @@ def _piq(config: BrisqueConfig) -> BrisqueScorer:
     return PiqBrisque(config)
 
 
-def _error_text(where: str, exc: BaseException) -> str:
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    text = f"{where}: {type(exc).__name__}" + (f": {detail}" if detail else "")
-    return text[:MAX_ERROR_TEXT]
-
-
 def _row(filters: SynthesisFilter, brisque: float | None, clip: float | None, verdict: str, reason: str | None) -> dict:
     return {
         "brisque": brisque,
@@ -286,7 +280,7 @@ class SynthesisFilter:
                 synthesized = decode_normalized(synthesized_bytes)
             except Exception as exc:  # any decoder failure is this attempt's row
                 decoded.append(None)
-                rows.append(_row(self, None, None, ERROR, _error_text("synthesized", exc)))
+                rows.append(_row(self, None, None, ERROR, f"synthesized: {error_text(exc, MAX_ERROR_TEXT)}"))
                 continue
             original = None
             key = hashlib.sha256(original_bytes).hexdigest()
@@ -296,7 +290,7 @@ class SynthesisFilter:
                     original = decode_normalized(original_bytes)
                 except Exception as exc:
                     decoded.append(None)
-                    rows.append(_row(self, None, None, ERROR, _error_text("original", exc)))
+                    rows.append(_row(self, None, None, ERROR, f"original: {error_text(exc, MAX_ERROR_TEXT)}"))
                     continue
                 pending.add(key)
             decoded.append((key, original, synthesized))
@@ -311,7 +305,7 @@ class SynthesisFilter:
                 try:
                     brisque = self.brisque.score(item[2])
                 except Exception as exc:  # e.g. piq's asserts on a flat image
-                    brisque_error = _error_text("brisque", exc)
+                    brisque_error = f"brisque: {error_text(exc, MAX_ERROR_TEXT)}"
             rows[i] = self._decide(brisque, brisque_error, similarities[i])
         return [row for row in rows if row is not None]
 

@@ -2,11 +2,13 @@
 
 It re-derives everything from the image table, so it runs the same on a fresh build and on a published release.
 Rules checked, per row:
-  * the query and every candidate point at real rows, and their id, concept and country columns agree;
+  * the query and every candidate point at real rows, and their id, concept and country columns agree, and the
+    row's `query_concept_id` is the concept of its query image (so the query text is tied to the query image);
   * each candidate is in its slot's eligible pool (`curation.rules`), and the candidates of a row are distinct;
   * the query text is the concept (RQ2) or descriptor form (RQ3) in the query country's language;
   * balance: replaying the rows in order, each candidate was a least-used member of its pool when chosen (and
     each RQ3 descriptor country a least-used eligible country), and no image exceeds `max_reuse` when set.
+And per task, given the `unassembled` table: every image is a query, or is listed there with its reason.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel
 
 from curation.assemble import QueryTexts
@@ -66,6 +69,7 @@ class _Checker:
         self.texts = texts
         self.max_reuse = max_reuse
         self.violations: list[Violation] = []
+        self.queried: dict[str, set[int]] = {}  # task -> image rows used as a query
 
     def add(self, table: str, row: int | None, rule: str, detail: str) -> None:
         self.violations.append(Violation(table=table, row=row, rule=rule, detail=detail))
@@ -145,6 +149,14 @@ class _Checker:
             if q_index in query_seen:
                 self.add(table_name, r, "one_query_per_image", f"query_index {q_index} is used by an earlier row")
             query_seen.add(q_index)
+            if row["query_concept_id"] != int(self.catalog.concept[q_index]):
+                self.add(
+                    table_name,
+                    r,
+                    f"{task}.query_concept_id",
+                    f"query_concept_id {row['query_concept_id']} is not the concept of the query image "
+                    f"{self.describe(q_index)}",
+                )
             query = self.catalog.query_for(q_index)
             if task == "rq3":
                 query = self.check_descriptor(table_name, r, row, cache, q_index, balance)
@@ -157,7 +169,7 @@ class _Checker:
                 if index is None:
                     continue
                 pool = cache.pool(slot, query)
-                if index not in set(pool.tolist()):
+                if not cache.allows(slot, query, index):
                     self.add(
                         table_name,
                         r,
@@ -177,6 +189,7 @@ class _Checker:
                 chosen.append(index)
             if len(set(chosen)) != len(chosen):
                 self.add(table_name, r, f"{task}.distinct_candidates", f"candidates repeat: {chosen}")
+        self.queried[task] = query_seen
         if self.max_reuse is not None and len(usage) and usage.max() > self.max_reuse:
             worst = int(np.argmax(usage))
             self.add(
@@ -185,6 +198,31 @@ class _Checker:
                 f"{task}.max_reuse",
                 f"{self.catalog.image_id[worst]} is used {usage.max()}x > max_candidate_reuse {self.max_reuse}",
             )
+
+    def check_complete(self, task: str, table_name: str, unassembled: pa.Table) -> None:
+        """Every image is a query of the task, or is in `unassembled` with the reason it could not be one."""
+        rows = unassembled.filter(pc.equal(unassembled["task"], task)).to_pylist()
+        explained: set[int] = set()
+        for row in rows:
+            index = row["query_index"]
+            if not 0 <= index < len(self.catalog) or self.catalog.image_id[index] != row["query_image_id"]:
+                self.add("unassembled", None, f"{task}.unassembled_reference", f"{row} is not a row of image_metadata")
+                continue
+            if not row["reason"]:
+                self.add("unassembled", None, f"{task}.unassembled_reason", f"{row['query_image_id']} has no reason")
+            if index in self.queried.get(task, set()):
+                self.add("unassembled", None, f"{task}.unassembled_but_queried", f"{row['query_image_id']}")
+            explained.add(index)
+        missing = set(range(len(self.catalog))) - self.queried.get(task, set()) - explained
+        for index in sorted(missing)[:50]:
+            self.add(
+                table_name,
+                None,
+                f"{task}.complete",
+                f"{self.catalog.image_id[index]} is neither a query nor in unassembled with a reason",
+            )
+        if len(missing) > 50:
+            self.add(table_name, None, f"{task}.complete", f"... and {len(missing) - 50} more images unaccounted for")
 
     def check_descriptor(
         self, table: str, r: int, row: dict, cache: PoolCache, q_index: int, balance: DescriptorBalance
@@ -241,7 +279,9 @@ def validate_benchmark(
     benchmark_cd: pa.Table | None,
     translations: pa.Table | None = None,
     max_reuse: int | None = None,
+    unassembled: pa.Table | None = None,
 ) -> ValidationReport:
+    """Check every row; with `unassembled`, also that every image is a query or is listed there with a reason."""
     checker = _Checker(images, QueryTexts(translations) if translations is not None else None, max_reuse)
     checker.check_images()
     if checker.violations:
@@ -263,4 +303,9 @@ def validate_benchmark(
         prefixes = {slot: f"{slot}_candidate_" for slot in RQ3_SLOTS}
         checker.check_rows("benchmark_cd", benchmark_cd, RQ3_RULES, prefixes, "rq3")
         rows["benchmark_cd"] = benchmark_cd.num_rows
+    if unassembled is not None:
+        checker.check_complete("rq2", "benchmark", unassembled)
+        if benchmark_cd is not None:
+            checker.check_complete("rq3", "benchmark_cd", unassembled)
+        rows["unassembled"] = unassembled.num_rows
     return ValidationReport(violations=checker.violations, rows_checked=rows)

@@ -22,3 +22,18 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(str(row.get(h, "")) for h in headers) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def deviations_section(deviations: list[str]) -> str:
+    """The card's account of how the build differs from the paper; the claim of a faithful build only when none."""
+    if not deviations:
+        return "Every stage ran on the paper's backend with the paper's settings."
+    return "**This build differs from the paper:**\n\n" + "\n".join(f"* {d}" for d in deviations)
+
+
+def auto_accept_notice(what: str) -> str:
+    """First lines of a card whose human review was replaced by the auto-accept policy."""
+    return (
+        f"> **No human reviewed the {what}.** The auto-accept policy decided in the reviewers' place, so this "
+        "release is not human-reviewed as the paper's is.\n"
+    )

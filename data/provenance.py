@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 from collections.abc import Iterable
 from functools import cache
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
+
+from data.workspace import file_sha256
 
 SECRET_MARKERS = ("key", "token", "secret", "password", "credential")
 REDACTED = "**redacted**"
@@ -75,3 +78,22 @@ def redact(value: Any) -> Any:
     if isinstance(value, list):
         return [redact(v) for v in value]
     return value
+
+
+_LOCAL_PATH = re.compile(r"^(?:file://|~|/|[A-Za-z]:[\\/])")
+
+
+def portable_paths(value: Any) -> Any:
+    """Every absolute local path in a config, at any depth, as what it names rather than where it lies on this
+    machine: a file as `<name> (local file, sha256 <hex>)`, anything else as `<name> (local path)`. Relative paths,
+    hub ids and URLs of remote stores are kept."""
+    if isinstance(value, dict):
+        return {k: portable_paths(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable_paths(v) for v in value]
+    if not isinstance(value, str) or not _LOCAL_PATH.match(value):
+        return value
+    path = Path(value.removeprefix("file://")).expanduser()
+    if path.is_file():
+        return f"{path.name} (local file, sha256 {file_sha256(path)})"
+    return f"{path.name} (local path)"

@@ -1,15 +1,20 @@
 """Versioned, immutable releases: HF-datasets Parquet, WebDataset shards, a dataset card and a manifest.
 
-A release is staged in a hidden sibling folder and renamed into `<root>/<name>/<version>/` only when complete.
-A version is immutable: writing it again succeeds only when every data file is byte-identical (the existing
-release is then left untouched); otherwise it is refused, naming the files that differ.
+A release is staged in a hidden sibling folder and renamed into `<root>/<name>/<version>/` only when complete. The
+rename is exclusive: on a local disk, renaming a folder onto a non-empty one fails, and on an object store a lock
+object created with exclusive create (`xb`) lets one writer publish at a time. A version is immutable: writing it
+again succeeds only when every file on disk, hashed again, is byte-identical to what this build would write (the
+existing release is then left untouched); otherwise it is refused, naming the files that differ. When the version
+exists already nothing is staged at all, so checking an identical rebuild needs no write access to the release root.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
+import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -24,7 +29,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from data.workspace import Storage, sha256_bytes
 
 MANIFEST = "manifest.json"
-SEMVER = r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$"
+# semver.org 2.0.0: dot-separated pre-release identifiers, each non-empty and numeric ones without leading zeros.
+_PRERELEASE_ID = r"(?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)"
+_BUILD_ID = r"[0-9A-Za-z-]+"
+SEMVER = (
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    rf"(?:-{_PRERELEASE_ID}(?:\.{_PRERELEASE_ID})*)?(?:\+{_BUILD_ID}(?:\.{_BUILD_ID})*)?$"
+)
 
 
 class ReleaseConfig(BaseModel):
@@ -39,6 +50,10 @@ class ReleaseConfig(BaseModel):
 
 class ReleaseExistsError(FileExistsError):
     pass
+
+
+class ReleaseBusyError(FileExistsError):
+    """Another writer is publishing the same version right now (or crashed while doing so)."""
 
 
 @dataclass
@@ -64,8 +79,9 @@ def to_release_jpeg(data: bytes, source_format: str, quality: int = 95) -> bytes
         return data
     with Image.open(io.BytesIO(data)) as image:
         rgb = image.convert("RGB")
+        profile = image.info.get("icc_profile")  # colours mean what the original meant
     buffer = io.BytesIO()
-    rgb.save(buffer, format="JPEG", quality=quality, optimize=False)
+    rgb.save(buffer, format="JPEG", quality=quality, optimize=False, icc_profile=profile)
     return buffer.getvalue()
 
 
@@ -88,13 +104,16 @@ class ReleaseWriter:
         self.staging = self.storage.path(name, f".staging-{config.version}-{uuid.uuid4().hex[:8]}")
         self.files: dict[str, str] = {}  # relative path -> sha256
         self.sizes: dict[str, int] = {}
+        # An existing version is compared with, not written again: nothing needs staging.
+        self.compare_only = self.storage.exists(self.final)
 
     def _record(self, rel: str, data: bytes) -> None:
         self.files[rel] = sha256_bytes(data)
         self.sizes[rel] = len(data)
 
     def write_bytes(self, rel: str, data: bytes) -> None:
-        self.storage.write_bytes(f"{self.staging}/{rel}", data)
+        if not self.compare_only:
+            self.storage.write_bytes(f"{self.staging}/{rel}", data)
         self._record(rel, data)
 
     def write_table(self, config_name: str, table: pa.Table, split: str = "train") -> str:
@@ -147,28 +166,81 @@ class ReleaseWriter:
         return {"parquet": parquet_files, "webdataset": tars.written}
 
     def commit(self, manifest: dict[str, Any]) -> ReleaseResult:
-        """Write the manifest and move the staged release into place (or find it already there, identical)."""
+        """Write the manifest and move the staged release into place, exclusively; or find the version there
+        already, identical on disk, and leave it untouched."""
         manifest = {
             **manifest,
             "files": {k: {"sha256": v, "bytes": self.sizes[k]} for k, v in sorted(self.files.items())},
         }
-        if self.storage.exists(self.final):
-            existing = self.storage.read_json(f"{self.final}/{MANIFEST}")
-            ours = {k: v["sha256"] for k, v in manifest["files"].items()}
-            theirs = {k: v["sha256"] for k, v in existing.get("files", {}).items()}
+        if not self.compare_only:
+            self.storage.write_json(f"{self.staging}/{MANIFEST}", manifest)
+            if self._publish():
+                return ReleaseResult(path=self.final, version=self.config.version, status="created", manifest=manifest)
+            self.abort()  # the version appeared meanwhile: compare with it instead
+        return self._same_as_existing()
+
+    def _publish(self) -> bool:
+        """Rename the staging folder to the version's folder; False when that folder exists already (nothing is
+        moved into it)."""
+        if self.storage.local:
+            try:
+                os.rename(self.staging, self.final)  # fails on a non-empty target: an exclusive publish
+            except OSError as exc:
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    return False
+                raise
+            parent = self.final.rsplit("/", 1)[0]
+            fd = os.open(parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return True
+        lock = f"{self.final}.publishing"
+        try:
+            with self.storage.fs.open(lock, "xb"):
+                pass
+        except FileExistsError:
+            raise ReleaseBusyError(
+                f"{self.storage.display(lock)} exists: another build is publishing {self.name} "
+                f"{self.config.version} now; if none is (a crash), delete that object and rerun"
+            ) from None
+        try:
+            if self.storage.exists(self.final):
+                return False
+            # Object stores have no folder rename: copy object by object, the manifest last, so a copy cut short
+            # lacks its manifest and is never taken for a complete release.
+            fs, prefix = self.storage.fs, self.staging.rstrip("/") + "/"
+            files = sorted(fs.find(self.staging), key=lambda path: path.endswith(f"/{MANIFEST}"))
+            for path in files:
+                fs.copy(path, f"{self.final}/{path[len(prefix) :]}")
             self.storage.rm(self.staging)
-            if ours == theirs:
-                return ReleaseResult(
-                    path=self.final, version=self.config.version, status="unchanged", manifest=existing
-                )
-            differing = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
-            raise ReleaseExistsError(
-                f"release {self.name} {self.config.version} already exists at {self.final} with different content "
-                f"({len(differing)} files differ, e.g. {differing[:5]}); versions are immutable, choose a new version"
-            )
-        self.storage.write_json(f"{self.staging}/{MANIFEST}", manifest)
-        self.storage.fs.mv(self.staging, self.final, recursive=True)
-        return ReleaseResult(path=self.final, version=self.config.version, status="created", manifest=manifest)
+            return True
+        finally:
+            self.storage.rm(lock)
+
+    def _same_as_existing(self) -> ReleaseResult:
+        """The existing version, hashed again file by file, against what this build would write."""
+        ours = dict(self.files)
+        on_disk = self._hash_existing()
+        has_manifest = on_disk.pop(MANIFEST, None) is not None
+        if ours == on_disk and has_manifest:
+            existing = self.storage.read_json(f"{self.final}/{MANIFEST}")
+            return ReleaseResult(path=self.final, version=self.config.version, status="unchanged", manifest=existing)
+        differing = sorted(k for k in ours.keys() | on_disk.keys() if ours.get(k) != on_disk.get(k))
+        differing += [] if has_manifest else [f"{MANIFEST} (missing)"]
+        where = self.storage.display(self.final)
+        raise ReleaseExistsError(
+            f"release {self.name} {self.config.version} already exists at {where} with different content "
+            f"({len(differing)} files differ, e.g. {differing[:5]}); versions are immutable, choose a new version"
+        )
+
+    def _hash_existing(self) -> dict[str, str]:
+        prefix = self.final.rstrip("/") + "/"
+        return {
+            path[len(prefix) :]: sha256_bytes(self.storage.read_bytes(path))
+            for path in sorted(self.storage.fs.find(self.final))
+        }
 
     def abort(self) -> None:
         self.storage.rm(self.staging)

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from data import reference
-from data.card import front_matter, markdown_table
+from data.card import auto_accept_notice, deviations_section, front_matter, markdown_table
 from data.figures import heatmap_png
 from data.release import ImageRow, ReleaseConfig, ReleaseResult, ReleaseWriter, to_release_jpeg
 from data.schemas import XCM_BENCH_CSV_COLUMNS
@@ -49,6 +49,7 @@ def write_3xcm_release(
     catalog: pa.Table,
     benchmark: pa.Table,
     benchmark_cd: pa.Table,
+    unassembled: pa.Table,
     provenance: dict[str, Any],
 ) -> ReleaseResult:
     writer = ReleaseWriter(config, NAME)
@@ -66,6 +67,7 @@ def write_3xcm_release(
         shards = writer.write_images("image_metadata", rows, schema)
         writer.write_table("benchmark", benchmark)
         writer.write_table("benchmark_cd", benchmark_cd)
+        writer.write_table("unassembled", unassembled)
         writer.write_csv("benchmarks/xcm-bench.csv", benchmark, XCM_BENCH_CSV_COLUMNS)
         matrix, concept_names, countries = concept_country_matrix(catalog)
         writer.write_bytes(FIGURE, heatmap_png(matrix, concept_names, countries, "Images per concept and country"))
@@ -97,6 +99,10 @@ def render_card(
             "config_name": "benchmark_cd",
             "data_files": [{"split": "train", "path": "benchmark_cd/train-*.parquet"}],
         },
+        {
+            "config_name": "unassembled",
+            "data_files": [{"split": "train", "path": "unassembled/train-*.parquet"}],
+        },
     ]
     head = front_matter(
         configs,
@@ -105,7 +111,8 @@ def render_card(
         extra={"task_categories": ["image-to-text", "text-to-image"]},
     )
     backends = provenance.get("backends", {})
-    warnings = embedded_default_warnings(backends) + review_note(provenance.get("review", {}))
+    warnings = deviations_section(provenance.get("deviations", [])) + review_note(provenance.get("review", {}))
+    notice = auto_accept_notice("near-duplicate decisions") if backends.get("review") == "auto_accept" else ""
     per_country = Counter(catalog["country"].to_pylist())
     country_rows = [
         {"country": c.name, "images": per_country[c.name]} for c in reference.countries() if per_country[c.name]
@@ -120,6 +127,7 @@ def render_card(
         f"""
 # 3XCM, culturebench build {version}
 
+{notice}
 A cross-cultural, cross-lingual, cross-modal retrieval benchmark following *Evaluating Perspectival Biases in
 Cross-Modal Retrieval* (3XCM). Images of culturally inclusive concepts from {len(country_rows)} countries are
 turned into forced-choice text-to-image tests:
@@ -128,9 +136,12 @@ turned into forced-choice text-to-image tests:
   from another language group), a language-biased image (the query country, not the concept) and an irrelevant one.
 * `benchmark_cd` (RQ3 sextets): "{{concept}} of {{Y}}" in the language of country X, with six candidates.
 * `image_metadata`: the images. `query_index` and every `*_candidate_index` are row positions in this table.
+* `unassembled`: each image that is not the query of a triplet (`rq2`) or a sextet (`rq3`), with the reason (the
+  slot that had no eligible candidate).
 
 This build keeps stricter rules than the published benchmark: the correct and the irrelevant candidates never share
-the query's language group, no distractor carries the query concept among its tags, and candidate reuse is balanced.
+the query's language group, no distractor shows the query concept (among its tags, or as a byte- or pixel-identical
+copy of an image of it, whatever concept it was filed under), and candidate reuse is balanced.
 Every row was checked by the validator: **{provenance.get("validation", {}).get("summary", "not run")}**.
 
 Licence: CC BY-NC-SA 4.0. Research use only; ethical review is required for production use.
@@ -185,22 +196,15 @@ def review_note(review: dict[str, Any]) -> str:
         f"\n\n**Human review** (`{review['reviewer']}`): {review['tasks']} ambiguous pairs, "
         f"{review['decided']} decided by majority, {review['undecided']} undecided "
         "(one image of each undecided pair is held back); "
-        f"Fleiss' kappa {agreement}.{closed}"
+        f"Fleiss' kappa {agreement}.{closed}{_scenes_lost(review)}"
     )
 
 
-def embedded_default_warnings(backends: dict[str, str]) -> str:
-    notes = []
-    if backends.get("search") == "local":
-        notes.append(
-            "Images came from a local folder, not a web search (for the demo: generated pictures, not photos)."
-        )
-    if backends.get("review") == "auto_accept":
-        notes.append("No human reviewed the duplicate decisions: the auto-accept policy accepted them as they were.")
-    if backends.get("tagging") == "none":
-        notes.append("Images are tagged with their own concept only (`tagger=none`), not by a multi-label tagger.")
-    if backends.get("translations") == "shipped":
-        notes.append("Translations are drafts awaiting native review.")
-    if not notes:
-        return "All stages ran on their production backends."
-    return "**Embedded defaults were used.**\n\n" + "\n".join(f"* {n}" for n in notes)
+def _scenes_lost(review: dict[str, Any]) -> str:
+    lost = review.get("scenes_fully_held_back", 0)
+    if not lost:
+        return ""
+    return (
+        f" {lost} scene(s) have no image in this release because each of their images is held back by an undecided"
+        " pair."
+    )

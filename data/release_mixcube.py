@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 from PIL import Image, ImageDraw
 
-from data.card import front_matter, markdown_table
+from data.card import auto_accept_notice, deviations_section, front_matter, markdown_table
 from data.release import ImageRow, ReleaseConfig, ReleaseResult, ReleaseWriter, to_release_jpeg
 from data.schemas import MIXCUBE_ROWS
 from data.workspace import BlobStore
@@ -98,18 +98,18 @@ def render_card(rows: pa.Table, shards: dict, provenance: dict[str, Any], versio
             "for SDXL inpainting painted their masks."
         )
     reviewers = Counter(r for r in rows["reviewer"].to_pylist() if r)
-    if reviewers.get("auto_accept"):
-        warnings.append("No human checked the syntheses: the auto-accept policy accepted every filtered attempt.")
+    notice = auto_accept_notice("synthesized images") if reviewers.get("auto_accept") else ""
     cells = Counter(zip(rows["country"].to_pylist(), rows["category"].to_pylist(), strict=True))
     cell_rows = [{"country": c, "category": k, "images": n} for (c, k), n in sorted(cells.items())]
     incomplete = provenance.get("incomplete", [])
     body = f"""
 # MixCuBe, culturebench build {version}
 
+{"".join(f"> {w}{chr(10)}{chr(10)}" for w in warnings)}{notice}
 Each original photo of food, a festival or clothing is followed by four copies in which the people were inpainted
 into another ethnicity (African, Caucasian, East Asian, South Asian), following *When Tom Eats Kimchi* (MixCuBe).
 
-{chr(10).join("* " + w for w in warnings) if warnings else "All stages ran on their production backends."}
+{deviations_section(provenance.get("deviations", []))}
 
 Columns: `country` (adjective), `category`, `ethnicity` (`original` or the swap), `image`, then `sample_id`,
 `original_id`, `attempt_id`, `mask_sha256` (the mask is `masks/<sha256>.png`), `prompt`, `seed`, `model_id`,

@@ -199,6 +199,15 @@ REVIEW_QUEUE = pa.schema(
     ]
 )
 
+COPIES = pa.schema(
+    # image_dedup side table: copies of one picture across concepts (curation/copies.py), one row per hashed image.
+    [
+        pa.field("image_id", pa.string(), nullable=False),
+        pa.field("copy_group", pa.string(), nullable=False),  # the smallest image id among its byte/pixel copies
+        pa.field("pixel_sha256", pa.string()),  # decoded-pixel hash, where it was known or computed
+    ]
+)
+
 CONCEPT_DEDUP_SUMMARY = pa.schema(
     [
         pa.field("concept_id", pa.int32(), nullable=False),
@@ -294,8 +303,12 @@ MIXCUBE_ORIGINALS = pa.schema(
         pa.field("food_label", pa.string()),  # native and English names (food_label.csv), Food only
         pa.field("source", pa.string(), nullable=False),  # the image file, or `demo`
         pa.field("status", pa.string(), nullable=False),
-        pa.field("error", pa.string()),  # bad_label | missing_file | not_an_image | too_small
+        # bad_label | short_row | long_row | empty_path | bad_path | path_outside_root | missing_file | not_a_file |
+        # read_error | not_an_image | too_small
+        pa.field("error", pa.string()),
         pa.field("sha256", pa.string()),
+        # sha256 of the bytes as received, before the EXIF orientation was applied (= sha256 when they were kept)
+        pa.field("received_sha256", pa.string()),
         pa.field("width", pa.int32()),
         pa.field("height", pa.int32()),
         pa.field("format", pa.string()),
@@ -442,10 +455,12 @@ CATALOG = pa.schema(
         pa.field("url", pa.string(), nullable=False),
         pa.field("source_page", pa.string()),
         pa.field("sha256", pa.string(), nullable=False),
+        pa.field("pixel_sha256", pa.string()),  # decoded-pixel hash, where the dedup computed one
         pa.field("num_bytes", pa.int64(), nullable=False),
         pa.field("width", pa.int32(), nullable=False),
         pa.field("height", pa.int32(), nullable=False),
         pa.field("format", pa.string(), nullable=False),
+        # Concepts it shows, in priority order: its own, the tagger's, then those of its copies under other concepts.
         pa.field("tags", pa.list_(pa.int32()), nullable=False),
         pa.field("tagger", pa.string(), nullable=False),
     ]

@@ -7,18 +7,26 @@ Layout::
         tables/<stage>/part-00000.parquet ...    a stage's output, written part by part
         tables/<stage>/_attempt.json             fingerprint of the attempt that wrote the parts
         tables/<stage>/_stats.json               counts kept and dropped by reason
-        tables/<stage>/_SUCCESS                  completion marker (fingerprint, rows)
+        tables/<stage>/_SUCCESS                  completion marker (fingerprint, rows, each file's sha256 and
+                                                 rows, the upstream stages' digests)
         files/...                                other stage files (demo corpus, figures)
 
-Every write goes to a temporary name first and is renamed into place, so a crash never leaves a half-written
-file under a final name. A stage whose `_SUCCESS` fingerprint matches is not run again; a stage that crashed
-keeps its finished parts and resumes from the first missing one.
+Every write goes to a temporary name first, is flushed to disk (fsync on a local disk) and renamed into place, so a
+crash never leaves a half-written file under a final name, and a marker is never durable before the data it vouches
+for. A stage whose `_SUCCESS` fingerprint and upstream digests match, and whose files still hash to what the marker
+recorded, is not run again; a stage that crashed keeps its finished parts and resumes from the first missing one.
+Every read of a finished table checks the bytes against the marker, so a damaged or missing file is named, never
+read as data.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import io
 import json
+import logging
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,6 +39,8 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 
 from data.shards import InOrder, MapShards, ShardPlan
+
+log = logging.getLogger(__name__)
 
 SUCCESS = "_SUCCESS"
 ATTEMPT = "_attempt.json"
@@ -52,11 +62,34 @@ class StageStats(BaseModel):
         return ", ".join(f"{k}: {v}" for k, v in self.dropped_by_reason.items()) or "-"
 
 
+class FileRecord(BaseModel):
+    """What a completion marker vouches for, per Parquet file of the stage."""
+
+    sha256: str
+    bytes: int
+    rows: int
+
+
 class StageMarker(BaseModel):
     stage: str
     fingerprint: str
     rows: int
     parts: int
+    # name -> record of every Parquet file of the stage (parts and side tables). None: a marker written before the
+    # workspace recorded them, which cannot vouch for its files and is treated as stale.
+    files: dict[str, FileRecord] | None = None
+    inputs: dict[str, str] = Field(default_factory=dict)  # upstream stage -> its digest when this stage ran
+
+    def digest(self) -> str:
+        """This stage's content and, through `inputs`, everything it was computed from."""
+        return fingerprint(self.stage, self.files, self.inputs)
+
+    def part_names(self) -> list[str]:
+        return sorted(name for name in self.files or {} if name.startswith("part-"))
+
+
+class DamagedFileError(OSError):
+    """A workspace file does not hold what its completion marker (or its content address) says it holds."""
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -97,11 +130,19 @@ class Storage:
 
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
-        self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        except (ValueError, ImportError) as exc:  # an unknown protocol, or one whose package is missing
+            raise StorageError(f"{url!r} is not a usable fsspec URL: {exc}") from None
         self.root = self.root.rstrip("/")
+        self.local = "file" in self.fs.protocol
 
     def path(self, *parts: str) -> str:
         return "/".join([self.root, *[p.strip("/") for p in parts if p]])
+
+    def display(self, path: str) -> str:
+        """How a message names `path`: a plain path on a local disk, a full URL elsewhere."""
+        return path if self.local else self.fs.unstrip_protocol(path)
 
     def exists(self, path: str) -> bool:
         return self.fs.exists(path)
@@ -115,7 +156,14 @@ class Storage:
         try:
             with self.fs.open(tmp, "wb") as handle:
                 yield handle
-            self.fs.mv(tmp, path)
+                if self.local:  # the bytes reach the disk before the name does
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            if self.local:
+                os.replace(tmp, path)
+                _fsync_dir(parent)  # ...and the rename itself survives a power cut
+            else:
+                self.fs.mv(tmp, path)
         except BaseException:
             if self.fs.exists(tmp):
                 self.fs.rm(tmp)
@@ -135,15 +183,41 @@ class Storage:
     def read_json(self, path: str) -> Any:
         return json.loads(self.read_bytes(path))
 
-    def write_parquet(self, path: str, table: pa.Table, row_group_size: int | None = None) -> None:
-        with self.open_atomic(path) as handle:
-            pq.write_table(table, handle, row_group_size=row_group_size, compression="zstd")
+    def write_parquet(self, path: str, table: pa.Table, row_group_size: int | None = None) -> FileRecord:
+        """Write `table` atomically; returns the record a completion marker keeps of it."""
+        buffer = io.BytesIO()
+        pq.write_table(table, buffer, row_group_size=row_group_size, compression="zstd")
+        data = buffer.getvalue()
+        self.write_bytes(path, data)
+        return FileRecord(sha256=sha256_bytes(data), bytes=len(data), rows=table.num_rows)
 
-    def read_parquet(self, path: str) -> pa.Table:
-        with self.fs.open(path, "rb") as handle:
-            return pq.read_table(handle)
+    def read_parquet(self, path: str, expected: FileRecord | None = None) -> pa.Table:
+        """Read a Parquet file; with `expected`, its bytes must hash to the record first."""
+        return self.read_parquet_recorded(path, expected)[0]
+
+    def read_parquet_recorded(self, path: str, expected: FileRecord | None = None) -> tuple[pa.Table, FileRecord]:
+        try:
+            data = self.read_bytes(path)
+        except FileNotFoundError:
+            raise DamagedFileError(errno.ENOENT, "the file is missing", self.display(path)) from None
+        digest = sha256_bytes(data)
+        if expected is not None and (digest, len(data)) != (expected.sha256, expected.bytes):
+            raise DamagedFileError(
+                errno.EIO,
+                f"its bytes (sha256 {digest[:12]}, {len(data)} bytes) are not those its completion marker recorded "
+                f"(sha256 {expected.sha256[:12]}, {expected.bytes} bytes)",
+                self.display(path),
+            )
+        try:
+            table = pq.read_table(pa.BufferReader(data))
+        except (pa.ArrowException, OSError) as exc:
+            raise DamagedFileError(errno.EIO, f"not a readable Parquet file ({exc})", self.display(path)) from None
+        return table, FileRecord(sha256=digest, bytes=len(data), rows=table.num_rows)
 
     def listdir(self, path: str) -> list[str]:
+        # Object-store filesystems (s3fs, gcsfs) cache listings: parts that another process (a Dask worker) wrote
+        # since would be missed. A listing is a decision input here, so it is always fresh.
+        self.fs.invalidate_cache(path)
         if not self.fs.exists(path):
             return []
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path, detail=False))
@@ -151,6 +225,18 @@ class Storage:
     def rm(self, path: str) -> None:
         if self.fs.exists(path):
             self.fs.rm(path, recursive=True)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class StorageError(ValueError):
+    """A workspace or release root that cannot be used (unknown protocol, a file where a folder must be)."""
 
 
 class BlobStore:
@@ -172,9 +258,15 @@ class BlobStore:
         return digest
 
     def get(self, sha256: str) -> bytes:
-        data = self.storage.read_bytes(self.path(sha256))
+        path = self.path(sha256)
+        data = self.storage.read_bytes(path)
         if sha256_bytes(data) != sha256:
-            raise OSError(f"blob {sha256} is corrupt in the store")
+            raise DamagedFileError(
+                errno.EIO,
+                "blob is corrupt in the store: its bytes do not hash to its name; delete it and rerun with a new "
+                "--build-id, or restore it from a backup",
+                self.storage.display(path),
+            )
         return data
 
     def size(self, sha256: str) -> int:
@@ -193,6 +285,8 @@ class Workspace:
         self.build_id = build_id
         self.storage = Storage(f"{root.rstrip('/')}/{build_id}")
         self.blobs = BlobStore(self.storage, "blobs")
+        self._inputs: dict[str, dict[str, str]] = {}
+        self._repaired: dict[str, dict[str, str]] = {}
 
     @property
     def url(self) -> str:
@@ -212,38 +306,128 @@ class Workspace:
             return None
         return StageMarker(**self.storage.read_json(path))
 
-    def is_done(self, stage: str, fingerprint: str) -> bool:
+    def bind_inputs(self, stage: str, inputs: dict[str, str]) -> None:
+        """The digests of the upstream stages `stage` is about to be computed from (the graph knows them): its
+        marker records them, and an attempt computed from other inputs is stale."""
+        self._inputs[stage] = dict(inputs)
+
+    def damage(self, stage: str) -> dict[str, str]:
+        """Files of a finished stage that no longer hold what its marker recorded: name -> what is wrong."""
         marker = self.marker(stage)
-        return marker is not None and marker.fingerprint == fingerprint
+        if marker is None:
+            return {}
+        if marker.files is None:
+            return {SUCCESS: "the marker predates the workspace's file records"}
+        damaged = {}
+        for name, record in sorted(marker.files.items()):
+            path = f"{self.stage_dir(stage)}/{name}"
+            try:
+                data = self.storage.read_bytes(path)
+            except FileNotFoundError:
+                damaged[name] = "missing"
+                continue
+            if len(data) != record.bytes or sha256_bytes(data) != record.sha256:
+                damaged[name] = "its bytes changed since the stage finished"
+        return damaged
+
+    def is_current(self, stage: str, fingerprint: str) -> bool:
+        """Finished with this fingerprint, from the upstream content bound now, and every file intact."""
+        marker = self.marker(stage)
+        return (
+            marker is not None
+            and marker.fingerprint == fingerprint
+            and marker.inputs == self._inputs.get(stage, marker.inputs)
+            and not self.damage(stage)
+        )
+
+    def is_done(self, stage: str, fingerprint: str) -> bool:
+        return self.is_current(stage, fingerprint)
+
+    def discard(self, stage: str, files: list[str]) -> None:
+        """Forget that `stage` finished, and remove `files` of it: a rerun redoes exactly those (a sharded stage
+        keeps its intact parts)."""
+        self.storage.rm(f"{self.stage_dir(stage)}/{SUCCESS}")
+        for name in files:
+            self.storage.rm(f"{self.stage_dir(stage)}/{name}")
+
+    def repair(self, stage: str) -> dict[str, str]:
+        """Discard a finished stage whose files are damaged, so that running it redoes them; returns what was
+        wrong (empty: nothing). The stage's next stats say what was repaired."""
+        damaged = self.damage(stage)
+        if damaged:
+            log.warning("build %s, stage %s: damaged files, redoing them: %s", self.build_id, stage, damaged)
+            self.discard(stage, [name for name in damaged if name != SUCCESS])
+            self._repaired[stage] = damaged
+        return damaged
 
     def stats(self, stage: str) -> StageStats:
         return StageStats(**self.storage.read_json(f"{self.stage_dir(stage)}/{STATS}"))
 
     # -- tables -----------------------------------------------------------------------------------------------
 
-    def read_table(self, stage: str) -> pa.Table:
+    def _finished(self, stage: str) -> StageMarker:
         marker = self.marker(stage)
         if marker is None:
             raise FileNotFoundError(f"stage {stage!r} has not completed in build {self.build_id!r}")
-        tables = [self.storage.read_parquet(f"{self.stage_dir(stage)}/{name}") for name in self._parts(stage)]
+        if marker.files is None:
+            raise DamagedFileError(
+                errno.EIO,
+                "this completion marker predates the workspace's file records; rerun the build to redo the stage",
+                self.storage.display(f"{self.stage_dir(stage)}/{SUCCESS}"),
+            )
+        return marker
+
+    def read_table(self, stage: str) -> pa.Table:
+        """The stage's table, read from exactly the parts its marker lists, each checked against its record."""
+        marker = self._finished(stage)
+        assert marker.files is not None
+        tables = [
+            self.storage.read_parquet(f"{self.stage_dir(stage)}/{name}", marker.files[name])
+            for name in marker.part_names()
+        ]
         return pa.concat_tables(tables)
+
+    def read_extra_table(self, stage: str, name: str) -> pa.Table:
+        marker = self._finished(stage)
+        assert marker.files is not None
+        file = f"{name}.parquet"
+        if file not in marker.files:
+            raise FileNotFoundError(f"stage {stage!r} of build {self.build_id!r} has no side table {name!r}")
+        return self.storage.read_parquet(f"{self.stage_dir(stage)}/{file}", marker.files[file])
 
     def _parts(self, stage: str) -> list[str]:
         return [
             n for n in self.storage.listdir(self.stage_dir(stage)) if n.startswith("part-") and n.endswith(".parquet")
         ]
 
-    def _begin(self, stage: str, fingerprint: str) -> None:
-        """Start or resume an attempt: parts from an attempt with another fingerprint are stale."""
+    def _attempt_key(self, stage: str, key: str) -> str:
+        return f"{key}:inputs={fingerprint(self._inputs.get(stage, {}))[:16]}"
+
+    def _begin(self, stage: str, key: str) -> None:
+        """Start or resume an attempt: parts from an attempt with another key (config, cut or inputs) are stale."""
+        key = self._attempt_key(stage, key)
         attempt_path = f"{self.stage_dir(stage)}/{ATTEMPT}"
-        if self.storage.exists(attempt_path) and self.storage.read_json(attempt_path).get("fingerprint") == fingerprint:
+        if self.storage.exists(attempt_path) and self.storage.read_json(attempt_path).get("fingerprint") == key:
             return
         self.storage.rm(self.stage_dir(stage))
-        self.storage.write_json(attempt_path, {"stage": stage, "fingerprint": fingerprint})
+        self.storage.write_json(attempt_path, {"stage": stage, "fingerprint": key})
 
-    def _finish(self, stage: str, fingerprint: str, stats: StageStats, rows: int, parts: int) -> StageMarker:
+    def _finish(
+        self, stage: str, fingerprint: str, stats: StageStats, files: dict[str, FileRecord], parts: int
+    ) -> StageMarker:
+        """Stats, then the marker: written last, and only after every file it vouches for is on disk."""
+        if stage in self._repaired:
+            stats = stats.model_copy(update={"extra": {**stats.extra, "repaired_files": self._repaired.pop(stage)}})
         self.storage.write_json(f"{self.stage_dir(stage)}/{STATS}", stats.model_dump(mode="json"))
-        marker = StageMarker(stage=stage, fingerprint=fingerprint, rows=rows, parts=parts)
+        rows = sum(record.rows for name, record in files.items() if name.startswith("part-"))
+        marker = StageMarker(
+            stage=stage,
+            fingerprint=fingerprint,
+            rows=rows,
+            parts=parts,
+            files=dict(sorted(files.items())),
+            inputs=self._inputs.get(stage, {}),
+        )
         self.storage.write_json(f"{self.stage_dir(stage)}/{SUCCESS}", marker.model_dump(mode="json"))
         return marker
 
@@ -258,16 +442,14 @@ class Workspace:
     ) -> StageMarker:
         """Write a whole stage output (plus named side tables) in one part and mark the stage complete."""
         self._begin(stage, fingerprint)
+        files = {}
         for name, (side, side_schema) in (extra_tables or {}).items():
-            self.storage.write_parquet(f"{self.stage_dir(stage)}/{name}.parquet", _conform(side, side_schema))
-        table = _conform(table, schema)
-        self.storage.write_parquet(f"{self.stage_dir(stage)}/{_part_name(0)}", table)
-        return self._finish(stage, fingerprint, stats, table.num_rows, 1)
-
-    def read_extra_table(self, stage: str, name: str) -> pa.Table:
-        if self.marker(stage) is None:
-            raise FileNotFoundError(f"stage {stage!r} has not completed in build {self.build_id!r}")
-        return self.storage.read_parquet(f"{self.stage_dir(stage)}/{name}.parquet")
+            file = f"{name}.parquet"
+            files[file] = self.storage.write_parquet(f"{self.stage_dir(stage)}/{file}", _conform(side, side_schema))
+        files[_part_name(0)] = self.storage.write_parquet(
+            f"{self.stage_dir(stage)}/{_part_name(0)}", _conform(table, schema)
+        )
+        return self._finish(stage, fingerprint, stats, files, 1)
 
     def run_sharded(
         self,
@@ -301,15 +483,19 @@ class Workspace:
             raise RuntimeError(f"stage {stage!r}: shards {[int(n[5:10]) for n in missing]} have no part after running")
         for name in set(written) - set(parts):  # from a longer item list
             self.storage.rm(f"{self.stage_dir(stage)}/{name}")
-        table = pa.concat_tables([self.storage.read_parquet(f"{self.stage_dir(stage)}/{n}") for n in parts])
-        return self._finish(stage, fingerprint, plan.summarize(table), table.num_rows, plan.shards)
+        # The parts are read once: for the stage's counts, and for the records the marker keeps of them.
+        tables, files = [], {}
+        for name in parts:
+            table, files[name] = self.storage.read_parquet_recorded(f"{self.stage_dir(stage)}/{name}")
+            tables.append(table)
+        return self._finish(stage, fingerprint, plan.summarize(pa.concat_tables(tables)), files, plan.shards)
 
     def write_shard(self, stage: str, fingerprint: str, plan: ShardPlan, index: int) -> int:
         """Process one shard and write its part; returns its rows. Any process that sees the workspace may call it
         (a Dask worker does), but only inside the attempt that `run_sharded` began: a shard of an attempt that was
         since restarted with another config must not land among the new parts."""
         attempt = self.storage.read_json(f"{self.stage_dir(stage)}/{ATTEMPT}")["fingerprint"]
-        if attempt != plan.attempt_key(fingerprint):
+        if attempt != self._attempt_key(stage, plan.attempt_key(fingerprint)):
             raise RuntimeError(f"stage {stage!r} was restarted with another config; shard {index} not written")
         table = _conform(plan.process(plan.chunk(index)), plan.schema)
         self.storage.write_parquet(f"{self.stage_dir(stage)}/{_part_name(index)}", table)

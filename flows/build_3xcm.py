@@ -14,9 +14,10 @@ from prefect.artifacts import create_markdown_artifact
 from data import release_3xcm
 from data.provenance import code_version, reference_data_sha256
 from data.release import ReleaseResult
-from data.workspace import StageStats, Workspace
+from data.workspace import Workspace
 from flows.config import Build3XCMConfig
 from flows.graph import Progress
+from flows.paper_settings import xcm_deviations
 from flows.runner import (
     BuildSummary,
     ReviewResume,
@@ -25,7 +26,14 @@ from flows.runner import (
     execute_locally,
     summary_markdown,
 )
-from flows.stages_3xcm import GRAPH, STAGES, stage_fingerprints
+from flows.stages_3xcm import (
+    GRAPH,
+    STAGES,
+    BuildValidationError,
+    published_tables,
+    stage_fingerprints,
+    validate_tables,
+)
 
 __all__ = ["BuildSummary", "ReviewResume", "ReviewsNotFinished", "build_3xcm", "build_locally", "release"]
 
@@ -59,35 +67,37 @@ def provenance(config: Build3XCMConfig, ws: Workspace) -> dict[str, Any]:
         # Who actually reviewed: the files backend falls back on auto-accept until a completed export arrives.
         "backends": {**backends(config), "review": review.get("reviewer", "?")},
         "review": review,
+        "deviations": xcm_deviations(config, review.get("reviewer", "?")),
         "stage_fingerprints": stage_fingerprints(config),
         "stage_stats": [s.model_dump(mode="json") for s in stats],
         "reuse": by_name["assembly"].extra.get("reuse", {}),
-        "validation": {"summary": by_name["validation"].extra.get("summary", "")},
     }
 
 
 def release(config: Build3XCMConfig) -> ReleaseResult:
-    """Materialise the validated build into `<release.root>/3xcm/<version>/`."""
+    """Validate exactly the tables to publish, then materialise them into `<release.root>/3xcm/<version>/`. The
+    card and manifest state this run's verdict, not a stage's earlier one."""
     ws = GRAPH.workspace(config)
+    tables = published_tables(ws)
+    report = validate_tables(config, tables)
+    if not report.ok:
+        raise BuildValidationError(f"the tables to release break the benchmark rules:\n{report.summary()}")
     return release_3xcm.write_3xcm_release(
         config.release,
         ws.blobs,
-        ws.read_table("image_metadata"),
-        ws.read_table("assembly"),
-        ws.read_extra_table("assembly", "benchmark_cd"),
-        provenance(config, ws),
+        tables.images,
+        tables.benchmark,
+        tables.benchmark_cd,
+        tables.unassembled,
+        {**provenance(config, ws), "validation": {"summary": report.summary()}},
     )
-
-
-def validation_summary(stats: dict[str, StageStats]) -> str:
-    return stats["validation"].extra.get("summary", "")
 
 
 def build_locally(
     config: Build3XCMConfig, progress: Progress | None = None, close_reviews: bool = False
 ) -> BuildSummary:
     """The whole build in this process, without Prefect. Open reviews raise `ReviewPending`: rerun when done."""
-    return execute_locally(GRAPH, config, lambda: release(config), progress, close_reviews, validation_summary)
+    return execute_locally(GRAPH, config, lambda: release(config), progress, close_reviews)
 
 
 @flow(name="build-3xcm", log_prints=True, persist_result=True)
@@ -98,7 +108,7 @@ def build_3xcm(
     """Build and release 3XCM; stages that already finished for this config are skipped. An open review suspends
     the run until the reviewers are done (resume it from the UI, or let the sync-reviews deployment do it).
     `close_reviews` imports open reviews as they stand: items short of annotations are undecided and reported."""
-    summary = execute_in_prefect(GRAPH, config, close_reviews, lambda: release(config), validation_summary)
+    summary = execute_in_prefect(GRAPH, config, close_reviews, lambda: release(config))
     create_markdown_artifact(
         key="build-3xcm-summary",
         markdown=summary_markdown("3XCM", summary),

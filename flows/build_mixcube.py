@@ -19,6 +19,7 @@ from data.release import ReleaseResult
 from data.workspace import Workspace
 from flows.config_mixcube import BuildMixCubeConfig
 from flows.graph import Progress
+from flows.paper_settings import mixcube_deviations
 from flows.runner import BuildSummary, execute_in_prefect, execute_locally, summary_markdown
 from flows.stages_mixcube import GRAPH, stage_settings
 from synthesis.faces import build_face_detector
@@ -52,6 +53,7 @@ def provenance(config: BuildMixCubeConfig, ws: Workspace) -> dict[str, Any]:
         "reference_data_sha256": reference_data_sha256(),
         "seeds": {"synthesis": config.seed, "demo_originals": getattr(config.originals, "seed", None)},
         "backends": {**stage_settings(config), "qa": reviewers},
+        "deviations": mixcube_deviations(config, reviewers),
         "models": {
             "faces": stats["faces"].extra.get("detector"),
             "masks": stats["masks"].extra.get("masker"),

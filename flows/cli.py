@@ -110,17 +110,46 @@ def _config(model: type, path: Path | None, demo: bool, overrides: dict, check: 
             cfg = build_config({}, demo, overrides, model=model)
         if check is not None:
             check(cfg)
+        _check_roots(cfg)
     except ConfigError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
     return cfg
 
 
+def _check_roots(cfg: Any) -> None:
+    """The workspace and release roots must be usable folders before any stage runs."""
+    from data.workspace import Storage, StorageError
+
+    for field, url in (("workspace_root", cfg.workspace_root), ("release.root", cfg.release.root)):
+        try:
+            storage = Storage(url)
+        except StorageError as exc:
+            raise ConfigError(f"{field}: {exc}; use a local folder or a URL of an installed fsspec protocol") from None
+        if storage.local and Path(storage.root).exists() and not Path(storage.root).is_dir():
+            raise ConfigError(f"{field}: {url} is a file, not a folder; point {field} at a folder")
+
+
+def _os_error_line(exc: OSError) -> str:
+    """One line naming the file and what to do, for the OS errors a build can meet on its disks."""
+    import errno
+
+    where = exc.filename or "?"
+    if exc.errno == errno.ENOSPC:
+        return f"no space left on the device writing {where}: free some space and rerun (finished work is kept)"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"cannot write {where} ({exc.strerror}): make it writable, or pass --workspace-root / --release-root"
+    return f"{where}: {exc.strerror or exc}"
+
+
 def _run_build(benchmark: str, cfg: Any, engine: Engine, close_reviews: bool) -> None:
     if engine is Engine.prefect:
         _prepare_prefect_environment()
+    from annotation.aggregate import MalformedExport
     from annotation.collect import ReviewPending
+    from collectors.mixcube_originals import OriginalsInputError
     from data.release import ReleaseExistsError
+    from data.workspace import StorageError
     from flows.runner import ReviewsNotFinished
 
     if benchmark == "3xcm":
@@ -144,6 +173,9 @@ def _run_build(benchmark: str, cfg: Any, engine: Engine, close_reviews: bool) ->
     except (ReviewPending, ReviewsNotFinished) as exc:
         console.print(f"[yellow]waiting for reviewers:[/yellow] {exc}\nRerun the same command when they are done.")
         raise typer.Exit(3) from None
+    except OriginalsInputError as exc:  # the labels CSV or the originals folder as a whole
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
     except FileNotFoundError as exc:  # a model or weights file named by the config
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
@@ -152,6 +184,12 @@ def _run_build(benchmark: str, cfg: Any, engine: Engine, close_reviews: bool) ->
         raise typer.Exit(1) from None
     except ReleaseExistsError as exc:
         console.print(f"[red]{exc}[/red] (pass --version to write a new one)")
+        raise typer.Exit(1) from None
+    except MalformedExport as exc:
+        console.print(f"[red]malformed review export: {exc}[/red]; fix the file or export it again from Label Studio")
+        raise typer.Exit(2) from None
+    except (OSError, StorageError) as exc:  # a full disk, a read-only root, a damaged workspace file
+        console.print(f"[red]{_os_error_line(exc) if isinstance(exc, OSError) else exc}[/red]")
         raise typer.Exit(1) from None
     _print_summary(benchmark, summary)
 
@@ -249,15 +287,34 @@ def validate_command(release_dir: Annotated[Path, typer.Argument(exists=True, fi
     from curation.validate import validate_benchmark
     from data.schemas import CATALOG
 
-    def read(config_name: str, columns: list[str] | None = None) -> pa.Table:
+    def read(config_name: str, columns: list[str] | None = None, required: bool = True) -> pa.Table | None:
         files = sorted((release_dir / config_name).glob("*.parquet"))
         if not files:
+            if not required:
+                return None
             console.print(f"[red]{release_dir} has no {config_name}/*.parquet[/red]")
             raise typer.Exit(2)
-        return pa.concat_tables([pq.read_table(f, columns=columns) for f in files])
+        tables = []
+        for file in files:
+            try:
+                present = [c for c in columns if c in pq.read_schema(file).names] if columns else None
+                tables.append(pq.read_table(file, columns=present))
+            except (pa.ArrowException, OSError) as exc:
+                console.print(f"[red]{file}: not a readable Parquet file ({exc})[/red]")
+                raise typer.Exit(2) from None
+        return pa.concat_tables(tables)
 
-    images = read("image_metadata", CATALOG.names).select(CATALOG.names)  # the image bytes are not needed
-    report = validate_benchmark(images, read("benchmark"), read("benchmark_cd"))
+    images = read("image_metadata", CATALOG.names)  # the image bytes are not needed
+    assert images is not None
+    if "pixel_sha256" not in images.column_names:  # releases before pixel hashes were published
+        images = images.append_column("pixel_sha256", pa.nulls(images.num_rows, pa.string()))
+    images = images.select([c for c in CATALOG.names if c in images.column_names])
+    report = validate_benchmark(
+        images,
+        read("benchmark"),  # type: ignore[arg-type]
+        read("benchmark_cd"),
+        unassembled=read("unassembled", required=False),  # older releases did not publish it
+    )
     console.print(report.summary())
     if not report.ok:
         raise typer.Exit(1)

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from annotation.backends import LabelStudioFilesReviewConfig, ReviewConfig
 from collectors.concepts import ConceptsConfig, ShippedConceptsConfig
 from collectors.demo_corpus import DEMO_CONCEPTS, DEMO_COUNTRIES, DemoCorpusConfig
-from collectors.fetch import FetchConfig
+from collectors.fetch import FetchConfig, web_hits_problem
 from collectors.importer import ImportConfig
 from collectors.search import LocalFolderSearchConfig, SearchConfig
 from collectors.translations import ShippedTranslationsConfig, TranslationsConfig
@@ -20,7 +20,7 @@ from curation.concept_dedup import ConceptDedupConfig, LexicalConceptDedupConfig
 from curation.image_dedup import ImageDedupConfig
 from curation.tagging import OwnConceptTaggingConfig, TaggingConfig
 from data import reference
-from data.provenance import redact
+from data.provenance import portable_paths, redact
 from data.release import ReleaseConfig
 from data.workspace import fingerprint
 from flows.task_runner_config import DefaultTaskRunnerConfig, TaskRunnerConfig
@@ -49,9 +49,12 @@ class BuildConfigBase(BaseModel):
     )
 
     def released_config(self) -> dict[str, Any]:
-        """The config as a release's manifest records it: secrets redacted, and without where the build ran (its
-        workspace, its task runner), so the same config releases the same bytes wherever it ran."""
-        return redact(self.model_dump(mode="json", exclude={"workspace_root", "task_runner"}))
+        """The config as a release's manifest records it: secrets redacted, without where the build ran (its
+        workspace, its task runner, its release root), and with local paths (models, corpora) as their names plus
+        the sha256 of a file, so the same config releases the same bytes wherever it ran and no machine path is
+        published."""
+        where = {"workspace_root": True, "task_runner": True, "release": {"root"}}
+        return portable_paths(redact(self.model_dump(mode="json", exclude=where)))
 
     def resolved_build_id(self) -> str:
         if self.build_id:
@@ -66,7 +69,10 @@ class Build3XCMConfig(BuildConfigBase):
     build_prefix: ClassVar[str] = "3xcm"
     # How the review is reached does not change what is collected: adding a completed review export continues the
     # same build (the review stage's fingerprint redoes it).
-    outside_build_id: ClassVar[frozenset[str]] = BuildConfigBase.outside_build_id | {"review"}
+    outside_build_id: ClassVar[frozenset[str]] = BuildConfigBase.outside_build_id | {
+        "review",
+        "gpu_concurrency_limit",
+    }
 
     countries: list[str] = Field(
         default_factory=lambda: [c.name for c in reference.countries()],
@@ -91,6 +97,11 @@ class Build3XCMConfig(BuildConfigBase):
     tagging: TaggingConfig = Field(default_factory=OwnConceptTaggingConfig)
     assembly: AssemblyConfig = Field(default_factory=AssemblyConfig)
     release: ReleaseConfig = Field(default_factory=ReleaseConfig)
+    gpu_concurrency_limit: str | None = Field(
+        default="gpu",
+        description="Prefect global concurrency limit that BGE-M3 and open_clip hold per call (or shard) inside a "
+        "Prefect run, so builds sharing a GPU take turns; None, or a limit the server lacks, holds nothing.",
+    )
 
     @field_validator("countries")
     @classmethod
@@ -101,17 +112,28 @@ class Build3XCMConfig(BuildConfigBase):
         order = {c.name: i for i, c in enumerate(reference.countries())}
         return sorted(names, key=order.__getitem__)
 
+    @model_validator(mode="after")
+    def _web_hits_need_the_http_downloader(self) -> Build3XCMConfig:
+        # The local importer has no SSRF guard: a web search must not hand it URLs (it would refuse each one anyway).
+        problem = web_hits_problem(self.search.backend, self.download.backend)
+        if problem:
+            raise ValueError(problem)
+        return self
+
     @property
     def language_codes(self) -> list[str]:
         return sorted({reference.country_by_name()[c].language_code for c in self.countries})
 
     @classmethod
     def demo(cls, **overrides: Any) -> Build3XCMConfig:
-        """The offline demo: a generated corpus of 6 concepts x 8 countries (5 language groups)."""
+        """The offline demo: a generated corpus of 6 concepts x 8 countries (6 language groups)."""
         base: dict[str, Any] = {
             "countries": list(DEMO_COUNTRIES),
             "demo_corpus": DemoCorpusConfig().model_dump(),
             "concepts": {"backend": "shipped", "include": list(DEMO_CONCEPTS)},
+            # Nobody annotates a demo: its review files are written, and the auto-accept policy (stated first thing
+            # in the release card) decides. Production configs wait for people.
+            "review": {"backend": "label_studio_files", "when_unreviewed": "auto_accept"},
             "release": {"version": "0.1.0-demo"},
         }
         return cls.model_validate(merge(base, overrides))
@@ -138,6 +160,11 @@ def load_config(
     """Read a YAML or JSON config file; report every invalid field with its location."""
     try:
         raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) if path else {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"cannot read config {path}: it is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+            f"{exc.start}); save it as UTF-8"
+        ) from None
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from exc
     if raw is None:

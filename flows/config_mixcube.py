@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from annotation.backends import LabelStudioFilesReviewConfig, ReviewConfig
+from collectors.fetch import web_hits_problem
 from collectors.mixcube_originals import DemoOriginalsConfig, LocalOriginalsConfig
 from collectors.mixcube_search import SearchOriginalsConfig
+from collectors.ssrf import storage_refusal
 from curation.synthesis_filters import SynthesisFilterConfig
 from data.release import ReleaseConfig
 from flows.config import BuildConfigBase, merge
@@ -79,6 +81,27 @@ class BuildMixCubeConfig(BuildConfigBase):
     )
     release: ReleaseConfig = Field(default_factory=ReleaseConfig)
 
+    @model_validator(mode="after")
+    def _originals_are_fetched_through_the_guard(self) -> BuildMixCubeConfig:
+        # fsspec opens a local collection and the local importer reads search hits; neither has an SSRF guard, so
+        # web URLs must reach the HTTP downloader instead.
+        originals = self.originals
+        problem = None
+        if isinstance(originals, SearchOriginalsConfig):
+            problem = web_hits_problem(originals.search.backend, originals.download.backend, prefix="originals.")
+        elif isinstance(originals, LocalOriginalsConfig):
+            for name in ("root", "labels_csv"):
+                refusal = storage_refusal(getattr(originals, name))
+                if refusal:
+                    problem = (
+                        f"originals.{name}: {refusal}: a local collection is read from storage; web images come "
+                        "through originals: {backend: search} and the SSRF-guarded HTTP downloader"
+                    )
+                    break
+        if problem:
+            raise ValueError(problem)
+        return self
+
     @property
     def is_demo(self) -> bool:
         return isinstance(self.originals, DemoOriginalsConfig)
@@ -90,6 +113,8 @@ class BuildMixCubeConfig(BuildConfigBase):
             "originals": DemoOriginalsConfig().model_dump(),
             "filters": {"brisque": None, "clip": None},
             "target_per_cell": DemoOriginalsConfig().per_cell,
+            # Nobody reviews placeholder syntheses: the auto-accept policy decides, and the card says so first.
+            "qa": {"backend": "label_studio_files", "when_unreviewed": "auto_accept"},
             "release": {"version": "0.1.0-demo"},
         }
         originals = overrides.get("originals")

@@ -122,9 +122,10 @@ class BuildGraph:
         `ReviewPending` while annotators are at work; it writes nothing until they are done."""
         ws = self.workspace(config)
         fp = self.fingerprints(config)[name]
-        marker = ws.marker(name)
-        if marker is not None and marker.fingerprint == fp:
-            return marker, True
+        ws.bind_inputs(name, self.input_digests(ws, name, config))
+        if ws.is_current(name, fp):
+            return ws.marker(name), True  # type: ignore[return-value]
+        ws.repair(name)
         context = StageContext(
             config=config, ws=ws, fingerprint=fp, progress=progress, accept_incomplete=accept_incomplete
         )
@@ -133,12 +134,34 @@ class BuildGraph:
             return ws.run_sharded(name, fp, result, context.on_progress(name), map_shards), False
         return result, False
 
+    def input_digests(self, ws: Workspace, name: str, config: BuildConfig) -> dict[str, str]:
+        """The content digests of `name`'s upstream stages now: a stage computed from other upstream bytes (one
+        repaired since, say) is stale even when every config is the same."""
+        digests = {}
+        for dep in self.stage(name, config).deps:
+            marker = ws.marker(dep)
+            if marker is None:
+                raise FileNotFoundError(f"stage {name!r} needs {dep!r}, which has not completed in {ws.build_id!r}")
+            digests[dep] = marker.digest()
+        return digests
+
+    def is_current(self, name: str, config: BuildConfig) -> bool:
+        """The stage finished for this config and these upstream bytes, and its files are intact: running it would
+        change nothing."""
+        ws = self.workspace(config)
+        try:
+            ws.bind_inputs(name, self.input_digests(ws, name, config))
+        except FileNotFoundError:
+            return False
+        return ws.is_current(name, self.fingerprints(config)[name])
+
     def write_shard(self, name: str, config: BuildConfig, index: int) -> int:
         """Process and write one shard of a sharded stage, in whichever process calls it (a Dask worker does).
         Returns its rows. The plan, and the models it builds at its first shard, are kept for the process's next
         shard of the same stage."""
         ws = self.workspace(config)
         fp = self.fingerprints(config)[name]
+        ws.bind_inputs(name, self.input_digests(ws, name, config))
         key = (ws.url, name, fp)
         with _plans_lock:
             plan = _plans.get(key)

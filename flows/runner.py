@@ -77,7 +77,6 @@ def execute(
     run: Callable[[str, bool], StageRun],
     wait: Callable[[StageRun, int], ReviewResume],
     do_release: Callable[[], ReleaseResult],
-    validation: Callable[[dict[str, StageStats]], str] = lambda stats: "",
 ) -> BuildSummary:
     """Run the stages in order. A stage that waits for reviewers calls `wait`, then runs again with its answer."""
     skipped, placement = [], {}
@@ -103,7 +102,7 @@ def execute(
         release_status=result.status,
         stages=stats,
         skipped_stages=skipped,
-        validation=validation({s.stage: s for s in stats}),
+        validation=result.manifest.get("validation", {}).get("summary", ""),  # the release's own check
         figures=write_figures(ws, stats, result),
         shard_placement=placement,
     )
@@ -130,7 +129,6 @@ def execute_locally(
     do_release: Callable[[], ReleaseResult],
     progress: Progress | None = None,
     close_reviews: bool = False,
-    validation: Callable[[dict[str, StageStats]], str] = lambda stats: "",
 ) -> BuildSummary:
     """The whole build in this process, without Prefect. Open reviews raise `ReviewPending`: rerun when done."""
 
@@ -141,7 +139,7 @@ def execute_locally(
     def cannot_wait(outcome: StageRun, waits: int) -> ReviewResume:
         raise AssertionError("stages raise ReviewPending; they never return a waiting stage")
 
-    return execute(graph, config, run, cannot_wait, do_release, validation)
+    return execute(graph, config, run, cannot_wait, do_release)
 
 
 # -- Prefect -------------------------------------------------------------------------------------------------------
@@ -182,19 +180,19 @@ STAGE_INPUTS = INPUTS - "graph" - "config"
 @dataclass
 class FinishedStage(CachePolicy):
     """Prefect's cache for a stage: INPUTS (the stage's name and review flag) + TASK_SOURCE + the stage's config
-    hash (its fingerprint) + the workspace's completion marker. A stage whose marker is missing or stale has no key
-    and always runs: a wiped workspace or a changed config is never answered from the cache, and a stage waiting
-    for reviewers is never cached. (Prefect's own `INPUTS + TASK_SOURCE` would still key such a stage.)"""
+    hash (its fingerprint) + the workspace's completion marker. A stage whose marker is missing or stale, whose files
+    no longer hash to what the marker recorded, or whose upstream bytes changed, has no key and always runs: a wiped
+    or damaged workspace or a changed config is never answered from the cache, and a stage waiting for reviewers is
+    never cached. (Prefect's own `INPUTS + TASK_SOURCE` would still key such a stage.)"""
 
     def compute_key(
         self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any
     ) -> str | None:
         graph, name, config = inputs["graph"], inputs["name"], inputs["config"]
-        fingerprint = graph.fingerprints(config)[name]
+        if not graph.is_current(name, config):  # also when its files are damaged, or its upstream bytes changed
+            return None
         ws = graph.workspace(config)
         marker = ws.marker(name)
-        if marker is None or marker.fingerprint != fingerprint:
-            return None
         keys = [
             policy.compute_key(task_ctx, inputs, flow_parameters, **kwargs) for policy in (STAGE_INPUTS, TASK_SOURCE)
         ]
@@ -222,6 +220,8 @@ def stage_task(graph: BuildGraph, name: str, config: BuildConfig, close_reviews:
         return StageRun(stage=name, status="waiting", detail=str(pending))
     ws = graph.workspace(config)
     stats = ws.stats(name)
+    if not skipped and stats.extra.get("repaired_files"):
+        get_run_logger().warning("%s: redid damaged files: %s", name, stats.extra["repaired_files"])
     get_run_logger().info(
         "%s: %s (%d rows, kept %d, dropped %d)",
         name,
@@ -276,7 +276,6 @@ def execute_in_prefect(
     config: BuildConfig,
     close_reviews: bool,
     do_release: Callable[[], ReleaseResult],
-    validation: Callable[[dict[str, StageStats]], str] = lambda stats: "",
 ) -> BuildSummary:
     """Inside a flow: one task per stage (with Dask, one more per shard of a sharded stage), a suspend per open
     review, the release as its own task."""
@@ -290,7 +289,6 @@ def execute_in_prefect(
             ),
             lambda outcome, waits: wait_for_reviews(graph, config, outcome, waits),
             release_task,
-            validation,
         )
 
 

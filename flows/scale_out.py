@@ -186,8 +186,7 @@ def shard_map(graph: BuildGraph, config: Any) -> Iterator[DaskShards | None]:
     get_run_logger().info("sharded stages run on a %s", settings.describe())
     with runner:
         mapper = DaskShards(runner, graph, for_workers(config), settings)
-        ws, fingerprints = graph.workspace(config), graph.fingerprints(config)
-        if not all(ws.is_done(name, fp) for name, fp in fingerprints.items()):
+        if not all(graph.is_current(name, config) for name in graph.names(config)):
             mapper.connect_in_background()
         token = _current.set(mapper)
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import fsspec
@@ -16,18 +17,20 @@ from collectors.concept_generation import review_file_sha256
 from collectors.concepts import run_concepts
 from collectors.demo_corpus import generate_demo_corpus
 from collectors.fetch import fetchers
+from collectors.retry import prefect_slot
 from collectors.search import build_queries, search_rows, searchers
 from collectors.translations import run_translations
 from curation.assemble import run_assembly
 from curation.catalog import build_catalog
 from curation.concept_dedup import run_concept_dedup
+from curation.copies import copy_groups, images_with_copies_across_concepts
 from curation.dedup_stage import concept_summary, dedup_inputs, write_dedup_contact_sheet
 from curation.embed_images import embed_images, embeddings_table
 from curation.image_dedup import decide
 from curation.image_embeddings import ImageEmbedder, build_embedder
 from curation.image_hashing import hash_images
 from curation.tagging import TagRequest, run_tagging
-from curation.validate import validate_benchmark
+from curation.validate import ValidationReport, validate_benchmark
 from data import schemas
 from data.schemas import STATUS_OK
 from data.shards import ShardPlan
@@ -89,7 +92,8 @@ def _concepts(ctx: StageContext) -> StageMarker:
 
 
 def _concept_dedup(ctx: StageContext) -> StageMarker:
-    table = run_concept_dedup(ctx.config.concept_dedup, ctx.table("concepts"))
+    with prefect_slot(ctx.config.gpu_concurrency_limit if ctx.config.concept_dedup.backend == "bge-m3" else None):
+        table = run_concept_dedup(ctx.config.concept_dedup, ctx.table("concepts"))
     stats = stats_from_table("concept_dedup", table)
     return ctx.ws.write_stage("concept_dedup", ctx.fingerprint, table, schemas.CONCEPT_DEDUP, stats)
 
@@ -210,7 +214,8 @@ def _image_embeddings(ctx: StageContext) -> StageMarker | ShardPlan:
         if not embedder:
             embedder.append(build_embedder(tier.embedder))
         loaders = [lambda sha=item["sha256"]: ctx.ws.blobs.get(sha) for item in chunk]
-        vectors, errors = embed_images(embedder[0], loaders, tier.embedder.batch_size)
+        with prefect_slot(ctx.config.gpu_concurrency_limit):  # builds sharing a GPU take turns, shard by shard
+            vectors, errors = embed_images(embedder[0], loaders, tier.embedder.batch_size)
         return embeddings_table([item["image_id"] for item in chunk], embedder[0].model_id, vectors, errors)
 
     return ShardPlan(
@@ -233,6 +238,7 @@ def _image_dedup(ctx: StageContext) -> StageMarker:
         config.workers,
     )
     result = decide(inputs, config)
+    copies = copy_groups(inputs, ctx.table("image_hashes")["pixel_sha256"].to_pylist())
     summary = concept_summary(result, kept_concepts(ctx))
     sheet = write_dedup_contact_sheet(result.decisions, ctx.table("images"), ctx.ws)
     stats = stats_from_table(
@@ -241,6 +247,7 @@ def _image_dedup(ctx: StageContext) -> StageMarker:
         tiers=config.tiers_label(),
         pairs_by_tier=dict(sorted(Counter(result.pairs["tier"].to_pylist()).items())),
         review_queue=result.review_queue.num_rows,
+        copies_across_concepts=images_with_copies_across_concepts(copies, inputs.concept_ids),
         contact_sheet=sheet,
         summary_table="concept_summary",
     )
@@ -254,6 +261,7 @@ def _image_dedup(ctx: StageContext) -> StageMarker:
             "pairs": (result.pairs, schemas.DEDUP_PAIRS),
             "review_queue": (result.review_queue, schemas.REVIEW_QUEUE),
             "concept_summary": (summary, schemas.CONCEPT_DEDUP_SUMMARY),
+            "copies": (copies, schemas.COPIES),
         },
     )
 
@@ -315,6 +323,7 @@ def _image_metadata(ctx: StageContext) -> StageMarker:
         ctx.table("review"),
         ctx.table("tags"),
         ctx.table("translations"),
+        ctx.ws.read_extra_table("image_dedup", "copies"),
         public_url=public_url_for(search_config(ctx.config, ctx.ws)),
     )
     stats = stats_from_table("image_metadata", table)
@@ -351,13 +360,7 @@ def _assembly(ctx: StageContext) -> StageMarker:
 
 
 def _validation(ctx: StageContext) -> StageMarker:
-    report = validate_benchmark(
-        ctx.table("image_metadata"),
-        ctx.table("assembly"),
-        ctx.ws.read_extra_table("assembly", "benchmark_cd") if ctx.config.assembly.rq3 else None,
-        translations=ctx.table("translations"),
-        max_reuse=ctx.config.assembly.max_candidate_reuse,
-    )
+    report = validate_build(ctx.config, ctx.ws)
     table = schemas.from_rows([v.model_dump() for v in report.violations], schemas.VIOLATIONS)
     if not report.ok:
         # Kept for inspection, but without a completion marker: a rerun validates again and never releases this.
@@ -371,6 +374,44 @@ def _validation(ctx: StageContext) -> StageMarker:
         extra={"rows_checked": report.rows_checked, "summary": report.summary()},
     )
     return ctx.ws.write_stage("validation", ctx.fingerprint, table, schemas.VIOLATIONS, stats)
+
+
+@dataclass(frozen=True)
+class PublishedTables:
+    """What a 3XCM release publishes, read (and checked against the workspace's markers) once."""
+
+    images: pa.Table
+    benchmark: pa.Table
+    benchmark_cd: pa.Table
+    unassembled: pa.Table
+    translations: pa.Table
+
+
+def published_tables(ws: Workspace) -> PublishedTables:
+    return PublishedTables(
+        images=ws.read_table("image_metadata"),
+        benchmark=ws.read_table("assembly"),
+        benchmark_cd=ws.read_extra_table("assembly", "benchmark_cd"),
+        unassembled=ws.read_extra_table("assembly", "unassembled"),
+        translations=ws.read_table("translations"),
+    )
+
+
+def validate_tables(config: Build3XCMConfig, tables: PublishedTables) -> ValidationReport:
+    """Every benchmark rule, on exactly these tables: the validation stage runs it, and so does the release, on the
+    bytes it is about to publish (a stage skipped on a rerun must not vouch for tables read later)."""
+    return validate_benchmark(
+        tables.images,
+        tables.benchmark,
+        tables.benchmark_cd if config.assembly.rq3 else None,
+        translations=tables.translations,
+        max_reuse=config.assembly.max_candidate_reuse,
+        unassembled=tables.unassembled,
+    )
+
+
+def validate_build(config: Build3XCMConfig, ws: Workspace) -> ValidationReport:
+    return validate_tables(config, published_tables(ws))
 
 
 def embedding_settings(config: Build3XCMConfig) -> Any:
@@ -390,14 +431,14 @@ STAGES: tuple[Stage, ...] = (
     Stage("image_embeddings", 1, ("images",), embedding_settings, _image_embeddings, gpu=True),
     Stage(
         "image_dedup",
-        2,
+        3,
         ("image_hashes", "image_embeddings"),
         lambda c: c.image_dedup.model_dump(exclude={"shard_size", "workers"}),
         _image_dedup,
     ),
     Stage("review", 2, ("image_dedup",), lambda c: review_settings(c.review), _review),
     Stage("tags", 1, ("concept_dedup", "review"), lambda c: c.tagging, _tags),
-    Stage("image_metadata", 1, ("tags",), lambda c: None, _image_metadata),
+    Stage("image_metadata", 2, ("tags",), lambda c: None, _image_metadata),
     Stage(
         "assembly",
         1,
@@ -405,7 +446,7 @@ STAGES: tuple[Stage, ...] = (
         lambda c: c.assembly.model_dump(exclude={"max_candidate_reuse"}),
         _assembly,
     ),
-    Stage("validation", 1, ("assembly",), lambda c: c.assembly.max_candidate_reuse, _validation),
+    Stage("validation", 2, ("assembly",), lambda c: c.assembly.max_candidate_reuse, _validation),
 )
 GRAPH = BuildGraph("3xcm", lambda config: STAGES, review_field="review", review_kind="duplicate_review")
 

@@ -23,7 +23,7 @@ from PIL import Image
 
 from annotation.synthesis_qa import run_synthesis_qa
 from collectors.fetch import fetchers
-from collectors.mixcube_originals import cells, collect_originals
+from collectors.mixcube_originals import cells, collect_originals, upright_fetched
 from collectors.mixcube_search import SearchOriginalsConfig, search_originals
 from collectors.retry import prefect_slot
 from collectors.search import searchers
@@ -86,6 +86,8 @@ def _originals(ctx: StageContext) -> StageMarker:
     if isinstance(config, SearchOriginalsConfig):
         fetcher = fetchers.build(config.download)(ctx.ws)
         table = search_originals(config, searchers.build(config.search), fetcher, ctx.ws.blobs)
+        # The downloader stores the bytes as received: turn them upright here, as the other backends do at ingest.
+        table = upright_fetched(table, ctx.ws.blobs.get, ctx.ws.blobs.put)
     else:
         table = collect_originals(config, ctx.ws.blobs.put)
     stats = stats_from_table("originals", table, demo=ctx.config.is_demo)
@@ -395,7 +397,8 @@ def below_target(ctx: StageContext, rows: pa.Table) -> list[dict]:
 
 def _stages(config: BuildMixCubeConfig) -> tuple[Stage, ...]:
     stages = [
-        Stage("originals", 1, (), lambda c: c.originals, _originals),
+        # Version 2: originals are stored upright (EXIF orientation applied) with the received bytes' sha256.
+        Stage("originals", 2, (), lambda c: c.originals, _originals),
         Stage("faces", 1, ("originals",), lambda c: c.faces, _faces),
         Stage("masks", 1, ("faces",), lambda c: c.masks, _masks, gpu=True),
     ]

@@ -2,8 +2,9 @@
 
 An attempt is never overwritten: a retry is a new plan with the next attempt number, a seed of its own, and the
 prompt or mask that the retry asked for (MixCuBe §2, App. B.1). Results are cached by everything that decides the
-pixels (model, settings, original, mask, prompt, seed), so a stage redone for an unrelated reason (a new review
-export upstream, say) does not inpaint the same request twice.
+pixels (model, settings, the effective device type and dtype, original, mask, prompt, seed), so a stage redone for
+an unrelated reason (a new review export upstream, say) does not inpaint the same request twice, and a build moved
+from an fp32 CPU to an fp16 GPU draws again rather than reuse the CPU's pixels.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from PIL import Image
 
 from data import schemas
 from data.workspace import Storage, fingerprint
-from synthesis.inpaint import InpaintConfig, Inpainter, InpaintRequest, InpaintResult
+from synthesis.inpaint import InpaintConfig, Inpainter, InpaintRequest, InpaintResult, cache_settings
 from synthesis.prompts import attempt_seed, inpainting_prompt
 
 FIRST = "first"
@@ -73,8 +74,7 @@ class ResultCache:
     def __init__(self, storage: Storage, folder: str, config: InpaintConfig, inpainter: Inpainter) -> None:
         self.storage = storage
         self.folder = folder
-        # Batch size and device choose how the work is spread, not what is drawn.
-        self.settings = (inpainter.model_id, config.model_dump(mode="json", exclude={"batch_size", "device"}))
+        self.settings = cache_settings(config, inpainter)
 
     def _path(self, plan: AttemptPlan) -> str:
         key = fingerprint(self.settings, plan.original_sha256, plan.mask_sha256, plan.prompt, plan.seed, plan.ethnicity)

@@ -43,6 +43,7 @@ PLACEHOLDER_MODEL_ID = "placeholder"
 PLACEHOLDER_BASE = (255, 0, 255)  # magenta: no photo has a flat region of it
 PLACEHOLDER_TEXT_FILL = (255, 255, 255)
 PLACEHOLDER_TEXT_STROKE = (0, 0, 0)
+DTYPES = {"fp16": "float16", "fp32": "float32"}  # effective precision -> the torch dtype the pipeline runs in
 SIZE_MULTIPLE = 8  # the SDXL pipeline's check_inputs needs height and width divisible by 8
 MAX_ERROR_CHARS = 500
 _error_text = functools.partial(error_text, limit=MAX_ERROR_CHARS)
@@ -137,6 +138,12 @@ class Inpainter(Protocol):
     name: str
     model_id: str  # recorded in every result row
 
+    @property
+    def runtime(self) -> dict[str, str]:
+        """The effective device type and dtype, where the backend has them: fp16 CUDA kernels do not draw the
+        pixels fp32 CPU ones do, so they are part of what decides a result. Empty for a backend without a device."""
+        ...
+
     def inpaint(self, requests: Sequence[InpaintRequest]) -> list[InpaintResult]:
         """One result per request, in request order."""
         ...
@@ -148,6 +155,20 @@ inpainters: Registry[Inpainter] = Registry("inpainting")
 def build_inpainter(config: SdxlInpaintConfig | PlaceholderInpaintConfig) -> Inpainter:
     """The inpainter for `config`; checks model location and device now, loads the model on first use."""
     return inpainters.build(config)
+
+
+# How the config asks for a device and a precision, and how many requests share a call, do not decide the pixels;
+# what `device: auto, precision: auto` resolved to on this machine does (`Inpainter.runtime`).
+NOT_IN_CACHE_KEY = {"batch_size", "device", "precision"}
+
+
+def cache_settings(config: InpaintConfig, inpainter: Inpainter) -> tuple:
+    """Everything of the inpainter that decides a result's pixels, for the result cache's key: the model, the
+    settings, and the effective device type and dtype. A backend without a device (the placeholder) keys as it
+    always did."""
+    runtime = inpainter.runtime
+    settings = (inpainter.model_id, config.model_dump(mode="json", exclude=NOT_IN_CACHE_KEY))
+    return (*settings, runtime) if runtime else settings
 
 
 # -- shared request handling ---------------------------------------------------------------------------------------
@@ -247,6 +268,10 @@ class PlaceholderInpainter:
 
     def __init__(self, config: PlaceholderInpaintConfig) -> None:
         self.config = config
+
+    @property
+    def runtime(self) -> dict[str, str]:
+        return {}  # no model, no device: the same pixels everywhere
 
     def inpaint(self, requests: Sequence[InpaintRequest]) -> list[InpaintResult]:
         results = []
@@ -376,7 +401,7 @@ def _load(model: ResolvedModel, config: SdxlInpaintConfig, device: str, precisio
             torch = require("torch", "synthesis")
             diffusers = require("diffusers", "synthesis")
             logging.getLogger("diffusers.models.modeling_utils").addFilter(_notice_filter)
-            dtype = torch.float16 if precision == "fp16" else torch.float32
+            dtype = getattr(torch, DTYPES[precision])
             variant = config.variant if precision == "fp16" else None
             kwargs = {"torch_dtype": dtype, "local_files_only": config.local_files_only}
             cls = diffusers.StableDiffusionXLInpaintPipeline
@@ -426,6 +451,11 @@ class SdxlInpainter:
         self.device, self.precision = resolve_device(config)
         self.model_id = self.model.model_id
         self._scheduler: str | None = None
+
+    @property
+    def runtime(self) -> dict[str, str]:
+        # The device type, not its index: cuda:0 and cuda:1 run the same kernels.
+        return {"device": self.device.split(":")[0], "dtype": DTYPES[self.precision]}
 
     def _pipeline(self) -> _Loaded:
         loaded = _load(self.model, self.config, self.device, self.precision)

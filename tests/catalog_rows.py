@@ -29,6 +29,7 @@ def catalog_row(
         "url": f"x/{index}.jpg",
         "source_page": None,
         "sha256": f"{index:064x}",
+        "pixel_sha256": None,
         "num_bytes": 1000,
         "width": 100,
         "height": 100,

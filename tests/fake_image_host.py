@@ -18,9 +18,17 @@ route that serves a corpus image makes its bytes distinct per path, with a JPEG 
     /tiny/<tag>                    an 8x8 PNG
     /bomb/<tag>                    a PNG header claiming 100000 x 100000 pixels
     /big/<kib>/<tag>?declared=0|1  <kib> KiB (JPEG signature, then filler), with or without Content-Length
+    /encoded/<n>/<tag>?encoding=E  a corpus JPEG with Content-Encoding E (gzip, deflate, raw-deflate, gzip-cut: a
+                                   gzip stream cut short, or any other name, then sent as is), whatever the
+                                   request's Accept-Encoding says
+    /gzip-bomb/<mib>/<tag>         <mib> MiB (a JPEG signature, then zeros) gzip-compressed to about 1/1000 of that;
+                                   ?honour=1 serves it uncompressed, with its Content-Length, to a client whose
+                                   Accept-Encoding does not name gzip; ?encoding=deflate for a deflate bomb
     /redirect/<hops>/<n>/<tag>     302 chains of <hops> hops ending at /img/<n>/<tag>
     /redirect-to?url=<url>         302 to any URL
     /_stats (GET), /_reset (POST)  request counts as JSON; forget counts and first hits
+
+Each request's headers are kept per path (`FakeImageHost.request_headers`).
 
 Run as a script to serve in the foreground: `python tests/fake_image_host.py --corpus 300 --latency 0.05`
 prints `PORT <n>` on stdout once it listens.
@@ -31,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import io
 import json
 import struct
@@ -96,6 +105,28 @@ def bomb_png(width: int = 100_000, height: int = 100_000) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + padding + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
 
 
+def compress(data: bytes, encoding: str) -> bytes:
+    """`data` as a server sends it under Content-Encoding `encoding`; raw-deflate is the headerless form some send."""
+    wbits = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS, "raw-deflate": -zlib.MAX_WBITS}[encoding]
+    packer = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    return packer.compress(data) + packer.flush()
+
+
+BOMB_HEAD = b"\xff\xd8\xff\xe0"  # a JPEG signature: the body looks like an image until it is inflated
+
+
+@functools.lru_cache(maxsize=8)
+def compression_bomb(mib: int, encoding: str = "gzip") -> bytes:
+    """BOMB_HEAD then `mib` MiB of zeros, compressed (about 1 KiB per MiB), built a block at a time."""
+    wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+    packer = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    block = bytes(1 << 20)
+    parts = [packer.compress(BOMB_HEAD)]
+    parts.extend(packer.compress(block) for _ in range(mib))
+    parts.append(packer.flush())
+    return b"".join(parts)
+
+
 HTML_PAGE = b"<!DOCTYPE html><html><head><title>Not found</title></head><body>" + b"x" * 2048 + b"</body></html>"
 
 
@@ -109,6 +140,7 @@ class _App:
         self.slow_s = slow_s
         self.counts: Counter[str] = Counter()
         self.times: dict[str, list[float]] = defaultdict(list)
+        self.request_headers: dict[str, list[dict[str, str]]] = defaultdict(list)
         self.in_flight = 0
         self.max_in_flight = 0
         self.tiny = tiny_png()
@@ -135,6 +167,8 @@ class _App:
         app.router.add_get("/tiny/{tag}", self.tiny_image)
         app.router.add_get("/bomb/{tag}", self.bomb_image)
         app.router.add_get("/big/{kib:\\d+}/{tag}", self.big)
+        app.router.add_get("/encoded/{n:\\d+}/{tag}", self.encoded)
+        app.router.add_get("/gzip-bomb/{mib:\\d+}/{tag}", self.gzip_bomb)
         app.router.add_get("/redirect/{hops:\\d+}/{n:\\d+}/{tag}", self.redirect)
         app.router.add_get("/redirect-to", self.redirect_to)
         app.router.add_get("/_stats", self.stats)
@@ -149,6 +183,7 @@ class _App:
             return await handler(request)
         self.counts[request.path] += 1
         self.times[request.path].append(time.monotonic())
+        self.request_headers[request.path].append(dict(request.headers))
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -222,6 +257,40 @@ class _App:
             pass  # the client hung up once it had seen enough: that is the point
         return response
 
+    async def encoded(self, request: web.Request) -> web.Response:
+        # Sent as a plain body with the header set by hand: aiohttp's own compression would honour Accept-Encoding.
+        encoding = request.query.get("encoding", "gzip")
+        data = self.image(request)
+        if encoding in ("gzip", "deflate", "raw-deflate"):
+            body = compress(data, encoding)
+        elif encoding == "gzip-cut":
+            body = compress(data, "gzip")[: len(data) // 4]  # the compressed stream stops early
+        else:
+            body = data
+        header = {"raw-deflate": "deflate", "gzip-cut": "gzip"}.get(encoding, encoding)
+        return web.Response(body=body, headers={"Content-Type": "image/jpeg", "Content-Encoding": header})
+
+    async def gzip_bomb(self, request: web.Request) -> web.StreamResponse:
+        mib, encoding = int(request.match_info["mib"]), request.query.get("encoding", "gzip")
+        accepted = request.headers.get("Accept-Encoding", "").lower()
+        if request.query.get("honour") == "1" and encoding not in accepted:
+            # What a well-behaved server does for `identity`: the same content, uncompressed.
+            total = len(BOMB_HEAD) + (mib << 20)
+            response = web.StreamResponse(headers={"Content-Type": "image/jpeg"})
+            response.content_length = total
+            await response.prepare(request)
+            try:
+                await response.write(BOMB_HEAD)
+                block = bytes(64 * 1024)
+                for _ in range((mib << 20) // len(block)):
+                    await response.write(block)
+                await response.write_eof()
+            except (ConnectionError, RuntimeError):
+                pass  # the client hung up once it had seen enough
+            return response
+        headers = {"Content-Type": "image/jpeg", "Content-Encoding": encoding}
+        return web.Response(body=compression_bomb(mib, encoding), headers=headers)
+
     async def redirect(self, request: web.Request) -> web.Response:
         hops, n, tag = (request.match_info[k] for k in ("hops", "n", "tag"))
         target = f"/img/{n}/{tag}" if int(hops) <= 1 else f"/redirect/{int(hops) - 1}/{n}/{tag}"
@@ -236,6 +305,7 @@ class _App:
     async def reset(self, request: web.Request) -> web.Response:
         self.counts.clear()
         self.times.clear()
+        self.request_headers.clear()
         self.max_in_flight = 0
         return web.json_response({"ok": True})
 
@@ -263,6 +333,11 @@ class FakeImageHost:
     @property
     def times(self) -> dict[str, list[float]]:
         return self.app.times
+
+    @property
+    def request_headers(self) -> dict[str, list[dict[str, str]]]:
+        """Per path, the headers of every request, in arrival order."""
+        return self.app.request_headers
 
     @property
     def corpus(self) -> list[bytes]:

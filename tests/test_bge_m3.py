@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
+import FlagEmbedding  # noqa: F401  (locked: a missing one must fail, not skip)
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -25,8 +26,6 @@ from curation.concept_dedup import (
     run_concept_dedup,
 )
 from data.schemas import CONCEPT_DEDUP, CONCEPTS
-
-pytest.importorskip("FlagEmbedding")
 
 # Three copies of one name form a group of three; the rest are distinct names.
 NAMES = {

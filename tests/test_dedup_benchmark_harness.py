@@ -10,7 +10,7 @@ import io
 import json
 import sys
 import types
-from itertools import combinations
+from itertools import combinations, pairwise
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -296,8 +296,14 @@ def test_false_positives_with_siblings_and_review_band() -> None:
 # -- orchestration ----------------------------------------------------------------------------------------------
 
 
+def _chain(members: list[str]) -> list[tuple[str, str]]:
+    """Each member linked to the next: what a detector that skips pairs already joined declares for a cluster."""
+    return list(pairwise(members))
+
+
 def _fake_file_dedup(merge_siblings: bool) -> types.ModuleType:
-    """A stand-in for curation.file_dedup that answers from the corpus truth (optionally merging each family)."""
+    """A stand-in for curation.file_dedup that answers from the corpus truth (optionally merging each family); its
+    merge pairs chain each cluster's members, so raw pairs and their closure differ."""
 
     def dedup_files(paths: list[str], config: object = None, workers: int = 2) -> SimpleNamespace:
         truth = CorpusTruth.load(Path(paths[0]).parent.parent / corpus_mod.TRUTH_FILE)
@@ -307,7 +313,8 @@ def _fake_file_dedup(merge_siblings: bool) -> types.ModuleType:
             by_key.setdefault(t.family if merge_siblings else t.group, []).append(path)
         clusters = [members for members in by_key.values() if len(members) > 1]
         review = [(clusters[0][0], clusters[0][1]), (clusters[0][0], clusters[1][0])]
-        return SimpleNamespace(clusters=clusters, review_pairs=review)
+        merge_pairs = [link for members in clusters for link in _chain(members)]
+        return SimpleNamespace(clusters=clusters, review_pairs=review, merge_pairs=merge_pairs)
 
     module = types.ModuleType("curation.file_dedup")
     module.dedup_files = dedup_files  # type: ignore[attr-defined]
@@ -327,23 +334,98 @@ def test_main_scores_our_side_and_ends_with_one_json_line(
     assert json.loads(last) == json.loads(json.dumps(figures))
     truth = CorpusTruth.load(tmp_path / "work" / "corpus" / corpus_mod.TRUTH_FILE)
     ours = figures["ours"]
+    closure, raw = ours["closure"], ours["raw_pairs"]
     assert figures["imagededup"] is None and figures["wall_ratio"] is None
     assert len(ours["seconds_runs"]) == 2 and ours["consistent_across_repeats"]
     assert figures["files"] == len(truth.files)
+    true = truth.true_pairs()
+    key = (lambda t: t.family) if merge_siblings else (lambda t: t.group)
+    clustered = [
+        sorted(n for n, t in truth.files.items() if key(t) == k) for k in {key(t) for t in truth.files.values()}
+    ]
+    chained = {pair(a, b) for members in clustered for a, b in _chain(members)}
+    # Raw basis: only the chain links were declared.
+    assert raw["predicted_pairs"] == len(chained)
+    assert raw["precision"] == pytest.approx(len(chained & true) / len(chained))
+    assert raw["recall"] == pytest.approx(len(chained & true) / len(true)) and raw["recall"] < 1
     if not merge_siblings:
-        assert (ours["precision"], ours["recall"], ours["f1"]) == (1.0, 1.0, 1.0)
+        assert (closure["precision"], closure["recall"], closure["f1"]) == (1.0, 1.0, 1.0)
         assert figures["met"] == {"f1": True, "precision": True, "wall_ratio": None}
     else:
-        family_pairs = cluster_pairs(
-            [[n for n, t in truth.files.items() if t.family == f] for f in {t.family for t in truth.files.values()}]
-        )
-        wrong = family_pairs - truth.true_pairs()
-        assert wrong and ours["false_positives"] == len(wrong) == ours["fp_same_family"]
-        assert ours["precision"] == pytest.approx(len(family_pairs & truth.true_pairs()) / len(family_pairs))
-        assert ours["recall"] == 1.0 and figures["met"]["precision"] is False
+        family_pairs = cluster_pairs(clustered)
+        wrong = family_pairs - true
+        assert wrong and closure["false_positives"] == len(wrong) == closure["fp_same_family"]
+        assert closure["precision"] == pytest.approx(len(family_pairs & true) / len(family_pairs))
+        assert closure["recall"] == 1.0 and figures["met"]["precision"] is False
     clusters = json.loads((tmp_path / "work" / "ours_clusters.json").read_text())
-    assert ours["predicted_pairs"] == len(cluster_pairs(clusters)) and ours["clusters"] == len(clusters)
+    assert closure["predicted_pairs"] == len(cluster_pairs(clusters)) and ours["clusters"] == len(clusters)
     assert json.loads((tmp_path / "work" / "results.json").read_text()) == json.loads(last)
+
+
+def _hand_run(raw: set[tuple[str, str]], clusters: list[list[str]] | None = None) -> run_mod.SideRun:
+    return run_mod.SideRun(
+        seconds=[2.0, 1.0, 3.0],
+        pairs=raw,
+        clusters=connected_clusters(raw) if clusters is None else clusters,
+    )
+
+
+def test_both_bases_are_scored_for_either_tool_on_a_hand_made_example() -> None:
+    truth = _hand_truth()  # true pairs: x-y, x-z, y-z, s-s2
+    # Declared: a chain through x's group, the sibling's true pair, and one false link s2-u.
+    raw = {pair("x", "y"), pair("y", "z"), pair("s", "s2"), pair("s2", "u")}
+    figures = run_mod.side_figures(_hand_run(raw), truth)
+
+    # Raw pairs: 3 of 4 declared are true, 3 of 4 true pairs declared.
+    assert figures["raw_pairs"]["predicted_pairs"] == 4 and figures["raw_pairs"]["true_positives"] == 3
+    assert (figures["raw_pairs"]["precision"], figures["raw_pairs"]["recall"]) == (0.75, 0.75)
+    # Closure: {x, y, z} and {s, s2, u}: 6 pairs, x-z joins the true ones, s-u and s2-u are false.
+    closure = figures["closure"]
+    assert (closure["predicted_pairs"], closure["true_positives"], closure["false_positives"]) == (6, 4, 2)
+    assert closure["precision"] == pytest.approx(4 / 6) and closure["recall"] == 1.0
+    assert closure["fp_involving_siblings"] == 2 and closure["fp_same_family"] == 0
+    assert figures["clusters"] == 2 and figures["largest_cluster"] == 3 and figures["seconds_median"] == 2.0
+
+    # A clustering tool (ours) is scored the same way from its own clusters and the merge pairs behind them.
+    ours = run_mod.side_figures(_hand_run(raw, clusters=[["x", "y", "z"], ["s", "s2", "u"]]), truth)
+    assert ours["raw_pairs"] == figures["raw_pairs"] and ours["closure"] == closure
+    # Its clusters are what is scored on closure, even where they are not the closure of its pairs.
+    split = run_mod.side_figures(_hand_run(raw, clusters=[["x", "y", "z"], ["s", "s2"]]), truth)
+    assert split["closure"]["precision"] == 1.0 and split["closure"]["recall"] == 1.0
+
+
+def test_the_report_and_the_json_line_carry_both_tools_on_both_bases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "curation.file_dedup", _fake_file_dedup(False))
+
+    def fake_imagededup(python: Path, image_dir: Path, repeats: int, log: Path) -> run_mod.SideRun:
+        # Links each file to the one after it in its family: right within a group, wrong across a sibling.
+        truth = CorpusTruth.load(image_dir.parent / corpus_mod.TRUTH_FILE)
+        families: dict[int, list[str]] = {}
+        for name, t in sorted(truth.files.items()):
+            families.setdefault(t.family, []).append(name)
+        pairs = {pair(a, b) for members in families.values() for a, b in _chain(members)}
+        return run_mod.SideRun(seconds=[4.0] * repeats, pairs=pairs, clusters=connected_clusters(pairs))
+
+    monkeypatch.setattr(run_mod, "ensure_imagededup_venv", lambda: Path(sys.executable))
+    monkeypatch.setattr(run_mod, "run_imagededup", fake_imagededup)
+    seed = _seed_with_every_kind(4)
+    argv = ["--seed", str(seed), "--bases", "4", "--repeats", "1", "--workers", "1"]
+    figures = run_mod.main([*argv, "--workdir", str(tmp_path / "work")])
+
+    out = capsys.readouterr().out
+    assert json.loads(out.strip().splitlines()[-1]) == json.loads(json.dumps(figures))
+    for label in ("ours, raw pairs", "ours, closure", "imagededup, raw pairs", "imagededup, closure"):
+        assert label in out
+    truth = CorpusTruth.load(tmp_path / "work" / "corpus" / corpus_mod.TRUTH_FILE)
+    theirs = figures["imagededup"]
+    declared = {pair(a, b) for a, b in json.loads((tmp_path / "work" / "imagededup_pairs.json").read_text())}
+    assert theirs["raw_pairs"] == evaluate(declared, truth)
+    assert theirs["closure"] == evaluate(cluster_pairs(connected_clusters(declared)), truth)
+    assert theirs["closure"]["recall"] == 1.0 > theirs["raw_pairs"]["recall"]
+    assert set(figures["ours"]) >= {"raw_pairs", "closure"} and figures["wall_ratio"] is not None
+    assert figures["targets_basis"] == "closure"
 
 
 def _fake_imagededup(root: Path, answer: dict[str, list[str]]) -> Path:

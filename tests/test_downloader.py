@@ -15,11 +15,19 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
-from fake_image_host import FakeImageHost, make_corpus
+from fake_image_host import FakeImageHost, compress, make_corpus
 
-from collectors.downloader import DownloadJournal, HttpDownloadConfig, download_hits, download_hits_async
+from collectors.downloader import (
+    DownloadJournal,
+    HttpDownloadConfig,
+    _Failure,
+    _Inflater,
+    download_hits,
+    download_hits_async,
+)
 from collectors.image_check import ImageLimits
 from collectors.retry import RetryPolicy
 from collectors.ssrf import AddressPolicy, BlockedAddressError, GuardedResolver, UrlRefused, check_url
@@ -142,6 +150,85 @@ def test_identical_urls_are_fetched_once(host: FakeImageHost, blobs: BlobStore) 
     assert [r["image_id"] for r in table.to_pylist()] == ["a", "b"]
     assert {r["status"] for r in table.to_pylist()} == {"ok"}
     assert host.counts[path] == 1
+
+
+# -- compressed bodies ------------------------------------------------------------------------------------------
+
+BOMB_MIB = 64  # inflates to 256 times the tests' max_bytes (256 KiB); about 64 KiB on the wire, under it
+
+
+@pytest.mark.parametrize(("encoding", "honour"), [("gzip", False), ("deflate", False), ("gzip", True)])
+def test_a_compression_bomb_is_refused_at_once_and_never_retried(
+    encoding: str, honour: bool, host: FakeImageHost, blobs: BlobStore
+) -> None:
+    path = f"/gzip-bomb/{BOMB_MIB}/{tag()}"
+    url = host.url(f"{path}?encoding={encoding}&honour={int(honour)}")
+    started = time.monotonic()
+    row = download_hits([{"image_id": "x", "url": url}], blobs, config()).to_pylist()[0]
+    elapsed = time.monotonic() - started
+
+    # We ask for the body as it is stored: a server that honours that sends no compressed body at all.
+    assert host.request_headers[path][0]["Accept-Encoding"] == "identity"
+    assert row["status"] == "failed" and row["sha256"] is None
+    if honour:
+        assert row["error"] == "too_large" and "Content-Length" in row["detail"], row["detail"]
+    else:
+        # The server compressed anyway: inflated by us, and stopped at the cap from a few KiB of input.
+        assert row["error"] == "decompression_bomb", row["detail"]
+        assert encoding in row["detail"] and "max_bytes" in row["detail"]
+        assert row["num_bytes"] is None
+    assert row["transient"] is False and row["attempts"] == 1
+    assert host.counts[path] == 1  # not retried
+    assert elapsed < 5  # not a timeout (read_timeout 0.4 s, three attempts)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "raw-deflate"])
+def test_a_compressed_image_from_a_server_that_ignores_identity_is_inflated(
+    encoding: str, host: FakeImageHost, blobs: BlobStore
+) -> None:
+    path = f"/encoded/1/{tag()}"
+    row = download_hits([{"image_id": "x", "url": host.url(f"{path}?encoding={encoding}")}], blobs, config())
+    row = row.to_pylist()[0]
+    assert row["status"] == "ok", row["detail"]
+    assert row["sha256"] == sha256_bytes(CORPUS[1]) and blobs.get(row["sha256"]) == CORPUS[1]
+    assert row["num_bytes"] == len(CORPUS[1])
+
+
+def test_unusable_encodings_are_classified(host: FakeImageHost, blobs: BlobStore) -> None:
+    t = tag()
+    hits = [
+        {"image_id": "br", "url": host.url(f"/encoded/0/{t}?encoding=br")},
+        {"image_id": "stacked", "url": host.url(f"/encoded/0/{t}-2?encoding=gzip,%20gzip")},
+        {"image_id": "cut", "url": host.url(f"/encoded/0/{t}?encoding=gzip-cut")},
+        {"image_id": "identity", "url": host.url(f"/encoded/0/{t}?encoding=identity")},
+    ]
+    rows = by_id(download_hits(hits, blobs, config()))
+    assert rows["br"]["error"] == "unsupported_encoding" and "br" in rows["br"]["detail"]
+    assert rows["stacked"]["error"] == "unsupported_encoding"
+    assert rows["cut"]["error"] == "truncated" and "gzip" in rows["cut"]["detail"]
+    assert rows["identity"]["status"] == "ok"
+    for key in ("br", "stacked", "cut"):
+        assert rows[key]["transient"] is False and rows[key]["attempts"] == 1, key
+
+
+@pytest.mark.parametrize("piece", [1, 7, 1 << 16])
+def test_inflater_reads_every_gzip_member_whatever_the_pieces(piece: int) -> None:
+    first, second = CORPUS[0], CORPUS[1]
+    body = compress(first, "gzip") + compress(second, "gzip")
+    inflater = _Inflater("gzip", limit=len(first) + len(second))
+    for start in range(0, len(body), piece):
+        inflater.feed(body[start : start + piece])
+    assert inflater.finish() == first + second
+
+
+def test_inflater_tells_a_bomb_from_a_large_body() -> None:
+    noise = np.random.default_rng(0).bytes(300_000)  # incompressible: over the cap at about 1:1
+    with pytest.raises(_Failure) as large:
+        _Inflater("gzip", limit=200_000).feed(compress(noise, "gzip"))
+    assert large.value.error == "too_large"
+    with pytest.raises(_Failure) as bomb:
+        _Inflater("deflate", limit=200_000).feed(compress(bytes(10_000_000), "deflate"))
+    assert bomb.value.error == "decompression_bomb"
 
 
 # -- retries ----------------------------------------------------------------------------------------------------
@@ -402,7 +489,12 @@ def test_kill_9_loses_at_most_the_unflushed_batch(storage: Storage, blobs: BlobS
         child = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(spec)], cwd=Path(__file__).parent.parent)
         folder = storage.path("journal")
         deadline = time.monotonic() + 60
-        while len(storage.listdir(folder)) < 2 and child.poll() is None and time.monotonic() < deadline:
+
+        # Batches only: the temporary file of a write still in progress (fsynced before its rename) is not one.
+        def batches() -> int:
+            return sum(1 for name in storage.listdir(folder) if name.endswith(".jsonl") and not name.startswith("."))
+
+        while batches() < 2 and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         child.send_signal(signal.SIGKILL)
         child.wait()

@@ -6,7 +6,9 @@ import logging
 from pathlib import Path
 
 import numpy as np
+import open_clip
 import pytest
+import torch
 from PIL import Image
 from pydantic import ValidationError
 from tiny_models import build_tiny_open_clip
@@ -18,9 +20,6 @@ from curation.image_embeddings import (
     build_embedder,
     image_embedders,
 )
-
-open_clip = pytest.importorskip("open_clip")
-torch = pytest.importorskip("torch")
 
 NAME = "tiny-clip-embed-test"
 

@@ -3,6 +3,7 @@ components loaded with from_pretrained, and the placeholder backend."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -18,19 +19,25 @@ from PIL import Image
 from pydantic import TypeAdapter, ValidationError
 from tiny_sdxl import build_tiny_sdxl_inpaint
 
+import synthesis.inpaint
 from data.reference import mixcube
+from data.workspace import Storage, Workspace
+from synthesis.attempts import AttemptPlan, ResultCache, run_attempts
 from synthesis.inpaint import (
     PLACEHOLDER_BASE,
     PLACEHOLDER_TEXT_FILL,
     InpaintConfig,
     InpaintRequest,
+    InpaintResult,
     PlaceholderInpaintConfig,
     SdxlInpaintConfig,
+    SdxlInpainter,
     _load,
     _Loaded,
     build_inpainter,
     clear_pipeline_cache,
     resolve_model,
+    result_for,
 )
 from synthesis.prompts import attempt_seed, inpainting_prompt
 
@@ -331,3 +338,73 @@ def test_placeholder_lettering_scales_with_the_mask(tmp_path: Path) -> None:
     small = InpaintRequest("o", "African", 0, photo(1, (400, 300)), box_mask((400, 300), (180, 140, 240, 170)), "p", 1)
     lettering = [int(lettering_pixels(r.image).sum()) for r in inpainter.inpaint([big, small])]
     assert lettering[0] > 4 * lettering[1] > 0
+
+
+# -- the result cache --------------------------------------------------------------------------------------------------
+
+PLAN = AttemptPlan("orig-1", "African", 1, "a prompt", 7, "a" * 64, "b" * 64)
+# The placeholder's cache key for PLAN before the effective device and dtype joined the SDXL key: a placeholder has
+# neither, so its key (and every cached demo attempt) stays as it was.
+PLACEHOLDER_KEY = "2824be6301941b7ee90bbc02a70726ce390222fceb0b2fce55cce44b33e425c2"
+
+
+def model_folder(tmp_path: Path) -> Path:
+    """Enough of a pipeline folder for the inpainter to be built (its weights load only on the first call)."""
+    folder = tmp_path / "sdxl-folder"
+    folder.mkdir(exist_ok=True)
+    (folder / "model_index.json").write_text("{}")
+    return folder
+
+
+def on(monkeypatch: pytest.MonkeyPatch, device: str, precision: str) -> None:
+    """Make resolve_device answer as it would on that machine (no GPU here)."""
+    monkeypatch.setattr(synthesis.inpaint, "resolve_device", lambda config: (device, precision))
+
+
+def test_cache_key_holds_the_effective_device_and_dtype(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = SdxlInpaintConfig(model=str(model_folder(tmp_path)))  # device auto, precision auto
+    storage = Storage(str(tmp_path / "ws"))
+    paths = {}
+    for device, precision in [("cpu", "fp32"), ("cuda", "fp16"), ("cuda", "fp32")]:
+        on(monkeypatch, device, precision)
+        paths[device, precision] = ResultCache(storage, "cache", config, build_inpainter(config))._path(PLAN)
+    assert len(set(paths.values())) == 3, paths
+    # What decides the pixels, not how the config spelled it: asking for cuda/fp16 is auto on a GPU machine.
+    on(monkeypatch, "cuda", "fp16")
+    explicit = config.model_copy(update={"device": "cuda", "precision": "fp16", "batch_size": 4})
+    assert ResultCache(storage, "cache", explicit, build_inpainter(explicit))._path(PLAN) == paths["cuda", "fp16"]
+    placeholder = PlaceholderInpaintConfig()
+    assert ResultCache(storage, "cache", placeholder, build_inpainter(placeholder))._path(PLAN) == (
+        f"cache/{PLACEHOLDER_KEY[:2]}/{PLACEHOLDER_KEY}.json"
+    )
+
+
+def test_a_result_cached_on_cpu_fp32_is_not_served_on_cuda_fp16(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = Workspace(str(tmp_path / "ws"), "mixcube-cache")
+    size = (64, 48)
+    original, mask = io.BytesIO(), io.BytesIO()
+    photo(0, size).save(original, format="PNG")
+    box_mask(size, (16, 12, 48, 36)).save(mask, format="PNG")
+    plan = AttemptPlan("orig-1", "African", 1, "p", 7, ws.blobs.put(original.getvalue()), ws.blobs.put(mask.getvalue()))
+    drawn: list[tuple[str, str]] = []
+
+    def fake_inpaint(self: SdxlInpainter, requests: list[InpaintRequest]) -> list[InpaintResult]:
+        drawn.append((self.device, self.precision))
+        fill = (0, 0, 255) if self.precision == "fp16" else (255, 0, 0)  # fp16 pixels differ from fp32 ones
+        image = Image.new("RGB", size, fill)
+        return [result_for(r, image, self.model_id, "Euler", 2, 7.0, False, None) for r in requests]
+
+    monkeypatch.setattr(SdxlInpainter, "inpaint", fake_inpaint)
+    config = SdxlInpaintConfig(model=str(model_folder(tmp_path)))
+
+    def run(device: str, precision: str) -> dict:
+        on(monkeypatch, device, precision)
+        inpainter = build_inpainter(config)
+        cache = ResultCache(ws.storage, ws.file_path("inpaint_cache"), config, inpainter)
+        return run_attempts(inpainter, [plan], ws.blobs.get, ws.blobs.put, cache).to_pylist()[0]
+
+    cpu, cuda, again = run("cpu", "fp32"), run("cuda", "fp16"), run("cuda", "fp16")
+    assert drawn == [("cpu", "fp32"), ("cuda", "fp16")]  # the third call is served from the cache
+    assert cuda["sha256"] != cpu["sha256"] and again["sha256"] == cuda["sha256"]

@@ -64,7 +64,12 @@ def test_demo_build_releases_quintets_and_a_rerun_redoes_nothing(tmp_path: Path)
     release = Path(summary.release_path)
     card = (release / "README.md").read_text()
     assert "pipeline demonstration, not the benchmark" in card and "placeholders, not syntheses" in card
+    opening = [line for line in card.split("---\n", 2)[2].splitlines() if line.strip()][:4]
+    assert any("No human reviewed the synthesized images" in line for line in opening)
     manifest = json.loads((release / "manifest.json").read_text())
+    # Every stage that is not the paper's is named: Haar, ellipse masks, the placeholder, both filters off, no QA.
+    assert len(manifest["deviations"]) == 6 and all(f"* {d}" in card for d in manifest["deviations"])
+    assert "Every stage ran on the paper's backend" not in card
     assert manifest["demo"] is True and manifest["backends"]["inpaint"] == "placeholder"
     short = manifest["cells_below_target"]  # the demo wants 2 per cell; this build made 1
     assert len(short) == 4 and {(c["originals"], c["target"]) for c in short} == {(1, 2)}

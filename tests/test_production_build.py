@@ -24,6 +24,10 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+# The production backends' locked dependencies: a missing one must fail the suite, not skip it.
+import ddgs  # noqa: F401
+import FlagEmbedding  # noqa: F401
+import google.genai  # noqa: F401
 import pyarrow as pa
 import pytest
 from fake_gemini import FakeGemini
@@ -36,10 +40,6 @@ from data import reference
 from data.workspace import Workspace
 from flows.cli import app
 from flows.config import Build3XCMConfig
-
-pytest.importorskip("ddgs")
-pytest.importorskip("FlagEmbedding")
-pytest.importorskip("google.genai")
 
 COUNTRIES = ["USA", "UK", "Spain", "Japan", "Kenya"]
 SHIPPED = ["train", "food"]
@@ -150,6 +150,38 @@ async def logs_and_artifacts(flow_run_id: object) -> tuple[list[str], list[str]]
     return [log.message for log in logs], [json.dumps(a.data) + (a.description or "") for a in artifacts]
 
 
+def hold_gpu_slot_recorder(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[list[str]]]:
+    """Records, per model call of the 3XCM stages, which concurrency slots were held while it ran."""
+    import flows.stages_3xcm as stages
+
+    held: list[str] = []
+    calls: dict[str, list[list[str]]] = {}
+    real_slot = stages.prefect_slot
+
+    @contextlib.contextmanager
+    def slot(name: str | None, *args: Any, **kwargs: Any) -> Iterator[None]:
+        with real_slot(name, *args, **kwargs):
+            held.append(str(name))
+            try:
+                yield
+            finally:
+                held.pop()
+
+    def recorded(function_name: str) -> Any:
+        real = getattr(stages, function_name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls.setdefault(function_name, []).append(list(held))
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(stages, "prefect_slot", slot)
+    for name in ("run_concept_dedup", "embed_images"):
+        monkeypatch.setattr(stages, name, recorded(name))
+    return calls
+
+
 def test_production_backends_build_a_valid_release_end_to_end(
     prefect: Path,
     tmp_path: Path,
@@ -216,6 +248,8 @@ def test_production_backends_build_a_valid_release_end_to_end(
                     }
                 },
                 "tagging": {"backend": "gemini", "gemini": gemini_settings, "images_per_request": 4},
+                # Nobody annotates here: the pairs for review are decided by the (recorded) auto-accept policy.
+                "review": {"backend": "label_studio_files", "when_unreviewed": "auto_accept"},
                 "release": {"root": str(tmp_path / "releases"), "version": "1.0.0"},
             }
         )
@@ -224,6 +258,7 @@ def test_production_backends_build_a_valid_release_end_to_end(
             int(line.split(",")[5]) for line in review_file.read_text().splitlines()[1:] if line.startswith(candidate)
         )
         ddg = FakeDuckDuckGo(base_url, web_root, ws, new_concept_id)
+        in_gpu_slot = hold_gpu_slot_recorder(monkeypatch)
         with (
             mock.patch.object(DuckduckgoImages, "_get_vqd", return_value="fake-vqd"),
             mock.patch.object(DuckduckgoImages, "request", new=lambda engine, *a, **kw: ddg.request(*a, **kw)),
@@ -235,6 +270,13 @@ def test_production_backends_build_a_valid_release_end_to_end(
             r for r in gemini.requests[generation_requests:] if "translations" in r.schema_properties
         ]
 
+    # BGE-M3 and open_clip ran inside the `gpu` concurrency slot, every call (README: builds sharing a GPU take turns).
+    assert set(in_gpu_slot) == {"run_concept_dedup", "embed_images"}
+    assert all(held == ["gpu"] for calls in in_gpu_slot.values() for held in calls)
+    # The card and manifest name what differs from the paper: the concept threshold and the unreviewed pairs.
+    deviations = json.loads((Path(summary.release_path) / "manifest.json").read_text())["deviations"]
+    assert len(deviations) == 2 and "0.999" in deviations[0] and deviations[1].startswith("No human reviewed")
+    assert all(d in (Path(summary.release_path) / "README.md").read_text() for d in deviations)
     # Concepts: the shipped ones asked for, plus only the accepted candidate.
     concepts = ws.read_table("concepts").to_pylist()
     assert {c["concept_id"]: c["source"] for c in concepts}[new_concept_id] == "gemini"

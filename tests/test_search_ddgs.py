@@ -20,6 +20,9 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from ddgs.engines.duckduckgo_images import DuckduckgoImages
+from ddgs.exceptions import DDGSException, TimeoutException
+from ddgs.http_client import HttpClient
 from pydantic import TypeAdapter
 
 from collectors import search_ddgs
@@ -27,11 +30,6 @@ from collectors.retry import RetryPolicy
 from collectors.search import SearchConfig, SearchError, SearchHit, SearchQuery, search_rows, searchers
 from collectors.search_ddgs import DdgsSearchConfig, DdgsSearcher
 from data import reference
-
-ddgs = pytest.importorskip("ddgs")
-from ddgs.engines.duckduckgo_images import DuckduckgoImages  # noqa: E402
-from ddgs.exceptions import DDGSException, TimeoutException  # noqa: E402
-from ddgs.http_client import HttpClient  # noqa: E402
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_s=0.001, max_delay_s=0.002)
 

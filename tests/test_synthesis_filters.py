@@ -21,6 +21,7 @@ from PIL import Image, ImageFilter
 from pydantic import ValidationError
 from tiny_models import build_tiny_open_clip
 
+import curation.synthesis_filters as synthesis_filters
 from curation.image_embeddings import OpenClipEmbeddingConfig, build_embedder
 from curation.synthesis_filters import (
     BRISQUE_MAX,
@@ -35,6 +36,7 @@ from curation.synthesis_filters import (
     score_attempts,
     verdict_counts,
 )
+from data.stage import error_text
 
 CLIP_NAME = "tiny-clip-synthesis-filter-test"
 
@@ -360,3 +362,17 @@ def test_config_defaults_validation_and_strictness(tmp_path: Path) -> None:
         SynthesisFilterConfig(brisque_max=80)
     with pytest.raises(ValidationError):
         SynthesisFilterConfig(chunk_size=0)
+
+
+def test_failure_reasons_use_the_shared_error_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One way to name a failure in a row (`data.stage.error_text`), prefixed with what failed; no private copy."""
+    failure = ValueError("bad header\nat byte 12")
+
+    def decode(data: bytes) -> Image.Image:
+        raise failure
+
+    monkeypatch.setattr(synthesis_filters, "decode_normalized", decode)
+    (row,) = score_attempts(SynthesisFilterConfig(brisque=None, clip=None), [(b"original", b"synthesized")])
+    assert row["verdict"] == "error"
+    assert row["reason"] == f"synthesized: {error_text(failure, synthesis_filters.MAX_ERROR_TEXT)}"
+    assert not hasattr(synthesis_filters, "_error_text")

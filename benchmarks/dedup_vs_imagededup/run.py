@@ -7,10 +7,16 @@ The corpus (corpus.py) is ~1,200 photo-like images with known groups: bases, one
 hard-negative siblings that share a base's background and layout. Both tools see the same folder in the same run.
 
 - imagededup: `PHash().find_duplicates(image_dir, max_distance_threshold=10)` in its own virtual environment
-  (benchmarks/.venv-imagededup, installed on first use with uv), a fresh process per repeat. Its raw pairs are
-  scored; the transitive closure of those pairs is scored on a second line.
-- ours: `curation.file_dedup.dedup_files(paths, workers=2)` in this process, one fresh call per repeat. The pairs
-  inside its clusters (what the pipeline merges) are scored; review-band pairs are counted apart.
+  (benchmarks/.venv-imagededup, installed on first use with uv), a fresh process per repeat.
+- ours: `curation.file_dedup.dedup_files(paths, workers=2)` in this process, one fresh call per repeat; review-band
+  pairs are counted apart.
+
+Both tools are scored pairwise on two bases, so that neither is compared on a basis that favours it:
+- raw pairs: the pairs the tool itself declares (imagededup's answer; our tiers' merge decisions, which skip the
+  pairs a merge already joined);
+- closure: every pair inside the clusters those pairs draw (imagededup's connected components; our clusters), which
+  is what a pipeline that merges duplicates acts on.
+The targets are checked on our closure, since that is what the build merges.
 
 Wall time is the median over repeats of the deduplication call alone (hashing included; interpreter start and
 imports excluded) for both tools. Targets: our F1 >= 0.99 with precision >= 0.995, and our wall time at most half
@@ -75,13 +81,18 @@ def ensure_imagededup_venv(path: Path = IMAGEDEDUP_VENV) -> Path:
     return python
 
 
+# The basis the targets are checked on (see the module docstring).
+TARGETS_BASIS = "closure"
+BASES = (("raw_pairs", "raw pairs"), ("closure", "closure"))
+
+
 @dataclass
 class SideRun:
     """One tool's answer on the corpus (file names, not paths) and its timings."""
 
     seconds: list[float]
-    pairs: set[Pair]  # what the tool declares to be duplicates
-    clusters: list[list[str]]
+    pairs: set[Pair]  # what the tool itself declares to be duplicates (the raw basis)
+    clusters: list[list[str]]  # the groups it merges (the closure basis)
     review: set[Pair] | None = None
     process_seconds: list[float] = field(default_factory=list)
     consistent: bool = True  # the same answer on every repeat
@@ -134,13 +145,16 @@ def run_ours(paths: list[str], repeats: int, workers: int = 2) -> SideRun:
         start = time.perf_counter()
         result = dedup_files(paths, workers=workers)
         seconds.append(time.perf_counter() - start)
+        if not hasattr(result, "merge_pairs"):
+            raise SystemExit("curation.file_dedup's result has no merge_pairs: the raw-pairs basis cannot be scored")
         clusters = sorted(sorted(Path(p).name for p in members) for members in result.clusters)
         review = {pair(Path(a).name, Path(b).name) for a, b in result.review_pairs}
-        answers.append((clusters, review))
-    clusters, review = answers[-1]
+        merged = normalise_pairs((Path(a).name, Path(b).name) for a, b in result.merge_pairs)
+        answers.append((clusters, review, merged))
+    clusters, review, merged = answers[-1]
     return SideRun(
         seconds=seconds,
-        pairs=cluster_pairs(clusters),
+        pairs=merged,
         clusters=clusters,
         review=review,
         consistent=all(a == answers[-1] for a in answers),
@@ -150,28 +164,33 @@ def run_ours(paths: list[str], repeats: int, workers: int = 2) -> SideRun:
 # -- report -----------------------------------------------------------------------------------------------------
 
 
-def side_figures(run: SideRun, truth: CorpusTruth, closure: bool) -> dict[str, object]:
-    figures = evaluate(run.pairs, truth, review=run.review)
-    figures["seconds_median"] = run.median_seconds
-    figures["seconds_runs"] = run.seconds
-    figures["clusters"] = len(run.clusters)
-    figures["largest_cluster"] = max((len(c) for c in run.clusters), default=0)
-    figures["consistent_across_repeats"] = run.consistent
+def side_figures(run: SideRun, truth: CorpusTruth) -> dict[str, object]:
+    """One tool's scores on both bases (`raw_pairs`, `closure`) and its timings. The review band is reported with
+    the closure, since what it adds is the true pairs the clusters missed."""
+    figures: dict[str, object] = {
+        "raw_pairs": evaluate(run.pairs, truth),
+        "closure": evaluate(cluster_pairs(run.clusters), truth, review=run.review),
+        "seconds_median": run.median_seconds,
+        "seconds_runs": run.seconds,
+        "clusters": len(run.clusters),
+        "largest_cluster": max((len(c) for c in run.clusters), default=0),
+        "consistent_across_repeats": run.consistent,
+    }
     if run.process_seconds:
         figures["process_seconds_median"] = statistics.median(run.process_seconds)
-    if closure:
-        figures["closure"] = evaluate(cluster_pairs(run.clusters), truth)
     return figures
 
 
 def print_report(truth: CorpusTruth, figures: dict, console: Console) -> None:
     from rich.table import Table
 
-    main_rows = [(label, figures[key]) for key, label in (("ours", "ours (clusters)"), ("imagededup", "imagededup"))]
-    main_rows = [(label, f) for label, f in main_rows if f]
-    rows = list(main_rows)
-    if figures.get("imagededup"):
-        rows.append(("imagededup, closure", {**figures["imagededup"]["closure"], "seconds_median": None}))
+    # One row per tool and basis; the wall time (the tool's, whatever the basis) on its first row.
+    rows = []
+    for side in ("ours", "imagededup"):
+        if figures.get(side):
+            for n, (key, label) in enumerate(BASES):
+                wall = figures[side]["seconds_median"] if n == 0 else None
+                rows.append((f"{side}, {label}", {**figures[side][key], "seconds_median": wall}))
     table = Table(title=f"Pairwise duplicates: {len(truth.files)} files, {figures['true_pairs']} true pairs")
     for column in ("", "precision", "recall", "F1", "pairs", "FP", "FN", "FP w/ siblings", "FP same family", "wall s"):
         table.add_column(column, justify="right" if column else "left")
@@ -192,22 +211,23 @@ def print_report(truth: CorpusTruth, figures: dict, console: Console) -> None:
     console.print(table)
 
     kinds = Table(title="Recall per copy kind (in brackets: the copy vs its source only)")
-    for column in ("kind", "files", "pairs", *(label for label, _ in main_rows)):
+    for column in ("kind", "files", "pairs", *(label for label, _ in rows)):
         kinds.add_column(column, justify="right" if column != "kind" else "left")
     totals = recall_by_kind(set(), truth)
     counts = truth.kind_counts()
     for kind in COPY_KINDS:
         cells = [kind, str(counts[kind]), str(totals[kind].total)]
-        for _, f in main_rows:
+        for _, f in rows:
             cells.append(f"{f['recall_by_kind'][kind]:.3f} ({f['recall_vs_source_by_kind'][kind]:.3f})")
         kinds.add_row(*cells)
     console.print(kinds)
 
     ours = figures.get("ours")
     if ours:
+        band = ours["closure"]
         console.print(
-            f"ours: {ours['review_pairs']} review-band pairs, {ours['review_pairs_true']} of them true duplicates, "
-            f"{ours['review_pairs_missed_by_clusters']} true pairs only in the review band"
+            f"ours: {band['review_pairs']} review-band pairs, {band['review_pairs_true']} of them true duplicates, "
+            f"{band['review_pairs_missed_by_clusters']} true pairs only in the review band"
         )
     for side in ("ours", "imagededup"):
         f = figures.get(side)
@@ -218,7 +238,8 @@ def print_report(truth: CorpusTruth, figures: dict, console: Console) -> None:
     for name, met in figures["met"].items():
         if met is not None:
             verdict = "[green]PASS" if met else "[red]FAIL"
-            console.print(f"target {name} ({figures['targets'][name]}): {verdict}")
+            basis = f", ours on {figures['targets_basis']}" if name != "wall_ratio" else ""
+            console.print(f"target {name} ({figures['targets'][name]}{basis}): {verdict}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -263,21 +284,24 @@ def main(argv: list[str] | None = None) -> dict:
             console.print(f"imagededup PHash: {args.repeats} runs ...")
             run = run_imagededup(python, truth.image_dir, args.repeats, workdir / "imagededup.log")
             (workdir / "imagededup_pairs.json").write_text(json.dumps(sorted(run.pairs)))
-            figures["imagededup"] = side_figures(run, truth, closure=True)
+            figures["imagededup"] = side_figures(run, truth)
         if not args.skip_ours:
             console.print(f"ours: {args.repeats} runs ...")
             run = run_ours(truth.paths(), args.repeats, workers=args.workers)
             (workdir / "ours_clusters.json").write_text(json.dumps(run.clusters))
             (workdir / "ours_review_pairs.json").write_text(json.dumps(sorted(run.review or ())))
-            figures["ours"] = side_figures(run, truth, closure=False)
+            (workdir / "ours_merge_pairs.json").write_text(json.dumps(sorted(run.pairs)))
+            figures["ours"] = side_figures(run, truth)
 
         ours, theirs = figures["ours"], figures["imagededup"]
         both = ours is not None and theirs is not None
         figures["wall_ratio"] = ours["seconds_median"] / theirs["seconds_median"] if both else None
         figures["targets"] = {"f1": TARGET_F1, "precision": TARGET_PRECISION, "wall_ratio": TARGET_WALL_RATIO}
+        figures["targets_basis"] = TARGETS_BASIS
+        scored = ours[TARGETS_BASIS] if ours else None
         figures["met"] = {
-            "f1": ours["f1"] >= TARGET_F1 if ours else None,
-            "precision": ours["precision"] >= TARGET_PRECISION if ours else None,
+            "f1": scored["f1"] >= TARGET_F1 if scored else None,
+            "precision": scored["precision"] >= TARGET_PRECISION if scored else None,
             "wall_ratio": figures["wall_ratio"] <= TARGET_WALL_RATIO if both else None,
         }
         (workdir / "results.json").write_text(json.dumps(figures, indent=1))
