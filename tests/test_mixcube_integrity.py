@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from fake_image_host import FakeImageHost
 from PIL import Image
-from test_search_ddgs import FAST_RETRY, body, fake_engine
+from test_mixcube_search import search_originals
+from test_search_ddgs import body, fake_engine
 
 import collectors.mixcube_originals as originals_mod
 import synthesis.inpaint
@@ -193,20 +194,7 @@ def test_sideways_search_hits_are_turned_upright_at_ingest(tmp_path: Path) -> No
             url = host.url("/img/0/a.jpg")
             return body([{"title": "t", "image": url, "url": url, "height": 1, "width": 1}])
 
-        originals = {
-            "backend": "search",
-            "per_cell": 1,
-            "cultures": ["UK"],
-            "categories": ["Food"],
-            "search": {
-                "backend": "ddgs",
-                "retry": FAST_RETRY.model_dump(),
-                "requests_per_second": 1000.0,
-                "prefect_concurrency_limit": None,
-                "canary_query": "dog",
-            },
-            "download": {"backend": "http", "allow_private_addresses": True, "retry": FAST_RETRY.model_dump()},
-        }
+        originals = search_originals(per_cell=1, cultures=["UK"], categories=["Food"])
         config = small_config(tmp_path, originals)
         with fake_engine(answer):
             summary = build_locally(config)

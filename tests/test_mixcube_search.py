@@ -25,6 +25,24 @@ def astronaut_jpeg() -> bytes:
     return buffer.getvalue()
 
 
+def search_originals(per_cell: int, cultures: list[str], categories: list[str]) -> dict:
+    """`originals: search` through the faked ddgs engine and the downloader, allowed to reach the loopback host."""
+    return {
+        "backend": "search",
+        "per_cell": per_cell,
+        "cultures": cultures,
+        "categories": categories,
+        "search": {
+            "backend": "ddgs",
+            "retry": FAST_RETRY.model_dump(),
+            "requests_per_second": 1000.0,
+            "prefect_concurrency_limit": None,
+            "canary_query": "dog",
+        },
+        "download": {"backend": "http", "allow_private_addresses": True, "retry": FAST_RETRY.model_dump()},
+    }
+
+
 def test_search_hits_become_originals_and_every_failure_is_a_row(tmp_path: Path) -> None:
     host = FakeImageHost(corpus=[astronaut_jpeg()]).start()
     try:
@@ -40,20 +58,7 @@ def test_search_hits_become_originals_and_every_failure_is_a_row(tmp_path: Path)
         config = BuildMixCubeConfig.demo(
             workspace_root=str(tmp_path / "ws"),
             release={"root": str(tmp_path / "rel"), "version": "0.0.1"},
-            originals={
-                "backend": "search",
-                "per_cell": 3,  # the fourth hit is never fetched
-                "cultures": ["Myanmar"],
-                "categories": ["Food", "Festival"],
-                "search": {
-                    "backend": "ddgs",
-                    "retry": FAST_RETRY.model_dump(),
-                    "requests_per_second": 1000.0,
-                    "prefect_concurrency_limit": None,
-                    "canary_query": "dog",
-                },
-                "download": {"backend": "http", "allow_private_addresses": True, "retry": FAST_RETRY.model_dump()},
-            },
+            originals=search_originals(per_cell=3, cultures=["Myanmar"], categories=["Food", "Festival"]),
         )
         with fake_engine(answer):
             summary = build_locally(config)
