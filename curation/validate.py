@@ -34,7 +34,7 @@ from curation.rules import (
 from data import reference
 from data.schemas import BENCHMARK, BENCHMARK_CD, CATALOG, RQ2_SLOTS, RQ3_SLOTS
 
-IMAGE_ID = re.compile(r"^(?P<slug>[a-z_]+)-(?P<concept>\d+)-(?P<rank>\d+)-(?P<lang>eng|nav)$")
+IMAGE_ID = re.compile(r"^(?P<slug>[a-z_ ]+)-(?P<concept>\d+)-(?P<rank>\d+)-(?P<lang>eng|nav)$")
 
 
 class Violation(BaseModel):
