@@ -28,7 +28,8 @@ from data.schemas import CONCEPT_CANDIDATES, empty, from_rows
 STAGE = "concept_generation"
 REVIEW_PENDING, REVIEW_ACCEPTED, REVIEW_REJECTED = "pending", "accepted", "rejected"
 REVIEW_STATUSES = (REVIEW_PENDING, REVIEW_ACCEPTED, REVIEW_REJECTED)
-#: Shipped concept ids are 0..136 (paper Table 10); accepted candidates are numbered from here, leaving room.
+#: Shipped concept ids are the authors' 0..138 (data/reference/xcm-bench.csv); accepted candidates are numbered
+#: from here, leaving room.
 FIRST_NEW_CONCEPT_ID = 1000
 REVIEW_COLUMNS = (
     "candidate_id",

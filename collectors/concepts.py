@@ -1,8 +1,9 @@
 """Concept stage: which concepts a build covers.
 
-Embedded default: the shipped, curated list (3XCM paper, Table 10). Generated concepts (Gemini, App. H) never
-flow straight into a build; they go to a review file an operator accepts from (`collectors/concept_generation.py`),
-and the "reviewed" backend adds only the accepted ones to the shipped list.
+Embedded default: the shipped, curated list: the 139 concepts of the authors' release with their ids
+(data/reference/xcm-bench.csv; 137 of them in the paper's Table 10). Generated concepts (Gemini, App. H) never flow
+straight into a build; they go to a review file an operator accepts from (`collectors/concept_generation.py`), and
+the "reviewed" backend adds only the accepted ones to the shipped list.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Generate the labelled demo corpus: real photos cannot be shipped, so the offline demo draws its own.
 
-The corpus is laid out for the local-folder searcher (`<country>/<concept>/<eng|nav>/<rank>_<name>.<ext>`) and
-holds, on purpose, what a web crawl holds: near-duplicates (byte copies, the same pixels re-saved as PNG, JPEG
-re-encodes, resizes, brightness shifts) and bad files (HTML saved as .jpg, truncated and corrupt JPEGs, a tiny
-image, a decompression bomb). `ground_truth.json` lists every planted case so tests can check the curation.
+The corpus is laid out for the local-folder searcher (`<country>/<concept>/<eng|nav>/<NN>_<name>.<ext>`; the
+searcher ranks a folder's files from 1 in name order) and holds, on purpose, what a web crawl holds:
+near-duplicates (byte copies, the same pixels re-saved as PNG, JPEG re-encodes, resizes, brightness shifts) and
+bad files (HTML saved as .jpg, truncated and corrupt JPEGs, a tiny image, a decompression bomb).
+`ground_truth.json` lists every planted case so tests can check the curation.
 
 It also holds look-alikes: the same scene from another viewpoint, or at night. The 3XCM annotation guideline
 (paper App. J) keeps such pairs when the change is meaningful, so they are the cases no threshold can settle and
@@ -289,13 +290,20 @@ def _calibrated_lookalike(
     return None if best is None else best[1]
 
 
+def country_folder(country: reference.Country) -> str:
+    """A country's corpus folder: its slug with `_` for a space (`saudi_arabia`), so no corpus path holds a space;
+    the local searcher matches either form."""
+    return country.slug.replace(" ", "_")
+
+
 def generate_demo_corpus(config: DemoCorpusConfig, root: str) -> GroundTruth:
     """Write the corpus under `root` (an fsspec URL) and return what was planted. Every file goes through the
     workspace's atomic writer, so a crash mid-generation never leaves a half-written picture under a final name."""
     storage = Storage(root)
     truth = GroundTruth()
     countries = [reference.resolve_country(c) for c in config.countries]
-    concepts = [c for c in reference.concepts() if c.concept in config.concepts]
+    # In name order, and pictures seeded by name: the corpus does not move when concepts are renumbered.
+    concepts = sorted((c for c in reference.concepts() if c.concept in config.concepts), key=lambda c: c.concept)
     if len(concepts) != len(set(config.concepts)):
         known = {c.concept for c in concepts}
         raise ValueError(f"unknown demo concepts: {sorted(set(config.concepts) - known)}")
@@ -316,10 +324,11 @@ def generate_demo_corpus(config: DemoCorpusConfig, root: str) -> GroundTruth:
         langs = ["eng"] if country.language_code == reference.ENGLISH else ["eng", "nav"]
         for concept in concepts:
             for lang in langs:
-                folder = f"{country.slug}/{concept.concept.replace(' ', '_')}/{lang}"
+                folder = f"{country_folder(country)}/{concept.concept.replace(' ', '_')}/{lang}"
                 folders.append((folder, country.slug, concept.concept))
+                # File names count from 00; the searcher ranks a folder's files in name order from 1.
                 for rank in range(config.images_per_query):
-                    key = (country.slug, concept.concept_id, lang, rank)
+                    key = (country_folder(country), concept.concept, lang, rank)
                     label = f"{concept.concept} / {country.name} / {lang} #{rank}"
                     image = draw_scene(_rng(config.seed, *key), config.width, config.height, label)
                     data = _jpeg(image)

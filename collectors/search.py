@@ -1,7 +1,9 @@
 """Image search stage: one English and one native-language query per concept x country (3XCM paper §3.2.1).
 
-Every backend implements `Searcher` and returns the same hit rows. Embedded default: a local folder laid out as
-`<root>/<country>/<concept>/<eng|nav>/<files>` (or described by a manifest CSV), standing in for DuckDuckGo.
+Every backend implements `Searcher` and returns its hits best first; `search_rows` numbers them from 1 (the
+authors' ranks are 1-based) into `rank` and the image id `{country}-{concept_id}-{rank}-{eng|nav}`. Embedded
+default: a local folder laid out as `<root>/<country>/<concept>/<eng|nav>/<files>` (files ranked in sorted name
+order) or described by a manifest CSV (hits ranked by its `rank` column), standing in for DuckDuckGo.
 The paper's engine, DuckDuckGo images through `ddgs`, is the `ddgs` backend (collectors/search_ddgs.py).
 """
 
@@ -44,7 +46,8 @@ class SearchQuery(BaseModel):
 
     @property
     def _country_slug(self) -> str:
-        """The 3XCM country's slug; another place (a MixCuBe culture) is slugged from its name."""
+        """The 3XCM country's slug (its name in lower case, spaces kept, as the authors' ids have it); another
+        place (a MixCuBe culture) is slugged from its name."""
         country = reference.country_by_name().get(self.country)
         return country.slug if country else "-".join("".join(c if c.isalnum() else " " for c in self.country).split())
 
@@ -53,6 +56,9 @@ class SearchQuery(BaseModel):
         return f"{self._country_slug}-{self.concept_id}-q-{self.query_lang}"
 
     def image_id(self, rank: int) -> str:
+        """`rank` is 1-based: `saudi arabia-0-1-eng` is the top English hit for train (id 0) in Saudi Arabia."""
+        if rank < 1:
+            raise ValueError(f"ranks are 1-based, got {rank}")
         return f"{self._country_slug}-{self.concept_id}-{rank}-{self.query_lang}"
 
 
@@ -92,7 +98,8 @@ class LocalFolderSearchConfig(BaseModel):
     )
     manifest: str | None = Field(
         default=None,
-        description="CSV with country,concept,query_lang,rank,path[,title,source_page]; paths relative to it.",
+        description="CSV with country,concept,query_lang,rank,path[,title,source_page]; paths relative to it. "
+        "`rank` only orders a query's hits: the stage numbers them 1, 2, ... in that order.",
     )
     max_results: int = Field(default=10, ge=1, description="Top-k per query (paper §3.2.1: top 10).")
     skip_identical_native_query: bool = Field(
@@ -201,7 +208,8 @@ def _query_rows(searcher: Searcher, query: SearchQuery, max_results: int) -> lis
             "error": None,
             "detail": None,
         }
-        for rank, hit in enumerate(hits)
+        # 1-based, as in the authors' image ids (rank 1 = the engine's top hit; data/reference/xcm-bench.csv).
+        for rank, hit in enumerate(hits, start=1)
     ]
 
 

@@ -7,7 +7,8 @@ canary is empty too, the engine is blocking us. Failures end as `SearchError(kin
 `blocked`, `timeout` or `engine_error`, which `search_rows` turns into a row; a search never aborts the build.
 
 Ranking note: `DDGS.images` re-ranks DDG's list (results whose title holds a query word first, ddgs'
-SimpleFilterRanker), so `rank` is ddgs' order, which may differ from the order on duckduckgo.com.
+SimpleFilterRanker), so `rank` is ddgs' order (1 = its first hit), which may differ from the order on
+duckduckgo.com.
 """
 
 from __future__ import annotations

@@ -1,30 +1,31 @@
-"""Assembly: the image table, the RQ2 triplets and the RQ3 sextets (3XCM paper §3.2.2-3.2.3).
+"""Assembly: the RQ2 triplets and the RQ3 sextets over the image table (3XCM paper §3.2.2-3.2.3).
 
 Each kept image yields one RQ2 query (its concept, in its country's language) and one RQ3 query ("{concept} of
 {Y}" in that language). Every candidate is the least-used image of its eligible pool at the moment it is chosen,
-ties broken by a seeded permutation, so reuse stays balanced and a seed always gives the same benchmark.
-A query that cannot be filled is recorded in the `unassembled` table with the slot that had no candidate.
+ties broken by a seeded permutation, so reuse stays balanced and a seed always gives the same benchmark. The pools
+are the rules of `curation.rules`, searched through `curation.pool_index` (O(log n) per choice). A query that cannot
+be filled is recorded in the `unassembled` table with the slot that had no candidate.
+
+Queries can be kept as they are (`keep`: query row -> its candidates, counted as used but not chosen again), which
+is how `culturebench reassemble` repairs an existing benchmark while keeping every row that already obeys the rules.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from curation.rules import (
-    RQ2_RULES,
-    RQ3_RULES,
-    Catalog,
-    DescriptorBalance,
-    PoolCache,
-    eligible_descriptor_countries,
-    least_used,
-)
+from curation.pool_index import NO_IMAGE, PoolIndex
+from curation.rules import RQ2_RULES, RQ3_RULES, Catalog, DescriptorBalance, PoolCounts, seeded_priority
 from data import reference
-from data.schemas import BENCHMARK, BENCHMARK_CD, RQ2_SLOTS, UNASSEMBLED, from_rows
+from data.schemas import BENCHMARK, BENCHMARK_CD, RQ2_SLOTS, UNASSEMBLED
+
+RQ2_PREFIXES = dict(RQ2_SLOTS)  # our slot name -> the authors' column prefix
+RQ3_PREFIXES = {slot.name: f"{slot.name}_candidate_" for slot in RQ3_RULES}
 
 
 class AssemblyConfig(BaseModel):
@@ -48,46 +49,131 @@ class Assembly:
 
 
 class QueryTexts:
-    """Query strings in the query country's language, from the translations table."""
+    """Query strings in the query country's language, from the translations table.
 
-    def __init__(self, translations: pa.Table) -> None:
+    `languages` (country -> language code) and `descriptor_name` ((language, country) -> the country's form inside
+    the RQ3 template) default to the shipped reference data; a catalog of other countries passes its own."""
+
+    def __init__(
+        self,
+        translations: pa.Table,
+        languages: Mapping[str, str] | None = None,
+        descriptor_name: Callable[[str, str], str] | None = None,
+    ) -> None:
         self._text: dict[tuple[int, str], str] = {}
         self._template: dict[tuple[int, str], str] = {}
-        for row in translations.to_pylist():
+        for row in translations.select(["concept_id", "language_code", "text", "descriptor_template"]).to_pylist():
             key = (row["concept_id"], row["language_code"])
             self._text[key] = row["text"]
             self._template[key] = row["descriptor_template"]
+        self._languages = languages
+        self._descriptor_name = descriptor_name or (
+            lambda code, country: reference.language_pack(code).countries[country].descriptor_country
+        )
+
+    def language(self, country: str) -> str:
+        if self._languages is not None:
+            return self._languages[country]
+        return reference.country_by_name()[country].language_code
 
     def rq2(self, concept_id: int, country: str) -> tuple[str, str]:
-        code = reference.country_by_name()[country].language_code
+        code = self.language(country)
         return code, self._text[(concept_id, code)]
 
     def rq3(self, concept_id: int, country: str, descriptor_country: str) -> tuple[str, str]:
-        code = reference.country_by_name()[country].language_code
-        y_form = reference.language_pack(code).countries[descriptor_country].descriptor_country
+        code = self.language(country)
+        y_form = self._descriptor_name(code, descriptor_country)
         return code, self._template[(concept_id, code)].format(concept=self._text[(concept_id, code)], country=y_form)
 
 
-def seeded_priority(n: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).permutation(n).astype(np.int64)
+@dataclass
+class TaskResult:
+    """One task's choices, as arrays: the queries that were assembled, their candidates (one column per slot),
+    the RQ3 descriptor country of each, the queries that could not be, and each image's final usage."""
+
+    queries: np.ndarray  # int64 rows of the image table
+    candidates: np.ndarray  # int64, (queries, slots)
+    descriptors: np.ndarray  # int64 country positions (RQ3); empty for RQ2
+    missing: list[tuple[int, str]]  # (query row, reason)
+    usage: np.ndarray
 
 
-def candidate_columns(catalog: Catalog, prefix: str, index: int) -> dict:
-    return {
-        f"{prefix}index": index,
-        f"{prefix}image_id": catalog.image_id[index],
-        f"{prefix}concept": catalog.concept_name[index],
-        f"{prefix}country": catalog.country_names[int(catalog.country[index])],
-    }
+def assemble_rq2(
+    catalog: Catalog, counts: PoolCounts, seed: int, keep: Mapping[int, tuple[int, ...]] | None = None
+) -> TaskResult:
+    index = PoolIndex(catalog, seeded_priority(len(catalog), seed))
+    empty_slot: dict[tuple[int, int], str | None] = {}
+    queries, chosen, missing = [], [], []
+    for q in range(len(catalog)):
+        c, x = int(catalog.concept[q]), int(catalog.country[q])
+        if keep is not None and q in keep:
+            picks = list(keep[q])
+            for image in picks:  # kept as they are, but they count towards every later choice
+                index.use(image)
+        else:
+            if (c, x) not in empty_slot:
+                empty_slot[(c, x)] = counts.rq2_empty_slot(c, x)
+            if empty_slot[(c, x)] is not None:
+                missing.append((q, f"no_{empty_slot[(c, x)]}_candidate"))
+                continue
+            picks = []
+            for slot in RQ2_RULES:
+                picks.append(index.least_used(slot, c, x))
+                index.use(picks[-1])
+        queries.append(q)
+        chosen.append(picks)
+    return _result(index, queries, chosen, [], missing, len(RQ2_RULES))
 
 
-def query_columns(catalog: Catalog, index: int) -> dict:
-    return {
-        "query_index": index,
-        "query_image_id": catalog.image_id[index],
-        "query_concept": catalog.concept_name[index],
-        "query_country": catalog.country_names[int(catalog.country[index])],
-    }
+def assemble_rq3(catalog: Catalog, counts: PoolCounts, seed: int) -> TaskResult:
+    index = PoolIndex(catalog, seeded_priority(len(catalog), seed + 1))
+    country_priority = seeded_priority(len(catalog.country_names), seed + 2)
+    balance = DescriptorBalance(len(catalog.country_names))
+    eligible_of: dict[tuple[int, int], np.ndarray] = {}
+    queries, chosen, descriptors, missing = [], [], [], []
+    for q in range(len(catalog)):
+        c, x = int(catalog.concept[q]), int(catalog.country[q])
+        if (c, x) not in eligible_of:
+            eligible_of[(c, x)] = counts.descriptor_countries(c, x)
+        eligible = eligible_of[(c, x)]
+        if len(eligible) == 0:
+            missing.append((q, "no_descriptor_country"))
+            continue
+        y = balance.choose(c, eligible, country_priority)
+        balance.record(c, y)
+        picks = []
+        for slot in RQ3_RULES:
+            image = index.least_used(slot, c, x, y)
+            if image == NO_IMAGE:  # cannot happen for an eligible Y; guarded so a bug is loud, not a wrong row
+                raise AssertionError(f"rq3 slot {slot.name} empty for an eligible descriptor country")
+            index.use(image)
+            picks.append(image)
+        queries.append(q)
+        chosen.append(picks)
+        descriptors.append(y)
+    return _result(index, queries, chosen, descriptors, missing, len(RQ3_RULES))
+
+
+def _result(
+    index: PoolIndex,
+    queries: list[int],
+    chosen: list[list[int]],
+    descriptors: list[int],
+    missing: list[tuple[int, str]],
+    slots: int,
+) -> TaskResult:
+    return TaskResult(
+        queries=np.array(queries, dtype=np.int64),
+        candidates=np.array(chosen, dtype=np.int64).reshape(len(chosen), slots),
+        descriptors=np.array(descriptors, dtype=np.int64),
+        missing=missing,
+        usage=index.usages(),
+    )
+
+
+def _result_of_nothing(slots: int) -> TaskResult:
+    none = np.zeros(0, dtype=np.int64)
+    return TaskResult(none, np.zeros((0, slots), dtype=np.int64), none, [], none)
 
 
 def reuse_summary(usage: np.ndarray) -> dict[str, float]:
@@ -99,72 +185,81 @@ def reuse_summary(usage: np.ndarray) -> dict[str, float]:
     }
 
 
-def assemble_rq2(catalog: Catalog, texts: QueryTexts, seed: int) -> tuple[list[dict], list[dict], np.ndarray]:
-    priority = seeded_priority(len(catalog), seed)
-    usage = np.zeros(len(catalog), dtype=np.int64)
-    cache = PoolCache(catalog, RQ2_RULES)
-    rows, missing = [], []
-    for q_index in range(len(catalog)):
-        query = catalog.query_for(q_index)
-        pools = {slot: cache.pool(slot, query) for slot, _ in RQ2_SLOTS}
-        empty = [slot for slot, pool in pools.items() if len(pool) == 0]
-        if empty:
-            missing.append(_missing("rq2", catalog, q_index, f"no_{empty[0]}_candidate"))
-            continue
-        row = query_columns(catalog, q_index)
-        for slot, prefix in RQ2_SLOTS:
-            chosen = least_used(pools[slot], usage, priority)
-            usage[chosen] += 1
-            row.update(candidate_columns(catalog, prefix, chosen))
-        language, text = texts.rq2(query.concept, row["query_country"])
-        row.update(query_concept_id=query.concept, query_language=language, query_text=text)
-        rows.append(row)
-    return rows, missing, usage
+def _image_columns(catalog: Catalog, prefix: str, rows: np.ndarray, id_column: str | None = None) -> dict:
+    return {
+        f"{prefix}index": pa.array(rows, pa.int32()),
+        id_column or f"{prefix}image_id": pa.array(catalog.image_id[rows].tolist(), pa.string()),
+        f"{prefix}concept": pa.array(catalog.concept_name[rows].tolist(), pa.string()),
+        f"{prefix}country": pa.array(
+            np.array(catalog.country_names, dtype=object)[catalog.country[rows]].tolist(), pa.string()
+        ),
+    }
 
 
-def assemble_rq3(catalog: Catalog, texts: QueryTexts, seed: int) -> tuple[list[dict], list[dict], np.ndarray]:
-    priority = seeded_priority(len(catalog), seed + 1)
-    country_priority = seeded_priority(len(catalog.country_names), seed + 2)
-    usage = np.zeros(len(catalog), dtype=np.int64)
-    balance = DescriptorBalance(len(catalog.country_names))
-    cache = PoolCache(catalog, RQ3_RULES)
-    rows, missing = [], []
-    for q_index in range(len(catalog)):
-        base = catalog.query_for(q_index)
-        eligible = np.array(eligible_descriptor_countries(cache, base), dtype=np.int64)
-        if len(eligible) == 0:
-            missing.append(_missing("rq3", catalog, q_index, "no_descriptor_country"))
-            continue
-        y = balance.choose(base.concept, eligible, country_priority)
-        balance.record(base.concept, y)
-        query = catalog.query_for(q_index, descriptor_country=y)
-        row = query_columns(catalog, q_index)
-        row["descriptor_country"] = catalog.country_names[y]
-        for slot in RQ3_RULES:
-            chosen = least_used(cache.pool(slot, query), usage, priority)
-            usage[chosen] += 1
-            row.update(candidate_columns(catalog, f"{slot}_candidate_", chosen))
-        language, text = texts.rq3(query.concept, row["query_country"], row["descriptor_country"])
-        row.update(query_concept_id=query.concept, query_language=language, query_text=text)
-        rows.append(row)
-    return rows, missing, usage
+def _texts(catalog: Catalog, rows: np.ndarray, text: Callable[..., tuple[str, str]], *extra: np.ndarray) -> dict:
+    """query_concept_id, query_language and query_text, one lookup per distinct (concept, country[, Y])."""
+    names = catalog.country_names
+    keys = [catalog.concept[rows], catalog.country[rows], *extra]
+    cache: dict[tuple[int, ...], tuple[str, str]] = {}
+    languages, texts = [], []
+    for key in zip(*(k.tolist() for k in keys), strict=True):
+        if key not in cache:
+            cache[key] = text(key[0], names[key[1]], *(names[k] for k in key[2:]))
+        languages.append(cache[key][0])
+        texts.append(cache[key][1])
+    return {
+        "query_concept_id": pa.array(catalog.concept[rows], pa.int32()),
+        "query_language": pa.array(languages, pa.string()),
+        "query_text": pa.array(texts, pa.string()),
+    }
 
 
-def _missing(task: str, catalog: Catalog, index: int, reason: str) -> dict:
-    return {"task": task, "query_index": index, "query_image_id": catalog.image_id[index], "reason": reason}
+def benchmark_table(catalog: Catalog, texts: QueryTexts, result: TaskResult) -> pa.Table:
+    columns = _image_columns(catalog, "query_", result.queries, "query_image_id")
+    for position, slot in enumerate(RQ2_RULES):
+        columns |= _image_columns(catalog, RQ2_PREFIXES[slot.name], result.candidates[:, position])
+    columns |= _texts(catalog, result.queries, texts.rq2)
+    return pa.table(columns, schema=BENCHMARK)
+
+
+def benchmark_cd_table(catalog: Catalog, texts: QueryTexts, result: TaskResult) -> pa.Table:
+    columns = _image_columns(catalog, "query_", result.queries, "query_image_id")
+    countries = np.array(catalog.country_names, dtype=object)
+    columns["descriptor_country"] = pa.array(countries[result.descriptors].tolist(), pa.string())
+    for position, slot in enumerate(RQ3_RULES):
+        columns |= _image_columns(catalog, RQ3_PREFIXES[slot.name], result.candidates[:, position])
+    columns |= _texts(catalog, result.queries, texts.rq3, result.descriptors)
+    return pa.table(columns, schema=BENCHMARK_CD)
+
+
+def unassembled_table(catalog: Catalog, missing: dict[str, list[tuple[int, str]]]) -> pa.Table:
+    rows = [(task, q, reason) for task, items in missing.items() for q, reason in items]
+    indexes = np.array([q for _, q, _ in rows], dtype=np.int64)
+    return pa.table(
+        {
+            "task": pa.array([task for task, _, _ in rows], pa.string()),
+            "query_index": pa.array(indexes, pa.int32()),
+            "query_image_id": pa.array(catalog.image_id[indexes].tolist(), pa.string()),
+            "reason": pa.array([reason for _, _, reason in rows], pa.string()),
+        },
+        schema=UNASSEMBLED,
+    )
+
+
+def assemble_catalog(
+    config: AssemblyConfig, catalog: Catalog, texts: QueryTexts, keep: Mapping[int, tuple[int, ...]] | None = None
+) -> Assembly:
+    counts = PoolCounts(catalog)
+    rq2 = assemble_rq2(catalog, counts, config.seed, keep)
+    rq3 = assemble_rq3(catalog, counts, config.seed) if config.rq3 else _result_of_nothing(len(RQ3_RULES))
+    return Assembly(
+        benchmark=benchmark_table(catalog, texts, rq2),
+        benchmark_cd=benchmark_cd_table(catalog, texts, rq3),
+        unassembled=unassembled_table(catalog, {"rq2": rq2.missing, "rq3": rq3.missing}),
+        reuse={"rq2": reuse_summary(rq2.usage), "rq3": reuse_summary(rq3.usage)},
+    )
 
 
 def run_assembly(config: AssemblyConfig, image_table: pa.Table, translations: pa.Table) -> Assembly:
     catalog = Catalog.from_table(image_table)
-    texts = QueryTexts(translations)
-    rq2_rows, rq2_missing, rq2_usage = assemble_rq2(catalog, texts, config.seed)
-    if config.rq3:
-        rq3_rows, rq3_missing, rq3_usage = assemble_rq3(catalog, texts, config.seed)
-    else:
-        rq3_rows, rq3_missing, rq3_usage = [], [], np.zeros(0, dtype=np.int64)
-    return Assembly(
-        benchmark=from_rows(rq2_rows, BENCHMARK),
-        benchmark_cd=from_rows(rq3_rows, BENCHMARK_CD),
-        unassembled=from_rows(rq2_missing + rq3_missing, UNASSEMBLED),
-        reuse={"rq2": reuse_summary(rq2_usage), "rq3": reuse_summary(rq3_usage)},
-    )
+    return assemble_catalog(config, catalog, QueryTexts(translations))

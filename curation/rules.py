@@ -5,173 +5,233 @@ irrelevant candidates never share the query's language group, and no distractor 
 carries it among its tags, and none has the bytes (sha256) or the decoded pixels (pixel hash) of an image of the
 query concept. The tags already include the concepts of an image's copies (`curation/copies.py`); the hashes are
 checked again here, so the validator holds a release to the rule whatever its tags say.
+
+Each slot is declared, not coded: the images it draws from (one (concept, country) cell, a concept, a country, or
+all), the language groups it leaves out, and whether its candidates must not show the query concept. The same
+declaration answers "which rows are eligible" for a whole column at once (`in_pool`, the validator) and "which is
+the least-used eligible image now" through an index (`curation/pool_index.py`, the assembler and the validator's
+replay), so a million images never need a mask per query.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 
 from data import reference
 
+Partition = Literal["cell_x", "cell_y", "concept", "country_x", "country_y", "all"]
+
 
 @dataclass(frozen=True)
-class Query:
-    concept: int
-    country: int
-    group: int
-    descriptor_country: int = -1  # RQ3 only: Y
-    descriptor_group: int = -1
+class Slot:
+    name: str
+    partition: Partition  # x: the query's country; y: the RQ3 descriptor country
+    excluded_groups: tuple[str, ...] = ()  # language groups ("x", "y") its candidates may not come from
+    not_showing: bool = False  # its candidates must not show the query concept
+
+
+RQ2_RULES: tuple[Slot, ...] = (
+    # (i) Correct: the query concept, from a country outside the query's language group.
+    Slot("correct", "concept", ("x",)),
+    # (ii) Language-biased: from the query's country, not showing the query concept.
+    Slot("language_biased", "country_x", not_showing=True),
+    # (iii) Totally irrelevant: not showing the concept, from outside the query's language group.
+    Slot("irrelevant", "all", ("x",), not_showing=True),
+)
+RQ3_RULES: tuple[Slot, ...] = (
+    Slot("correct", "cell_y"),  # the concept from Y
+    Slot("object_relevant_language_biased", "cell_x"),  # the concept from X
+    Slot("object_relevant", "concept", ("x", "y")),  # the concept from Z, outside the groups of X and Y
+    Slot("cultural_descriptor_relevant", "country_y", not_showing=True),  # from Y, not the concept
+    Slot("language_biased", "country_x", not_showing=True),  # from X, not the concept
+    Slot("irrelevant", "all", ("x", "y"), not_showing=True),  # neither, and from neither group
+)
+TASK_RULES = {"rq2": RQ2_RULES, "rq3": RQ3_RULES}
 
 
 @dataclass
 class Catalog:
-    """The image table as arrays; row i is index_in_dataset i."""
+    """The image table as arrays; row i is index_in_dataset i. Countries keep the reference order (others, a
+    synthetic scale test's, follow by name); groups come from the table's own `language_group` column."""
 
-    image_id: list[str]
-    concept_name: list[str]
-    concept: np.ndarray
-    country: np.ndarray
-    group: np.ndarray
+    image_id: np.ndarray  # object (str)
+    concept_name: np.ndarray  # object (str)
+    concept: np.ndarray  # int64 concept ids
+    country: np.ndarray  # int64 positions in country_names
+    group: np.ndarray  # int64 positions in group_names
     country_names: list[str]
-    country_group: np.ndarray
-    tags: list[frozenset[int]]
-    sha_group: np.ndarray  # int: rows with equal sha256 share a value
-    pixel_group: np.ndarray  # int: rows with equal (known) pixel hashes share a value; -1 where unknown
-    _tag_masks: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
-    _shows: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    country_group: np.ndarray  # int64, per country
+    group_names: list[str]
+    country_language: list[str]  # language code per country
+    tags: list[list[int]]
+    # Concepts an image shows besides its own (tags, and the concepts of its byte and pixel copies), as sorted
+    # keys image * concept_stride + concept, for vectorised membership tests.
+    extra_keys: np.ndarray
+    extra: dict[int, frozenset[int]] = field(repr=False)  # the same, per image, for the index's item test
+    concept_stride: int = 1
 
     @classmethod
     def from_table(cls, table: pa.Table) -> Catalog:
         if table.column("index_in_dataset").to_pylist() != list(range(table.num_rows)):
             raise ValueError("image table rows must be in index_in_dataset order 0..n-1")
         names = table.column("country").to_pylist()
-        ordered = [c.name for c in reference.countries() if c.name in set(names)]
+        present = set(names)
+        ordered = [c.name for c in reference.countries() if c.name in present]
+        ordered += sorted(present - set(ordered))
         position = {name: i for i, name in enumerate(ordered)}
-        groups = sorted({reference.country_by_name()[n].language_group for n in ordered})
-        country_group = np.array(
-            [groups.index(reference.country_by_name()[n].language_group) for n in ordered], dtype=np.int32
-        )
-        country = np.array([position[n] for n in names], dtype=np.int32)
+        group_of = dict(zip(names, table.column("language_group").to_pylist(), strict=True))
+        language_of = dict(zip(names, table.column("language_code").to_pylist(), strict=True))
+        groups = sorted(set(group_of.values()))
+        country_group = np.array([groups.index(group_of[n]) for n in ordered], dtype=np.int64)
+        country = np.array([position[n] for n in names], dtype=np.int64)
+        concept = np.asarray(table.column("concept_id").to_numpy(zero_copy_only=False), dtype=np.int64)
+        tags = table.column("tags").to_pylist()
+        stride = int(max(concept.max(initial=0), max((max(t, default=0) for t in tags), default=0))) + 1
+        extra = _extra_concepts(concept, tags, table, stride)
+        keys = np.array(sorted(i * stride + c for i, shown in extra.items() for c in shown), dtype=np.int64)
         return cls(
-            image_id=table.column("image_id").to_pylist(),
-            concept_name=table.column("concept").to_pylist(),
-            concept=np.asarray(table.column("concept_id").to_numpy(), dtype=np.int32),
+            image_id=np.array(table.column("image_id").to_pylist(), dtype=object),
+            concept_name=np.array(table.column("concept").to_pylist(), dtype=object),
+            concept=concept,
             country=country,
-            group=country_group[country] if len(country) else np.empty(0, np.int32),
+            group=country_group[country] if len(country) else np.empty(0, np.int64),
             country_names=ordered,
             country_group=country_group,
-            tags=[frozenset(t) for t in table.column("tags").to_pylist()],
-            sha_group=_groups(table.column("sha256").to_pylist()),
-            pixel_group=_groups(
-                table.column("pixel_sha256").to_pylist()
-                if "pixel_sha256" in table.column_names
-                else [None] * table.num_rows
-            ),
+            group_names=groups,
+            country_language=[language_of[n] for n in ordered],
+            tags=tags,
+            extra_keys=keys,
+            extra=extra,
+            concept_stride=stride,
         )
 
     def __len__(self) -> int:
         return len(self.image_id)
 
-    def tagged(self, concept: int) -> np.ndarray:
-        mask = self._tag_masks.get(concept)
-        if mask is None:
-            mask = np.fromiter((concept in t for t in self.tags), dtype=bool, count=len(self.tags))
-            self._tag_masks[concept] = mask
-        return mask
+    def shows(self, images: np.ndarray, concepts: np.ndarray) -> np.ndarray:
+        """Whether each image shows the matching concept: its own, a tag, or a copy's concept."""
+        images, concepts = np.asarray(images, dtype=np.int64), np.asarray(concepts, dtype=np.int64)
+        mine = self.concept[images] == concepts
+        keys = images * self.concept_stride + concepts
+        at = np.searchsorted(self.extra_keys, keys)
+        found = at < len(self.extra_keys)
+        found[found] = self.extra_keys[at[found]] == keys[found]
+        return mine | (found & (concepts < self.concept_stride))
 
-    def shows(self, concept: int) -> np.ndarray:
-        """Rows that show `concept`: tagged with it, or a byte- or pixel-identical copy of an image of it."""
-        mask = self._shows.get(concept)
-        if mask is None:
-            of_concept = self.concept == concept
-            mask = self.tagged(concept) | np.isin(self.sha_group, self.sha_group[of_concept])
-            pixels = self.pixel_group[of_concept]
-            mask |= np.isin(self.pixel_group, pixels[pixels >= 0])
-            self._shows[concept] = mask
-        return mask
 
-    def query_for(self, index: int, descriptor_country: int = -1) -> Query:
-        return Query(
-            concept=int(self.concept[index]),
-            country=int(self.country[index]),
-            group=int(self.group[index]),
-            descriptor_country=descriptor_country,
-            descriptor_group=int(self.country_group[descriptor_country]) if descriptor_country >= 0 else -1,
+def _extra_concepts(concept: np.ndarray, tags: list[list[int]], table: pa.Table, stride: int) -> dict[int, frozenset]:
+    """Per image, the concepts it shows besides its own: its tags, and every concept found for an image with the
+    same bytes or the same decoded pixels (dedup is per concept, so such copies can sit under several)."""
+    extra: dict[int, set[int]] = {}
+    for i, image_tags in enumerate(tags):
+        others = set(image_tags) - {int(concept[i])}
+        if others:
+            extra[i] = others
+    columns = [c for c in ("sha256", "pixel_sha256") if c in table.column_names]
+    for column in columns:
+        members: dict[str, list[int]] = {}
+        for i, value in enumerate(table.column(column).to_pylist()):
+            if value is not None:
+                members.setdefault(value, []).append(i)
+        for rows in members.values():
+            if len(rows) < 2:
+                continue
+            shown = {int(concept[i]) for i in rows}
+            for i in rows:
+                others = shown - {int(concept[i])}
+                if others:
+                    extra.setdefault(i, set()).update(others)
+    return {i: frozenset(c for c in s if c < stride) for i, s in extra.items()}
+
+
+def in_pool(
+    catalog: Catalog,
+    slot: Slot,
+    candidates: np.ndarray,
+    concept: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray | None = None,
+) -> np.ndarray:
+    """For arrays of (candidate, query concept, query country X[, descriptor country Y]), whether each candidate is
+    eligible for the slot: the rule, evaluated for a whole column at once."""
+    cat = catalog
+    candidates = np.asarray(candidates, dtype=np.int64)
+    where = {"x": x, "y": y}
+    country = cat.country[candidates]
+    ok = {
+        "cell_x": (cat.concept[candidates] == concept) & (country == x),
+        "cell_y": (cat.concept[candidates] == concept) & (country == y),
+        "concept": cat.concept[candidates] == concept,
+        "country_x": country == x,
+        "country_y": country == y,
+        "all": np.ones(len(candidates), dtype=bool),
+    }[slot.partition]
+    for which in slot.excluded_groups:
+        ok &= cat.group[candidates] != cat.country_group[where[which]]
+    if slot.not_showing:
+        ok &= ~cat.shows(candidates, concept)
+    return ok
+
+
+class PoolCounts:
+    """How many images each kind of pool holds, per concept: enough to tell, without the index, whether a slot has
+    any candidate at all (the pools do not depend on usage), for one query or a whole column."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        cat = catalog
+        self.catalog = cat
+        self.concepts, concept_index = np.unique(cat.concept, return_inverse=True)
+        self.concept_index = concept_index
+        n_countries, n_groups = len(cat.country_names), len(cat.group_names)
+        k = len(self.concepts)
+        self.cell = np.zeros((k, n_countries), dtype=np.int64)  # images of concept c in country x
+        np.add.at(self.cell, (concept_index, cat.country), 1)
+        per_country = np.bincount(cat.country, minlength=n_countries)
+        shows = self.cell.copy()  # images of each country that show concept c: its own, tags, copies
+        for image, concepts in cat.extra.items():
+            for c in concepts:
+                at = np.searchsorted(self.concepts, c)
+                if at < k and self.concepts[at] == c:
+                    shows[at, cat.country[image]] += 1
+        self.not_showing = per_country[None, :] - shows  # per concept and country
+        to_group = np.zeros((n_countries, n_groups), dtype=np.int64)
+        to_group[np.arange(n_countries), cat.country_group] = 1
+        self.concept_by_group = self.cell @ to_group
+        self.not_showing_by_group = self.not_showing @ to_group
+
+    def index_of(self, concept: int) -> int:
+        return int(np.searchsorted(self.concepts, concept))
+
+    def rq2_empty_slot(self, c: int, x: int) -> str | None:
+        """The first RQ2 slot (in column order) with no candidate for a query of concept c from country x."""
+        k, gx = self.index_of(c), self.catalog.country_group[x]
+        sizes = {
+            "correct": self.concept_by_group[k].sum() - self.concept_by_group[k, gx],
+            "language_biased": self.not_showing[k, x],
+            "irrelevant": self.not_showing_by_group[k].sum() - self.not_showing_by_group[k, gx],
+        }
+        return next((slot.name for slot in RQ2_RULES if sizes[slot.name] == 0), None)
+
+    def descriptor_countries(self, c: int, x: int) -> np.ndarray:
+        """The countries Y outside X's group for which all six RQ3 slots have a candidate, in country order."""
+        cat, k = self.catalog, self.index_of(c)
+        gx, gy = cat.country_group[x], cat.country_group
+        by_group, not_by_group = self.concept_by_group[k], self.not_showing_by_group[k]
+        same = gy == gx
+        ok = (
+            ~same
+            & (self.cell[k] > 0)  # correct: the concept from Y
+            & (self.cell[k, x] > 0)  # the concept from X
+            & (by_group.sum() - by_group[gx] - np.where(same, 0, by_group[gy]) > 0)  # the concept from Z
+            & (self.not_showing[k] > 0)  # from Y, not the concept
+            & (self.not_showing[k, x] > 0)  # from X, not the concept
+            & (not_by_group.sum() - not_by_group[gx] - np.where(same, 0, not_by_group[gy]) > 0)  # neither
         )
-
-
-def _groups(values: list[str | None]) -> np.ndarray:
-    """Equal non-null values -> equal non-negative ints; null -> -1."""
-    ids: dict[str, int] = {}
-    return np.array([-1 if v is None else ids.setdefault(v, len(ids)) for v in values], dtype=np.int64)
-
-
-Rule = Callable[[Catalog, Query], np.ndarray]
-
-RQ2_RULES: dict[str, Rule] = {
-    # (i) Correct: the query concept, from a country outside the query's language group.
-    "correct": lambda cat, q: (cat.concept == q.concept) & (cat.group != q.group),
-    # (ii) Language-biased: from the query's country, not showing the query concept.
-    "language_biased": lambda cat, q: (cat.country == q.country) & ~cat.shows(q.concept),
-    # (iii) Totally irrelevant: not showing the concept, from outside the query's language group.
-    "irrelevant": lambda cat, q: (cat.group != q.group) & ~cat.shows(q.concept),
-}
-
-RQ3_RULES: dict[str, Rule] = {
-    "correct": lambda cat, q: (cat.concept == q.concept) & (cat.country == q.descriptor_country),
-    "object_relevant_language_biased": lambda cat, q: (cat.concept == q.concept) & (cat.country == q.country),
-    "object_relevant": lambda cat, q: (
-        (cat.concept == q.concept) & (cat.group != q.group) & (cat.group != q.descriptor_group)
-    ),
-    "cultural_descriptor_relevant": lambda cat, q: (cat.country == q.descriptor_country) & ~cat.shows(q.concept),
-    "language_biased": lambda cat, q: (cat.country == q.country) & ~cat.shows(q.concept),
-    "irrelevant": lambda cat, q: ~cat.shows(q.concept) & (cat.group != q.group) & (cat.group != q.descriptor_group),
-}
-
-
-class PoolCache:
-    """Eligible candidate indices per (task, slot, query). Queries arrive grouped, so a small LRU suffices."""
-
-    def __init__(self, catalog: Catalog, rules: dict[str, Rule], size: int = 256) -> None:
-        self.catalog = catalog
-        self.rules = rules
-        self._pool = lru_cache(maxsize=size)(self._compute)
-
-    def _compute(self, slot: str, query: Query) -> np.ndarray:
-        return np.flatnonzero(self.rules[slot](self.catalog, query))
-
-    def pool(self, slot: str, query: Query) -> np.ndarray:
-        return self._pool(slot, query)
-
-    def allows(self, slot: str, query: Query, index: int) -> bool:
-        """Whether row `index` is eligible for the slot: a binary search of the (sorted, cached) pool."""
-        pool = self.pool(slot, query)
-        position = int(np.searchsorted(pool, index))
-        return position < len(pool) and int(pool[position]) == index
-
-
-def eligible_descriptor_countries(cache: PoolCache, query: Query) -> list[int]:
-    """Countries Y outside X's group for which all six RQ3 slots have a candidate."""
-    catalog = cache.catalog
-    out = []
-    for y, group in enumerate(catalog.country_group.tolist()):
-        if group == query.group:
-            continue
-        candidate = Query(query.concept, query.country, query.group, y, group)
-        if all(len(cache.pool(slot, candidate)) for slot in cache.rules):
-            out.append(y)
-    return out
-
-
-def least_used(pool: np.ndarray, usage: np.ndarray, priority: np.ndarray) -> int:
-    """The pool member used least so far; ties go to the seeded priority order."""
-    keys = usage[pool].astype(np.int64) * (len(priority) + 1) + priority[pool]
-    return int(pool[int(np.argmin(keys))])
+        return np.flatnonzero(ok)
 
 
 class DescriptorBalance:
@@ -186,18 +246,24 @@ class DescriptorBalance:
         self.per_concept: dict[int, np.ndarray] = {}
         self.overall = np.zeros(countries, dtype=np.int64)
 
-    def _keys(self, concept: int, eligible: np.ndarray) -> np.ndarray:
-        per = self.per_concept.get(concept, np.zeros(self.countries, dtype=np.int64))
-        return per[eligible] * (self.overall.max() + 2) + self.overall[eligible]
+    def _counts(self, concept: int) -> np.ndarray:
+        return self.per_concept.get(concept, np.zeros(self.countries, dtype=np.int64))
 
     def choose(self, concept: int, eligible: np.ndarray, priority: np.ndarray) -> int:
-        keys = self._keys(concept, eligible) * (len(priority) + 1) + priority[eligible]
-        return int(eligible[int(np.argmin(keys))])
+        """The eligible country used least for this concept, then least overall, then first in seeded order."""
+        order = np.lexsort((priority[eligible], self.overall[eligible], self._counts(concept)[eligible]))
+        return int(eligible[order[0]])
 
     def is_least_used(self, concept: int, y: int, eligible: np.ndarray) -> bool:
-        keys = self._keys(concept, eligible)
-        return bool(keys[list(eligible).index(y)] == keys.min())
+        counts = self._counts(concept)
+        keys = counts[eligible] * (self.overall.max() + 2) + self.overall[eligible]
+        return bool(counts[y] * (self.overall.max() + 2) + self.overall[y] == keys.min())
 
     def record(self, concept: int, y: int) -> None:
         self.per_concept.setdefault(concept, np.zeros(self.countries, dtype=np.int64))[y] += 1
         self.overall[y] += 1
+
+
+def seeded_priority(n: int, seed: int) -> np.ndarray:
+    """The tie-break order of the least-used choice: a seeded permutation, so a seed always gives one benchmark."""
+    return np.random.default_rng(seed).permutation(n).astype(np.int64)

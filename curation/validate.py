@@ -1,40 +1,43 @@
 """The validator: checks every benchmark row against the candidate rules and names each violation.
 
 It re-derives everything from the image table, so it runs the same on a fresh build and on a published release.
-Rules checked, per row:
+Rules checked, per row, a whole column at a time:
   * the query and every candidate point at real rows, and their id, concept and country columns agree, and the
     row's `query_concept_id` is the concept of its query image (so the query text is tied to the query image);
   * each candidate is in its slot's eligible pool (`curation.rules`), and the candidates of a row are distinct;
   * the query text is the concept (RQ2) or descriptor form (RQ3) in the query country's language;
-  * balance: replaying the rows in order, each candidate was a least-used member of its pool when chosen (and
-    each RQ3 descriptor country a least-used eligible country), and no image exceeds `max_reuse` when set.
+  * balance: replaying the rows in order (through `curation.pool_index`, as the assembler chose them), each
+    candidate was a least-used member of its pool when chosen (and each RQ3 descriptor country a least-used
+    eligible country), and no image exceeds `max_reuse` when set.
 And per task, given the `unassembled` table: every image is a query, or is listed there with its reason.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel
 
-from curation.assemble import QueryTexts
+from curation.assemble import RQ2_PREFIXES, RQ3_PREFIXES, QueryTexts
+from curation.pool_index import PoolIndex
 from curation.rules import (
     RQ2_RULES,
     RQ3_RULES,
     Catalog,
     DescriptorBalance,
-    PoolCache,
-    Query,
-    Rule,
-    eligible_descriptor_countries,
+    PoolCounts,
+    Slot,
+    in_pool,
+    seeded_priority,
 )
 from data import reference
-from data.schemas import BENCHMARK, BENCHMARK_CD, CATALOG, RQ2_SLOTS, RQ3_SLOTS
+from data.schemas import BENCHMARK, BENCHMARK_CD, CATALOG
 
-IMAGE_ID = re.compile(r"^(?P<slug>[a-z_ ]+)-(?P<concept>\d+)-(?P<rank>\d+)-(?P<lang>eng|nav)$")
+IMAGE_ID = r"^(?P<slug>[a-z0-9_ ]+)-(?P<concept>\d+)-(?P<rank>\d+)-(?P<lang>eng|nav)$"
+DETAILED = 200  # violations spelled out per rule and table; the rest are counted in one more line
 
 
 class Violation(BaseModel):
@@ -63,23 +66,33 @@ class ValidationReport(BaseModel):
 
 
 class _Checker:
-    def __init__(self, images: pa.Table, texts: QueryTexts | None, max_reuse: int | None) -> None:
-        self.catalog = Catalog.from_table(images)
+    def __init__(self, images: pa.Table, texts: QueryTexts | None, max_reuse: int | None, balance: bool) -> None:
         self.images = images
         self.texts = texts
         self.max_reuse = max_reuse
+        self.balance = balance
         self.violations: list[Violation] = []
         self.queried: dict[str, set[int]] = {}  # task -> image rows used as a query
+        self.catalog = Catalog.from_table(images)
+        self.counts = PoolCounts(self.catalog)
 
     def add(self, table: str, row: int | None, rule: str, detail: str) -> None:
         self.violations.append(Violation(table=table, row=row, rule=rule, detail=detail))
 
+    def add_rows(self, table: str, rows: np.ndarray, rule: str, detail: Callable[[int], str]) -> None:
+        """One violation per row of `rows` (at most DETAILED spelled out), with `detail(row)` as its text."""
+        rows = np.asarray(rows)
+        for row in rows[:DETAILED].tolist():
+            self.add(table, row, rule, detail(row))
+        if len(rows) > DETAILED:
+            self.add(table, None, rule, f"... and {len(rows) - DETAILED} more rows")
+
     def describe(self, index: int) -> str:
         cat = self.catalog
-        group = reference.country_by_name()[cat.country_names[int(cat.country[index])]].language_group
         return (
             f"{cat.image_id[index]} (concept={cat.concept_name[index]}, "
-            f"country={cat.country_names[int(cat.country[index])]}, group={group}, tags={sorted(cat.tags[index])})"
+            f"country={cat.country_names[int(cat.country[index])]}, group={cat.group_names[int(cat.group[index])]}, "
+            f"tags={sorted(cat.tags[index])})"
         )
 
     # -- image table ------------------------------------------------------------------------------------------
@@ -88,116 +101,249 @@ class _Checker:
         if self.images.schema.names[: len(CATALOG.names)] != CATALOG.names:
             self.add("image_metadata", None, "schema", f"columns {self.images.schema.names} != {CATALOG.names}")
             return
-        seen: set[str] = set()
-        for row in self.images.select(["image_id", "concept_id", "country", "rank", "query_lang", "tags"]).to_pylist():
-            index = len(seen)
-            match = IMAGE_ID.match(row["image_id"])
-            if row["image_id"] in seen:
-                self.add("image_metadata", index, "unique_image_id", f"{row['image_id']} appears twice")
-            seen.add(row["image_id"])
-            expected = (
-                reference.country_by_name()[row["country"]].slug,
-                row["concept_id"],
-                row["rank"],
-                row["query_lang"],
-            )
-            if not match or (match["slug"], int(match["concept"]), int(match["rank"]), match["lang"]) != expected:
-                self.add(
-                    "image_metadata",
-                    index,
-                    "image_id_scheme",
-                    f"{row['image_id']} does not encode {expected}",
-                )
-            if row["concept_id"] not in row["tags"]:
-                self.add(
-                    "image_metadata",
-                    index,
-                    "own_concept_tagged",
-                    f"tags {row['tags']} lack {row['concept_id']}",
-                )
+        ids = self.images.column("image_id").combine_chunks()
+        values = np.array(ids.to_pylist(), dtype=object)
+        _, first = np.unique(values, return_index=True)
+        seen_before = np.ones(len(values), dtype=bool)
+        seen_before[first] = False
+        self.add_rows(
+            "image_metadata", np.flatnonzero(seen_before), "unique_image_id", lambda r: f"{values[r]} appears twice"
+        )
+        parts = pc.extract_regex(ids, IMAGE_ID)
+        slugs = {c.name: c.slug for c in reference.countries()}
+        countries = self.images.column("country").to_pylist()
+        expected_slug = pa.array([slugs.get(c, c.lower()) for c in countries], pa.string())
+        concept = self.images.column("concept_id").combine_chunks()
+        rank = self.images.column("rank").combine_chunks()
+        lang = self.images.column("query_lang").combine_chunks()
+        agree = pc.and_kleene(
+            pc.and_kleene(
+                pc.equal(pc.struct_field(parts, "slug"), expected_slug),
+                pc.equal(pc.cast(pc.struct_field(parts, "concept"), pa.int64()), pc.cast(concept, pa.int64())),
+            ),
+            pc.and_kleene(
+                pc.equal(pc.cast(pc.struct_field(parts, "rank"), pa.int64()), pc.cast(rank, pa.int64())),
+                pc.equal(pc.struct_field(parts, "lang"), lang),
+            ),
+        )
+        bad = np.flatnonzero(~pc.fill_null(agree, False).to_numpy(zero_copy_only=False))
+        concept_np, rank_np, lang_np = concept.to_numpy(), rank.to_numpy(), np.array(lang.to_pylist(), dtype=object)
+        self.add_rows(
+            "image_metadata",
+            bad,
+            "image_id_scheme",
+            lambda r: (
+                f"{values[r]} does not encode "
+                f"{(slugs.get(countries[r], countries[r].lower()), int(concept_np[r]), int(rank_np[r]), lang_np[r])}"
+            ),
+        )
+        tags = self.images.column("tags").combine_chunks()
+        parents = pc.list_parent_indices(tags).to_numpy()
+        flat = pc.list_flatten(tags).to_numpy(zero_copy_only=False)
+        tagged = np.zeros(len(values), dtype=bool)
+        tagged[parents[flat == concept_np[parents]]] = True
+        self.add_rows(
+            "image_metadata",
+            np.flatnonzero(~tagged),
+            "own_concept_tagged",
+            lambda r: f"tags {self.catalog.tags[r]} lack {int(concept_np[r])}",
+        )
 
     # -- benchmark rows ---------------------------------------------------------------------------------------
 
-    def check_reference(self, table: str, r: int, prefix: str, row: dict) -> int | None:
-        """The index column is in range and the id, concept and country columns agree with the image table."""
-        index = row[f"{prefix}index"]
-        if not 0 <= index < len(self.catalog):
-            self.add(table, r, f"{prefix}index_range", f"{index} is not a row of image_metadata")
-            return None
+    def references(self, name: str, table: pa.Table, prefix: str) -> tuple[np.ndarray, np.ndarray]:
+        """The column's row indexes, and which are in range with id, concept and country columns that agree."""
+        cat = self.catalog
+        index = np.asarray(table.column(f"{prefix}index").to_numpy(zero_copy_only=False), dtype=np.int64)
+        in_range = (index >= 0) & (index < len(cat))
+        self.add_rows(
+            name,
+            np.flatnonzero(~in_range),
+            f"{prefix}index_range",
+            lambda r: f"{index[r]} is not a row of image_metadata",
+        )
+        safe = np.where(in_range, index, 0)
+        agree = in_range.copy()
+        countries = np.array(cat.country_names, dtype=object)
         expected = {
-            "image_id": self.catalog.image_id[index],
-            "concept": self.catalog.concept_name[index],
-            "country": self.catalog.country_names[int(self.catalog.country[index])],
+            "image_id": cat.image_id[safe],
+            "concept": cat.concept_name[safe],
+            "country": countries[cat.country[safe]],
         }
-        for field, value in expected.items():
-            key = prefix + field if prefix != "query_" or field != "image_id" else "query_image_id"
-            if row[key] != value:
-                self.add(table, r, f"{key}_matches_index", f"{row[key]!r} != image_metadata[{index}] {value!r}")
-        return index
+        for field, values in expected.items():
+            key = "query_image_id" if prefix == "query_" and field == "image_id" else prefix + field
+            column = np.array(table.column(key).to_pylist(), dtype=object)
+            wrong = in_range & (column != values)
+            agree &= ~wrong
+            self.add_rows(
+                name,
+                np.flatnonzero(wrong),
+                f"{key}_matches_index",
+                lambda r, c=column, v=values: f"{c[r]!r} != image_metadata[{index[r]}] {v[r]!r}",
+            )
+        return index, in_range
 
-    def check_rows(
-        self, table_name: str, table: pa.Table, rules: dict[str, Rule], prefixes: dict[str, str], task: str
-    ) -> None:
-        cache = PoolCache(self.catalog, rules)
-        usage = np.zeros(len(self.catalog), dtype=np.int64)
-        balance = DescriptorBalance(len(self.catalog.country_names))
-        query_seen: set[int] = set()
-        for r, row in enumerate(table.to_pylist()):
-            q_index = self.check_reference(table_name, r, "query_", row)
-            if q_index is None:
-                continue
-            if q_index in query_seen:
-                self.add(table_name, r, "one_query_per_image", f"query_index {q_index} is used by an earlier row")
-            query_seen.add(q_index)
-            if row["query_concept_id"] != int(self.catalog.concept[q_index]):
-                self.add(
-                    table_name,
-                    r,
-                    f"{task}.query_concept_id",
-                    f"query_concept_id {row['query_concept_id']} is not the concept of the query image "
-                    f"{self.describe(q_index)}",
-                )
-            query = self.catalog.query_for(q_index)
-            if task == "rq3":
-                query = self.check_descriptor(table_name, r, row, cache, q_index, balance)
-                if query is None:
-                    continue
-            self.check_query_text(table_name, r, row, task)
-            chosen: list[int] = []
-            for slot, prefix in prefixes.items():
-                index = self.check_reference(table_name, r, prefix, row)
-                if index is None:
-                    continue
-                pool = cache.pool(slot, query)
-                if not cache.allows(slot, query, index):
-                    self.add(
-                        table_name,
-                        r,
-                        f"{task}.{slot}",
-                        f"{self.describe(index)} breaks the rule for query "
-                        f"{self.describe(q_index)}" + (f", Y={row['descriptor_country']}" if task == "rq3" else ""),
-                    )
-                elif len(pool) and usage[index] > usage[pool].min():
-                    self.add(
-                        table_name,
-                        r,
-                        f"{task}.reuse_balance",
-                        f"{slot}: {self.catalog.image_id[index]} was "
-                        f"used {usage[index]}x while a pool member was used {usage[pool].min()}x",
-                    )
-                usage[index] += 1
-                chosen.append(index)
-            if len(set(chosen)) != len(chosen):
-                self.add(table_name, r, f"{task}.distinct_candidates", f"candidates repeat: {chosen}")
-        self.queried[task] = query_seen
+    def check_rows(self, name: str, table: pa.Table, rules: tuple[Slot, ...], prefixes: dict, task: str) -> None:
+        cat = self.catalog
+        n = table.num_rows
+        q, q_ok = self.references(name, table, "query_")
+        safe_q = np.where(q_ok, q, 0)
+        concept, x = cat.concept[safe_q], cat.country[safe_q]
+        # One query per image: a later row on the same image is refused.
+        first_use = np.zeros(n, dtype=bool)
+        _, firsts = np.unique(np.where(q_ok, q, -1 - np.arange(n)), return_index=True)
+        first_use[firsts] = True
+        self.add_rows(name, np.flatnonzero(q_ok & ~first_use), "one_query_per_image",
+                      lambda r: f"query_index {q[r]} is used by an earlier row")  # fmt: skip
+        given = np.asarray(table.column("query_concept_id").to_numpy(zero_copy_only=False), dtype=np.int64)
+        self.add_rows(
+            name,
+            np.flatnonzero(q_ok & (given != concept)),
+            f"{task}.query_concept_id",
+            lambda r: f"query_concept_id {given[r]} is not the concept of the query image {self.describe(q[r])}",
+        )
+        active = q_ok.copy()  # rows whose candidates are checked
+        y = np.full(n, -1, dtype=np.int64)
+        if task == "rq3":
+            active, y = self.check_descriptors(name, table, q_ok, concept, x, y)
+        self.check_query_text(name, table, task, active, given, x, y)  # the text of the concept the row claims
+
+        candidates = np.zeros((n, len(rules)), dtype=np.int64)
+        valid = np.zeros((n, len(rules)), dtype=bool)
+        allowed = np.zeros((n, len(rules)), dtype=bool)
+        for s, slot in enumerate(rules):
+            index, in_range = self.references(name, table, prefixes[slot.name])
+            candidates[:, s], valid[:, s] = np.where(in_range, index, 0), in_range & active
+            rows = np.flatnonzero(valid[:, s])
+            allowed[rows, s] = in_pool(cat, slot, candidates[rows, s], concept[rows], x[rows], y[rows])
+            broken = rows[~allowed[rows, s]]
+            self.add_rows(
+                name,
+                broken,
+                f"{task}.{slot.name}",
+                lambda r, s=s: (
+                    f"{self.describe(candidates[r, s])} breaks the rule for query {self.describe(q[r])}"
+                    + (f", Y={cat.country_names[y[r]]}" if task == "rq3" else "")
+                ),
+            )
+        repeated = np.zeros(n, dtype=bool)
+        for a in range(len(rules)):
+            for b in range(a + 1, len(rules)):
+                repeated |= valid[:, a] & valid[:, b] & (candidates[:, a] == candidates[:, b])
+        self.add_rows(name, np.flatnonzero(repeated), f"{task}.distinct_candidates",
+                      lambda r: f"candidates repeat: {candidates[r][valid[r]].tolist()}")  # fmt: skip
+        usage = np.bincount(candidates[valid], minlength=len(cat))
+        if self.balance:
+            self.replay(name, task, rules, candidates, valid, allowed, concept, x, y, active)
+        self.queried[task] = set(q[q_ok & first_use].tolist())
         if self.max_reuse is not None and len(usage) and usage.max() > self.max_reuse:
             worst = int(np.argmax(usage))
             self.add(
-                table_name,
+                name,
                 None,
                 f"{task}.max_reuse",
-                f"{self.catalog.image_id[worst]} is used {usage.max()}x > max_candidate_reuse {self.max_reuse}",
+                f"{cat.image_id[worst]} is used {usage.max()}x > max_candidate_reuse {self.max_reuse}",
             )
+
+    def replay(
+        self,
+        name: str,
+        task: str,
+        rules: tuple[Slot, ...],
+        candidates: np.ndarray,
+        valid: np.ndarray,
+        allowed: np.ndarray,
+        concept: np.ndarray,
+        x: np.ndarray,
+        y: np.ndarray,
+        active: np.ndarray,
+    ) -> None:
+        """Each candidate must have been a least-used member of its pool when chosen: the rows are replayed in
+        order through the assembler's index, counting every use as the assembler did."""
+        cat = self.catalog
+        index = PoolIndex(cat, seeded_priority(len(cat), 0))  # the priority does not decide usage: any order serves
+        unbalanced: list[tuple[int, str]] = []
+        for r in np.flatnonzero(active).tolist():
+            c, qx, qy = int(concept[r]), int(x[r]), int(y[r])
+            for s, slot in enumerate(rules):
+                if not valid[r, s]:
+                    continue
+                image = int(candidates[r, s])
+                if allowed[r, s]:
+                    used, least = index.usage(image), index.usage(index.least_used(slot, c, qx, qy))
+                    if used > least:
+                        what = f"{slot.name}: {cat.image_id[image]} was used {used}x while a pool member was used"
+                        unbalanced.append((r, f"{what} {least}x"))
+                index.use(image)
+        details = dict(unbalanced)
+        self.add_rows(name, np.array([r for r, _ in unbalanced], dtype=np.int64), f"{task}.reuse_balance",
+                      lambda r: details[r])  # fmt: skip
+
+    def check_descriptors(
+        self, name: str, table: pa.Table, q_ok: np.ndarray, concept: np.ndarray, x: np.ndarray, y: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        cat = self.catalog
+        names = table.column("descriptor_country").to_pylist()
+        position = {country: i for i, country in enumerate(cat.country_names)}
+        y = np.array([position.get(country, -1) for country in names], dtype=np.int64)
+        unknown = q_ok & (y < 0)
+        self.add_rows(name, np.flatnonzero(unknown), "rq3.descriptor_country",
+                      lambda r: f"{names[r]!r} has no images in this build")  # fmt: skip
+        active = q_ok & ~unknown
+        balance = DescriptorBalance(len(cat.country_names))
+        eligible_of: dict[tuple[int, int], np.ndarray] = {}
+        for r in np.flatnonzero(active).tolist():
+            c, qx, qy = int(concept[r]), int(x[r]), int(y[r])
+            if (c, qx) not in eligible_of:
+                eligible_of[(c, qx)] = self.counts.descriptor_countries(c, qx)
+            eligible = eligible_of[(c, qx)]
+            if qy not in eligible:
+                self.add(
+                    name,
+                    r,
+                    "rq3.descriptor_country",
+                    f"{cat.country_names[qy]} is in the query's language group or lacks a candidate for some slot "
+                    f"(eligible: {[cat.country_names[e] for e in eligible]})",
+                )
+            elif self.balance and not balance.is_least_used(c, qy, eligible):
+                self.add(
+                    name,
+                    r,
+                    "rq3.descriptor_balance",
+                    f"{cat.country_names[qy]} is not a least-used descriptor country for concept {c} among "
+                    f"{[cat.country_names[e] for e in eligible]}",
+                )
+            balance.record(c, qy)
+        return active, np.where(active, y, -1)
+
+    def check_query_text(
+        self, name: str, table: pa.Table, task: str, active: np.ndarray, concept: np.ndarray, x: np.ndarray,
+        y: np.ndarray,
+    ) -> None:  # fmt: skip
+        if self.texts is None:
+            return
+        cat = self.catalog
+        given = list(
+            zip(table.column("query_language").to_pylist(), table.column("query_text").to_pylist(), strict=True)
+        )
+        expected: dict[tuple[int, int, int], tuple[str, str] | str] = {}
+        for r in np.flatnonzero(active).tolist():
+            key = (int(concept[r]), int(x[r]), int(y[r]))
+            if key not in expected:
+                try:
+                    country = cat.country_names[key[1]]
+                    expected[key] = (
+                        self.texts.rq2(key[0], country)
+                        if task == "rq2"
+                        else self.texts.rq3(key[0], country, cat.country_names[key[2]])
+                    )
+                except KeyError as exc:
+                    expected[key] = f"no translation for {exc}"
+            want = expected[key]
+            if isinstance(want, str):
+                self.add(name, r, f"{task}.query_text", want)
+            elif given[r] != want:
+                self.add(name, r, f"{task}.query_text", f"{given[r]} != {want}")
 
     def check_complete(self, task: str, table_name: str, unassembled: pa.Table) -> None:
         """Every image is a query of the task, or is in `unassembled` with the reason it could not be one."""
@@ -213,64 +359,14 @@ class _Checker:
             if index in self.queried.get(task, set()):
                 self.add("unassembled", None, f"{task}.unassembled_but_queried", f"{row['query_image_id']}")
             explained.add(index)
-        missing = set(range(len(self.catalog))) - self.queried.get(task, set()) - explained
-        for index in sorted(missing)[:50]:
-            self.add(
+        missing = np.array(sorted(set(range(len(self.catalog))) - self.queried.get(task, set()) - explained))
+        if len(missing):
+            self.add_rows(
                 table_name,
-                None,
+                missing,
                 f"{task}.complete",
-                f"{self.catalog.image_id[index]} is neither a query nor in unassembled with a reason",
+                lambda index: f"{self.catalog.image_id[index]} is neither a query nor in unassembled with a reason",
             )
-        if len(missing) > 50:
-            self.add(table_name, None, f"{task}.complete", f"... and {len(missing) - 50} more images unaccounted for")
-
-    def check_descriptor(
-        self, table: str, r: int, row: dict, cache: PoolCache, q_index: int, balance: DescriptorBalance
-    ) -> Query | None:
-        names = self.catalog.country_names
-        base = self.catalog.query_for(q_index)
-        if row["descriptor_country"] not in names:
-            self.add(
-                table,
-                r,
-                "rq3.descriptor_country",
-                f"{row['descriptor_country']!r} has no images in this build",
-            )
-            return None
-        y = names.index(row["descriptor_country"])
-        eligible = eligible_descriptor_countries(cache, base)
-        if y not in eligible:
-            self.add(
-                table,
-                r,
-                "rq3.descriptor_country",
-                f"{names[y]} is in the query's language group or lacks a "
-                f"candidate for some slot (eligible: {[names[e] for e in eligible]})",
-            )
-        elif not balance.is_least_used(base.concept, y, np.array(eligible)):
-            self.add(
-                table,
-                r,
-                "rq3.descriptor_balance",
-                f"{names[y]} is not a least-used descriptor country for concept {base.concept} among "
-                f"{[names[e] for e in eligible]}",
-            )
-        balance.record(base.concept, y)
-        return self.catalog.query_for(q_index, descriptor_country=y)
-
-    def check_query_text(self, table: str, r: int, row: dict, task: str) -> None:
-        if self.texts is None:
-            return
-        try:
-            if task == "rq2":
-                expected = self.texts.rq2(row["query_concept_id"], row["query_country"])
-            else:
-                expected = self.texts.rq3(row["query_concept_id"], row["query_country"], row["descriptor_country"])
-        except KeyError as exc:
-            self.add(table, r, f"{task}.query_text", f"no translation for {exc}")
-            return
-        if (row["query_language"], row["query_text"]) != expected:
-            self.add(table, r, f"{task}.query_text", f"{(row['query_language'], row['query_text'])} != {expected}")
 
 
 def validate_benchmark(
@@ -280,9 +376,16 @@ def validate_benchmark(
     translations: pa.Table | None = None,
     max_reuse: int | None = None,
     unassembled: pa.Table | None = None,
+    *,
+    balance: bool = True,
+    texts: QueryTexts | None = None,
 ) -> ValidationReport:
-    """Check every row; with `unassembled`, also that every image is a query or is listed there with a reason."""
-    checker = _Checker(images, QueryTexts(translations) if translations is not None else None, max_reuse)
+    """Check every row; with `unassembled`, also that every image is a query or is listed there with a reason.
+
+    `balance=False` leaves out the replay of the least-used choices (a benchmark repaired around rows it kept
+    cannot have chosen them least-used); `texts` replaces the shipped language data for other countries."""
+    texts = texts or (QueryTexts(translations) if translations is not None else None)
+    checker = _Checker(images, texts, max_reuse, balance)
     checker.check_images()
     if checker.violations:
         return ValidationReport(violations=checker.violations, rows_checked={"image_metadata": images.num_rows})
@@ -297,15 +400,20 @@ def validate_benchmark(
     if benchmark.num_rows == 0:
         # A build whose sources all failed (blocked search, dead hosts) must not publish an empty benchmark.
         checker.add("benchmark", None, "non_empty", "no RQ2 triplet could be assembled; see the unassembled table")
-    checker.check_rows("benchmark", benchmark, RQ2_RULES, {slot: prefix for slot, prefix in RQ2_SLOTS}, "rq2")
+    checker.check_rows("benchmark", benchmark, RQ2_RULES, RQ2_PREFIXES, "rq2")
     rows = {"image_metadata": images.num_rows, "benchmark": benchmark.num_rows}
     if benchmark_cd is not None:
-        prefixes = {slot: f"{slot}_candidate_" for slot in RQ3_SLOTS}
-        checker.check_rows("benchmark_cd", benchmark_cd, RQ3_RULES, prefixes, "rq3")
+        checker.check_rows("benchmark_cd", benchmark_cd, RQ3_RULES, RQ3_PREFIXES, "rq3")
         rows["benchmark_cd"] = benchmark_cd.num_rows
     if unassembled is not None:
         checker.check_complete("rq2", "benchmark", unassembled)
         if benchmark_cd is not None:
             checker.check_complete("rq3", "benchmark_cd", unassembled)
         rows["unassembled"] = unassembled.num_rows
-    return ValidationReport(violations=checker.violations, rows_checked=rows)
+    return ValidationReport(violations=_row_major(checker.violations), rows_checked=rows)
+
+
+def _row_major(violations: list[Violation]) -> list[Violation]:
+    """Violations by table, then row (whole-table ones last), each row's in the order its checks ran."""
+    tables = {"image_metadata": 0, "benchmark": 1, "benchmark_cd": 2, "unassembled": 3}
+    return sorted(violations, key=lambda v: (tables.get(v.table, 4), v.row is None, v.row or 0))

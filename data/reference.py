@@ -25,19 +25,35 @@ class Country(BaseModel):
 
     name: str = Field(description="Country name exactly as in the authors' image_metadata (e.g. 'UK', 'USA').")
     iso2: str = Field(pattern=r"^[A-Z]{2}$")
-    slug: str = Field(pattern=r"^[a-z_]+$", description="Used in image ids: {slug}-{concept_id}-{rank}-{eng|nav}.")
+    slug: str = Field(
+        pattern=r"^[a-z]+( [a-z]+)*$",
+        description="The name in lower case, spaces kept, as in the authors' image ids (data/reference/xcm-bench.csv: "
+        "'saudi arabia-0-1-eng'): {slug}-{concept_id}-{rank}-{eng|nav}.",
+    )
     language_code: str
     language_name: str
     language_group: str = Field(description="Countries sharing a group share the query language.")
     ddg_region: str = Field(pattern=r"^[a-z]{2}-[a-z]{2,3}$")
 
+    @model_validator(mode="after")
+    def _slug_is_lower_name(self) -> Country:
+        if self.slug != self.name.lower():
+            raise ValueError(f"slug {self.slug!r} is not the lower-cased name {self.name.lower()!r}")
+        return self
+
 
 class Concept(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    concept_id: int = Field(ge=0)
+    concept_id: int = Field(ge=0, description="The authors' id (data/reference/xcm-bench.csv); accepted ones 1000+.")
     concept: str
-    paper_image_count: int | None = Field(default=None, description="Image count in 3XCM paper, Table 10.")
+    paper_image_count: int | None = Field(
+        default=None, description="Image count in 3XCM paper, Table 10; None for the two concepts our copy lacks."
+    )
+    release_image_count: int | None = Field(
+        default=None,
+        description="Distinct image ids of this concept in the authors' release (data/reference/xcm-bench.csv).",
+    )
 
 
 class Language(BaseModel):
@@ -160,6 +176,10 @@ def _csv_rows(*parts: str) -> list[dict[str, str]]:
     return [{k: unicodedata.normalize("NFC", v) for k, v in row.items()} for row in csv.DictReader(text.splitlines())]
 
 
+def _optional_int(value: str) -> int | None:
+    return int(value) if value.strip() else None
+
+
 @cache
 def countries() -> tuple[Country, ...]:
     return tuple(Country(**row) for row in _csv_rows("countries.csv"))
@@ -171,10 +191,11 @@ def country_by_name() -> dict[str, Country]:
 
 
 def resolve_country(name: str) -> Country:
-    """Find a country by its name, slug or ISO code (case-insensitive)."""
-    key = name.strip().lower()
+    """Find a country by its name, slug or ISO code (case-insensitive). The slug's old form, with `_` for the
+    space (`saudi_arabia`, used by releases before the authors' ids were adopted), is still accepted."""
+    key = " ".join(name.strip().lower().replace("_", " ").split())
     for country in countries():
-        if key in (country.name.lower(), country.slug, country.iso2.lower(), country.slug.replace("_", " ")):
+        if key in (country.name.lower(), country.slug, country.iso2.lower()):
             return country
     raise KeyError(f"unknown country {name!r}; known: {[c.name for c in countries()]}")
 
@@ -193,14 +214,21 @@ def country_names(items: list[str]) -> list[str]:
 
 @cache
 def concepts() -> tuple[Concept, ...]:
+    """The 139 concepts in the authors' id order (0 is train, 29 congress; data/reference/xcm-bench.csv)."""
     return tuple(
         Concept(
             concept_id=int(r["concept_id"]),
             concept=r["concept"],
-            paper_image_count=int(r["paper_image_count"]),
+            paper_image_count=_optional_int(r["paper_image_count"]),
+            release_image_count=_optional_int(r["release_image_count"]),
         )
         for r in _csv_rows("concepts.csv")
     )
+
+
+@cache
+def concept_by_name() -> dict[str, Concept]:
+    return {c.concept: c for c in concepts()}
 
 
 @cache

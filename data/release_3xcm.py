@@ -167,6 +167,11 @@ sextets = load_dataset("<this folder>", name="benchmark_cd", split="train")
 `benchmarks/xcm-bench.csv` has the exact columns of the authors' evaluator. The images are also in WebDataset
 shards, `images/NNNNN.tar` (`<image_id>.jpg` + `<image_id>.json`): {len(shards["webdataset"])} shard(s).
 
+Concept ids, concept names and image ids follow the authors' published release (their `xcm-bench.csv`): image ids
+are `{{country}}-{{concept_id}}-{{rank}}-{{eng|nav}}` with the country name in lower case, spaces kept
+(`saudi arabia-0-1-eng`), and ranks start at 1. Releases built by culturebench before this change numbered the
+concepts alphabetically (29 was *dance*), ranked from 0 and wrote `saudi_arabia`.
+
 ## Statistics
 
 {catalog.num_rows} images, {benchmark.num_rows} triplets, {benchmark_cd.num_rows} sextets.

@@ -103,7 +103,7 @@ SEARCH_HITS = pa.schema(
         pa.field("query", pa.string(), nullable=False),
         pa.field("query_lang", pa.string(), nullable=False),  # eng | nav
         pa.field("language_code", pa.string(), nullable=False),
-        pa.field("rank", pa.int32()),  # 0-based position in the result list
+        pa.field("rank", pa.int32()),  # 1-based position in the result list (1 = top hit), as in the authors' ids
         pa.field("url", pa.string()),
         pa.field("source_page", pa.string()),
         pa.field("title", pa.string()),

@@ -53,6 +53,7 @@ StageContext = GraphContext[Build3XCMConfig]
 
 def _demo_corpus(ctx: StageContext) -> StageMarker:
     rows = []
+    ctx.ws.storage.rm(ctx.ws.file_path("demo_corpus"))  # a corpus drawn by another version must not linger
     if ctx.config.demo_corpus is not None:
         truth = generate_demo_corpus(ctx.config.demo_corpus, ctx.ws.file_path("demo_corpus"))
         rows += [{"path": p, "role": "original", "duplicate_of": None, "expected_error": None} for p in truth.originals]
@@ -421,8 +422,9 @@ def embedding_settings(config: Build3XCMConfig) -> Any:
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("demo_corpus", 2, (), lambda c: c.demo_corpus, _demo_corpus),
-    Stage("concepts", 1, (), concepts_settings, _concepts),
+    # Version 3: the pictures no longer depend on concept id numbers. Version 2 of concepts: the authors' ids.
+    Stage("demo_corpus", 3, (), lambda c: c.demo_corpus, _demo_corpus),
+    Stage("concepts", 2, (), concepts_settings, _concepts),
     Stage("concept_dedup", 1, ("concepts",), lambda c: c.concept_dedup, _concept_dedup),
     Stage("translations", 1, ("concept_dedup",), lambda c: (c.translations, c.language_codes), _translations),
     Stage("search", 1, ("demo_corpus", "translations"), lambda c: (c.search, c.countries), _search),

@@ -43,8 +43,10 @@ def concepts_table(names: list[str]) -> pa.Table:
 
 
 def test_concepts_subset_and_unknown_names() -> None:
-    table = run_concepts(ShippedConceptsConfig(include=["train", "29", "Bus_Station"]))
-    assert table["concept"].to_pylist() == ["bus station", "dance", "train"]  # ordered by id
+    by_name = reference.concept_by_name()
+    table = run_concepts(ShippedConceptsConfig(include=["train", str(by_name["dance"].concept_id), "Bus_Station"]))
+    expected = sorted(["bus station", "dance", "train"], key=lambda name: by_name[name].concept_id)
+    assert table["concept"].to_pylist() == expected  # ordered by id
     assert set(table["source"].to_pylist()) == {"shipped"}
     assert run_concepts(ShippedConceptsConfig()).num_rows == len(reference.concepts())
     with pytest.raises(ValueError, match="unknown concept"):
@@ -103,7 +105,8 @@ def test_local_folder_searcher(tmp_path: Path) -> None:
     rows = table.to_pylist()
     ok = [r for r in rows if r["status"] == "ok"]
     train_id = concepts["concept_id"].to_pylist()[concepts["concept"].to_pylist().index("train")]
-    assert [r["image_id"] for r in ok] == [f"japan-{train_id}-0-nav", f"japan-{train_id}-1-nav"]  # top-k = 2
+    assert [r["image_id"] for r in ok] == [f"japan-{train_id}-1-nav", f"japan-{train_id}-2-nav"]  # top-k = 2
+    assert [r["rank"] for r in ok] == [1, 2]  # 1-based in name order, as the authors' ranks are
     assert ok[0]["width"] == 120 and ok[0]["title"] == "00_img" and ok[0]["searcher"] == "local"
     failed = [r for r in rows if r["status"] == "failed"]
     assert len(failed) == 3 and {r["error"] for r in failed} == {"no_results"}  # empty eng folder, no food folder
@@ -130,9 +133,9 @@ def test_manifest_searcher(tmp_path: Path) -> None:
     searcher = LocalFolderSearcher(LocalFolderSearchConfig(manifest=str(manifest)))
     rows = search_rows(searcher, queries, 10).to_pylist()
     nav = [r for r in rows if r["query_lang"] == "nav"]
-    assert [(r["rank"], r["title"], r["source_page"]) for r in nav] == [
-        (0, "first", "https://example.org/a"),
-        (1, "second", "https://example.org/b"),
+    assert [(r["rank"], r["title"], r["source_page"]) for r in nav] == [  # the manifest's ranks order; 1 is the top
+        (1, "first", "https://example.org/a"),
+        (2, "second", "https://example.org/b"),
     ]
     bad = tmp_path / "bad.csv"
     bad.write_text("country,concept,query_lang,rank,path\nAtlantis,train,nav,0,x.jpg\n")

@@ -207,14 +207,10 @@ def test_a_build_that_breaks_a_rule_fails_and_releases_nothing(
 
     real = curation.assemble.assemble_rq2
 
-    def correct_is_the_query_itself(catalog, texts, seed):
-        rows, missing, usage = real(catalog, texts, seed)
-        for row in rows:  # the query image as its own "correct" answer: same country, same language group
-            for field in ("index", "image_id", "concept", "country"):
-                row[f"semantically_relevant_candidate_{field}"] = (
-                    row[f"query_{field}"] if field != "index" else row["query_index"]
-                )
-        return rows, missing, usage
+    def correct_is_the_query_itself(catalog, counts, seed, keep=None):
+        result = real(catalog, counts, seed, keep)
+        result.candidates[:, 0] = result.queries  # the query image as its own "correct" answer: same group
+        return result
 
     monkeypatch.setattr(curation.assemble, "assemble_rq2", correct_is_the_query_itself)
     with pytest.raises(BuildValidationError, match=r"rq2\.correct") as failure:

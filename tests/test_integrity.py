@@ -21,6 +21,7 @@ import collectors.importer
 from curation.catalog import build_catalog
 from curation.image_hashing import pixel_sha256
 from curation.validate import validate_benchmark
+from data import reference
 from data.schemas import CATALOG, COPIES, IMAGE_DEDUP, RQ2_SLOTS, STATUS_OK
 from data.stage import stats_from_table
 from data.workspace import DamagedFileError, Workspace
@@ -29,6 +30,7 @@ from flows.cli import app
 from flows.config import Build3XCMConfig
 from flows.stages_3xcm import BuildValidationError
 
+FOOD, DANCE, WEDDING = (reference.concept_by_name()[name].concept_id for name in ("food", "dance", "wedding"))
 RQ2_DISTRACTORS = {prefix for slot, prefix in RQ2_SLOTS if slot != "correct"}
 RQ3_DISTRACTORS = {f"{slot}_candidate_" for slot in ("cultural_descriptor_relevant", "language_biased", "irrelevant")}
 
@@ -91,41 +93,48 @@ def _catalog(rows: list[dict]) -> pa.Table:
 def _case(shared: str) -> tuple[pa.Table, pa.Table]:
     """A food query from the USA whose language-biased candidate (a USA dance image) is a copy of a food image,
     by bytes or by pixels (`shared`), while its tags say only "dance"."""
+    query, other_food, correct, copy_id, irrelevant = (
+        f"usa-{FOOD}-1-eng",
+        f"usa-{FOOD}-2-eng",
+        f"japan-{FOOD}-1-eng",
+        f"usa-{DANCE}-1-eng",
+        f"japan-{DANCE}-1-eng",
+    )
     rows = [
-        catalog_row(0, "usa-44-0-eng", "USA", 44, 0, [44], "test"),  # the query: food
-        catalog_row(1, "usa-44-1-eng", "USA", 44, 1, [44], "test"),  # another food image
-        catalog_row(2, "japan-44-0-eng", "Japan", 44, 0, [44], "test"),  # correct
-        catalog_row(3, "usa-29-0-eng", "USA", 29, 0, [29], "test"),  # the copy, filed under dance
-        catalog_row(4, "japan-29-0-eng", "Japan", 29, 0, [29], "test"),  # irrelevant
+        catalog_row(0, query, "USA", FOOD, 1, [FOOD], "test"),  # the query: food
+        catalog_row(1, other_food, "USA", FOOD, 2, [FOOD], "test"),  # another food image
+        catalog_row(2, correct, "Japan", FOOD, 1, [FOOD], "test"),  # correct
+        catalog_row(3, copy_id, "USA", DANCE, 1, [DANCE], "test"),  # the copy, filed under dance
+        catalog_row(4, irrelevant, "Japan", DANCE, 1, [DANCE], "test"),  # irrelevant
     ]
     rows.sort(key=lambda r: (r["concept_id"], r["country"] != "USA"))
     for index, row in enumerate(rows):
         row["index_in_dataset"] = index
     position = {r["image_id"]: i for i, r in enumerate(rows)}
-    copy, food = rows[position["usa-29-0-eng"]], rows[position["usa-44-1-eng"]]
+    copy, food = rows[position[copy_id]], rows[position[other_food]]
     if shared == "bytes":
         copy["sha256"] = food["sha256"]
     else:
         copy["pixel_sha256"] = food["pixel_sha256"] = "f" * 64
     catalog = _catalog(rows)
-    q, c, lb, ir = (position[i] for i in ("usa-44-0-eng", "japan-44-0-eng", "usa-29-0-eng", "japan-29-0-eng"))
+    q, c, lb, ir = (position[i] for i in (query, correct, copy_id, irrelevant))
     benchmark = pa.Table.from_pylist(
         [
             {
                 "query_index": q,
-                "query_image_id": "usa-44-0-eng",
+                "query_image_id": query,
                 "query_concept": "food",
                 "query_country": "USA",
                 **{f"semantically_relevant_candidate_{k}": v for k, v in zip(
-                    ("index", "image_id", "concept", "country"), (c, "japan-44-0-eng", "food", "Japan"), strict=True
+                    ("index", "image_id", "concept", "country"), (c, correct, "food", "Japan"), strict=True
                 )},
                 **{f"culturally_relevant_candidate_{k}": v for k, v in zip(
-                    ("index", "image_id", "concept", "country"), (lb, "usa-29-0-eng", "dance", "USA"), strict=True
+                    ("index", "image_id", "concept", "country"), (lb, copy_id, "dance", "USA"), strict=True
                 )},
                 **{f"non_relevant_candidate_{k}": v for k, v in zip(
-                    ("index", "image_id", "concept", "country"), (ir, "japan-29-0-eng", "dance", "Japan"), strict=True
+                    ("index", "image_id", "concept", "country"), (ir, irrelevant, "dance", "Japan"), strict=True
                 )},
-                "query_concept_id": 44,
+                "query_concept_id": FOOD,
                 "query_language": "en",
                 "query_text": "food",
             }
@@ -149,46 +158,47 @@ def test_the_validator_rejects_a_distractor_that_copies_an_image_of_the_query_co
 
 
 def test_every_image_gets_the_concepts_and_tags_of_its_copies_under_other_concepts() -> None:
-    concepts = pa.table({"concept_id": pa.array([29, 44], pa.int32()), "concept": ["dance", "food"]})
+    food, dance_1, dance_2 = f"usa-{FOOD}-1-eng", f"usa-{DANCE}-1-eng", f"usa-{DANCE}-2-eng"
+    concepts = pa.table({"concept_id": pa.array([DANCE, FOOD], pa.int32()), "concept": ["dance", "food"]})
     hit = {"status": "ok", "country": "USA", "title": None, "query_lang": "eng", "url": "x", "source_page": None}
     hits = pa.Table.from_pylist(
         [
-            {**hit, "image_id": "usa-44-0-eng", "concept_id": 44, "rank": 0, "query": "food USA"},
-            {**hit, "image_id": "usa-29-0-eng", "concept_id": 29, "rank": 0, "query": "dance USA"},
-            {**hit, "image_id": "usa-29-1-eng", "concept_id": 29, "rank": 1, "query": "dance USA"},
+            {**hit, "image_id": food, "concept_id": FOOD, "rank": 1, "query": "food USA"},
+            {**hit, "image_id": dance_1, "concept_id": DANCE, "rank": 1, "query": "dance USA"},
+            {**hit, "image_id": dance_2, "concept_id": DANCE, "rank": 2, "query": "dance USA"},
         ]
     )
     image = {"status": "ok", "num_bytes": 10, "width": 8, "height": 8, "format": "JPEG"}
     images = pa.Table.from_pylist(
         [
-            {**image, "image_id": "usa-44-0-eng", "sha256": "a"},
-            {**image, "image_id": "usa-29-0-eng", "sha256": "a"},
-            {**image, "image_id": "usa-29-1-eng", "sha256": "b"},
+            {**image, "image_id": food, "sha256": "a"},
+            {**image, "image_id": dance_1, "sha256": "a"},
+            {**image, "image_id": dance_2, "sha256": "b"},
         ]
     )
-    review = pa.table({"image_id": ["usa-29-0-eng", "usa-29-1-eng", "usa-44-0-eng"], "keep": [True, True, False]})
-    # The tagger saw "wedding" (134) in the food copy, which is dropped; its tags still count for the group.
+    review = pa.table({"image_id": [dance_1, dance_2, food], "keep": [True, True, False]})
+    # The tagger saw "wedding" in the food copy, which is dropped; its tags still count for the group.
     tags = pa.Table.from_pylist(
         [
-            {"image_id": "usa-29-0-eng", "concept_ids": [29], "tagger": "gemini"},
-            {"image_id": "usa-29-1-eng", "concept_ids": [29], "tagger": "gemini"},
-            {"image_id": "usa-44-0-eng", "concept_ids": [44, 134], "tagger": "gemini"},
+            {"image_id": dance_1, "concept_ids": [DANCE], "tagger": "gemini"},
+            {"image_id": dance_2, "concept_ids": [DANCE], "tagger": "gemini"},
+            {"image_id": food, "concept_ids": [FOOD, WEDDING], "tagger": "gemini"},
         ]
     )
     translations = pa.Table.from_pylist(
-        [{"concept_id": c, "language_code": "en", "text": t} for c, t in ((29, "dance"), (44, "food"))]
+        [{"concept_id": c, "language_code": "en", "text": t} for c, t in ((DANCE, "dance"), (FOOD, "food"))]
     )
     copies = pa.Table.from_pylist(
         [
-            {"image_id": "usa-44-0-eng", "copy_group": "usa-29-0-eng", "pixel_sha256": None},
-            {"image_id": "usa-29-0-eng", "copy_group": "usa-29-0-eng", "pixel_sha256": None},
-            {"image_id": "usa-29-1-eng", "copy_group": "usa-29-1-eng", "pixel_sha256": None},
+            {"image_id": food, "copy_group": dance_1, "pixel_sha256": None},
+            {"image_id": dance_1, "copy_group": dance_1, "pixel_sha256": None},
+            {"image_id": dance_2, "copy_group": dance_2, "pixel_sha256": None},
         ],
         schema=COPIES,
     )
     catalog = build_catalog(concepts, hits, images, review, tags, translations, copies)
     by_id = {r["image_id"]: r["tags"] for r in catalog.to_pylist()}
-    assert by_id == {"usa-29-0-eng": [29, 44, 134], "usa-29-1-eng": [29]}
+    assert by_id == {dance_1: [DANCE, *sorted([FOOD, WEDDING])], dance_2: [DANCE]}  # its own tags, then its copies'
 
 
 def test_the_validator_ties_the_query_to_its_image_and_accounts_for_every_image(

@@ -34,7 +34,7 @@ from fake_gemini import FakeGemini
 from tiny_models import build_tiny_m3, build_tiny_open_clip
 from typer.testing import CliRunner
 
-from collectors.demo_corpus import DemoCorpusConfig, generate_demo_corpus
+from collectors.demo_corpus import DemoCorpusConfig, country_folder, generate_demo_corpus
 from collectors.search import build_queries
 from data import reference
 from data.workspace import Workspace
@@ -88,8 +88,8 @@ class FakeDuckDuckGo:
             self._folders = {}
             for q in queries:
                 concept = NEW_CONCEPT_FOLDER if q.concept_id == self.new_concept_id else names[q.concept_id]
-                slug = reference.country_by_name()[q.country].slug
-                self._folders[q.query] = self.root / slug / concept / q.query_lang
+                country = country_folder(reference.country_by_name()[q.country])
+                self._folders[q.query] = self.root / country / concept / q.query_lang
         return self._folders
 
     def request(self, method: str, url: str, params: dict[str, Any], **kwargs: Any) -> str | None:

@@ -43,23 +43,27 @@ def test_countries_follow_the_design_brief() -> None:
 
 
 def test_resolve_country_accepts_names_slugs_and_codes() -> None:
-    assert reference.resolve_country("saudi_arabia").name == "Saudi Arabia"
+    assert reference.resolve_country("saudi arabia").name == "Saudi Arabia"  # the slug, as in the authors' ids
+    assert reference.resolve_country("saudi_arabia").name == "Saudi Arabia"  # the slug before that
+    assert reference.resolve_country("Saudi Arabia").slug == "saudi arabia"
     assert reference.resolve_country("gb").name == "UK"
     assert reference.resolve_country("usa").iso2 == "US"
     with pytest.raises(KeyError, match="Atlantis"):
         reference.resolve_country("Atlantis")
 
 
-def test_concepts_are_table_10_with_stable_ids() -> None:
+def test_concepts_have_the_authors_ids_and_table_10_counts() -> None:
+    """Ids and names are the authors' (tests/test_reference_fidelity.py checks them against their file)."""
     concepts = reference.concepts()
     ids = [c.concept_id for c in concepts]
     names = [c.concept for c in concepts]
     assert ids == list(range(len(concepts)))
     assert len(set(names)) == len(names)
-    assert names == sorted(names)  # Table 10 is alphabetical; ids follow it
-    # 137 rows survive in Table 10 (the paper says 138; see data/reference/README.md), summing to 11,723 images.
-    assert len(concepts) == 137
-    assert sum(c.paper_image_count for c in concepts) == 11_723
+    # 137 rows survive in our copy of Table 10 (see data/reference/README.md), summing to 11,723 images; the other
+    # two concepts of the authors' release have no Table 10 count.
+    table_10 = [c.paper_image_count for c in concepts if c.paper_image_count is not None]
+    assert len(table_10) == 137 and sum(table_10) == 11_723
+    assert all(c.release_image_count for c in concepts)
 
 
 @pytest.mark.parametrize("code", reference.NATIVE_LANGUAGES)

@@ -347,8 +347,8 @@ def test_search_rows_concurrent_keeps_input_order_and_records_failures(tmp_path:
         sequential = search_rows(searcher, queries, 2)
     assert parallel.equals(sequential)
     rows = parallel.to_pylist()
-    assert [(r["query"], r["rank"]) for r in rows] == [
-        (q.query, rank) for q in queries for rank in ((None,) if q.query in failing else (0, 1))
+    assert [(r["query"], r["rank"]) for r in rows] == [  # 1-based: rank 1 is ddgs' first hit
+        (q.query, rank) for q in queries for rank in ((None,) if q.query in failing else (1, 2))
     ]
     failed = [r for r in rows if r["status"] == "failed"]
     assert {r["query"] for r in failed} == failing

@@ -339,7 +339,7 @@ def test_tagging_config_picks_the_backend_and_bounds_the_batch() -> None:
 
 
 # -- the assembler and the tags ----------------------------------------------------------------------------------
-DANCE, COSTUME, DRINK = 29, 27, 36
+DANCE, COSTUME, DRINK = (reference.concept_by_name()[name].concept_id for name in ("dance", "costume", "drink"))
 
 
 def catalog_from_tags(images: list[tuple[str, int]], tags: pa.Table) -> pa.Table:
@@ -370,15 +370,17 @@ def catalog_from_tags(images: list[tuple[str, int]], tags: pa.Table) -> pa.Table
 def test_a_distractor_tagged_with_the_query_concept_is_never_used(
     fake: FakeGemini, tmp_path: Path, shows_dance: bool
 ) -> None:
-    # In catalog order (concept id, then reference country order). Spain and Japan/Kenya are different language
-    # groups; the Spanish costume image (index 3) is the only Spanish distractor besides the drink image.
+    # Spain and Japan/Kenya are different language groups; the second Spanish costume image (the suspect) is the
+    # only Spanish distractor besides the drink image.
     images = [
         ("Japan", COSTUME), ("Kenya", COSTUME), ("Spain", COSTUME),
         ("Spain", COSTUME),
         ("Japan", DANCE), ("Kenya", DANCE), ("Spain", DANCE), ("Spain", DANCE),
         ("Japan", DRINK), ("Kenya", DRINK), ("Spain", DRINK),
     ]  # fmt: skip
-    suspect = 3
+    country_order = {c.name: i for i, c in enumerate(reference.countries())}
+    images.sort(key=lambda image: (image[1], country_order[image[0]]))  # catalog order: concept id, then country
+    suspect = len(images) - 1 - images[::-1].index(("Spain", COSTUME))
     store = Store()
     requests = [
         TagRequest(image_id=f"img-{i}", concept_id=concept, sha256=store.add(i))

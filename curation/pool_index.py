@@ -1,0 +1,141 @@
+"""The least-used eligible image of a slot's pool, found through an index instead of a mask over the catalog.
+
+Every image has a key, usage * (n + 1) + its seeded priority: the smallest key of a pool is its least-used member,
+ties broken by the seed. Images are grouped into cells, one per (concept, country); each cell keeps its members'
+keys sorted, and each of the three ways a slot can draw (all images, one concept, one country) keeps its cells
+sorted by their smallest key: a `sortedcontainers.SortedList` for all cells (100,000 at a million images), plain
+sorted lists for a concept's or a country's (hundreds to a few thousand, where bisect and a short memmove beat a
+tree). A query walks the cells of its pool from the smallest
+head, skips the cells its rule leaves out whole (a language group, the query concept's own cell), tests the few
+images its rule leaves out one by one (tags and copies of the query concept), and stops as soon as no later cell
+can hold a smaller key. Using an image moves its key in its cell and, when the cell's head changes, that cell in
+three sorted lists: O(log n) per choice, where a mask would cost O(n) per query.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+
+import numpy as np
+from sortedcontainers import SortedList
+
+from curation.rules import Catalog, Slot
+
+NO_IMAGE = -1
+
+
+class PoolIndex:
+    def __init__(self, catalog: Catalog, priority: np.ndarray) -> None:
+        n = len(catalog)
+        self.catalog = catalog
+        self.stride = n + 1  # keys of one usage level never reach the next
+        # Python lists, not arrays: the per-choice work is scalar, and list indexing is several times faster.
+        self.key: list[int] = priority.astype(np.int64).tolist()
+        image_of_priority = np.empty(n, dtype=np.int64)
+        image_of_priority[priority] = np.arange(n)
+        self.image_of_priority: list[int] = image_of_priority.tolist()
+        countries = max(1, len(catalog.country_names))
+        cells, self.cell_of = np.unique(catalog.concept * countries + catalog.country, return_inverse=True)
+        self.cells = len(cells)
+        self.cell_concept = cells // countries
+        self.cell_country = cells % countries
+        self.cell_group: list[int] = (catalog.country_group[self.cell_country] if self.cells else []).tolist()
+        self.cell_concept_of: list[int] = self.cell_concept.tolist()
+        self.cell_index = {int(c): i for i, c in enumerate(cells)}
+        self.country_group: list[int] = catalog.country_group.tolist()
+        self.cell_of_image: list[int] = self.cell_of.tolist()
+        order = np.argsort(priority, kind="stable")
+        members: list[list[int]] = [[] for _ in range(self.cells)]
+        for image in order.tolist():  # ascending keys: each cell's list comes out sorted
+            members[self.cell_of_image[image]].append(self.key[image])
+        self.members = members
+        self.by_concept: dict[int, list[int]] = {}
+        self.by_country: dict[int, list[int]] = {}
+        entries = sorted(self._entry(cell) for cell in range(self.cells))
+        self.everything = SortedList(entries)
+        for entry in entries:  # ascending: each list comes out sorted
+            cell = entry % self.cells
+            self.by_concept.setdefault(int(self.cell_concept[cell]), []).append(entry)
+            self.by_country.setdefault(int(self.cell_country[cell]), []).append(entry)
+
+    def _entry(self, cell: int) -> int:
+        return self.members[cell][0] * self.cells + cell
+
+    def image(self, key: int) -> int:
+        return self.image_of_priority[key % self.stride]
+
+    def usage(self, image: int) -> int:
+        return self.key[image] // self.stride
+
+    def usages(self) -> np.ndarray:
+        return np.array(self.key, dtype=np.int64) // self.stride
+
+    def use(self, image: int) -> None:
+        """Count one more use of `image`: its key moves up one usage level."""
+        cell = self.cell_of_image[image]
+        old = self.key[image]
+        keys = self.members[cell]
+        head_before = keys[0]
+        del keys[bisect.bisect_left(keys, old)]
+        bisect.insort(keys, old + self.stride)
+        self.key[image] = old + self.stride
+        if keys[0] != head_before:
+            before, after = head_before * self.cells + cell, keys[0] * self.cells + cell
+            self.everything.remove(before)
+            self.everything.add(after)
+            for cells in (self.by_concept[self.cell_concept_of[cell]], self.by_country[int(self.cell_country[cell])]):
+                del cells[bisect.bisect_left(cells, before)]
+                bisect.insort(cells, after)
+
+    def least_used(self, slot: Slot, concept: int, x: int, y: int = -1) -> int:
+        """The slot's least-used eligible image for a query of `concept` from country `x` (and descriptor country
+        `y`), or NO_IMAGE when its pool is empty."""
+        countries = len(self.catalog.country_names)
+        if slot.partition in ("cell_x", "cell_y"):
+            cell = self.cell_index.get(concept * countries + (x if slot.partition == "cell_x" else y))
+            return NO_IMAGE if cell is None else self.image(self.members[cell][0])
+        if slot.partition == "all":
+            sorted_cells = self.everything
+        elif slot.partition == "concept":
+            sorted_cells = self.by_concept.get(concept)
+        else:
+            sorted_cells = self.by_country.get(x if slot.partition == "country_x" else y)
+        if not sorted_cells:
+            return NO_IMAGE
+        groups = self.country_group
+        left_out = {groups[x] if which == "x" else groups[y] for which in slot.excluded_groups}
+        skip_cell = self._cell_filter(slot, concept, left_out)
+        shows = self.catalog.extra
+        fits: Callable[[int], bool] | None = (
+            (lambda image: concept not in shows.get(image, ())) if slot.not_showing else None
+        )
+        best = None
+        for entry in sorted_cells:
+            head, cell = divmod(entry, self.cells)
+            if best is not None and head >= best:
+                break
+            if skip_cell(cell):
+                continue
+            key = self._first_fitting(cell, fits)
+            if key is not None and (best is None or key < best):
+                best = key
+        return NO_IMAGE if best is None else self.image(best)
+
+    def _cell_filter(self, slot: Slot, concept: int, left_out: set[int]) -> Callable[[int], bool]:
+        """Cells the rule leaves out whole: those of a left-out language group, and, when candidates must not show
+        the query concept, the query concept's own cells."""
+        cell_group, cell_concept = self.cell_group, self.cell_concept_of
+        if slot.not_showing and left_out:
+            return lambda cell: cell_group[cell] in left_out or cell_concept[cell] == concept
+        if slot.not_showing:
+            return lambda cell: cell_concept[cell] == concept
+        if left_out:
+            return lambda cell: cell_group[cell] in left_out
+        return lambda cell: False
+
+    def _first_fitting(self, cell: int, fits: Callable[[int], bool] | None) -> int | None:
+        keys = self.members[cell]
+        if fits is None:
+            return keys[0]
+        return next((key for key in keys if fits(self.image(key))), None)
