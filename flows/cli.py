@@ -320,6 +320,81 @@ def validate_command(release_dir: Annotated[Path, typer.Argument(exists=True, fi
         raise typer.Exit(1)
 
 
+@app.command("audit")
+def audit_command(
+    file: Annotated[
+        Path,
+        typer.Argument(help="A 3XCM RQ2 benchmark: the authors' xcm-bench.csv, a .csv or .parquet, a release folder."),
+    ],
+    metadata: Annotated[
+        Path | None,
+        typer.Option(
+            help="image_metadata Parquet (a file or a folder of parts) for the tag, copy and index checks; "
+            "a release folder's own by default."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Write the violations (rule, row, detail, the row's own columns) to a .csv or .parquet."),
+    ] = None,
+    max_reuse: Annotated[
+        int | None,
+        typer.Option(min=1, show_default=False, help="Most times one image may be a candidate (default 5)."),
+    ] = None,
+) -> None:
+    """Audit a 3XCM benchmark file against every rule it can decide by itself; exit 1 on violations, 2 on bad input."""
+    import time
+
+    from rich.markup import escape
+
+    from curation.audit import DEFAULT_MAX_REUSE, AuditInputError, audit_path, check_out_path, write_violations
+
+    started = time.perf_counter()
+    try:
+        if out is not None:
+            check_out_path(out)  # before the work, so a typo costs nothing
+        audit = audit_path(file, metadata, max_reuse or DEFAULT_MAX_REUSE)
+    except AuditInputError as exc:
+        console.print(str(exc), style="red", markup=False, soft_wrap=True)  # one line, whatever the path holds
+        raise typer.Exit(2) from None
+    report = audit.report
+    table = Table(title=f"audit of {escape(report.source)}: {report.rows:,} rows, {report.images:,} images")
+    table.add_column("rule", no_wrap=True, min_width=max(len(rule.rule) for rule in report.rules))
+    table.add_column("checked", justify="right")
+    table.add_column("violations", justify="right")
+    table.add_column("what must hold")
+    for rule in report.rules:
+        count = f"[red]{rule.violations:,}[/red]" if rule.violations else "0"
+        table.add_row(rule.rule, f"{rule.checked:,}", count, rule.description)
+    console.print(table)
+    reuse = report.reuse
+    console.print(
+        f"candidate reuse: max {reuse.maximum} ({', '.join(reuse.most_reused[:5])}), mean {reuse.mean:.2f} over "
+        f"{reuse.candidate_images:,} candidate images, cap {reuse.cap}",
+        markup=False,
+    )
+    console.print(
+        "images by times used as a candidate: " + ", ".join(f"{k}: {v:,}" for k, v in reuse.distribution.items()),
+        markup=False,
+    )
+    if report.metadata is None:
+        console.print("no image_metadata given: the tag, copy and index rules were not checked (--metadata)")
+    if out is not None:
+        try:
+            write_violations(audit.violations, out)
+        except OSError as exc:
+            reason = " ".join(str(exc).split())
+            console.print(f"{out}: cannot write the violations ({reason})", style="red", markup=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        console.print(f"violations written to {out}", markup=False)
+    rows = len(audit.violations["row"].unique())
+    verdict = f"{report.violations:,} violation(s) in {rows:,} row(s)" if not report.ok else "no violations"
+    timing = f"read and checked in {time.perf_counter() - started:.2f} s, the checks {report.seconds:.2f} s"
+    console.print(f"{verdict} ({timing})", style="red" if not report.ok else "green")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
 @concepts_app.command("generate")
 def concepts_generate_command(
     review_file: Annotated[str, typer.Argument(help="CSV review file to create or merge into (fsspec URL).")],
