@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/assembly_scale.py [--images 11724] [--repeats 3]
     .venv/bin/python benchmarks/assembly_scale.py --images 1000000 --repeats 1
+    .venv/bin/python benchmarks/assembly_scale.py --images 1000000 --repeats 1 --seed 1 --concepts 500 --countries 200
 
 Up to 50,000 images the catalog is the paper's: the 139 shipped concepts and the 16 countries (3XCM paper §3.2.1,
 App. K). Past that it is synthetic, 1,000 concepts x 100 countries in language groups shaped like the paper's (a
@@ -201,11 +202,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=11_724)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the synthetic catalog.")
+    parser.add_argument("--concepts", type=int, default=1000, help="Concepts of a synthetic catalog.")
+    parser.add_argument("--countries", type=int, default=100, help="Countries of a synthetic catalog.")
     args = parser.parse_args()
 
     start = time.perf_counter()
     paper = args.images <= PAPER_SCALE_LIMIT
-    table, texts, translations = (paper_catalog if paper else synthetic_catalog)(args.images, 0)
+    if paper:
+        table, texts, translations = paper_catalog(args.images, args.seed)
+    else:
+        table, texts, translations = synthetic_catalog(args.images, args.seed, args.concepts, args.countries)
     catalog_s = time.perf_counter() - start
     assemble_s, validate_s = [], []
     for repeat in range(args.repeats):

@@ -99,12 +99,17 @@ class TaskResult:
 
 
 def assemble_rq2(
-    catalog: Catalog, counts: PoolCounts, seed: int, keep: Mapping[int, tuple[int, ...]] | None = None
+    catalog: Catalog,
+    counts: PoolCounts,
+    seed: int,
+    keep: Mapping[int, tuple[int, ...]] | None = None,
+    queries_of: np.ndarray | None = None,
 ) -> TaskResult:
+    """`queries_of`: the rows that are queries (default: every image), in the order they are assembled."""
     index = PoolIndex(catalog, seeded_priority(len(catalog), seed))
     empty_slot: dict[tuple[int, int], str | None] = {}
     queries, chosen, missing = [], [], []
-    for q in range(len(catalog)):
+    for q in _query_rows(catalog, queries_of):
         c, x = int(catalog.concept[q]), int(catalog.country[q])
         if keep is not None and q in keep:
             picks = list(keep[q])
@@ -125,13 +130,13 @@ def assemble_rq2(
     return _result(index, queries, chosen, [], missing, len(RQ2_RULES))
 
 
-def assemble_rq3(catalog: Catalog, counts: PoolCounts, seed: int) -> TaskResult:
+def assemble_rq3(catalog: Catalog, counts: PoolCounts, seed: int, queries_of: np.ndarray | None = None) -> TaskResult:
     index = PoolIndex(catalog, seeded_priority(len(catalog), seed + 1))
     country_priority = seeded_priority(len(catalog.country_names), seed + 2)
     balance = DescriptorBalance(len(catalog.country_names))
     eligible_of: dict[tuple[int, int], np.ndarray] = {}
     queries, chosen, descriptors, missing = [], [], [], []
-    for q in range(len(catalog)):
+    for q in _query_rows(catalog, queries_of):
         c, x = int(catalog.concept[q]), int(catalog.country[q])
         if (c, x) not in eligible_of:
             eligible_of[(c, x)] = counts.descriptor_countries(c, x)
@@ -152,6 +157,10 @@ def assemble_rq3(catalog: Catalog, counts: PoolCounts, seed: int) -> TaskResult:
         chosen.append(picks)
         descriptors.append(y)
     return _result(index, queries, chosen, descriptors, missing, len(RQ3_RULES))
+
+
+def _query_rows(catalog: Catalog, queries_of: np.ndarray | None) -> list[int]:
+    return list(range(len(catalog))) if queries_of is None else np.asarray(queries_of, dtype=np.int64).tolist()
 
 
 def _result(
@@ -247,11 +256,16 @@ def unassembled_table(catalog: Catalog, missing: dict[str, list[tuple[int, str]]
 
 
 def assemble_catalog(
-    config: AssemblyConfig, catalog: Catalog, texts: QueryTexts, keep: Mapping[int, tuple[int, ...]] | None = None
+    config: AssemblyConfig,
+    catalog: Catalog,
+    texts: QueryTexts,
+    keep: Mapping[int, tuple[int, ...]] | None = None,
+    queries_of: np.ndarray | None = None,
 ) -> Assembly:
+    """Both tasks over `catalog`; `keep` and `queries_of` as in `assemble_rq2` (RQ3 has no rows to keep)."""
     counts = PoolCounts(catalog)
-    rq2 = assemble_rq2(catalog, counts, config.seed, keep)
-    rq3 = assemble_rq3(catalog, counts, config.seed) if config.rq3 else _result_of_nothing(len(RQ3_RULES))
+    rq2 = assemble_rq2(catalog, counts, config.seed, keep, queries_of)
+    rq3 = assemble_rq3(catalog, counts, config.seed, queries_of) if config.rq3 else _result_of_nothing(len(RQ3_RULES))
     return Assembly(
         benchmark=benchmark_table(catalog, texts, rq2),
         benchmark_cd=benchmark_cd_table(catalog, texts, rq3),

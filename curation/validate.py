@@ -14,7 +14,7 @@ And per task, given the `unassembled` table: every image is a query, or is liste
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -66,11 +66,19 @@ class ValidationReport(BaseModel):
 
 
 class _Checker:
-    def __init__(self, images: pa.Table, texts: QueryTexts | None, max_reuse: int | None, balance: bool) -> None:
+    def __init__(
+        self,
+        images: pa.Table,
+        texts: QueryTexts | None,
+        max_reuse: int | Mapping[str, int | None] | None,
+        balance: bool,
+        id_scheme: bool,
+    ) -> None:
         self.images = images
         self.texts = texts
-        self.max_reuse = max_reuse
+        self.max_reuse = max_reuse if isinstance(max_reuse, Mapping) else {"rq2": max_reuse, "rq3": max_reuse}
         self.balance = balance
+        self.id_scheme = id_scheme
         self.violations: list[Violation] = []
         self.queried: dict[str, set[int]] = {}  # task -> image rows used as a query
         self.catalog = Catalog.from_table(images)
@@ -109,6 +117,23 @@ class _Checker:
         self.add_rows(
             "image_metadata", np.flatnonzero(seen_before), "unique_image_id", lambda r: f"{values[r]} appears twice"
         )
+        if self.id_scheme:
+            self.check_image_ids(ids, values)
+        concept = self.images.column("concept_id").to_numpy()
+        tags = self.images.column("tags").combine_chunks()
+        parents = pc.list_parent_indices(tags).to_numpy()
+        flat = pc.list_flatten(tags).to_numpy(zero_copy_only=False)
+        tagged = np.zeros(len(values), dtype=bool)
+        tagged[parents[flat == concept[parents]]] = True
+        self.add_rows(
+            "image_metadata",
+            np.flatnonzero(~tagged),
+            "own_concept_tagged",
+            lambda r: f"tags {self.catalog.tags[r]} lack {int(concept[r])}",
+        )
+
+    def check_image_ids(self, ids: pa.Array, values: np.ndarray) -> None:
+        """Each image id encodes its row: the country (its name lower-cased), concept id, rank and query language."""
         parts = pc.extract_regex(ids, IMAGE_ID)
         slugs = {c.name: c.slug for c in reference.countries()}
         countries = self.images.column("country").to_pylist()
@@ -136,17 +161,6 @@ class _Checker:
                 f"{values[r]} does not encode "
                 f"{(slugs.get(countries[r], countries[r].lower()), int(concept_np[r]), int(rank_np[r]), lang_np[r])}"
             ),
-        )
-        tags = self.images.column("tags").combine_chunks()
-        parents = pc.list_parent_indices(tags).to_numpy()
-        flat = pc.list_flatten(tags).to_numpy(zero_copy_only=False)
-        tagged = np.zeros(len(values), dtype=bool)
-        tagged[parents[flat == concept_np[parents]]] = True
-        self.add_rows(
-            "image_metadata",
-            np.flatnonzero(~tagged),
-            "own_concept_tagged",
-            lambda r: f"tags {self.catalog.tags[r]} lack {int(concept_np[r])}",
         )
 
     # -- benchmark rows ---------------------------------------------------------------------------------------
@@ -236,13 +250,14 @@ class _Checker:
         if self.balance:
             self.replay(name, task, rules, candidates, valid, allowed, concept, x, y, active)
         self.queried[task] = set(q[q_ok & first_use].tolist())
-        if self.max_reuse is not None and len(usage) and usage.max() > self.max_reuse:
+        cap = self.max_reuse.get(task)
+        if cap is not None and len(usage) and usage.max() > cap:
             worst = int(np.argmax(usage))
             self.add(
                 name,
                 None,
                 f"{task}.max_reuse",
-                f"{cat.image_id[worst]} is used {usage.max()}x > max_candidate_reuse {self.max_reuse}",
+                f"{cat.image_id[worst]} is used {usage.max()}x > max_candidate_reuse {cap}",
             )
 
     def replay(
@@ -374,18 +389,21 @@ def validate_benchmark(
     benchmark: pa.Table,
     benchmark_cd: pa.Table | None,
     translations: pa.Table | None = None,
-    max_reuse: int | None = None,
+    max_reuse: int | Mapping[str, int | None] | None = None,
     unassembled: pa.Table | None = None,
     *,
     balance: bool = True,
     texts: QueryTexts | None = None,
+    id_scheme: bool = True,
 ) -> ValidationReport:
     """Check every row; with `unassembled`, also that every image is a query or is listed there with a reason.
+    `max_reuse` caps candidate reuse for both tasks, or per task ({"rq2": 5, "rq3": None}).
 
     `balance=False` leaves out the replay of the least-used choices (a benchmark repaired around rows it kept
-    cannot have chosen them least-used); `texts` replaces the shipped language data for other countries."""
+    cannot have chosen them least-used); `texts` replaces the shipped language data for other countries;
+    `id_scheme=False` leaves out the image id format (a pool of the authors' images keeps their ids as published)."""
     texts = texts or (QueryTexts(translations) if translations is not None else None)
-    checker = _Checker(images, texts, max_reuse, balance)
+    checker = _Checker(images, texts, max_reuse, balance, id_scheme)
     checker.check_images()
     if checker.violations:
         return ValidationReport(violations=checker.violations, rows_checked={"image_metadata": images.num_rows})

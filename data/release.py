@@ -96,12 +96,20 @@ def hf_image_schema(schema: pa.Schema, image_column: str = "image") -> pa.Schema
 
 
 class ReleaseWriter:
-    def __init__(self, config: ReleaseConfig, name: str) -> None:
+    """Writes `<root>/<name>/<version>/`, or, with `folder`, exactly that folder (same staging and immutability)."""
+
+    def __init__(self, config: ReleaseConfig, name: str, folder: str | None = None) -> None:
         self.config = config
         self.name = name
-        self.storage = Storage(config.root)
-        self.final = self.storage.path(name, config.version)
-        self.staging = self.storage.path(name, f".staging-{config.version}-{uuid.uuid4().hex[:8]}")
+        if folder is None:
+            self.storage = Storage(config.root)
+            self.final = self.storage.path(name, config.version)
+            self.staging = self.storage.path(name, f".staging-{config.version}-{uuid.uuid4().hex[:8]}")
+        else:
+            parent, _, leaf = folder.rstrip("/").rpartition("/")
+            self.storage = Storage(parent or ".")
+            self.final = self.storage.path(leaf)
+            self.staging = self.storage.path(f".staging-{leaf}-{uuid.uuid4().hex[:8]}")
         self.files: dict[str, str] = {}  # relative path -> sha256
         self.sizes: dict[str, int] = {}
         # An existing version is compared with, not written again: nothing needs staging.

@@ -395,6 +395,62 @@ def audit_command(
         raise typer.Exit(1)
 
 
+@app.command("reassemble")
+def reassemble_command(
+    pool: Annotated[
+        Path,
+        typer.Option(
+            help="The benchmark whose images form the pool: the authors' xcm-bench.csv, a .csv or .parquet, "
+            "or a release folder (its image_metadata's tags count)."
+        ),
+    ],
+    out: Annotated[Path, typer.Option(help="Folder to write (benchmarks/xcm-bench.csv, Parquet, card, manifest).")],
+    seed: Annotated[int, typer.Option(help="Seed of the assembler's tie-break order.")] = 0,
+    max_reuse: Annotated[int, typer.Option(min=1, help="Most times one image may be an RQ2 candidate.")] = 5,
+) -> None:
+    """Build a violation-free RQ2 benchmark (and RQ3 sextets) over the images of an existing one, keeping its image
+    ids, its indexes and every row that already obeys the rules. Exit 1 if the result breaks a rule, 2 on bad input."""
+    import time
+
+    from curation.audit import AuditInputError
+    from curation.reassemble import reassemble
+    from data.release import ReleaseExistsError
+    from data.release_reassembled import write_reassembled
+
+    started = time.perf_counter()
+    try:
+        result = reassemble(pool, seed=seed, max_reuse=max_reuse)
+    except AuditInputError as exc:
+        console.print(str(exc), style="red", markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    console.print(
+        f"{result.benchmark.num_rows:,} queries over {result.pool.table.num_rows:,} images: {result.kept:,} rows kept, "
+        + ", ".join(f"{n:,} replaced ({why})" for why, n in result.replaced.items())
+        + f"; {result.benchmark_cd.num_rows:,} sextets",
+        markup=False,
+    )
+    console.print(f"validation: {result.validation.summary()}", markup=False)
+    if not result.validation.ok:
+        console.print("nothing written: the reassembled benchmark breaks a rule", style="red")
+        raise typer.Exit(1)
+    try:
+        written = write_reassembled(
+            str(out), result.benchmark, result.benchmark_cd, result.unassembled, result.manifest()
+        )
+    except ReleaseExistsError as exc:
+        console.print(str(exc), style="red", markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        console.print(_os_error_line(exc), style="red", markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    after = result.audit_after.report
+    console.print(
+        f"{written.status}: {written.path} (max candidate reuse {result.audit_before.report.reuse.maximum} -> "
+        f"{after.reuse.maximum}; {time.perf_counter() - started:.1f} s)",
+        markup=False,
+    )
+
+
 @concepts_app.command("generate")
 def concepts_generate_command(
     review_file: Annotated[str, typer.Argument(help="CSV review file to create or merge into (fsspec URL).")],

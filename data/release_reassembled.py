@@ -1,0 +1,89 @@
+"""A reassembled benchmark as a release-shaped folder: the authors' CSV, the Parquet triplets and sextets, a card
+that says what was repaired and why, and a manifest naming the input file's sha256."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from data.card import front_matter, markdown_table
+from data.release import ReleaseConfig, ReleaseResult, ReleaseWriter
+from data.schemas import XCM_BENCH_CSV_COLUMNS
+
+NAME = "3xcm-reassembled"
+
+
+def write_reassembled(
+    out: str, benchmark: pa.Table, benchmark_cd: pa.Table, unassembled: pa.Table, manifest: dict[str, Any]
+) -> ReleaseResult:
+    """Write `out` (immutable like a release: an identical rerun is `unchanged`, a different one is refused).
+    `manifest` is `curation.reassemble.Reassembly.manifest()`: everything the card states comes from it."""
+    writer = ReleaseWriter(ReleaseConfig(), NAME, folder=out)
+    try:
+        writer.write_csv("benchmarks/xcm-bench.csv", benchmark, XCM_BENCH_CSV_COLUMNS)
+        writer.write_table("benchmark", benchmark)
+        writer.write_table("benchmark_cd", benchmark_cd)
+        writer.write_table("unassembled", unassembled)
+        writer.write_bytes("README.md", render_card(manifest).encode())
+        return writer.commit({"name": NAME, **manifest})
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def render_card(manifest: dict[str, Any]) -> str:
+    configs = [
+        {
+            "config_name": "benchmark",
+            "default": True,
+            "data_files": [{"split": "train", "path": "benchmark/*.parquet"}],
+        },
+        {"config_name": "benchmark_cd", "data_files": [{"split": "train", "path": "benchmark_cd/*.parquet"}]},
+    ]
+    head = front_matter(configs, pretty_name="3XCM, reassembled (culturebench)", tags=["cultural-bias"])
+    before, after = manifest["audit_before"], manifest["audit_after"]
+    rules = [
+        {"rule": rule, "in the input": before.get(rule, 0), "reassembled": after.get(rule, 0)}
+        for rule in before
+        if before.get(rule, 0) or after.get(rule, 0)
+    ]
+    replaced = [{"why": why, "rows": n} for why, n in manifest["replaced"].items()]
+    labels_only = (
+        ""
+        if manifest["pool"]["tags"] == "image_metadata"
+        else "\n**Without tags, the assembler could only use concept labels.** The input names each image's concept "
+        "but not what else it shows, so a distractor is kept out of the query concept by its label only; an image "
+        "of another concept that also shows the query concept can still be a distractor.\n"
+    )
+    return (
+        head
+        + f"""
+# 3XCM, reassembled over the images of `{manifest["input"]["file"]}`
+
+A new RQ2 benchmark (and RQ3 sextets) over exactly the images of the input (sha256
+`{manifest["input"]["sha256"]}`), with their image ids and `*_index` values kept, so it runs unchanged against the
+authors' published `image_metadata` and their evaluator (`benchmarks/xcm-bench.csv` has their columns). No image of
+ours is involved.
+
+The queries are the input's {manifest["rows"]}. **{manifest["kept"]} rows were kept as they were**; the others were
+given new candidates by culturebench's balanced assembler (each the least-used eligible image, seed
+{manifest["seed"]}), which counted the kept rows' candidates as used:
+
+{markdown_table(replaced)}
+`rq2.correct` / `rq2.irrelevant`: the candidate came from the query's language group (the stricter rule this
+project keeps); `max_reuse`: keeping the row would have used a candidate more than {manifest["max_reuse"]} times.
+{labels_only}
+The validator's verdict on the result (reuse balance is not replayed, since the kept rows were not chosen by the
+assembler; RQ2 reuse is capped at {manifest["max_reuse"]}): **{manifest["validation"]["summary"]}**.
+
+What `culturebench audit` finds, before and after (maximum candidate reuse {manifest["reuse_before"]} before,
+{manifest["reuse_after"]} after):
+
+{markdown_table(rules)}
+`image_id_country_alias` counts the input's own `america-` image ids (for USA), which are kept as published.
+
+Licence: CC BY-NC-SA 4.0, as the authors' release. Provenance (input sha256, code version, seed) is in
+`manifest.json`.
+"""
+    )
