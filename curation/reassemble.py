@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from curation.assemble import AssemblyConfig, QueryTexts, assemble_catalog
 from curation.audit import Audit, AuditInputError, audit_benchmark, load_input
@@ -29,6 +28,7 @@ from curation.rules import RQ2_RULES, Catalog, in_pool
 from curation.validate import ValidationReport, validate_benchmark
 from data import reference
 from data.provenance import code_version, reference_data_sha256
+from data.release_3xcm import ReleaseReadError, read_released_catalog
 from data.schemas import CATALOG, RQ2_SLOTS
 
 IMAGE_ID = r"^(?P<country>[^-]+)-(?P<concept_id>\d+)-(?P<rank>\d+)-(?P<lang>eng|nav)$"
@@ -81,7 +81,7 @@ class Reassembly:
         }
 
 
-def file_sha256(path: Path) -> str:
+def input_sha256(path: Path) -> str:
     """sha256 of a file, or of a release folder's files (names and bytes, in order)."""
     digest = hashlib.sha256()
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
@@ -159,17 +159,12 @@ def pool_from(benchmark: pa.Table, metadata: pa.Table | None) -> Pool:
 def _catalog_of(path: Path, metadata: Path | None) -> pa.Table | None:
     """Our image table, with its tags and hashes, when the pool is a release of ours (or one is given)."""
     folder = metadata or (path / "image_metadata" if path.is_dir() else None)
-    files = sorted(folder.glob("*.parquet")) if folder is not None and folder.is_dir() else []
-    if not files:
+    if folder is None or not folder.is_dir():
         return None
-    tables = []
-    for file in files:
-        present = set(pq.read_schema(file).names)
-        table = pq.read_table(file, columns=[c for c in CATALOG.names if c in present])
-        if "pixel_sha256" not in present:  # releases written before pixel hashes were published
-            table = table.append_column("pixel_sha256", pa.nulls(table.num_rows, pa.string()))
-        tables.append(table.select([c for c in CATALOG.names if c in table.column_names]))
-    return pa.concat_tables(tables)
+    try:
+        return read_released_catalog(folder)
+    except ReleaseReadError as exc:
+        raise AuditInputError(str(exc)) from None
 
 
 def _native(concept_id: int, language: str, name: str) -> str:
@@ -246,7 +241,7 @@ def reassemble(path: Path, seed: int = 0, max_reuse: int = 5, metadata: Path | N
     after = audit_benchmark(rq2, None, max_reuse, "reassembled")
     return Reassembly(
         source=inputs.source,
-        source_sha256=file_sha256(path),
+        source_sha256=input_sha256(path),
         pool=pool,
         benchmark=rq2,
         benchmark_cd=rq3,

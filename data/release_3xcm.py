@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from data import reference
 from data.card import auto_accept_notice, deviations_section, front_matter, markdown_table
 from data.figures import heatmap_png
 from data.release import ImageRow, ReleaseConfig, ReleaseResult, ReleaseWriter, to_release_jpeg
-from data.schemas import XCM_BENCH_CSV_COLUMNS
+from data.schemas import CATALOG, XCM_BENCH_CSV_COLUMNS
 from data.workspace import BlobStore, StageStats
 
 NAME = "3xcm"
@@ -28,6 +30,36 @@ AUTHOR_IMAGE_FIELDS = (
     "title",
 )
 FIGURE = "figures/images_per_concept_country.png"
+
+
+class ReleaseReadError(ValueError):
+    """A release folder's table that cannot be read: the message names the file."""
+
+
+def read_parquet_parts(folder: Path, columns: list[str] | None = None) -> pa.Table | None:
+    """The Parquet parts of one config of a release folder (only `columns` that exist), or None when it has none."""
+    files = sorted(folder.glob("*.parquet"))
+    if not files:
+        return None
+    tables = []
+    for file in files:
+        try:
+            present = [c for c in columns if c in pq.read_schema(file).names] if columns else None
+            tables.append(pq.read_table(file, columns=present))
+        except (pa.ArrowException, OSError) as exc:
+            raise ReleaseReadError(f"{file}: not a readable Parquet file ({exc})") from None
+    return pa.concat_tables(tables)
+
+
+def read_released_catalog(folder: Path) -> pa.Table | None:
+    """A release's `image_metadata` as the catalog the validator reads (no image bytes). Releases written before
+    pixel hashes were published get a null `pixel_sha256`."""
+    images = read_parquet_parts(folder, CATALOG.names)
+    if images is None:
+        return None
+    if "pixel_sha256" not in images.column_names:
+        images = images.append_column("pixel_sha256", pa.nulls(images.num_rows, pa.string()))
+    return images.select([c for c in CATALOG.names if c in images.column_names])
 
 
 def image_metadata_schema(catalog_schema: pa.Schema) -> pa.Schema:

@@ -281,40 +281,20 @@ def config_command(
 @app.command("validate")
 def validate_command(release_dir: Annotated[Path, typer.Argument(exists=True, file_okay=False)]) -> None:
     """Check a 3XCM release folder against the benchmark rules; exit 1 when any row breaks one."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from curation.validate import validate_benchmark
-    from data.schemas import CATALOG
+    from data.release_3xcm import ReleaseReadError, read_parquet_parts, read_released_catalog
 
-    def read(config_name: str, columns: list[str] | None = None, required: bool = True) -> pa.Table | None:
-        files = sorted((release_dir / config_name).glob("*.parquet"))
-        if not files:
-            if not required:
-                return None
-            console.print(f"[red]{release_dir} has no {config_name}/*.parquet[/red]")
-            raise typer.Exit(2)
-        tables = []
-        for file in files:
-            try:
-                present = [c for c in columns if c in pq.read_schema(file).names] if columns else None
-                tables.append(pq.read_table(file, columns=present))
-            except (pa.ArrowException, OSError) as exc:
-                console.print(f"[red]{file}: not a readable Parquet file ({exc})[/red]")
-                raise typer.Exit(2) from None
-        return pa.concat_tables(tables)
-
-    images = read("image_metadata", CATALOG.names)  # the image bytes are not needed
-    assert images is not None
-    if "pixel_sha256" not in images.column_names:  # releases before pixel hashes were published
-        images = images.append_column("pixel_sha256", pa.nulls(images.num_rows, pa.string()))
-    images = images.select([c for c in CATALOG.names if c in images.column_names])
-    report = validate_benchmark(
-        images,
-        read("benchmark"),  # type: ignore[arg-type]
-        read("benchmark_cd"),
-        unassembled=read("unassembled", required=False),  # older releases did not publish it
-    )
+    try:
+        images = read_released_catalog(release_dir / "image_metadata")  # the image bytes are not needed
+        tables = {name: read_parquet_parts(release_dir / name) for name in ("benchmark", "benchmark_cd", "unassembled")}
+    except ReleaseReadError as exc:
+        console.print(str(exc), style="red", markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    missing = [name for name, table in (("image_metadata", images), *tables.items()) if table is None]
+    if set(missing) - {"unassembled"}:  # older releases did not publish `unassembled`
+        console.print(f"{release_dir} has no {missing[0]}/*.parquet", style="red", markup=False)
+        raise typer.Exit(2)
+    report = validate_benchmark(images, tables["benchmark"], tables["benchmark_cd"], unassembled=tables["unassembled"])
     console.print(report.summary())
     if not report.ok:
         raise typer.Exit(1)

@@ -13,16 +13,10 @@ import numpy as np
 import pyarrow as pa
 
 from data import reference
+from data.schemas import RQ2_SLOTS, RQ3_SLOTS
 
-RQ2 = ("correct", "language_biased", "irrelevant")
-RQ3 = (
-    "correct",
-    "object_relevant_language_biased",
-    "object_relevant",
-    "cultural_descriptor_relevant",
-    "language_biased",
-    "irrelevant",
-)
+RQ2 = tuple(name for name, _ in RQ2_SLOTS)
+RQ3 = RQ3_SLOTS
 
 
 class Oracle:
