@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from data import reference
+from data.release_3xcm import ReleaseReadError, read_parquet_files
 from data.schemas import RQ2_SLOTS, XCM_BENCH_CSV_COLUMNS
 
 #: Default cap on how often one image may be a candidate. Each query has three candidates and a full build has
@@ -200,17 +201,10 @@ def _parquet_files(folder: Path) -> list[Path]:
 
 
 def _read_parquet_parts(files: list[Path], columns: list[str] | None = None) -> pa.Table:
-    tables = []
-    for file in files:
-        try:
-            names = pq.read_schema(file).names
-            tables.append(pq.read_table(file, columns=[c for c in columns if c in names] if columns else None))
-        except (pa.ArrowException, OSError) as exc:
-            raise AuditInputError(f"{file}: not a readable Parquet file ({_one_line(exc)})") from None
     try:
-        return pa.concat_tables(tables, promote_options="permissive")
-    except pa.ArrowException as exc:
-        raise AuditInputError(f"{files[0].parent}: parts with different schemas ({_one_line(exc)})") from None
+        return read_parquet_files(files, columns)
+    except ReleaseReadError as exc:
+        raise AuditInputError(str(exc)) from None
 
 
 def read_metadata(path: Path) -> pa.Table:

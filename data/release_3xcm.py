@@ -36,19 +36,25 @@ class ReleaseReadError(ValueError):
     """A release folder's table that cannot be read: the message names the file."""
 
 
-def read_parquet_parts(folder: Path, columns: list[str] | None = None) -> pa.Table | None:
-    """The Parquet parts of one config of a release folder (only `columns` that exist), or None when it has none."""
-    files = sorted(folder.glob("*.parquet"))
-    if not files:
-        return None
+def read_parquet_files(files: list[Path], columns: list[str] | None = None) -> pa.Table:
+    """Parquet files as one table (only the `columns` each file has); ReleaseReadError names a file that fails."""
     tables = []
     for file in files:
         try:
             present = [c for c in columns if c in pq.read_schema(file).names] if columns else None
             tables.append(pq.read_table(file, columns=present))
         except (pa.ArrowException, OSError) as exc:
-            raise ReleaseReadError(f"{file}: not a readable Parquet file ({exc})") from None
-    return pa.concat_tables(tables)
+            raise ReleaseReadError(f"{file}: not a readable Parquet file ({' '.join(str(exc).split())})") from None
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except pa.ArrowException as exc:
+        raise ReleaseReadError(f"{files[0].parent}: parts with different schemas ({exc})") from None
+
+
+def read_parquet_parts(folder: Path, columns: list[str] | None = None) -> pa.Table | None:
+    """The Parquet parts of one config of a release folder, or None when it has none."""
+    files = sorted(p for p in folder.glob("*.parquet") if p.is_file())
+    return read_parquet_files(files, columns) if files else None
 
 
 def read_released_catalog(folder: Path) -> pa.Table | None:
