@@ -1,7 +1,7 @@
 """One review round, whatever the backend: export the tasks, pull the annotations, decide each item by a strict
 majority of the votes cast (annotation/aggregate.py).
 
-While annotations are missing the round raises `ReviewPending` (the build then waits, see flows/build_3xcm.py),
+While annotations are missing the round raises `ReviewPending` (the build then waits, see flows/xcm/build.py),
 unless the operator closed the review, in which case the missing items are undecided and reported. Nothing is
 written before the decisions are whole, so a server that fails halfway leaves no half-written table.
 """

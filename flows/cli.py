@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from flows.config import ConfigError, build_config, load_config
+from flows.engine.config import ConfigError, build_config, load_config
 
 app = typer.Typer(help="Build the 3XCM and MixCuBe cultural-bias benchmarks.", no_args_is_help=True)
 build_app = typer.Typer(help="Run a build.", no_args_is_help=True)
@@ -69,7 +69,7 @@ def build_3xcm_command(
     close_reviews: CloseReviewsOption = False,
 ) -> None:
     """Build 3XCM and write a versioned release. Exits with 3 while reviewers are still at work."""
-    from flows.config import Build3XCMConfig
+    from flows.xcm.config import Build3XCMConfig
 
     def check(cfg: Build3XCMConfig) -> None:
         if cfg.demo_corpus is None and cfg.search.backend == "local" and not (cfg.search.root or cfg.search.manifest):
@@ -93,7 +93,7 @@ def build_mixcube_command(
     close_reviews: CloseReviewsOption = False,
 ) -> None:
     """Build MixCuBe and write a versioned release. Exits with 3 while reviewers are still at work."""
-    from flows.config_mixcube import BuildMixCubeConfig
+    from flows.mixcube.config import BuildMixCubeConfig
 
     if not (config or demo):
         console.print("[red]give --config (with an `originals` section) or --demo[/red]")
@@ -150,16 +150,16 @@ def _run_build(benchmark: str, cfg: Any, engine: Engine, close_reviews: bool) ->
     from collectors.mixcube_originals import OriginalsInputError
     from data.release import ReleaseExistsError
     from data.workspace import StorageError
-    from flows.runner import ReviewsNotFinished
+    from flows.engine.runner import ReviewsNotFinished
 
     if benchmark == "3xcm":
-        from flows.build_3xcm import build_3xcm as build_flow
-        from flows.build_3xcm import build_locally
-        from flows.stages_3xcm import BuildValidationError as BuildFailed
+        from flows.xcm.build import build_3xcm as build_flow
+        from flows.xcm.build import build_locally
+        from flows.xcm.stages import BuildValidationError as BuildFailed
     else:
-        from flows.build_mixcube import NothingToRelease as BuildFailed
-        from flows.build_mixcube import build_locally
-        from flows.build_mixcube import build_mixcube as build_flow
+        from flows.mixcube.build import NothingToRelease as BuildFailed
+        from flows.mixcube.build import build_locally
+        from flows.mixcube.build import build_mixcube as build_flow
 
     console.print(f"build id [bold]{cfg.resolved_build_id()}[/bold], workspace {cfg.workspace_root}")
     if engine is Engine.local and cfg.task_runner.kind != "default":
@@ -267,8 +267,8 @@ def config_command(
 ) -> None:
     """Print the default (or demo) build config as JSON, to edit and pass with --config. MixCuBe has no default
     originals, so its config is the demo's unless --schema is given."""
-    from flows.config import Build3XCMConfig
-    from flows.config_mixcube import BuildMixCubeConfig
+    from flows.mixcube.config import BuildMixCubeConfig
+    from flows.xcm.config import Build3XCMConfig
 
     model = BuildMixCubeConfig if benchmark is Benchmark.mixcube else Build3XCMConfig
     if schema:

@@ -1,6 +1,6 @@
 """`sync-reviews`: resume the builds that wait for reviewers once their reviews are complete.
 
-A build that meets an open review suspends itself and frees its worker (flows/runner.py). This flow, deployed on
+A build that meets an open review suspends itself and frees its worker (flows/engine/runner.py). This flow, deployed on
 a schedule, looks at every suspended `build-3xcm` and `build-mixcube` run, asks its review backend whether every
 task has its annotations, and resumes the complete ones. Operators can also resume a run by hand from the UI (with
 `close_review` to import an incomplete review).
@@ -27,10 +27,11 @@ from pydantic import BaseModel
 from annotation.backends import LabelStudioFilesReviewConfig, LabelStudioReviewConfig, ReviewConfig
 from annotation.label_configs import SPECS, ReviewKind
 from annotation.label_studio import LabelStudioProject
-from flows import stages_3xcm, stages_mixcube
-from flows.config import Build3XCMConfig
-from flows.config_mixcube import BuildMixCubeConfig
-from flows.graph import BuildGraph
+from flows.engine.graph import BuildGraph
+from flows.mixcube import stages as stages_mixcube
+from flows.mixcube.config import BuildMixCubeConfig
+from flows.xcm import stages as stages_3xcm
+from flows.xcm.config import Build3XCMConfig
 
 # flow name -> its config model and its stage graph (which names the review)
 REVIEWED_FLOWS: dict[str, tuple[type[Build3XCMConfig] | type[BuildMixCubeConfig], BuildGraph]] = {

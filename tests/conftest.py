@@ -52,7 +52,7 @@ def release_root(tmp_path: Path) -> Path:
 @pytest.fixture
 def small_demo_config(workspace_root: Path, release_root: Path):  # -> Build3XCMConfig
     """A demo build small enough for unit tests: 3 concepts x 5 countries, 2 images per query."""
-    from flows.config import Build3XCMConfig
+    from flows.xcm.config import Build3XCMConfig
 
     return Build3XCMConfig.demo(
         workspace_root=str(workspace_root),

@@ -317,7 +317,7 @@ def test_transient_errors_are_retried_and_client_errors_are_not(
 def test_a_down_server_leaves_the_review_stage_unwritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_demo_config
 ) -> None:
-    from flows.stages_3xcm import STAGES, run_stage
+    from flows.xcm.stages import STAGES, run_stage
 
     monkeypatch.setenv("LABEL_STUDIO_API_KEY", "secret-token-value-123")
     server = {"url": "http://127.0.0.1:9", "document_root": str(tmp_path), "retry": {"max_attempts": 1}}
@@ -372,7 +372,7 @@ def test_cli_exits_3_while_reviews_are_open_and_closes_them_on_request(tmp_path:
 
 def test_summary_artifact_reports_the_reviewer_and_agreement() -> None:
     from data.workspace import StageStats
-    from flows.runner import review_markdown
+    from flows.engine.runner import review_markdown
 
     tasks, votes = ["x", "y", "z"], votes_for("x", SAME_SCENE, SAME_SCENE, SAME_SCENE)
     votes += votes_for("y", DIFFERENT, DIFFERENT, DIFFERENT) + votes_for("z", SAME_SCENE, DIFFERENT, DIFFERENT)

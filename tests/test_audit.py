@@ -30,8 +30,8 @@ from curation.audit import (
 )
 from data import reference
 from data.schemas import BENCHMARK, XCM_BENCH_CSV_COLUMNS
-from flows.build_3xcm import build_locally
 from flows.cli import app
+from flows.xcm.build import build_locally
 
 AUTHORS_FILE = Path(reference.__file__).parent / "reference" / "xcm-bench.csv"
 SLOTS = (

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 import flows.cli
 from data.release import ReleaseWriter
 from data.workspace import Storage, Workspace
-from flows.build_3xcm import build_locally
 from flows.cli import app
-from flows.config import Build3XCMConfig
+from flows.xcm.build import build_locally
+from flows.xcm.config import Build3XCMConfig
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,8 @@ import pytest
 
 from collectors.demo_corpus import LOOKALIKE_KINDS, DemoCorpusConfig, GroundTruth, generate_demo_corpus
 from data.workspace import Workspace
-from flows.config import Build3XCMConfig
-from flows.stages_3xcm import STAGES, run_stage
+from flows.xcm.config import Build3XCMConfig
+from flows.xcm.stages import STAGES, run_stage
 
 
 @dataclass(frozen=True)

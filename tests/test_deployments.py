@@ -26,9 +26,9 @@ from browser import artifact_dir, screenshot_flow_run
 from datasets import load_dataset
 from label_studio_server import free_port
 
-from flows.config import Build3XCMConfig
-from flows.config_mixcube import BuildMixCubeConfig
-from flows.stages_3xcm import STAGES
+from flows.mixcube.config import BuildMixCubeConfig
+from flows.xcm.config import Build3XCMConfig
+from flows.xcm.stages import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -182,7 +182,7 @@ def test_readme_sequence_deploys_and_runs_both_demos_to_completed(prefect_api: d
 
 
 def test_release_deployments_hold_production_configs_that_fail_fast_without_their_models() -> None:
-    from flows.build_mixcube import check_backends
+    from flows.mixcube.build import check_backends
 
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     by_name = {(d["entrypoint"].rsplit(":", 1)[1], d["name"]): d for d in spec["deployments"]}

@@ -30,8 +30,9 @@ from collectors.search import LocalFolderSearchConfig, LocalFolderSearcher, Sear
 from collectors.ssrf import storage_refusal
 from data import reference
 from data.workspace import Workspace
-from flows.config import Build3XCMConfig, ConfigError, build_config
-from flows.config_mixcube import BuildMixCubeConfig
+from flows.engine.config import ConfigError, build_config
+from flows.mixcube.config import BuildMixCubeConfig
+from flows.xcm.config import Build3XCMConfig
 
 CORPUS = make_corpus(2, seed=11, min_kib=8, max_kib=16)
 
@@ -56,12 +57,16 @@ def served(host: FakeImageHost) -> dict[str, int]:
 
 def test_a_web_search_with_the_local_importer_is_a_config_error() -> None:
     with pytest.raises(ConfigError) as refused:
-        build_config({"search": {"backend": "ddgs"}})  # `download` left at its default, the local importer
+        build_config(
+            {"search": {"backend": "ddgs"}}, model=Build3XCMConfig
+        )  # `download` left at its default, the local importer
     message = str(refused.value)
     assert "download.backend" in message and "'http'" in message, message
     with pytest.raises(ConfigError, match=r"download\.backend"):
-        build_config({"search": {"backend": "ddgs"}, "download": {"backend": "local"}}, demo=True)
-    accepted = build_config({"search": {"backend": "ddgs"}, "download": {"backend": "http"}})
+        build_config(
+            {"search": {"backend": "ddgs"}, "download": {"backend": "local"}}, demo=True, model=Build3XCMConfig
+        )
+    accepted = build_config({"search": {"backend": "ddgs"}, "download": {"backend": "http"}}, model=Build3XCMConfig)
     assert (accepted.search.backend, accepted.download.backend) == ("ddgs", "http")
     # A local search may still use the local importer.
     assert Build3XCMConfig.demo().download.backend == "local"
@@ -111,7 +116,7 @@ def test_the_local_searcher_refuses_a_network_root_or_manifest(field: str, host:
     with pytest.raises(ValidationError, match="not a storage protocol"):
         LocalFolderSearchConfig(**{field: host.url("/corpus/manifest.csv")})
     with pytest.raises(ConfigError, match=f"search.local.{field}"):
-        build_config({"search": {"backend": "local", field: host.url("/corpus/")}})
+        build_config({"search": {"backend": "local", field: host.url("/corpus/")}}, model=Build3XCMConfig)
     # A config changed without validation (as the demo's root is set) is refused by the searcher itself.
     unchecked = LocalFolderSearchConfig().model_copy(update={field: host.url("/corpus/manifest.csv")})
     with pytest.raises(ValueError, match="not a storage protocol"):

@@ -16,10 +16,10 @@ import collectors.importer
 from curation.image_dedup import PerceptualTierConfig
 from curation.validate import validate_benchmark
 from data.schemas import CATALOG
-from flows.build_3xcm import build_locally
 from flows.cli import app
-from flows.config import Build3XCMConfig
-from flows.stages_3xcm import STAGES
+from flows.xcm.build import build_locally
+from flows.xcm.config import Build3XCMConfig
+from flows.xcm.stages import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,7 @@ def test_prefect_flow_builds_a_valid_release(prefect: Path, small_demo_config: B
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter, FlowRunFilterId
     from prefect.client.schemas.sorting import TaskRunSort
 
-    from flows.build_3xcm import build_3xcm
+    from flows.xcm.build import build_3xcm
 
     state = build_3xcm(small_demo_config, return_state=True)
     assert state.is_completed(), state
@@ -193,7 +193,7 @@ def test_prefect_yaml_demo_deployment_matches_the_flow() -> None:
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     demo = next(d for d in spec["deployments"] if d["name"] == "demo" and "build_3xcm" in d["entrypoint"])
     module, function = demo["entrypoint"].split(":")
-    assert module == "flows/build_3xcm.py" and function == "build_3xcm"
+    assert module == "flows/xcm/build.py" and function == "build_3xcm"
     assert demo["work_pool"]["name"]
     config = Build3XCMConfig.model_validate(demo["parameters"]["config"])
     assert config == Build3XCMConfig.demo()
@@ -203,7 +203,7 @@ def test_a_build_that_breaks_a_rule_fails_and_releases_nothing(
     small_demo_config: Build3XCMConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import curation.assemble
-    from flows.stages_3xcm import BuildValidationError
+    from flows.xcm.stages import BuildValidationError
 
     real = curation.assemble.assemble_rq2
 

@@ -25,10 +25,10 @@ from data import reference
 from data.schemas import CATALOG, COPIES, IMAGE_DEDUP, RQ2_SLOTS, STATUS_OK
 from data.stage import stats_from_table
 from data.workspace import DamagedFileError, Workspace
-from flows.build_3xcm import build_locally, release
 from flows.cli import app
-from flows.config import Build3XCMConfig
-from flows.stages_3xcm import BuildValidationError
+from flows.xcm.build import build_locally, release
+from flows.xcm.config import Build3XCMConfig
+from flows.xcm.stages import BuildValidationError
 
 FOOD, DANCE, WEDDING = (reference.concept_by_name()[name].concept_id for name in ("food", "dance", "wedding"))
 RQ2_DISTRACTORS = {prefix for slot, prefix in RQ2_SLOTS if slot != "correct"}
@@ -347,7 +347,7 @@ def test_the_demo_card_opens_with_the_auto_accepted_review_and_names_every_devia
 def test_the_production_configs_run_as_the_papers_do() -> None:
     """The `release` deployments (the production configs) differ from the papers in nothing a card would list,
     CLIP filter and human review with three annotators included."""
-    from flows.config_mixcube import BuildMixCubeConfig
+    from flows.mixcube.config import BuildMixCubeConfig
     from flows.paper_settings import mixcube_deviations, xcm_deviations
 
     spec = yaml.safe_load((Path(__file__).resolve().parents[1] / "prefect.yaml").read_text())
@@ -356,8 +356,8 @@ def test_the_production_configs_run_as_the_papers_do() -> None:
         for d in spec["deployments"]
         if "config" in d.get("parameters", {})
     }
-    xcm = Build3XCMConfig.model_validate(configs[("flows/build_3xcm.py:build_3xcm", "release")])
-    mixcube = BuildMixCubeConfig.model_validate(configs[("flows/build_mixcube.py:build_mixcube", "release")])
+    xcm = Build3XCMConfig.model_validate(configs[("flows/xcm/build.py:build_3xcm", "release")])
+    mixcube = BuildMixCubeConfig.model_validate(configs[("flows/mixcube/build.py:build_mixcube", "release")])
     assert xcm_deviations(xcm, reviewer="label_studio") == []
     assert mixcube_deviations(mixcube, reviewers=["label_studio"]) == []
     assert mixcube.filters.clip is not None
@@ -371,7 +371,7 @@ def test_reviews_wait_for_people_unless_a_config_says_otherwise(small_demo_confi
     demos, which nobody annotates, accept automatically (and their cards say so)."""
     from annotation.backends import LabelStudioFilesReviewConfig
     from annotation.collect import ReviewPending
-    from flows.config_mixcube import BuildMixCubeConfig
+    from flows.mixcube.config import BuildMixCubeConfig
 
     assert LabelStudioFilesReviewConfig().when_unreviewed == "wait"
     assert Build3XCMConfig().review.when_unreviewed == "wait"  # type: ignore[union-attr]

@@ -22,10 +22,10 @@ from annotation.label_configs import ACCEPT, FIX_MASK, REJECT_MARKER, RETRY_PROM
 from collectors.mixcube_originals import LocalOriginalsConfig
 from data import reference
 from data.workspace import Workspace
-from flows.build_mixcube import NothingToRelease, build_locally
 from flows.cli import app
-from flows.config_mixcube import BuildMixCubeConfig
-from flows.stages_mixcube import GRAPH
+from flows.mixcube.build import NothingToRelease, build_locally
+from flows.mixcube.config import BuildMixCubeConfig
+from flows.mixcube.stages import GRAPH
 
 ROOT = Path(__file__).resolve().parents[1]
 ETHNICITIES = [e.label for e in reference.mixcube().ethnicities]
@@ -93,7 +93,7 @@ def test_prefect_flow_builds_the_demo_with_a_task_per_stage_and_inpaints_holding
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    from flows.build_mixcube import build_mixcube
+    from flows.mixcube.build import build_mixcube
 
     with get_client(sync_client=True) as client:
         client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name="gpu-mixcube-test", limit=1))
@@ -287,7 +287,7 @@ def test_a_missing_model_file_fails_before_any_stage_runs(tmp_path: Path) -> Non
 
 def test_prefect_yaml_mixcube_demo_deployment_matches_the_flow() -> None:
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
-    demo = next(d for d in spec["deployments"] if d["entrypoint"] == "flows/build_mixcube.py:build_mixcube")
+    demo = next(d for d in spec["deployments"] if d["entrypoint"] == "flows/mixcube/build.py:build_mixcube")
     assert demo["name"] == "demo" and demo["work_pool"]["name"]
     assert BuildMixCubeConfig.model_validate(demo["parameters"]["config"]) == BuildMixCubeConfig.demo()
 
@@ -302,10 +302,10 @@ def test_a_stage_is_retried_for_transient_errors_only(
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    import flows.retries
-    from flows.build_mixcube import build_mixcube
+    import flows.engine.retries
+    from flows.mixcube.build import build_mixcube
 
-    monkeypatch.setattr(flows.retries, "STAGE_RETRY_DELAYS_S", [0.0, 0.0])
+    monkeypatch.setattr(flows.engine.retries, "STAGE_RETRY_DELAYS_S", [0.0, 0.0])
     real = synthesis.inpaint.PlaceholderInpainter.inpaint
     calls: list[int] = []
 
@@ -339,7 +339,7 @@ def test_prefect_caches_finished_stages_and_a_changed_stage_config_reruns_only_t
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    from flows.build_mixcube import build_mixcube
+    from flows.mixcube.build import build_mixcube
 
     async def task_states(flow_run_id: object) -> dict[str, str]:
         async with get_client() as client:

@@ -22,9 +22,9 @@ import synthesis.inpaint
 from collectors.mixcube_originals import LocalOriginalsConfig, collect_originals, culture_by_name, demo_scene
 from data.schemas import STATUS_OK
 from data.workspace import Workspace
-from flows.build_mixcube import build_locally
-from flows.config_mixcube import BuildMixCubeConfig
-from flows.stages_mixcube import GRAPH
+from flows.mixcube.build import build_locally
+from flows.mixcube.config import BuildMixCubeConfig
+from flows.mixcube.stages import GRAPH
 
 ORIENTATION = 0x0112  # EXIF tag 274
 # The transpose that stores an upright picture under EXIF orientation n: the inverse of what a reader applies to

@@ -14,9 +14,9 @@ from skimage import data as skimage_data
 from test_search_ddgs import FAST_RETRY, body, fake_engine
 
 from collectors.mixcube_search import DEFAULT_QUERIES
-from flows.build_mixcube import build_locally
-from flows.config_mixcube import BuildMixCubeConfig
-from flows.stages_mixcube import GRAPH
+from flows.mixcube.build import build_locally
+from flows.mixcube.config import BuildMixCubeConfig
+from flows.mixcube.stages import GRAPH
 
 
 def astronaut_jpeg() -> bytes:

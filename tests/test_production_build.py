@@ -39,7 +39,7 @@ from collectors.search import build_queries
 from data import reference
 from data.workspace import Workspace
 from flows.cli import app
-from flows.config import Build3XCMConfig
+from flows.xcm.config import Build3XCMConfig
 
 COUNTRIES = ["USA", "UK", "Spain", "Japan", "Kenya"]
 SHIPPED = ["train", "food"]
@@ -152,7 +152,7 @@ async def logs_and_artifacts(flow_run_id: object) -> tuple[list[str], list[str]]
 
 def hold_gpu_slot_recorder(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[list[str]]]:
     """Records, per model call of the 3XCM stages, which concurrency slots were held while it ran."""
-    import flows.stages_3xcm as stages
+    import flows.xcm.stages as stages
 
     held: list[str] = []
     calls: dict[str, list[list[str]]] = {}
@@ -191,7 +191,7 @@ def test_production_backends_build_a_valid_release_end_to_end(
     from ddgs.engines.duckduckgo_images import DuckduckgoImages
 
     from collectors import search_ddgs
-    from flows.build_3xcm import build_3xcm
+    from flows.xcm.build import build_3xcm
 
     base_url, web_root = corpus_host
     monkeypatch.setenv("GEMINI_API_KEY", API_KEY)

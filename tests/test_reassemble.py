@@ -18,8 +18,8 @@ from curation.audit import audit_path
 from curation.reassemble import reassemble
 from data import reference
 from data.schemas import RQ2_SLOTS, XCM_BENCH_CSV_COLUMNS
-from flows.build_3xcm import build_locally
 from flows.cli import app
+from flows.xcm.build import build_locally
 
 AUTHORS = Path(__file__).resolve().parents[1] / "data" / "reference" / "xcm-bench.csv"
 SLOTS = (("query", "query_"), *RQ2_SLOTS)

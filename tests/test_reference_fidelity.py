@@ -21,8 +21,8 @@ import pytest
 
 from collectors.concept_generation import FIRST_NEW_CONCEPT_ID
 from data import reference
-from flows.build_3xcm import build_locally
-from flows.config import Build3XCMConfig
+from flows.xcm.build import build_locally
+from flows.xcm.config import Build3XCMConfig
 
 #: data/reference/README.md: the authors' file, copied unchanged.
 RELEASE_SHA256 = "fbfc34c3c13e4c3ac1f192da9e1b1d005203c4a0c5e596ec53104251689b652b"

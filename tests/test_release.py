@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from data.release import ReleaseExistsError
 from data.schemas import XCM_BENCH_CSV_COLUMNS
-from flows.build_3xcm import build_locally
 from flows.cli import app
-from flows.stages_3xcm import STAGES
+from flows.xcm.build import build_locally
+from flows.xcm.stages import STAGES
 
 AUTHOR_FIELDS = ["concept_id", "concept_in_native", "image_id", "index_in_dataset", "concept", "concept_country",
                  "country", "title", "image"]  # fmt: skip

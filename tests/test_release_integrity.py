@@ -19,7 +19,7 @@ from data.release import ReleaseConfig, ReleaseExistsError, ReleaseWriter
 from data.shards import ShardPlan
 from data.stage import stats_from_table
 from data.workspace import Storage, Workspace, sha256_bytes
-from flows.config import Build3XCMConfig
+from flows.xcm.config import Build3XCMConfig
 
 FILES = {"a/data.parquet": b"rows", "README.md": b"card"}
 

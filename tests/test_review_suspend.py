@@ -23,8 +23,8 @@ from annotation.backends import LabelStudioReviewConfig
 from annotation.label_configs import DIFFERENT, SPECS
 from annotation.label_studio import LabelStudioProject
 from data.workspace import Workspace
-from flows.config import Build3XCMConfig
-from flows.stages_3xcm import STAGES
+from flows.xcm.config import Build3XCMConfig
+from flows.xcm.stages import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN_ENV = "CULTUREBENCH_TEST_LS_TOKEN"
@@ -44,7 +44,7 @@ async def _deploy_and_run(config: Build3XCMConfig) -> str:
             flow_id=flow_id,
             name=f"review-wait-{config.resolved_build_id()}",
             work_pool_name=POOL,
-            entrypoint="flows/build_3xcm.py:build_3xcm",
+            entrypoint="flows/xcm/build.py:build_3xcm",
             path=str(ROOT),
             pull_steps=[{"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}],
             parameters={"config": config.model_dump(mode="json")},

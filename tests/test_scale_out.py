@@ -13,9 +13,10 @@ import pytest
 from conftest import SMALL_CONCEPTS, SMALL_COUNTRIES
 from tiny_models import build_tiny_open_clip
 
-from flows.config import Build3XCMConfig, ConfigError, build_config
-from flows.config_mixcube import BuildMixCubeConfig
-from flows.task_runner_config import DaskTaskRunnerConfig
+from flows.engine.config import ConfigError, build_config
+from flows.engine.task_runner import DaskTaskRunnerConfig
+from flows.mixcube.config import BuildMixCubeConfig
+from flows.xcm.config import Build3XCMConfig
 
 
 def sharded_3xcm(models: Path) -> dict[str, Any]:
@@ -61,8 +62,8 @@ def build_in(folder: Path, monkeypatch: pytest.MonkeyPatch, flow: Any, config: A
 def test_3xcm_on_a_local_dask_cluster_releases_the_default_runners_bytes(
     prefect: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.build_3xcm import build_3xcm
-    from flows.runner import summary_markdown
+    from flows.engine.runner import summary_markdown
+    from flows.xcm.build import build_3xcm
 
     overrides = {
         "countries": SMALL_COUNTRIES,
@@ -116,7 +117,7 @@ def gpu_and_cpu_worker() -> Iterator[SimpleNamespace]:
 def test_mixcube_gpu_shards_run_only_on_the_gpu_worker(
     prefect: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpu_and_cpu_worker: SimpleNamespace
 ) -> None:
-    from flows.build_mixcube import build_mixcube
+    from flows.mixcube.build import build_mixcube
 
     overrides = {
         "originals": {"per_cell": 2, "cultures": ["South Korea", "UK"], "categories": ["Food", "Clothes"]},
@@ -150,8 +151,8 @@ def test_a_gpu_stage_without_gpu_workers_fails_with_what_to_start() -> None:
     """Dask would queue such shards forever; the build says which workers it lacks instead."""
     from distributed import Client, LocalCluster
 
-    from flows.scale_out import DaskShards, NoGpuWorkers
-    from flows.stages_mixcube import GRAPH
+    from flows.engine.scale_out import DaskShards, NoGpuWorkers
+    from flows.mixcube.stages import GRAPH
 
     config = BuildMixCubeConfig.demo()
     settings = DaskTaskRunnerConfig(address="tcp://unused:8786", gpu_resources={"GPU": 1}, worker_wait_s=1)
@@ -163,9 +164,11 @@ def test_a_gpu_stage_without_gpu_workers_fails_with_what_to_start() -> None:
 
 def test_task_runner_config_is_checked_and_outside_the_build_id() -> None:
     with pytest.raises(ConfigError, match="n_workers configure a local cluster"):
-        build_config({"task_runner": {"kind": "dask", "address": "tcp://s:8786", "n_workers": 4}})
+        build_config(
+            {"task_runner": {"kind": "dask", "address": "tcp://s:8786", "n_workers": 4}}, model=Build3XCMConfig
+        )
     with pytest.raises(ConfigError, match="task_runner"):
-        build_config({"task_runner": {"kind": "ray"}})
+        build_config({"task_runner": {"kind": "ray"}}, model=Build3XCMConfig)
     default = Build3XCMConfig.demo()
     remote = Build3XCMConfig.demo(task_runner={"kind": "dask", "address": "tcp://s:8786"})
     assert remote.resolved_build_id() == default.resolved_build_id()

@@ -1,5 +1,5 @@
 """The MixCuBe stage graph: which tables each stage reads and writes. Stage logic lives in the stage packages;
-fingerprints and skip-if-done are the shared `flows.graph`.
+fingerprints and skip-if-done are the shared `flows.engine.graph`.
 
 originals -> faces -> masks -> (synthesis_rN -> filters_rN -> qa_rN) for N = 1..max_attempts -> quintets
 
@@ -35,9 +35,9 @@ from data.schemas import STATUS_FAILED, STATUS_OK
 from data.shards import ShardPlan
 from data.stage import error_text, stats_from_table
 from data.workspace import StageMarker, StageStats
-from flows.config_mixcube import BuildMixCubeConfig
-from flows.graph import BuildGraph, Stage, review_settings
-from flows.graph import StageContext as GraphContext
+from flows.engine.graph import BuildGraph, Stage, review_settings
+from flows.engine.graph import StageContext as GraphContext
+from flows.mixcube.config import BuildMixCubeConfig
 from synthesis.attempts import AttemptPlan, ResultCache, first_plans, run_attempts
 from synthesis.faces import FaceBox, build_face_detector
 from synthesis.inpaint import build_inpainter

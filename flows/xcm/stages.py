@@ -1,5 +1,5 @@
 """The 3XCM stage graph: which tables each stage reads and writes. Stage logic lives in the stage packages;
-fingerprints and skip-if-done are the shared `flows.graph`."""
+fingerprints and skip-if-done are the shared `flows.engine.graph`."""
 
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ from data.schemas import STATUS_OK
 from data.shards import ShardPlan
 from data.stage import stats_from_table
 from data.workspace import StageMarker, StageStats, Workspace
-from flows.config import Build3XCMConfig
-from flows.graph import BuildGraph, Progress, Stage, review_settings
-from flows.graph import StageContext as GraphContext
+from flows.engine.graph import BuildGraph, Progress, Stage, review_settings
+from flows.engine.graph import StageContext as GraphContext
+from flows.xcm.config import Build3XCMConfig
 
 
 class BuildValidationError(RuntimeError):

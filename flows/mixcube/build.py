@@ -17,11 +17,11 @@ from data import release_mixcube
 from data.provenance import code_version, reference_data_sha256
 from data.release import ReleaseResult
 from data.workspace import Workspace
-from flows.config_mixcube import BuildMixCubeConfig
-from flows.graph import Progress
+from flows.engine.graph import Progress
+from flows.engine.runner import BuildSummary, execute_in_prefect, execute_locally, summary_markdown
+from flows.mixcube.config import BuildMixCubeConfig
+from flows.mixcube.stages import GRAPH, stage_settings
 from flows.paper_settings import mixcube_deviations
-from flows.runner import BuildSummary, execute_in_prefect, execute_locally, summary_markdown
-from flows.stages_mixcube import GRAPH, stage_settings
 from synthesis.faces import build_face_detector
 from synthesis.inpaint import build_inpainter
 from synthesis.masks import build_masker

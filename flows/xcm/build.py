@@ -15,10 +15,8 @@ from data import release_3xcm
 from data.provenance import code_version, reference_data_sha256
 from data.release import ReleaseResult
 from data.workspace import Workspace
-from flows.config import Build3XCMConfig
-from flows.graph import Progress
-from flows.paper_settings import xcm_deviations
-from flows.runner import (
+from flows.engine.graph import Progress
+from flows.engine.runner import (
     BuildSummary,
     ReviewResume,
     ReviewsNotFinished,
@@ -26,7 +24,9 @@ from flows.runner import (
     execute_locally,
     summary_markdown,
 )
-from flows.stages_3xcm import (
+from flows.paper_settings import xcm_deviations
+from flows.xcm.config import Build3XCMConfig
+from flows.xcm.stages import (
     GRAPH,
     STAGES,
     BuildValidationError,

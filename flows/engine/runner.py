@@ -30,9 +30,9 @@ from annotation.collect import ReviewPending
 from data.figures import bars_png
 from data.release import ReleaseResult
 from data.workspace import StageStats, Workspace
-from flows.graph import BuildConfig, BuildGraph, Progress
-from flows.retries import RETRY_JITTER, STAGE_RETRIES, retry_delays, transient_failure
-from flows.scale_out import current_shard_map, shard_map
+from flows.engine.graph import BuildConfig, BuildGraph, Progress
+from flows.engine.retries import RETRY_JITTER, STAGE_RETRIES, retry_delays, transient_failure
+from flows.engine.scale_out import current_shard_map, shard_map
 
 
 class BuildSummary(BaseModel):

@@ -28,9 +28,9 @@ from prefect.futures import as_completed
 from pydantic import BaseModel
 
 from data.stage import require
-from flows.graph import BuildConfig, BuildGraph
-from flows.retries import RETRY_JITTER, STAGE_RETRIES, retry_delays, transient_failure
-from flows.task_runner_config import DaskTaskRunnerConfig
+from flows.engine.graph import BuildConfig, BuildGraph
+from flows.engine.retries import RETRY_JITTER, STAGE_RETRIES, retry_delays, transient_failure
+from flows.engine.task_runner import DaskTaskRunnerConfig
 
 _current: ContextVar[DaskShards | None] = ContextVar("culturebench_shard_map", default=None)
 

@@ -1,0 +1,107 @@
+"""What every build config shares: the workspace, the build id derived from the config, and reading a config file
+with every invalid field reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from data.provenance import portable_paths, redact
+from data.workspace import fingerprint
+from flows.engine.task_runner import DefaultTaskRunnerConfig, TaskRunnerConfig
+
+BUILD_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
+
+
+class BuildConfigBase(BaseModel):
+    """What every build config has: where its workspace is, and an id that is a hash of what it builds."""
+
+    model_config = ConfigDict(extra="forbid")
+    build_prefix: ClassVar[str]
+    # Fields that do not change what is collected or drawn: changing them continues the same build.
+    outside_build_id: ClassVar[frozenset[str]] = frozenset({"build_id", "workspace_root", "release", "task_runner"})
+
+    build_id: str | None = Field(
+        default=None,
+        pattern=BUILD_ID_PATTERN,
+        description="Workspace name. Defaults to <benchmark>-<hash of the config>, so a rerun resumes the same build.",
+    )
+    workspace_root: str = Field(default="./workspace", description="fsspec URL holding one folder per build.")
+    task_runner: TaskRunnerConfig = Field(
+        default_factory=DefaultTaskRunnerConfig,
+        description="Where a Prefect run's sharded stages run: in the flow's process, or on a Dask cluster.",
+    )
+
+    def released_config(self) -> dict[str, Any]:
+        """The config as a release's manifest records it: secrets redacted, without where the build ran (its
+        workspace, its task runner, its release root), and with local paths (models, corpora) as their names plus
+        the sha256 of a file, so the same config releases the same bytes wherever it ran and no machine path is
+        published."""
+        where = {"workspace_root": True, "task_runner": True, "release": {"root"}}
+        return portable_paths(redact(self.model_dump(mode="json", exclude=where)))
+
+    def resolved_build_id(self) -> str:
+        if self.build_id:
+            return self.build_id
+        content = self.model_dump(mode="json", exclude=set(self.outside_build_id))
+        return f"{self.build_prefix}-{fingerprint(content)[:12]}"
+
+
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`overrides` on top of `base`, mappings merged key by key."""
+    out = dict(base)
+    for key, value in overrides.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+class ConfigError(ValueError):
+    """An invalid config file, reported field by field."""
+
+
+def load_config(
+    path: str | Path,
+    demo: bool = False,
+    overrides: dict[str, Any] | None = None,
+    *,
+    model: type[ConfigT],
+) -> ConfigT:
+    """Read a YAML or JSON config file; report every invalid field with its location."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) if path else {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"cannot read config {path}: it is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+            f"{exc.start}); save it as UTF-8"
+        ) from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config {path} must be a mapping, not {type(raw).__name__}")
+    return build_config(raw, demo=demo, overrides=overrides, source=str(path), model=model)
+
+
+def build_config(
+    raw: dict[str, Any],
+    demo: bool = False,
+    overrides: dict[str, Any] | None = None,
+    source: str = "config",
+    *,
+    model: type[ConfigT],
+) -> ConfigT:
+    """The config of `model` (3XCM or MixCuBe) from a mapping; `demo` starts from the model's demo config."""
+    merged = merge(raw, overrides or {})
+    try:
+        return model.demo(**merged) if demo else model.model_validate(merged)  # type: ignore[attr-defined]
+    except ValidationError as exc:
+        lines = [f"invalid {source}:"]
+        for error in exc.errors():
+            where = ".".join(str(p) for p in error["loc"]) or "(root)"
+            lines.append(f"  {where}: {error['msg']}")
+        raise ConfigError("\n".join(lines)) from None
