@@ -11,29 +11,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from annotation.collect import ReviewTarget
 from annotation.label_configs import SPECS, ReviewKind
 from annotation.label_studio import LabelStudioProject, LabelStudioServerConfig
 from annotation.task_files import TaskFiles
 from annotation.tasks import MediaFolder
+from data.stage import BackendConfig
 
 AUTO_ACCEPT = "auto_accept"
 
 
-class AutoAcceptReviewConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+# A review's backend is made for one review kind and build (`review_target`), not by `build()`.
+class AutoAcceptReviewConfig(BackendConfig[NoReturn]):
     backend: Literal["auto_accept"] = "auto_accept"
 
 
-class LabelStudioFilesReviewConfig(BaseModel):
+class LabelStudioFilesReviewConfig(BackendConfig[NoReturn]):
     """Offline: write importable task files; read a completed Label Studio JSON export back."""
-
-    model_config = ConfigDict(extra="forbid")
 
     backend: Literal["label_studio_files"] = "label_studio_files"
     annotators: int = Field(default=3, ge=1, le=20, description="Annotators per task (3XCM §3.2.1: three).")
@@ -52,9 +50,7 @@ class LabelStudioFilesReviewConfig(BaseModel):
     )
 
 
-class LabelStudioReviewConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class LabelStudioReviewConfig(BackendConfig[NoReturn]):
     backend: Literal["label_studio"] = "label_studio"
     server: LabelStudioServerConfig
     annotators: int = Field(default=3, ge=1, le=20, description="Annotators per task (3XCM §3.2.1: three).")

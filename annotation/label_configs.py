@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from html import escape
 from typing import Literal
 
+from data.review_labels import ACCEPT, FIX_MASK, REJECT_ARTIFACTS, REJECT_MARKER, RETRY_PROMPT
+
 ReviewKind = Literal["duplicate_review", "synthesis_qa"]
 
 # 3XCM paper App. J, verbatim apart from a stray page number.
@@ -101,12 +103,7 @@ DUPLICATE_REVIEW_XML = _interface(
     DUPLICATE_CHOICES,
 )
 
-ACCEPT = "accept"
-REJECT_ARTIFACTS = "reject_artifacts"
-REJECT_MARKER = "reject_cultural_marker"
-RETRY_PROMPT = "retry_prompt"
-FIX_MASK = "fix_mask"
-
+# The machine names are shared with the synthesis filters and resynthesis (data/review_labels.py).
 SYNTHESIS_CHOICES = (
     Choice(ACCEPT, "Accept", "No artifacts, cultural markers intact."),
     Choice(REJECT_ARTIFACTS, "Reject: artifacts", "Visible artifacts; drop this attempt."),

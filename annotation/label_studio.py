@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from annotation.aggregate import export_item_keys
 from annotation.label_configs import GUIDELINES, ReviewSpec
-from collectors.retry import TRANSIENT_HTTP_CODES, RetryPolicy
+from data.retry import TRANSIENT_HTTP_CODES, RetryPolicy
 from data.secrets import resolve_secret
 from data.stage import require
 
@@ -101,7 +101,8 @@ class LabelStudioProject:
         self.annotators = annotators
         self._sleep = sleep
         sdk = require("label_studio_sdk", "annotation")
-        # The SDK's default api_key reads the environment at import time (notes §2): always pass both.
+        # The SDK's default api_key is read from the environment once, when the SDK is imported, and its default
+        # base_url is http://localhost:8000: always pass both.
         self._client = sdk.LabelStudio(
             base_url=config.url.rstrip("/"), api_key=resolve_token(config), timeout=config.timeout_s
         )

@@ -33,9 +33,9 @@ from annotation.backends import (
 from annotation.collect import ReviewRound, run_round
 from annotation.label_configs import SAME_SCENE, SPECS
 from annotation.tasks import EXTENSIONS, duplicate_item_key, duplicate_review_tasks
-from curation.unionfind import UnionFind
 from data import schemas
 from data.schemas import REVIEW, from_rows
+from data.unionfind import UnionFind
 
 AUTO_ACCEPT_POLICY = (
     "accept every automatic dedup decision unchanged and keep ambiguous pairs apart; "

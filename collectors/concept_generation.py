@@ -14,16 +14,17 @@ import io
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, NoReturn
 
 import fsspec
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
-from collectors.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
-from curation.concept_dedup import normalize
 from data import reference
+from data.concept_names import normalize
+from data.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
 from data.schemas import CONCEPT_CANDIDATES, empty, from_rows
+from data.stage import BackendConfig
 
 STAGE = "concept_generation"
 REVIEW_PENDING, REVIEW_ACCEPTED, REVIEW_REJECTED = "pending", "accepted", "rejected"
@@ -74,9 +75,7 @@ class ConceptCandidates(BaseModel):
     concepts: list[ConceptCandidate]
 
 
-class GeminiConceptGenerationConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class GeminiConceptGenerationConfig(BackendConfig[NoReturn]):  # read by generate_concept_candidates
     backend: Literal["gemini"] = "gemini"
     gemini: GeminiSettings = Field(default_factory=GeminiSettings)
     count: int = Field(default=100, ge=1, le=1000, description="Concepts to ask for (App. H asked for 100).")

@@ -8,20 +8,18 @@ the "reviewed" backend adds only the accepted ones to the shipped list.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, NamedTuple, Protocol
+from typing import Annotated, Any, Literal, NamedTuple, Protocol
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from data import reference
 from data.reference import Concept
 from data.schemas import CONCEPTS, from_rows
-from data.stage import Registry
+from data.stage import BackendConfig
 
 
-class ShippedConceptsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ShippedConceptsConfig(BackendConfig["ConceptSource"]):
     backend: Literal["shipped"] = "shipped"
     include: list[str] | None = Field(
         default=None, description="Concept names or ids to build; all shipped concepts when empty."
@@ -34,11 +32,16 @@ class ShippedConceptsConfig(BaseModel):
                 _resolve(item)
         return self
 
+    def build(self) -> ShippedConcepts:
+        return ShippedConcepts(self)
 
-class ReviewedConceptsConfig(BaseModel):
+    def fingerprint_settings(self) -> Any:
+        """What decides the concepts stage's output: this config."""
+        return self
+
+
+class ReviewedConceptsConfig(BackendConfig["ConceptSource"]):
     """The shipped concepts plus the candidates an operator accepted in a review file (never pending/rejected)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     backend: Literal["reviewed"] = "reviewed"
     review_file: str = Field(description="fsspec path of the review CSV written by write_review_file().")
@@ -54,6 +57,16 @@ class ReviewedConceptsConfig(BaseModel):
                 _resolve(item)
         return self
 
+    def build(self) -> ReviewedConcepts:
+        return ReviewedConcepts(self)
+
+    def fingerprint_settings(self) -> Any:
+        """What decides the concepts stage's output: this config and the review file's content, since an operator's
+        edits to the file change what the build covers (the path alone stays the same)."""
+        from collectors.concept_generation import review_file_sha256  # the review-file format lives there
+
+        return (self, review_file_sha256(self.review_file))
+
 
 ConceptsConfig = Annotated[ShippedConceptsConfig | ReviewedConceptsConfig, Field(discriminator="backend")]
 
@@ -65,9 +78,6 @@ class SourcedConcept(NamedTuple):
 
 class ConceptSource(Protocol):
     def concepts(self) -> list[SourcedConcept]: ...
-
-
-concept_sources: Registry[ConceptSource] = Registry("concepts")
 
 
 def _resolve(item: str | int) -> Concept:
@@ -115,19 +125,9 @@ class ReviewedConcepts:
         return [*(SourcedConcept(c, "shipped") for c in shipped), *sorted(accepted, key=lambda s: s.concept.concept_id)]
 
 
-@concept_sources.register("shipped")
-def _shipped(config: ShippedConceptsConfig) -> ConceptSource:
-    return ShippedConcepts(config)
-
-
-@concept_sources.register("reviewed")
-def _reviewed(config: ReviewedConceptsConfig) -> ConceptSource:
-    return ReviewedConcepts(config)
-
-
 def run_concepts(config: ShippedConceptsConfig | ReviewedConceptsConfig) -> pa.Table:
     rows = [
         {"concept_id": c.concept.concept_id, "concept": c.concept.concept, "source": c.source}
-        for c in concept_sources.build(config).concepts()
+        for c in config.build().concepts()
     ]
     return from_rows(rows, CONCEPTS)

@@ -9,11 +9,11 @@ The production counterpart of `collectors.importer` (same rows, same image check
   max_bytes of memory and is a `decompression_bomb` row, not a stall that reads as a retryable timeout;
 - classified failures (`error` column): dns, connect, timeout, http_<code>, not_an_image, corrupt, truncated,
   too_small, too_large, decompression_bomb, unsupported_encoding, blocked_address, invalid_url, too_many_redirects;
-- retries of transient failures only (timeouts, 408/425/429/5xx) with `collectors.retry.RetryPolicy`, honouring
-  Retry-After, sleeping without holding a connection slot (design brief, habit 6);
+- retries of transient failures only (timeouts, 408/425/429/5xx) with `data.retry.RetryPolicy`, honouring
+  Retry-After, sleeping without holding a connection slot;
 - an SSRF guard (`collectors.ssrf`) checked before every request and every redirect hop, and inside the DNS
   resolver itself;
-- a `DownloadJournal` of per-URL results, so a rerun or a crashed run resumes at item granularity (habit 5).
+- a `DownloadJournal` of per-URL results, so a rerun or a crashed run resumes at item granularity.
 """
 
 from __future__ import annotations
@@ -29,18 +29,19 @@ import zlib
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import aiohttp
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from yarl import URL
 
 from collectors.image_check import ImageLimits, ImageRejected, inspect_image
-from collectors.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after
 from collectors.ssrf import AddressPolicy, BlockedAddressError, GuardedResolver, UrlRefused, check_url
+from data.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after
 from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, blank_row, from_rows
-from data.workspace import BlobStore, Storage, fingerprint, sha256_bytes
+from data.stage import BackendConfig
+from data.workspace import BlobStore, Storage, Workspace, fingerprint, sha256_bytes
 
 T = TypeVar("T")
 
@@ -55,8 +56,10 @@ _CHUNK = 64 * 1024
 BOMB_RATIO = 100
 
 
-class HttpDownloadConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# A fetcher is built for the build's workspace, where this one keeps its journal (`collectors.fetch.Fetcher`).
+class HttpDownloadConfig(BackendConfig["Callable[[Workspace], HttpFetcher]"]):
+    #: The SSRF-guarded fetcher: the only one that may fetch the URLs of a web search (`web_hits_problem`).
+    fetches_web_urls: ClassVar[bool] = True
 
     backend: Literal["http"] = "http"
     limits: ImageLimits = Field(default_factory=ImageLimits)
@@ -78,6 +81,9 @@ class HttpDownloadConfig(BaseModel):
     check_workers: int = Field(
         default=2, ge=1, description="Threads that decode and check images and write blobs, off the event loop."
     )
+
+    def build(self) -> Callable[[Workspace], HttpFetcher]:
+        return lambda ws: HttpFetcher(self, ws)
 
 
 def limits_key(limits: ImageLimits) -> str:
@@ -716,3 +722,15 @@ def _run_sync(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     # This thread already runs a loop, which must not be blocked or re-entered: a fresh loop in a helper thread.
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="download-loop") as runner:
         return runner.submit(lambda: asyncio.run(make())).result()
+
+
+class HttpFetcher:
+    """The `http` fetcher: `download_hits` with the build's download journal."""
+
+    def __init__(self, config: HttpDownloadConfig, ws: Workspace) -> None:
+        self.config = config
+        # Outside the stage folder: a new attempt (say `retry_failed`) still knows every URL already fetched.
+        self.journal = DownloadJournal(ws.storage, "files/download_journal")
+
+    def fetch(self, hits: Sequence[dict], blobs: BlobStore) -> pa.Table:
+        return download_hits(hits, blobs, self.config, journal=self.journal)

@@ -8,25 +8,31 @@ checks, so it is refused as a row and never opened.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import ClassVar, Literal
 
 import fsspec
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from collectors.image_check import ImageLimits, ImageRejected, inspect_image
 from collectors.ssrf import storage_refusal
 from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, blank_row, from_rows
-from data.workspace import BlobStore
+from data.stage import BackendConfig
+from data.workspace import BlobStore, Workspace
 
 
-class ImportConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# A fetcher is built for the build's workspace (`collectors.fetch.Fetcher`).
+class ImportConfig(BackendConfig["Callable[[Workspace], LocalImporter]"]):
+    #: Reads storage only: web search hits must go to the SSRF-guarded HTTP downloader (`web_hits_problem`).
+    fetches_web_urls: ClassVar[bool] = False
 
     backend: Literal["local"] = "local"
     limits: ImageLimits = Field(default_factory=ImageLimits)
     shard_size: int = Field(default=256, ge=1, description="Hits per resumable part.")
+
+    def build(self) -> Callable[[Workspace], LocalImporter]:
+        return lambda ws: LocalImporter(self)
 
 
 class ProtocolRefused(Exception):
@@ -68,3 +74,13 @@ def import_hits(hits: Sequence[dict], blobs: BlobStore, limits: ImageLimits) -> 
             row.update(sha256=blobs.put(data), width=info.width, height=info.height, format=info.format)
         rows.append(row)
     return from_rows(rows, IMAGES)
+
+
+class LocalImporter:
+    """The `local` fetcher: hits on storage, read through fsspec."""
+
+    def __init__(self, config: ImportConfig) -> None:
+        self.config = config
+
+    def fetch(self, hits: Sequence[dict], blobs: BlobStore) -> pa.Table:
+        return import_hits(hits, blobs, self.config.limits)

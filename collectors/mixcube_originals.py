@@ -28,38 +28,53 @@ import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NoReturn
 
 import fsspec
 import numpy as np
 import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 from PIL import Image, ImageDraw, ImageOps
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from data import reference, schemas
 from data.schemas import STATUS_FAILED, STATUS_OK
-from data.stage import error_text
+from data.stage import BackendConfig, error_text
 
 MIN_SIDE = 128  # smaller images cannot carry a face the detectors and SAM can work with
 
 
-class LocalOriginalsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+# The originals stage reads these settings itself (`collect_originals`): nothing to `build()`.
+class LocalOriginalsConfig(BackendConfig[NoReturn]):
     backend: Literal["local"] = "local"
     root: str = Field(description="fsspec folder holding the images named in the labels CSV.")
     labels_csv: str = Field(description="CSV with image_file,culture,category[,food_label].")
 
+    @property
+    def demo_seed(self) -> int | None:
+        """The seed of generated originals, for provenance: None, these are curators' photos."""
+        return None
 
-class DemoOriginalsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    def wanted_cells(self) -> list[tuple[reference.MixCubeCulture, str]]:
+        """The culture x category cells the build aims to fill: a labels CSV may name any, so every cell."""
+        return cells(None, None)
 
+
+class DemoOriginalsConfig(BackendConfig[NoReturn]):
     backend: Literal["demo"] = "demo"
     per_cell: int = Field(default=2, ge=1, le=33, description="Originals per culture x category (paper: 33).")
     cultures: list[str] | None = Field(default=None, description="Culture names; default all five.")
     categories: list[str] | None = Field(default=None, description="Categories; default Food, Festival, Clothes.")
     seed: int = 0
+
+    @property
+    def demo_seed(self) -> int | None:
+        """The seed the demo scenes are drawn with, for provenance."""
+        return self.seed
+
+    def wanted_cells(self) -> list[tuple[reference.MixCubeCulture, str]]:
+        """The culture x category cells the build aims to fill: the configured ones."""
+        return cells(self.cultures, self.categories)
 
 
 OriginalsConfig = Annotated[LocalOriginalsConfig | DemoOriginalsConfig, Field(discriminator="backend")]

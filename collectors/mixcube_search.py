@@ -10,10 +10,10 @@ reviewers the second. Food names cannot come from a search: `food_label` stays e
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NoReturn
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from collectors.downloader import HttpDownloadConfig
 from collectors.fetch import Fetcher
@@ -23,6 +23,7 @@ from collectors.search import SearchConfig, Searcher, SearchError, SearchQuery
 from collectors.search_ddgs import DdgsSearchConfig
 from data import reference, schemas
 from data.schemas import STATUS_FAILED, STATUS_OK
+from data.stage import BackendConfig
 from data.workspace import BlobStore
 
 DEFAULT_QUERIES = {
@@ -32,9 +33,7 @@ DEFAULT_QUERIES = {
 }
 
 
-class SearchOriginalsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SearchOriginalsConfig(BackendConfig[NoReturn]):  # read by search_originals
     backend: Literal["search"] = "search"
     search: SearchConfig = Field(default_factory=DdgsSearchConfig, description="The image search engine.")
     download: HttpDownloadConfig | ImportConfig = Field(
@@ -48,6 +47,15 @@ class SearchOriginalsConfig(BaseModel):
     cultures: list[str] | None = Field(default=None, description="Culture names; default all five.")
     categories: list[str] | None = Field(default=None, description="Categories; default Food, Festival, Clothes.")
     region: str = Field(default="wt-wt", description="Search region (DuckDuckGo's `kl`).")
+
+    @property
+    def demo_seed(self) -> int | None:
+        """The seed of generated originals, for provenance: None, these are search hits."""
+        return None
+
+    def wanted_cells(self) -> list[tuple[reference.MixCubeCulture, str]]:
+        """The culture x category cells the build aims to fill: the ones searched."""
+        return cells(self.cultures, self.categories)
 
 
 def _queries(config: SearchOriginalsConfig) -> list[tuple[reference.MixCubeCulture, str, SearchQuery]]:

@@ -12,71 +12,24 @@ from __future__ import annotations
 import contextvars
 import csv
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated, Literal, Protocol
+from typing import Annotated, ClassVar, Literal, Protocol
 
 import fsspec
 import pyarrow as pa
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from collectors.search_ddgs import DdgsSearchConfig, DdgsSearcher
+from collectors.search_ddgs import DdgsSearchConfig
+from collectors.search_types import SearchError, SearchHit, SearchQuery
 from collectors.ssrf import storage_refusal
 from data import reference
 from data.schemas import SEARCH_HITS, STATUS_FAILED, STATUS_OK, blank_row, from_rows
-from data.stage import Registry
+from data.stage import BackendConfig
 
-QueryLang = Literal["eng", "nav"]
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff"}
-
-
-class SearchQuery(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    concept_id: int
-    concept: str
-    country: str
-    query: str
-    query_lang: QueryLang
-    language_code: str
-    region: str
-    not_searchable: str | None = None  # why this query is recorded as failed without asking the engine
-
-    @property
-    def _country_slug(self) -> str:
-        """The 3XCM country's slug (its name in lower case, spaces kept, as the authors' ids have it); another
-        place (a MixCuBe culture) is slugged from its name."""
-        country = reference.country_by_name().get(self.country)
-        return country.slug if country else "-".join("".join(c if c.isalnum() else " " for c in self.country).split())
-
-    @property
-    def query_id(self) -> str:
-        return f"{self._country_slug}-{self.concept_id}-q-{self.query_lang}"
-
-    def image_id(self, rank: int) -> str:
-        """`rank` is 1-based: `saudi arabia-0-1-eng` is the top English hit for train (id 0) in Saudi Arabia."""
-        if rank < 1:
-            raise ValueError(f"ranks are 1-based, got {rank}")
-        return f"{self._country_slug}-{self.concept_id}-{rank}-{self.query_lang}"
-
-
-class SearchHit(BaseModel):
-    url: str
-    source_page: str | None = None
-    title: str | None = None
-    width: int | None = None
-    height: int | None = None
-
-
-class SearchError(Exception):
-    """A search that failed; `kind` is the short class recorded in the `error` column."""
-
-    def __init__(self, kind: str, detail: str = "") -> None:
-        super().__init__(f"{kind}: {detail}" if detail else kind)
-        self.kind = kind
-        self.detail = detail
 
 
 class Searcher(Protocol):
@@ -85,11 +38,9 @@ class Searcher(Protocol):
     def search(self, query: SearchQuery, max_results: int) -> list[SearchHit]: ...
 
 
-searchers: Registry[Searcher] = Registry("search")
-
-
-class LocalFolderSearchConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class LocalFolderSearchConfig(BackendConfig[Searcher]):
+    #: Its hits are files on storage, which the local importer may read (see `collectors.fetch.web_hits_problem`).
+    web_hits: ClassVar[bool] = False
 
     backend: Literal["local"] = "local"
     root: str | None = Field(
@@ -118,6 +69,30 @@ class LocalFolderSearchConfig(BaseModel):
                 f"{refusal}: the local searcher reads a corpus on storage; search the web with backend: ddgs"
             )
         return value
+
+    def build(self) -> LocalFolderSearcher:
+        return LocalFolderSearcher(self)
+
+    def missing_input(self) -> tuple[str, ...]:
+        """Fields of which one must be set before this search can run: `root` or `manifest`, unless one is."""
+        return () if self.root or self.manifest else ("root", "manifest")
+
+    def with_default_root(self, root: str) -> LocalFolderSearchConfig:
+        """This search, reading `root` when it names no folder and no manifest (the demo's generated corpus)."""
+        if self.root is None and self.manifest is None:
+            return self.model_copy(update={"root": root})
+        return self
+
+    def url_publisher(self) -> Callable[[str], str]:
+        """Local files are published relative to the searched folder, so no machine path leaks into a release."""
+        base = (self.root or self.manifest.rsplit("/", 1)[0]).rstrip("/")
+        base_path = fsspec.core.url_to_fs(base)[1].rstrip("/")
+
+        def relative(url: str) -> str:
+            path = fsspec.core.url_to_fs(url)[1]
+            return path[len(base_path) + 1 :] if path.startswith(base_path + "/") else url
+
+        return relative
 
 
 SearchConfig = Annotated[LocalFolderSearchConfig | DdgsSearchConfig, Field(discriminator="backend")]
@@ -337,13 +312,3 @@ def _local_hit(fs: fsspec.AbstractFileSystem, path: str, url: str) -> SearchHit:
     except Exception:  # an unreadable file is the importer's to classify, not the searcher's
         pass
     return SearchHit(url=url, title=Path(path).stem, source_page=None, width=width, height=height)
-
-
-@searchers.register("local")
-def _local(config: LocalFolderSearchConfig) -> Searcher:
-    return LocalFolderSearcher(config)
-
-
-@searchers.register("ddgs")
-def _ddgs(config: DdgsSearchConfig) -> Searcher:
-    return DdgsSearcher(config)

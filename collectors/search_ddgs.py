@@ -20,16 +20,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 
-from collectors.retry import RateLimiter, RetryPolicy, parse_retry_after, prefect_slot, shared_limiter
+from collectors.search_types import SearchError, SearchHit, SearchQuery
 from data.provenance import scrub
-from data.stage import require
-
-if TYPE_CHECKING:
-    from collectors.search import SearchHit, SearchQuery
+from data.retry import RateLimiter, RetryPolicy, parse_retry_after, prefect_slot, shared_limiter
+from data.stage import BackendConfig, require
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +36,9 @@ BLOCKING_HTTP_CODES = frozenset({202, 403, 418, 429})
 Kind = Literal["ok", "empty", "blocked", "timeout", "engine_error"]
 
 
-class DdgsSearchConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class DdgsSearchConfig(BackendConfig["DdgsSearcher"]):
+    #: Its hits are web URLs: only the SSRF-guarded HTTP downloader may fetch them (`collectors.fetch`).
+    web_hits: ClassVar[bool] = True
 
     backend: Literal["ddgs"] = "ddgs"
     max_results: int = Field(default=10, ge=1, description="Top-k per query (paper §3.2.1: top 10).")
@@ -77,6 +76,21 @@ class DdgsSearchConfig(BaseModel):
         if value is not None and set(value.get_secret_value()) == {"*"}:
             raise ValueError("proxy is a masked secret; set the DDGS_PROXY environment variable on the worker instead")
         return value
+
+    def build(self) -> DdgsSearcher:
+        return DdgsSearcher(self)
+
+    def missing_input(self) -> tuple[str, ...]:
+        """Nothing: a web search needs no folder."""
+        return ()
+
+    def with_default_root(self, root: str) -> DdgsSearchConfig:
+        """This search: it reads no folder."""
+        return self
+
+    def url_publisher(self) -> Callable[[str], str]:
+        """Web hits are published as the engine returned them."""
+        return lambda url: url
 
 
 @dataclass
@@ -132,8 +146,6 @@ class DdgsSearcher:
         self._secrets = [config.proxy.get_secret_value()] if config.proxy else []
 
     def search(self, query: SearchQuery, max_results: int) -> list[SearchHit]:
-        from collectors.search import SearchError  # collectors.search imports this module for its config union
-
         policy = self.config.retry
         attempts: list[_Attempt] = []
         for number in range(1, policy.max_attempts + 1):
@@ -271,8 +283,6 @@ def _http_note(requests: list[_Request]) -> str:
 
 def _hits(results: list[dict[str, Any]]) -> list[SearchHit]:
     """ddgs image dicts (title, image, thumbnail, url, height, width, source) as hits: url is the image itself."""
-    from collectors.search import SearchHit
-
     hits = []
     for r in results:
         if not r.get("image"):

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Annotated, Literal, Protocol
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from collectors.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
 from data import reference
+from data.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
 from data.reference import ConceptTranslation
 from data.schemas import TRANSLATION_CONFLICTS, TRANSLATIONS, empty, from_rows
-from data.stage import Registry
+from data.stage import BackendConfig
 
 STAGE = "translations"
 #: review_status of a Gemini translation; it still awaits a native speaker like the shipped rows.
@@ -33,15 +33,14 @@ REVIEW_MACHINE_REPLACED = "machine_translated_replaced_shipped"
 SOURCE_CONCEPT_LIST = "concept_list"
 
 
-class ShippedTranslationsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ShippedTranslationsConfig(BackendConfig["Translator"]):
     backend: Literal["shipped"] = "shipped"
 
+    def build(self) -> ShippedTranslator:
+        return ShippedTranslator()
 
-class GeminiTranslationsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
+class GeminiTranslationsConfig(BackendConfig["Translator"]):
     backend: Literal["gemini"] = "gemini"
     gemini: GeminiSettings = Field(default_factory=GeminiSettings)
     batch_size: int = Field(default=40, ge=1, le=200, description="Concepts per request.")
@@ -53,6 +52,9 @@ class GeminiTranslationsConfig(BaseModel):
             "replace: use Gemini's rows, record the shipped ones they replace."
         ),
     )
+
+    def build(self) -> GeminiTranslator:
+        return GeminiTranslator(self)
 
 
 TranslationsConfig = Annotated[ShippedTranslationsConfig | GeminiTranslationsConfig, Field(discriminator="backend")]
@@ -73,9 +75,6 @@ class Translator(Protocol):
     def run(
         self, concepts: list[tuple[int, str]], language_codes: list[str], cache_dir: str | None
     ) -> TranslationOutput: ...
-
-
-translators: Registry[Translator] = Registry("translations")
 
 
 def _row(entry: ConceptTranslation, default_template: str, source: str) -> dict:
@@ -110,11 +109,6 @@ class ShippedTranslator:
             default_template = reference.language_pack(code).language.descriptor_template
             rows += [_row(e, default_template, self.source) for e in self.translate([c for c, _ in concepts], code)]
         return TranslationOutput(from_rows(rows, TRANSLATIONS), empty(TRANSLATION_CONFLICTS), failures_table([]))
-
-
-@translators.register("shipped")
-def _shipped(config: ShippedTranslationsConfig) -> Translator:
-    return ShippedTranslator()
 
 
 # -- Gemini ------------------------------------------------------------------------------------------------------
@@ -337,11 +331,6 @@ class GeminiTranslator:
         return shipped_row, conflict
 
 
-@translators.register("gemini")
-def _gemini(config: GeminiTranslationsConfig) -> Translator:
-    return GeminiTranslator(config)
-
-
 def run_translations(
     config: ShippedTranslationsConfig | GeminiTranslationsConfig,
     concepts: pa.Table,
@@ -350,4 +339,4 @@ def run_translations(
 ) -> TranslationOutput:
     """Translations of `concepts` (concept_id, concept) into every language; `cache_dir` holds model answers."""
     pairs = list(zip(concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True))
-    return translators.build(config).run(pairs, list(language_codes), cache_dir)
+    return config.build().run(pairs, list(language_codes), cache_dir)

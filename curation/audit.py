@@ -33,7 +33,7 @@ from data.schemas import RQ2_SLOTS, XCM_BENCH_CSV_COLUMNS
 
 #: Default cap on how often one image may be a candidate. Each query has three candidates and a full build has
 #: about one query per image, so the mean is about 3; the project's balanced assembler reaches 4 at paper scale
-#: (benchmarks/assembly_scale.py) and in the demos, a uniform random choice 11. 5 leaves one of slack.
+#: (perf/assembly_scale.py) and in the demos, a uniform random choice 11. 5 leaves one of slack.
 DEFAULT_MAX_REUSE = 5
 #: (slot name, column prefix): the query first, then the RQ2 candidates in the authors' column order.
 SLOTS: tuple[tuple[str, str], ...] = (("query", "query_"), *RQ2_SLOTS)

@@ -8,23 +8,23 @@ Every concept gets a decision row; a merged concept names the kept one and its s
 
 from __future__ import annotations
 
-import re
 import threading
-import unicodedata
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from curation.unionfind import UnionFind
+from data.concept_names import normalize
 from data.schemas import CONCEPT_DEDUP, from_rows
-from data.stage import Registry, require
+from data.stage import BackendConfig, require
+from data.unionfind import UnionFind
 
 
-class LexicalConceptDedupConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class LexicalConceptDedupConfig(BackendConfig["ConceptEmbedder"]):
+    #: No model: nothing to hold the build's GPU slot for.
+    holds_gpu_slot: ClassVar[bool] = False
 
     backend: Literal["lexical"] = "lexical"
     threshold: float = Field(
@@ -35,11 +35,15 @@ class LexicalConceptDedupConfig(BaseModel):
     )
     ngram_range: tuple[int, int] = (2, 4)
 
+    def build(self) -> LexicalEmbedder:
+        return LexicalEmbedder(self)
 
-class BgeM3ConceptDedupConfig(BaseModel):
+
+class BgeM3ConceptDedupConfig(BackendConfig["ConceptEmbedder"]):
     """The paper's concept dedup (§3.2.1): BGE-M3 dense vectors, two concepts merge at cosine >= 0.92."""
 
-    model_config = ConfigDict(extra="forbid")
+    #: Inside a Prefect run the model holds the build's GPU concurrency slot, so builds sharing a GPU take turns.
+    holds_gpu_slot: ClassVar[bool] = True
 
     backend: Literal["bge-m3"] = "bge-m3"
     model: str = Field(
@@ -62,6 +66,9 @@ class BgeM3ConceptDedupConfig(BaseModel):
     def fp16(self) -> bool:
         return self.use_fp16 if self.use_fp16 is not None else self.device.startswith("cuda")
 
+    def build(self) -> BgeM3Embedder:
+        return BgeM3Embedder(self)
+
 
 ConceptDedupConfig = Annotated[LexicalConceptDedupConfig | BgeM3ConceptDedupConfig, Field(discriminator="backend")]
 
@@ -72,17 +79,6 @@ class ConceptEmbedder(Protocol):
     def similarity(self, names: list[str]) -> np.ndarray:
         """A symmetric (n, n) similarity matrix with 1.0 on the diagonal."""
         ...
-
-
-concept_embedders: Registry[ConceptEmbedder] = Registry("concept_dedup")
-
-
-def normalize(name: str) -> str:
-    """Lower case, NFKC, punctuation and '_'/'-' as spaces, one space between words, a plural 's' dropped."""
-    text = unicodedata.normalize("NFKC", name).lower()
-    text = re.sub(r"[\W_]+", " ", text).strip()
-    words = [w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in text.split()]
-    return " ".join(words)
 
 
 class LexicalEmbedder:
@@ -98,11 +94,6 @@ class LexicalEmbedder:
             [normalize(n) for n in names]
         )
         return (vectors @ vectors.T).toarray()
-
-
-@concept_embedders.register("lexical")
-def _lexical(config: LexicalConceptDedupConfig) -> ConceptEmbedder:
-    return LexicalEmbedder(config)
 
 
 class BgeM3Embedder:
@@ -183,11 +174,6 @@ def _load_bge_m3(path: str, device: str, fp16: bool) -> Any:
         return _models[key]
 
 
-@concept_embedders.register("bge-m3")
-def _bge_m3(config: BgeM3ConceptDedupConfig) -> ConceptEmbedder:
-    return BgeM3Embedder(config)
-
-
 def decide_concept_merges(
     concept_ids: list[int], names: list[str], similarity: np.ndarray, threshold: float, method: str
 ) -> list[dict]:
@@ -226,7 +212,7 @@ def decide_concept_merges(
 
 
 def run_concept_dedup(config: ConceptDedupConfig, concepts: pa.Table) -> pa.Table:
-    embedder = concept_embedders.build(config)
+    embedder = config.build()
     ids = concepts["concept_id"].to_pylist()
     names = concepts["concept"].to_pylist()
     if not names:

@@ -1,4 +1,4 @@
-"""A contact sheet of the largest near-duplicate clusters, so a person can see what was merged (issue 4, Outputs).
+"""A contact sheet of the largest near-duplicate clusters, so a person can see what was merged.
 
 One PNG, one row per cluster: a header line (concept id, cluster size, kept image), then the kept image in a green
 frame followed by the dropped ones in red frames, each captioned with the tail of its image id and, for a dropped

@@ -3,7 +3,7 @@
 The near-duplicate dedup is scoped per concept (3XCM paper §3.2.1), so one picture found by the "food" query and
 by the "dance" query keeps a copy under each concept. Tags, though, belong to an image id: without this step the
 "dance" copy would carry no "food" tag, and the assembler could offer a byte-identical food picture as a "not food"
-distractor (design brief: no distractor carries the query concept). So every image gets the concepts of all its
+distractor (README: no distractor carries the query concept). So every image gets the concepts of all its
 exact-byte and exact-pixel copies, across concepts, before assembly (`curation/catalog.py`).
 
 Equal bytes are grouped by sha256. Equal pixels are only possible between images of the same size whose pHashes
@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 
 from curation.image_dedup import EXACT_PIXEL_WINDOW, DedupInputs, equal_pixels, exact_byte_pairs, hamming_pairs
-from curation.unionfind import UnionFind
 from data.schemas import COPIES
+from data.unionfind import UnionFind
 
 
 def copy_groups(inputs: DedupInputs, known_pixels: list[str | None]) -> pa.Table:

@@ -1,4 +1,4 @@
-"""Near-duplicate candidate pairs from image embeddings, in bounded memory (3XCM paper §3.2.1, issue 4).
+"""Near-duplicate candidate pairs from image embeddings, in bounded memory (3XCM paper §3.2.1).
 
 Cosine similarity of unit vectors is computed block by block inside each scope group (a concept, by default), so
 memory stays O(block x group) and no N x N matrix is ever held. Only pairs at or above `min_score` are kept.

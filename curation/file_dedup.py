@@ -1,7 +1,7 @@
 """Near-duplicate detection over a folder of image files, with the build's own tiers and rules.
 
 The same `decide` as the image dedup stage, fed from file paths instead of the workspace; used by the quality
-benchmark against imagededup (benchmarks/dedup_vs_imagededup) and by anyone who wants to check a folder.
+benchmark against imagededup (perf/dedup_vs_imagededup) and by anyone who wants to check a folder.
 """
 
 from __future__ import annotations
@@ -45,9 +45,8 @@ def dedup_files(paths: Sequence[str], config: ImageDedupConfig | None = None, wo
     embeddings = None
     if config.embedding is not None:
         from curation.embed_images import embed_images
-        from curation.image_embeddings import build_embedder
 
-        embedder = build_embedder(config.embedding.embedder)
+        embedder = config.embedding.embedder.build()
         loaders = [lambda path=path: _read(path) for path in paths]
         embeddings, _ = embed_images(embedder, loaders, config.embedding.embedder.batch_size)
     inputs = DedupInputs(

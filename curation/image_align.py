@@ -1,7 +1,7 @@
 """Aligned correlation: does one image match another once small crops, rotations and rescales are undone?
 
 pHash is blind to neither a 5% crop nor a 4° rotation: such copies land 12-18 bits away, where different photos
-with the same layout also land (benchmarks/dedup_vs_imagededup). For pairs in that band, OpenCV's ECC
+with the same layout also land (perf/dedup_vs_imagededup). For pairs in that band, OpenCV's ECC
 (`findTransformECC`, Evangelidis & Psarakis 2008) fits an affine warp between two 64x64 grey thumbnails and
 returns the enhanced correlation coefficient after alignment: close to 1 for the same picture, clearly lower for
 another photo of the same kind. It is a per-pair check, run only on the band's candidate pairs, in threads (OpenCV

@@ -10,9 +10,9 @@ Tiers, each recorded in the pair table with its own score:
      score: the correlation);
   4. embedding: cosine similarity of open_clip image embeddings, when configured (score: the cosine).
 A pair at or past a tier's merge threshold is merged automatically; a pair in the band between the merge and the
-review threshold goes to the review queue (Label Studio, issue 5) and is kept apart until a person decides; pairs
+review threshold goes to the review queue (Label Studio, App. J) and is kept apart until a person decides; pairs
 beyond the review threshold are not recorded. Where tiers disagree, the strongest decision wins (merge > review).
-The default thresholds come from the labelled corpus of benchmarks/dedup_vs_imagededup (README, "Choosing the
+The default thresholds come from the labelled corpus of perf/dedup_vs_imagededup (README, "Choosing the
 dedup thresholds").
 
 Merged images are grouped with union-find. Each cluster keeps one image by this rule, in order:
@@ -22,7 +22,7 @@ Merged images are grouped with union-find. Each cluster keeps one image by this 
   4. the smallest image id (a stable tie-break).
 Every dropped image records the kept image it duplicates, the tier of its direct link to that image (or, for an
 image tied to it only through other members, its own strongest link, with the reason suffixed `_chain`), and the
-score. The work is columnar (numpy and Arrow), so a million images fit in memory and time (benchmarks/).
+score. The work is columnar (numpy and Arrow), so a million images fit in memory and time (perf/).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from curation.embedding_pairs import group_slices, similar_pairs
 from curation.image_align import AlignedScorer
 from curation.image_embeddings import OpenClipEmbeddingConfig
 from curation.image_hashing import hamming_within
-from curation.unionfind import UnionFind
 from data.schemas import DEDUP_PAIRS, IMAGE_DEDUP, REVIEW_QUEUE
+from data.unionfind import UnionFind
 
 EXACT_BYTES = "exact_bytes"
 EXACT_PIXELS = "exact_pixels"

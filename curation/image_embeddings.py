@@ -1,4 +1,4 @@
-"""Image embeddings for the embedding tier of near-duplicate detection (3XCM paper §3.2.1, issue 4).
+"""Image embeddings for the embedding tier of near-duplicate detection (3XCM paper §3.2.1).
 
 The paper removes near-duplicates within each concept "automatically with an embedding model"; this module turns
 images into unit vectors whose dot product is their cosine similarity. The one backend, `open_clip`, loads a CLIP
@@ -24,9 +24,9 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from data.stage import Registry, require
+from data.stage import BackendConfig, require
 from data.workspace import file_sha256
 
 log = logging.getLogger(__name__)
@@ -34,10 +34,8 @@ log = logging.getLogger(__name__)
 WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".npz")
 
 
-class OpenClipEmbeddingConfig(BaseModel):
+class OpenClipEmbeddingConfig(BackendConfig["ImageEmbedder"]):
     """An open_clip image tower; the weights are always named explicitly (no random or implicit weights)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     backend: Literal["open_clip"] = "open_clip"
     model_name: str = Field(
@@ -66,6 +64,10 @@ class OpenClipEmbeddingConfig(BaseModel):
     )
     batch_size: int = Field(default=64, ge=1, description="Images per forward pass.")
 
+    def build(self) -> OpenClipEmbedder:
+        """Checks weights, architecture and device now; loads the model on the first `embed` call."""
+        return OpenClipEmbedder(self)
+
 
 class ImageEmbedder(Protocol):
     model_id: str  # names the model and its weights, recorded next to each embedding score
@@ -74,9 +76,6 @@ class ImageEmbedder(Protocol):
     def embed(self, images: Sequence[Image.Image]) -> np.ndarray:
         """(n, dim) float16 unit-norm rows, one per RGB image, in input order."""
         ...
-
-
-image_embedders: Registry[ImageEmbedder] = Registry("image_embeddings")
 
 
 @dataclass(frozen=True)
@@ -192,7 +191,7 @@ def _load(config: OpenClipEmbeddingConfig, weights: ResolvedWeights, device: str
             model, preprocess = open_clip.create_model_from_pretrained(
                 config.model_name, pretrained=weights.value, precision=precision, device=device
             )
-            model.eval()  # open_clip returns the model in training mode (dropout on); notes §9
+            model.eval()  # open_clip returns the model in training mode (dropout on)
             visual = model.visual
             _models[key] = _Loaded(visual, preprocess, next(visual.parameters()).dtype)
         return _models[key]
@@ -227,11 +226,7 @@ class OpenClipEmbedder:
         return out
 
 
-@image_embedders.register("open_clip")
-def _open_clip(config: OpenClipEmbeddingConfig) -> ImageEmbedder:
-    return OpenClipEmbedder(config)
-
-
 def build_embedder(config: OpenClipEmbeddingConfig) -> ImageEmbedder:
-    """The embedder for `config`; checks weights, architecture and device now, loads the model on first use."""
-    return image_embedders.build(config)
+    """`config.build()`: the embedder, with weights, architecture and device checked now, the model loaded on first
+    use."""
+    return config.build()

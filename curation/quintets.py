@@ -14,7 +14,6 @@ import pyarrow as pa
 
 from data import reference, schemas
 from data.schemas import STATUS_OK
-from synthesis.prompts import ethnicity_labels
 
 
 @dataclass
@@ -28,7 +27,7 @@ def assemble_quintets(
 ) -> Quintets:
     """`scores`: attempt id -> {"brisque", "clip_similarity"}; `qa`: SYNTHESIS_QA; `sizes`: sha256 -> bytes."""
     mix = reference.mixcube()
-    ethnicities = ethnicity_labels()
+    ethnicities = [e.label for e in mix.ethnicities]  # the dataset labels, in the reference order
     category_order = {c: i for i, c in enumerate(mix.categories)}
     culture_order = {c.name: i for i, c in enumerate(mix.cultures)}
     decisions = {r["attempt_id"]: r for r in qa.to_pylist()}

@@ -1,4 +1,4 @@
-"""Automatic filters for synthesized MixCuBe images (MixCuBe paper App. A.6, issue 6).
+"""Automatic filters for synthesized MixCuBe images (MixCuBe paper App. A.6).
 
 Each synthesis attempt is a pair (original bytes, synthesized bytes). Two scores decide whether it goes on to human
 QA:
@@ -34,10 +34,11 @@ import pyarrow as pa
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from curation.image_embeddings import ImageEmbedder, OpenClipEmbeddingConfig, build_embedder
+from curation.image_embeddings import ImageEmbedder, OpenClipEmbeddingConfig
 from curation.image_hashing import decode_normalized
+from data.review_labels import ERROR, KEEP, REJECT_BRISQUE, REJECT_CLIP_HIGH, REJECT_CLIP_LOW, VERDICTS
 from data.schemas import SYNTHESIS_FILTER_SCORES, from_rows
-from data.stage import Registry, error_text, require, required_file
+from data.stage import BackendConfig, error_text, require, required_file
 from data.workspace import file_sha256
 
 # App. A.6: "images with either BRISQUE score of greater than 80 or CLIP similarity outside the range (65 - 98)
@@ -51,22 +52,14 @@ PIQ_WEIGHTS_URL = "https://github.com/photosynthesis-team/piq/releases/download/
 BRISQUE_FEATURES = 36  # 18 natural-scene statistics at each of 2 scales
 
 OFF = "off"
-KEEP = "keep"
-REJECT_BRISQUE = "reject_brisque"
-REJECT_CLIP_LOW = "reject_clip_low"
-REJECT_CLIP_HIGH = "reject_clip_high"
-ERROR = "error"
-VERDICTS = (KEEP, REJECT_BRISQUE, REJECT_CLIP_LOW, REJECT_CLIP_HIGH, ERROR)
 
 # One row per attempt, in the order of the pairs given. The lead may move this next to the other schemas.
 
 MAX_ERROR_TEXT = 300
 
 
-class BrisqueConfig(BaseModel):
+class BrisqueConfig(BackendConfig["BrisqueScorer"]):
     """BRISQUE with piq; the SVM weights file is named or looked up in piq's cache, never downloaded here."""
-
-    model_config = ConfigDict(extra="forbid")
 
     backend: Literal["piq"] = "piq"
     weights_path: str | None = Field(
@@ -78,6 +71,9 @@ class BrisqueConfig(BaseModel):
     max_score: float = Field(
         default=BRISQUE_MAX, description="Discard an attempt whose BRISQUE score is greater than this (App. A.6)."
     )
+
+    def build(self) -> PiqBrisque:
+        return PiqBrisque(self)
 
 
 class ClipSimilarityConfig(BaseModel):
@@ -124,9 +120,6 @@ class BrisqueScorer(Protocol):
     def score(self, image: Image.Image) -> float:
         """BRISQUE of one RGB image (lower is better); raises when the image cannot be scored."""
         ...
-
-
-brisque_scorers: Registry[BrisqueScorer] = Registry("brisque")
 
 
 def default_piq_weights_path() -> Path:
@@ -236,11 +229,6 @@ class PiqBrisque:
         return value
 
 
-@brisque_scorers.register("piq")
-def _piq(config: BrisqueConfig) -> BrisqueScorer:
-    return PiqBrisque(config)
-
-
 def _row(filters: SynthesisFilter, brisque: float | None, clip: float | None, verdict: str, reason: str | None) -> dict:
     return {
         "brisque": brisque,
@@ -257,8 +245,8 @@ class SynthesisFilter:
 
     def __init__(self, config: SynthesisFilterConfig) -> None:
         self.config = config
-        self.brisque: BrisqueScorer | None = brisque_scorers.build(config.brisque) if config.brisque else None
-        self.embedder: ImageEmbedder | None = build_embedder(config.clip.embedder) if config.clip else None
+        self.brisque: BrisqueScorer | None = config.brisque.build() if config.brisque else None
+        self.embedder: ImageEmbedder | None = config.clip.embedder.build() if config.clip else None
         self.brisque_backend = self.brisque.backend_id if self.brisque else OFF
         self.clip_backend = self.embedder.model_id if self.embedder else OFF
 

@@ -4,7 +4,7 @@ The assembler reads tags so that no distractor carries the query concept. Embedd
 is tagged with its own concept only, recorded as `tagger=none` so nobody mistakes it for a real multi-label pass.
 
 Production (`gemini`): the App. I prompt, filled with the full concept list, is sent with a batch of downscaled
-JPEG images through the one Gemini client (`collectors/gemini.py`: retries, rate limits, re-asks, secrets). The
+JPEG images through the one Gemini client (`data/gemini.py`: retries, rate limits, re-asks, secrets). The
 answer names each image's categories in priority order; a name outside the concept list, or a missing or repeated
 image index, makes the client ask again. Valid answers are also cached per image (image sha256 + prompt hash), so
 a rerun with other batches does not ask again for images already answered. An image whose request never gave a
@@ -25,11 +25,11 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, Protocol
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from collectors.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
+from data.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
 from data.schemas import LLM_FAILURES, TAGS, blank_row, empty, from_rows
-from data.stage import Registry, require
+from data.stage import BackendConfig, require
 from data.workspace import Storage
 
 logger = logging.getLogger(__name__)
@@ -60,15 +60,14 @@ BATCH_INSTRUCTION = (
 )
 
 
-class OwnConceptTaggingConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class OwnConceptTaggingConfig(BackendConfig["Tagger"]):
     backend: Literal["none"] = "none"
 
+    def build(self) -> OwnConceptTagger:
+        return OwnConceptTagger()
 
-class GeminiTaggingConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
+class GeminiTaggingConfig(BackendConfig["Tagger"]):
     backend: Literal["gemini"] = "gemini"
     gemini: GeminiSettings = Field(default_factory=GeminiSettings)
     images_per_request: int = Field(
@@ -87,6 +86,9 @@ class GeminiTaggingConfig(BaseModel):
         le=64,
         description="Requests in flight at once; gemini.requests_per_minute still bounds the rate.",
     )
+
+    def build(self) -> GeminiTagger:
+        return GeminiTagger(self)
 
 
 TaggingConfig = Annotated[OwnConceptTaggingConfig | GeminiTaggingConfig, Field(discriminator="backend")]
@@ -112,9 +114,6 @@ class Tagger(Protocol):
         load_bytes: Callable[[str], bytes],
         cache_dir: str | None,
     ) -> TaggingOutput: ...
-
-
-taggers: Registry[Tagger] = Registry("tagging")
 
 
 def tag_row(request: TagRequest, concept_ids: list[int], tagger: str, model_id: str | None) -> dict:
@@ -145,11 +144,6 @@ class OwnConceptTagger:
     ) -> TaggingOutput:
         rows = [tag_row(r, ids, self.name, self.model_id) for r, ids in zip(requests, self.tag(requests), strict=True)]
         return TaggingOutput(_tags_table(rows), failures_table([]))
-
-
-@taggers.register("none")
-def _none(config: OwnConceptTaggingConfig) -> Tagger:
-    return OwnConceptTagger()
 
 
 # -- Gemini ------------------------------------------------------------------------------------------------------
@@ -350,7 +344,7 @@ class GeminiTagger:
 
             with ThreadPoolExecutor(max_workers=min(self.config.concurrent_requests, len(batches))) as pool:
                 # Each task runs in a copy of this context, so a Prefect run context (and its global concurrency
-                # limit, see collectors.retry.prefect_slot) reaches the worker threads.
+                # limit, see data.retry.prefect_slot) reaches the worker threads.
                 futures = [pool.submit(contextvars.copy_context().run, ask, batch) for batch in batches]
                 for future in futures:  # in submission order: the failure rows come out in a stable order
                     result = future.result()
@@ -416,11 +410,6 @@ class GeminiTagger:
         return _BatchResult(tags, failures)
 
 
-@taggers.register("gemini")
-def _gemini(config: GeminiTaggingConfig) -> Tagger:
-    return GeminiTagger(config)
-
-
 def run_tagging(
     config: OwnConceptTaggingConfig | GeminiTaggingConfig,
     requests: list[TagRequest],
@@ -430,4 +419,4 @@ def run_tagging(
 ) -> TaggingOutput:
     """Tags of every requested image. `concepts` is the full kept concept list (id, English name), the App. I
     category list; `load_bytes(sha256)` returns an image's stored bytes; `cache_dir` holds model answers."""
-    return taggers.build(config).run(requests, concepts, load_bytes, cache_dir)
+    return config.build().run(requests, concepts, load_bytes, cache_dir)

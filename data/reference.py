@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 REVIEW_AWAITING = "awaiting_native_review"
 ENGLISH = "en"
-#: The 11 non-English native languages of the 3XCM countries (design brief, country-to-language map).
+#: The 11 non-English native languages of the 3XCM countries (3XCM paper Table 9; data/reference/countries.csv).
 NATIVE_LANGUAGES = ("de", "zh", "ja", "es", "fr", "pt", "ar", "th", "hi", "sw", "yo")
 
 

@@ -18,7 +18,7 @@ from data.schemas import CATALOG, XCM_BENCH_CSV_COLUMNS
 from data.workspace import BlobStore, StageStats
 
 NAME = "3xcm"
-#: The authors' image_metadata fields first, in their order (design brief); ours follow, the image comes last.
+#: The authors' image_metadata fields first, in their order; ours follow, the image comes last.
 AUTHOR_IMAGE_FIELDS = (
     "concept_id",
     "concept_in_native",

@@ -1,6 +1,6 @@
 """Explicit pyarrow schemas for every table the pipeline writes.
 
-Conventions (design brief, "Failures are rows"): collection tables carry `status` (ok | failed) and `error`
+Conventions (README, "Failures are rows"): collection tables carry `status` (ok | failed) and `error`
 (a short class such as `not_an_image`); decision tables carry `keep` and `reason`.
 """
 
@@ -187,7 +187,7 @@ DEDUP_PAIRS = pa.schema(
 
 REVIEW_QUEUE = pa.schema(
     [
-        # Ambiguous pairs left in different clusters, for people to decide (issue 5); kept apart until then.
+        # Ambiguous pairs left in different clusters, for people to decide (3XCM App. J); kept apart until then.
         pa.field("image_a", pa.string(), nullable=False),
         pa.field("image_b", pa.string(), nullable=False),
         pa.field("concept_id", pa.int32(), nullable=False),

@@ -3,7 +3,7 @@
 A stage that works item by item (download, hashing, embedding, inpainting, ...) returns a `ShardPlan` instead of
 writing its table: its items, cut into fixed shards, and what to do with one shard. The workspace writes one Parquet
 part per shard and finishes the stage; a `MapShards` decides where the shards run: one after another in this
-process (`InOrder`), or as tasks on a Dask cluster (`flows/scale_out.py`). Each shard's part depends only on its
+process (`InOrder`), or as tasks on a Dask cluster (`flows/engine/scale_out.py`). Each shard's part depends only on its
 items, so the stage's table is the same wherever its shards ran.
 """
 
@@ -24,8 +24,8 @@ class ShardPlan:
     items: Sequence[Any]
     shard_size: int
     process: Callable[[Sequence[Any]], pa.Table]  # one shard's items -> its rows
-    schema: pa.Schema
     summarize: Callable[[pa.Table], StageStats]  # the whole table -> the stage's counts
+    schema: pa.Schema | None = None  # None: the stage's declared schema (the graph fills it in)
 
     def __post_init__(self) -> None:
         if self.shard_size < 1:

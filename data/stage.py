@@ -1,29 +1,46 @@
-"""The stage contract shared by every stage: backend registries, optional-dependency checks and stats.
+"""The stage contract shared by every stage: backend configs, optional-dependency checks and stats.
 
-A stage is a small function with a typed pydantic config. Its backend is chosen by the config's `backend` field
-through a `Registry`, never by `if name == ...` spread around the code (design brief, habit 2).
+A stage is a small function with a typed pydantic config. Its backend is chosen by the config's `backend` field:
+each backend's config class builds its backend (`BackendConfig.build`), and a stage's discriminated union of those
+classes is the one list of its backends, never `if name == ...` spread around the code.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict
 
 from data.schemas import STATUS_OK
 from data.workspace import StageStats
 
-T = TypeVar("T")
+B = TypeVar("B", covariant=True)
 
 
-class BackendConfig(Protocol):
+class BackendConfig(BaseModel, Generic[B]):
+    """The config of one backend of a stage; `B` is what it builds (the stage's backend protocol).
+
+    A subclass narrows `backend` to its name (`backend: Literal["x"] = "x"`) and implements `build()`, importing
+    heavy optional dependencies there (`require`), never at module import. The stage's config type is the
+    discriminated union of its backend classes, `Annotated[XConfig | YConfig, Field(discriminator="backend")]`:
+    that union is the one list of the stage's backends, and pydantic rejects any other name, listing the allowed
+    ones. A section whose stage reads its settings itself (the review backends, the MixCuBe originals) builds no
+    object: it derives from `BackendConfig[NoReturn]` and keeps the default `build()`, which raises.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
     backend: str
+
+    def build(self) -> B:
+        """The backend this config describes; model files and devices are checked now, models load on first use."""
+        raise NotImplementedError(f"{type(self).__name__} (backend {self.backend!r}) builds no backend object")
 
 
 class MissingExtraError(ImportError):
@@ -53,36 +70,6 @@ def required_file(value: str, label: str, field: str, kind: str, hint: str) -> P
         what = f"is a folder, not {kind}" if path.is_dir() else "does not exist"
         raise FileNotFoundError(f"{label} {value!r} ({field}) {what}. {hint}")
     return path
-
-
-class Registry(Generic[T]):
-    """Maps a stage's backend names to factories that build the backend from its config."""
-
-    def __init__(self, stage: str) -> None:
-        self.stage = stage
-        self._factories: dict[str, Callable[[Any], T]] = {}
-
-    def register(self, backend: str) -> Callable[[Callable[[Any], T]], Callable[[Any], T]]:
-        def decorate(factory: Callable[[Any], T]) -> Callable[[Any], T]:
-            if backend in self._factories:
-                raise ValueError(f"{self.stage}: backend {backend!r} registered twice")
-            self._factories[backend] = factory
-            return factory
-
-        return decorate
-
-    @property
-    def backends(self) -> list[str]:
-        return sorted(self._factories)
-
-    def build(self, config: BackendConfig) -> T:
-        try:
-            factory = self._factories[config.backend]
-        except KeyError:
-            raise ValueError(
-                f"{self.stage}: unknown backend {config.backend!r}; available: {', '.join(self.backends)}"
-            ) from None
-        return factory(config)
 
 
 def stats_from_table(stage: str, table: pa.Table, rows_in: int | None = None, **extra: Any) -> StageStats:

@@ -36,7 +36,15 @@ from typing import IO, Any
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from data.shards import InOrder, MapShards, ShardPlan
 
@@ -47,15 +55,81 @@ ATTEMPT = "_attempt.json"
 STATS = "_stats.json"
 
 
+class ReviewSummary(BaseModel):
+    """Who decided a review stage's items and how it went: the auto-accept policy gives only `reviewer`; a human
+    round adds its tasks, decisions and agreement, plus backend-specific outcome counts."""
+
+    model_config = ConfigDict(extra="allow")
+
+    reviewer: str
+    location: str | None = None
+    tasks: int | None = None
+    new_tasks: int | None = None
+    decided: int | None = None
+    undecided: int | None = None
+    closed_early: bool | None = None
+    agreement: dict[str, Any] | None = None
+
+
+# The details other code reads back (provenance, the flow summary, the runner). They are typed fields, but written
+# inside `extra` as they always were, so stats files and release manifests keep their shape.
+TYPED_DETAILS = (
+    "review",
+    "contact_sheet",
+    "summary_table",
+    "repaired_files",
+    "models",
+    "detector",
+    "masker",
+    "reuse",
+    "incomplete",
+    "left_over_by_outcome",
+    "cells_below_target",
+)
+
+
 class StageStats(BaseModel):
-    """Per-stage counters (design brief: kept, dropped, dropped by reason)."""
+    """Per-stage counters: rows in, kept, dropped and dropped by reason, plus the stage's details."""
 
     stage: str
     rows_in: int = 0
     kept: int = 0
     dropped: int = 0
     dropped_by_reason: dict[str, int] = Field(default_factory=dict)
-    extra: dict[str, Any] = Field(default_factory=dict)
+    review: ReviewSummary | None = None  # review stages: who reviewed and how it went
+    contact_sheet: str | None = None  # a PNG of what was merged, relative to the workspace
+    summary_table: str | None = None  # a side table the flow publishes as a table artifact
+    repaired_files: dict[str, str] | None = None  # damaged files redone: name -> what was wrong
+    models: list[str] | None = None  # synthesis: the inpainting models used
+    detector: str | None = None  # faces: the detector's model id
+    masker: str | None = None  # masks: the masker's model id
+    reuse: dict[str, Any] | None = None  # assembly: how often images are candidates, per task
+    incomplete: list[Any] | None = None  # quintets: originals left without a full quintet
+    left_over_by_outcome: dict[str, int] | None = None  # quintets
+    cells_below_target: list[dict[str, Any]] | None = None  # quintets: culture x category cells short of target
+    extra: dict[str, Any] = Field(default_factory=dict)  # informative details nobody reads back
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_typed_details(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("extra"), dict):
+            extra = dict(data["extra"])
+            lifted = {key: extra.pop(key) for key in TYPED_DETAILS if key in extra}
+            data = {**data, **lifted, "extra": extra}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _fold_typed_details(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        out = handler(self)
+        extra = dict(out.get("extra", {}))
+        for key in TYPED_DETAILS:
+            value = out.pop(key, None)
+            if key in self.model_fields_set:  # set, even to None: written as it was given
+                if key == "review" and self.review is not None:
+                    value = self.review.model_dump(mode=info.mode, exclude_unset=True)
+                extra[key] = value
+        out["extra"] = extra
+        return out
 
     def reasons_text(self) -> str:
         """Drop reasons as one readable cell, e.g. `too_small: 2, not_an_image: 1`."""
@@ -417,7 +491,7 @@ class Workspace:
     ) -> StageMarker:
         """Stats, then the marker: written last, and only after every file it vouches for is on disk."""
         if stage in self._repaired:
-            stats = stats.model_copy(update={"extra": {**stats.extra, "repaired_files": self._repaired.pop(stage)}})
+            stats = stats.model_copy(update={"repaired_files": self._repaired.pop(stage)})
         self.storage.write_json(f"{self.stage_dir(stage)}/{STATS}", stats.model_dump(mode="json"))
         rows = sum(record.rows for name, record in files.items() if name.startswith("part-"))
         marker = StageMarker(

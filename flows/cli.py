@@ -6,14 +6,18 @@ import json
 import os
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from flows import benchmarks
 from flows.engine.config import ConfigError, build_config, load_config
+
+if TYPE_CHECKING:
+    from flows.engine.benchmark import Benchmark
 
 app = typer.Typer(help="Build the 3XCM and MixCuBe cultural-bias benchmarks.", no_args_is_help=True)
 build_app = typer.Typer(help="Run a build.", no_args_is_help=True)
@@ -57,59 +61,39 @@ CloseReviewsOption = Annotated[
 ]
 
 
-@build_app.command("3xcm")
-def build_3xcm_command(
-    config: ConfigOption = None,
-    demo: Annotated[bool, typer.Option(help="Offline demo: generate a corpus and build on embedded defaults.")] = False,
-    engine: EngineOption = Engine.prefect,
-    workspace_root: WorkspaceOption = None,
-    release_root: ReleaseRootOption = None,
-    version: VersionOption = None,
-    build_id: BuildIdOption = None,
-    close_reviews: CloseReviewsOption = False,
-) -> None:
-    """Build 3XCM and write a versioned release. Exits with 3 while reviewers are still at work."""
-    from flows.xcm.config import Build3XCMConfig
+def _add_build_command(name: str, entry: benchmarks.Entry) -> None:
+    def command(
+        config: ConfigOption = None,
+        demo: bool = False,  # its help is the benchmark's, set below
+        engine: EngineOption = Engine.prefect,
+        workspace_root: WorkspaceOption = None,
+        release_root: ReleaseRootOption = None,
+        version: VersionOption = None,
+        build_id: BuildIdOption = None,
+        close_reviews: CloseReviewsOption = False,
+    ) -> None:
+        if entry.needs and not (config or demo):
+            console.print(f"[red]{entry.needs}[/red]")
+            raise typer.Exit(2)
+        benchmark = benchmarks.get(name)
+        cfg = _config(benchmark.config, config, demo, _overrides(workspace_root, release_root, version, build_id))
+        _run_build(benchmark, cfg, engine, close_reviews)
 
-    def check(cfg: Build3XCMConfig) -> None:
-        if cfg.demo_corpus is None and cfg.search.backend == "local" and not (cfg.search.root or cfg.search.manifest):
-            raise ConfigError("search.root or search.manifest is required (or use --demo for the generated corpus)")
-
-    cfg = _config(Build3XCMConfig, config, demo, _overrides(workspace_root, release_root, version, build_id), check)
-    _run_build("3xcm", cfg, engine, close_reviews)
-
-
-@build_app.command("mixcube")
-def build_mixcube_command(
-    config: ConfigOption = None,
-    demo: Annotated[
-        bool, typer.Option(help="Offline demo: composed originals, embedded backends, placeholder inpainting.")
-    ] = False,
-    engine: EngineOption = Engine.prefect,
-    workspace_root: WorkspaceOption = None,
-    release_root: ReleaseRootOption = None,
-    version: VersionOption = None,
-    build_id: BuildIdOption = None,
-    close_reviews: CloseReviewsOption = False,
-) -> None:
-    """Build MixCuBe and write a versioned release. Exits with 3 while reviewers are still at work."""
-    from flows.mixcube.config import BuildMixCubeConfig
-
-    if not (config or demo):
-        console.print("[red]give --config (with an `originals` section) or --demo[/red]")
-        raise typer.Exit(2)
-    cfg = _config(BuildMixCubeConfig, config, demo, _overrides(workspace_root, release_root, version, build_id))
-    _run_build("mixcube", cfg, engine, close_reviews)
+    command.__annotations__["demo"] = Annotated[bool, typer.Option(help=entry.demo_help)]
+    command.__doc__ = f"Build {name} and write a versioned release. Exits with 3 while reviewers are still at work."
+    build_app.command(name)(command)
 
 
-def _config(model: type, path: Path | None, demo: bool, overrides: dict, check: Any = None) -> Any:
+for _name, _entry in benchmarks.REGISTRY.items():
+    _add_build_command(_name, _entry)
+
+
+def _config(model: type, path: Path | None, demo: bool, overrides: dict) -> Any:
     try:
         if path:
             cfg = load_config(path, demo=demo, overrides=overrides, model=model)
         else:
             cfg = build_config({}, demo, overrides, model=model)
-        if check is not None:
-            check(cfg)
         _check_roots(cfg)
     except ConfigError as exc:
         console.print(f"[red]{exc}[/red]")
@@ -142,7 +126,7 @@ def _os_error_line(exc: OSError) -> str:
     return f"{where}: {exc.strerror or exc}"
 
 
-def _run_build(benchmark: str, cfg: Any, engine: Engine, close_reviews: bool) -> None:
+def _run_build(benchmark: Benchmark, cfg: Any, engine: Engine, close_reviews: bool) -> None:
     if engine is Engine.prefect:
         _prepare_prefect_environment()
     from annotation.aggregate import MalformedExport
@@ -152,24 +136,19 @@ def _run_build(benchmark: str, cfg: Any, engine: Engine, close_reviews: bool) ->
     from data.workspace import StorageError
     from flows.engine.runner import ReviewsNotFinished
 
-    if benchmark == "3xcm":
-        from flows.xcm.build import build_3xcm as build_flow
-        from flows.xcm.build import build_locally
-        from flows.xcm.stages import BuildValidationError as BuildFailed
-    else:
-        from flows.mixcube.build import NothingToRelease as BuildFailed
-        from flows.mixcube.build import build_locally
-        from flows.mixcube.build import build_mixcube as build_flow
-
     console.print(f"build id [bold]{cfg.resolved_build_id()}[/bold], workspace {cfg.workspace_root}")
     if engine is Engine.local and cfg.task_runner.kind != "default":
         console.print(f"[yellow]task_runner {cfg.task_runner.kind} is for Prefect runs: the shards run here[/yellow]")
     try:
+        benchmark.preflight(cfg)  # before a flow (and perhaps a temporary Prefect server) starts
         if engine is Engine.local:
             with _progress() as progress:
-                summary = build_locally(cfg, progress=progress, close_reviews=close_reviews)
+                summary = benchmark.build_locally(cfg, progress=progress, close_reviews=close_reviews)
         else:
-            summary = build_flow(cfg, close_reviews=close_reviews)
+            summary = benchmark.flow(cfg, close_reviews=close_reviews)
+    except ConfigError as exc:  # a config that cannot build, found by the preflight
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
     except (ReviewPending, ReviewsNotFinished) as exc:
         console.print(f"[yellow]waiting for reviewers:[/yellow] {exc}\nRerun the same command when they are done.")
         raise typer.Exit(3) from None
@@ -179,7 +158,7 @@ def _run_build(benchmark: str, cfg: Any, engine: Engine, close_reviews: bool) ->
     except FileNotFoundError as exc:  # a model or weights file named by the config
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
-    except BuildFailed as exc:
+    except benchmark.nothing_released as exc:
         console.print(f"[red]nothing released:[/red]\n{exc}")
         raise typer.Exit(1) from None
     except ReleaseExistsError as exc:
@@ -191,7 +170,7 @@ def _run_build(benchmark: str, cfg: Any, engine: Engine, close_reviews: bool) ->
     except (OSError, StorageError) as exc:  # a full disk, a read-only root, a damaged workspace file
         console.print(f"[red]{_os_error_line(exc) if isinstance(exc, OSError) else exc}[/red]")
         raise typer.Exit(1) from None
-    _print_summary(benchmark, summary)
+    _print_summary(benchmark.name, summary)
 
 
 def _prepare_prefect_environment() -> None:
@@ -254,47 +233,35 @@ def _print_summary(benchmark: str, summary: Any) -> None:
     )
 
 
-class Benchmark(StrEnum):
-    three_xcm = "3xcm"
-    mixcube = "mixcube"
+BenchmarkName = StrEnum("BenchmarkName", {name: name for name in benchmarks.names()})  # type: ignore[misc]
 
 
 @app.command("config")
 def config_command(
     demo: Annotated[bool, typer.Option(help="Print the demo config.")] = False,
     schema: Annotated[bool, typer.Option(help="Print the JSON schema instead of a config.")] = False,
-    benchmark: Annotated[Benchmark, typer.Option(help="Which build's config.")] = Benchmark.three_xcm,
+    benchmark: Annotated[BenchmarkName, typer.Option(help="Which build's config.")] = "3xcm",  # type: ignore[assignment]
 ) -> None:
-    """Print the default (or demo) build config as JSON, to edit and pass with --config. MixCuBe has no default
-    originals, so its config is the demo's unless --schema is given."""
-    from flows.mixcube.config import BuildMixCubeConfig
-    from flows.xcm.config import Build3XCMConfig
-
-    model = BuildMixCubeConfig if benchmark is Benchmark.mixcube else Build3XCMConfig
+    """Print the default (or demo) build config as JSON, to edit and pass with --config. A benchmark without a
+    default input (MixCuBe's originals) prints its demo config unless --schema is given."""
+    model = benchmarks.get(benchmark).config
     if schema:
         typer.echo(json.dumps(model.model_json_schema(), indent=2))
         return
-    cfg = model.demo() if demo or model is BuildMixCubeConfig else model()
+    cfg = model.demo() if demo or benchmarks.REGISTRY[benchmark].needs else model()
     typer.echo(cfg.model_dump_json(indent=2))
 
 
 @app.command("validate")
 def validate_command(release_dir: Annotated[Path, typer.Argument(exists=True, file_okay=False)]) -> None:
     """Check a 3XCM release folder against the benchmark rules; exit 1 when any row breaks one."""
-    from curation.validate import validate_benchmark
-    from data.release_3xcm import ReleaseReadError, read_parquet_parts, read_released_catalog
+    from data.release_3xcm import ReleaseReadError
 
     try:
-        images = read_released_catalog(release_dir / "image_metadata")  # the image bytes are not needed
-        tables = {name: read_parquet_parts(release_dir / name) for name in ("benchmark", "benchmark_cd", "unassembled")}
+        report = benchmarks.get("3xcm").validate_release(release_dir)  # type: ignore[misc]
     except ReleaseReadError as exc:
         console.print(str(exc), style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    missing = [name for name, table in (("image_metadata", images), *tables.items()) if table is None]
-    if set(missing) - {"unassembled"}:  # older releases did not publish `unassembled`
-        console.print(f"{release_dir} has no {missing[0]}/*.parquet", style="red", markup=False)
-        raise typer.Exit(2)
-    report = validate_benchmark(images, tables["benchmark"], tables["benchmark_cd"], unassembled=tables["unassembled"])
     console.print(report.summary())
     if not report.ok:
         raise typer.Exit(1)
@@ -445,7 +412,7 @@ def concepts_generate_command(
     from pydantic import ValidationError
 
     from collectors.concept_generation import GeminiConceptGenerationConfig
-    from collectors.gemini import GeminiConfigError
+    from data.gemini import GeminiConfigError
     from flows.generate_concepts import generate_concepts
 
     raw: dict[str, Any] = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}) if config else {}

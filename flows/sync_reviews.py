@@ -8,7 +8,7 @@ task has its annotations, and resumes the complete ones. Operators can also resu
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import fsspec
 from prefect import flow, get_run_logger
@@ -27,17 +27,7 @@ from pydantic import BaseModel
 from annotation.backends import LabelStudioFilesReviewConfig, LabelStudioReviewConfig, ReviewConfig
 from annotation.label_configs import SPECS, ReviewKind
 from annotation.label_studio import LabelStudioProject
-from flows.engine.graph import BuildGraph
-from flows.mixcube import stages as stages_mixcube
-from flows.mixcube.config import BuildMixCubeConfig
-from flows.xcm import stages as stages_3xcm
-from flows.xcm.config import Build3XCMConfig
-
-# flow name -> its config model and its stage graph (which names the review)
-REVIEWED_FLOWS: dict[str, tuple[type[Build3XCMConfig] | type[BuildMixCubeConfig], BuildGraph]] = {
-    "build-3xcm": (Build3XCMConfig, stages_3xcm.GRAPH),
-    "build-mixcube": (BuildMixCubeConfig, stages_mixcube.GRAPH),
-}
+from flows import benchmarks
 
 
 class ReviewSync(BaseModel):
@@ -72,10 +62,13 @@ async def _suspended_runs(flow_name: str) -> list[Any]:
 
 @flow(name="sync-reviews", log_prints=True)
 async def sync_reviews(
-    flow_names: list[Literal["build-3xcm", "build-mixcube"]] = list(REVIEWED_FLOWS),  # noqa: B006
+    flow_names: list[str] | None = None,
 ) -> list[ReviewSync]:
-    """Resume every suspended run of the named build flows whose reviews are complete."""
+    """Resume every suspended run of the named build flows (default: every benchmark's) whose reviews are
+    complete."""
     logger = get_run_logger()
+    if flow_names is None:
+        flow_names = [benchmark.flow_name for benchmark in benchmarks.all_benchmarks()]
     out = []
     for flow_name in flow_names:
         out += await _sync(flow_name, logger)
@@ -83,7 +76,8 @@ async def sync_reviews(
 
 
 async def _sync(flow_name: str, logger: Any) -> list[ReviewSync]:
-    model, graph = REVIEWED_FLOWS[flow_name]
+    benchmark = benchmarks.by_flow_name(flow_name)
+    model, graph = benchmark.config, benchmark.graph
     out = []
     for run in await _suspended_runs(flow_name):
         raw = run.parameters.get("config")

@@ -1,4 +1,4 @@
-"""Face detection for MixCuBe masking (MixCuBe paper App. A.4, issue 6 "Faces").
+"""Face detection for MixCuBe masking (MixCuBe paper App. A.4).
 
 The paper feeds face boxes from OpenCV's YuNet into Segment Anything. Two backends:
 
@@ -26,7 +26,7 @@ import cv2
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from data.stage import Registry, required_file
+from data.stage import BackendConfig, required_file
 from data.workspace import file_sha256
 
 log = logging.getLogger(__name__)
@@ -104,10 +104,8 @@ def check_rgb(image_rgb: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(image_rgb)
 
 
-class YuNetFaceConfig(BaseModel):
+class YuNetFaceConfig(BackendConfig["FaceDetector"]):
     """OpenCV YuNet (`cv2.FaceDetectorYN`), the detector the paper uses (App. A.4)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     backend: Literal["yunet"] = "yunet"
     model_path: str = Field(
@@ -123,11 +121,13 @@ class YuNetFaceConfig(BaseModel):
     max_faces: int = Field(default=PAPER_MAX_FACES, ge=1, description="App. A.4: at most 3, by confidence.")
     nms_threshold: float = Field(default=0.3, ge=0.0, le=1.0, description="IoU above which YuNet's NMS merges boxes.")
 
+    def build(self) -> YuNetFaceDetector:
+        """The model file is checked and loaded now, so a bad path fails before any image."""
+        return YuNetFaceDetector(self)
 
-class HaarFaceConfig(BaseModel):
+
+class HaarFaceConfig(BackendConfig["FaceDetector"]):
     """A Haar cascade shipped with opencv-python: the offline default. It gives no confidence (every box scores 1.0)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     backend: Literal["haar"] = "haar"
     cascade: str = Field(
@@ -140,6 +140,10 @@ class HaarFaceConfig(BaseModel):
     min_size: int = Field(default=24, ge=1, description="Smallest face side in pixels.")
     max_faces: int = Field(default=PAPER_MAX_FACES, ge=1, description="At most this many, largest first.")
 
+    def build(self) -> HaarFaceDetector:
+        """The cascade file is checked and loaded now, so a bad path fails before any image."""
+        return HaarFaceDetector(self)
+
 
 FaceConfig = Annotated[YuNetFaceConfig | HaarFaceConfig, Field(discriminator="backend")]
 
@@ -151,9 +155,6 @@ class FaceDetector(Protocol):
     def detect(self, image_rgb: np.ndarray) -> list[FaceBox]:
         """At most max_faces boxes in pixels of `image_rgb` (HxWx3 uint8 RGB), best first."""
         ...
-
-
-face_detectors: Registry[FaceDetector] = Registry("faces")
 
 
 class YuNetFaceDetector:
@@ -251,19 +252,10 @@ class HaarFaceDetector:
         return select_faces((b for b in boxes if b is not None), 0.0, self.config.max_faces)
 
 
-@face_detectors.register("yunet")
-def _yunet(config: YuNetFaceConfig) -> FaceDetector:
-    return YuNetFaceDetector(config)
-
-
-@face_detectors.register("haar")
-def _haar(config: HaarFaceConfig) -> FaceDetector:
-    return HaarFaceDetector(config)
-
-
 def build_face_detector(config: YuNetFaceConfig | HaarFaceConfig) -> FaceDetector:
-    """The detector for `config`; model files are checked and loaded now, so a bad path fails before any image."""
-    return face_detectors.build(config)
+    """`config.build()`: the detector, with its model file checked and loaded now, so a bad path fails before any
+    image."""
+    return config.build()
 
 
 def fetch_yunet(dest: str | Path, url: str = YUNET_URL, sha256: str = YUNET_SHA256, timeout: float = 60.0) -> Path:

@@ -10,8 +10,8 @@ Backends:
 Rules:
 - Each request carries its own seed (see `synthesis.prompts.attempt_seed`); one `torch.Generator` per request, also
   inside a batch, so a batched image matches the unbatched one up to kernel rounding.
-- The pipeline runs at the original's size rounded down to a multiple of 8 (it otherwise defaults to 1024x1024,
-  notes §7), and the output is resized back to the original's size.
+- The pipeline runs at the original's size rounded down to a multiple of 8 (it otherwise defaults to 1024x1024),
+  and the output is resized back to the original's size.
 - A bad request or a failed pipeline call is a result with `error` set, never an exception that loses the batch.
   A wrong setup (model folder missing, CUDA asked but absent) raises when the inpainter is built.
 """
@@ -31,9 +31,9 @@ from typing import Annotated, Any, Literal, Protocol
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from data.stage import Registry, error_text, require
+from data.stage import BackendConfig, error_text, require
 from data.workspace import file_sha256
 
 log = logging.getLogger(__name__)
@@ -82,10 +82,8 @@ class InpaintResult:
     seconds: float = field(default=0.0)  # wall time of the pipeline call that produced it (shared by a batch)
 
 
-class SdxlInpaintConfig(BaseModel):
+class SdxlInpaintConfig(BackendConfig["Inpainter"]):
     """diffusers StableDiffusionXLInpaintPipeline; the weights come from a local folder or the local hub cache."""
-
-    model_config = ConfigDict(extra="forbid")
 
     backend: Literal["sdxl"] = "sdxl"
     model: str = Field(
@@ -122,13 +120,18 @@ class SdxlInpaintConfig(BaseModel):
     )
     negative_prompt: str | None = Field(default=None, description="Used for requests that set none.")
 
+    def build(self) -> SdxlInpainter:
+        """Checks the model location and the device now; the pipeline loads on first use."""
+        return SdxlInpainter(self)
 
-class PlaceholderInpaintConfig(BaseModel):
+
+class PlaceholderInpaintConfig(BackendConfig["Inpainter"]):
     """Offline stand-in: a hatched, labelled fill of the mask. Never a synthesis; every result says placeholder."""
 
-    model_config = ConfigDict(extra="forbid")
-
     backend: Literal["placeholder"] = "placeholder"
+
+    def build(self) -> PlaceholderInpainter:
+        return PlaceholderInpainter(self)
 
 
 InpaintConfig = Annotated[SdxlInpaintConfig | PlaceholderInpaintConfig, Field(discriminator="backend")]
@@ -149,12 +152,9 @@ class Inpainter(Protocol):
         ...
 
 
-inpainters: Registry[Inpainter] = Registry("inpainting")
-
-
 def build_inpainter(config: SdxlInpaintConfig | PlaceholderInpaintConfig) -> Inpainter:
-    """The inpainter for `config`; checks model location and device now, loads the model on first use."""
-    return inpainters.build(config)
+    """`config.build()`: the inpainter, with model location and device checked now, the model loaded on first use."""
+    return config.build()
 
 
 # How the config asks for a device and a precision, and how many requests share a call, do not decide the pixels;
@@ -286,11 +286,6 @@ class PlaceholderInpainter:
             seconds = time.perf_counter() - started
             results.append(result_for(request, filled, self.model_id, self.name, 0, 0.0, True, None, seconds))
         return results
-
-
-@inpainters.register("placeholder")
-def _placeholder(config: PlaceholderInpaintConfig) -> Inpainter:
-    return PlaceholderInpainter(config)
 
 
 # -- SDXL --------------------------------------------------------------------------------------------------------------
@@ -487,7 +482,7 @@ class SdxlInpainter:
             negative_prompt=None if negatives[0] is None else negatives,
             image=[item[1] for item in batch],
             mask_image=[item[2] for item in batch],
-            # Explicit size: the pipeline otherwise runs at unet.sample_size * vae_scale_factor (notes §7).
+            # Explicit size: the pipeline otherwise runs at unet.sample_size * vae_scale_factor.
             height=height - height % SIZE_MULTIPLE,
             width=width - width % SIZE_MULTIPLE,
             num_inference_steps=self.config.num_inference_steps,
@@ -550,8 +545,3 @@ class SdxlInpainter:
             results[index] = self._result(requests[index], None, error, 0.0)
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
-
-
-@inpainters.register("sdxl")
-def _sdxl(config: SdxlInpaintConfig) -> Inpainter:
-    return SdxlInpainter(config)

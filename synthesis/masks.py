@@ -1,9 +1,9 @@
-"""Inpainting masks from face boxes (MixCuBe paper App. A.4, issue 6 "Masks").
+"""Inpainting masks from face boxes (MixCuBe paper App. A.4).
 
 The paper prompts Segment Anything with the YuNet face boxes and feathers the mask with a Gaussian blur. Backends:
 
 - `sam` (production): `segment_anything.SamPredictor`, all boxes of an image in one `predict_torch` call. The
-  checkpoint is loaded with `map_location` (shared/notes/libraries.md §6: the library's own loader has none, so
+  checkpoint is loaded with `map_location` (the library's own loader has none, so
   checkpoints saved from CUDA tensors fail on CPU-only machines).
 - `ellipse` (embedded default): a filled ellipse around each box.
 - `grabcut` (embedded default): OpenCV GrabCut seeded by each box.
@@ -26,18 +26,16 @@ from typing import Annotated, Any, Literal, Protocol
 import cv2
 import numpy as np
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from data.stage import Registry, require, required_file
+from data.stage import BackendConfig, require, required_file
 from data.workspace import file_sha256
 from synthesis.faces import FaceBox, check_rgb
 
 log = logging.getLogger(__name__)
 
 
-class _FeatheredMask(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class _FeatheredMask(BackendConfig["Masker"]):
     feather_kernel: int = Field(
         default=21,
         ge=1,
@@ -67,6 +65,20 @@ class SamMaskConfig(_FeatheredMask):
         default="auto", description="auto: CUDA when a GPU is usable, else CPU. cuda without a usable GPU is an error."
     )
 
+    def build(self) -> SamMasker:
+        """Checks the checkpoint and the device now; the model loads on first use."""
+        path = required_file(
+            self.checkpoint,
+            "masks: SAM checkpoint",
+            "SamMaskConfig.checkpoint",
+            "a checkpoint file",
+            f"Give the segment-anything {self.model_type} checkpoint, or use the 'ellipse' or 'grabcut' backend.",
+        )
+        require("segment_anything", "synthesis")
+        path = path.resolve()
+        # The file name and hash, never the machine path: the id goes into published tables.
+        return SamMasker(self, f"sam:{self.model_type}:{path.name}:sha256-{file_sha256(path)[:12]}", checkpoint=path)
+
 
 class EllipseMaskConfig(_FeatheredMask):
     """A filled ellipse per face box: offline, no model."""
@@ -78,6 +90,9 @@ class EllipseMaskConfig(_FeatheredMask):
         description="Semi-axes are scale x (w/2, h/2): 1 is the ellipse inscribed in the box, ~1.41 passes through "
         "its corners. Slightly above 1 takes in the hairline and chin a tight face box cuts off.",
     )
+
+    def build(self) -> EllipseMasker:
+        return EllipseMasker(self)
 
 
 class GrabCutMaskConfig(_FeatheredMask):
@@ -91,6 +106,9 @@ class GrabCutMaskConfig(_FeatheredMask):
         description="Band around the box, as a fraction of its longer side, that may still be foreground (hair, "
         "neck). A second band of the same width outside it is certain background.",
     )
+
+    def build(self) -> GrabCutMasker:
+        return GrabCutMasker(self)
 
 
 MaskConfig = Annotated[SamMaskConfig | EllipseMaskConfig | GrabCutMaskConfig, Field(discriminator="backend")]
@@ -107,9 +125,6 @@ class Masker(Protocol):
     def mask(self, image_rgb: np.ndarray, boxes: list[FaceBox], *, feather: bool = True) -> np.ndarray:
         """HxW uint8 0..255: the union of the per-box masks, feathered unless feather=False (then 0 or 255)."""
         ...
-
-
-maskers: Registry[Masker] = Registry("masks")
 
 
 def feather_mask(mask: np.ndarray, kernel: int, sigma: float = 0.0) -> np.ndarray:
@@ -234,7 +249,7 @@ def load_sam_checkpoint(sam: Any, path: str | Path) -> Any:
     """Load a state-dict checkpoint into a built `Sam` and return it in eval mode.
 
     `map_location="cpu"`: a checkpoint saved from CUDA tensors then loads on a CPU-only machine (segment_anything's
-    own loader calls torch.load without it; notes §6). `weights_only=True` refuses pickled code in the file.
+    own loader calls torch.load without it). `weights_only=True` refuses pickled code in the file.
     """
     torch = require("torch", "synthesis")
     path = Path(path)
@@ -303,7 +318,7 @@ class SamMasker(_MaskerBase):
             predictor = self._get_predictor()
             predictor.set_image(image, image_format="RGB")
             try:
-                # All boxes in one decoder call (issue 6): XYXY in original pixels, mapped to SAM's input frame.
+                # All boxes in one decoder call: XYXY in original pixels, mapped to SAM's input frame.
                 xyxy = torch.tensor([b.xyxy() for b in boxes], dtype=torch.float, device=predictor.device)
                 prompts = predictor.transform.apply_boxes_torch(xyxy, image.shape[:2])
                 masks, _, _ = predictor.predict_torch(
@@ -319,34 +334,9 @@ def sam_masker_from_model(sam: Any, config: SamMaskConfig, model_id: str = "sam:
     return SamMasker(config, model_id, sam=sam)
 
 
-@maskers.register("sam")
-def _sam(config: SamMaskConfig) -> Masker:
-    path = required_file(
-        config.checkpoint,
-        "masks: SAM checkpoint",
-        "SamMaskConfig.checkpoint",
-        "a checkpoint file",
-        f"Give the segment-anything {config.model_type} checkpoint, or use the 'ellipse' or 'grabcut' backend.",
-    )
-    require("segment_anything", "synthesis")
-    path = path.resolve()
-    # The file name and hash, never the machine path: the id goes into published tables.
-    return SamMasker(config, f"sam:{config.model_type}:{path.name}:sha256-{file_sha256(path)[:12]}", checkpoint=path)
-
-
-@maskers.register("ellipse")
-def _ellipse_masker(config: EllipseMaskConfig) -> Masker:
-    return EllipseMasker(config)
-
-
-@maskers.register("grabcut")
-def _grabcut(config: GrabCutMaskConfig) -> Masker:
-    return GrabCutMasker(config)
-
-
 def build_masker(config: SamMaskConfig | EllipseMaskConfig | GrabCutMaskConfig) -> Masker:
-    """The masker for `config`. SAM checks its checkpoint and device now and loads the model on first use."""
-    return maskers.build(config)
+    """`config.build()`: the masker. SAM checks its checkpoint and device now and loads the model on first use."""
+    return config.build()
 
 
 def mask_png(mask: np.ndarray) -> bytes:

@@ -1,4 +1,4 @@
-"""Builds piq's BRISQUE weights file for tests, offline from GitHub (notes §8).
+"""Builds piq's BRISQUE weights file for tests, offline from GitHub.
 
 piq 0.8 downloads `brisque_svm_weights.pt` from a GitHub release at runtime; that host is out of reach here. The same
 model, the LIVE BRISQUE SVM of the original MATLAB release (epsilon-SVR, RBF gamma 0.05, rho -153.591, 774 support

@@ -2,7 +2,7 @@
 
 Label Studio lives in its own virtual environment (its pins conflict with Prefect's): `make label-studio` builds
 `.venv-labelstudio`, or `CULTUREBENCH_LABEL_STUDIO` names another `label-studio` executable. The settings are the
-ones that must be set at the first start (`../shared/notes/libraries.md` §2): a preset admin and legacy token,
+ones that must be set at the first start: a preset admin and legacy token,
 signup only through an invite link, and local-file serving under one document root.
 
 No pytest fixtures here; `label_studio_fixtures.py` wraps `start_label_studio` in a session fixture.

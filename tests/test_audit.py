@@ -675,7 +675,7 @@ def assert_matches_plain(path: Path, rows: list[Row]) -> dict[str, int]:
 def test_the_authors_file_matches_the_plain_restatement() -> None:
     rows = read_rows(AUTHORS_FILE)
     counts = assert_matches_plain(AUTHORS_FILE, rows)
-    # What the design brief reports of the released triplets (the exact numbers come from the restatement).
+    # The faults of the released triplets that the README reports (the exact numbers come from the restatement).
     assert counts["correct_outside_query_group"] > 0 and counts["irrelevant_outside_query_group"] > 0
     assert counts["image_id_country_alias"] > 0 and counts["max_candidate_reuse"] > 0
     code, output = run(AUTHORS_FILE)

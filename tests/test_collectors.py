@@ -19,7 +19,6 @@ from collectors.search import (
     SearchQuery,
     build_queries,
     search_rows,
-    searchers,
 )
 from collectors.translations import (
     MissingTranslationError,
@@ -101,7 +100,7 @@ def test_local_folder_searcher(tmp_path: Path) -> None:
     translations = run_translations(ShippedTranslationsConfig(), concepts, ["ja"]).translations
     queries = build_queries(concepts, translations, ["Japan"], skip_identical_native=True)
     config = LocalFolderSearchConfig(root=str(tmp_path / "corpus"), max_results=2)
-    table = search_rows(searchers.build(config), queries, config.max_results)
+    table = search_rows(config.build(), queries, config.max_results)
     rows = table.to_pylist()
     ok = [r for r in rows if r["status"] == "ok"]
     train_id = concepts["concept_id"].to_pylist()[concepts["concept"].to_pylist().index("train")]
@@ -112,7 +111,7 @@ def test_local_folder_searcher(tmp_path: Path) -> None:
     assert len(failed) == 3 and {r["error"] for r in failed} == {"no_results"}  # empty eng folder, no food folder
     assert all(r["rank"] is None and r["url"] is None and r["detail"] for r in failed)
     (tmp_path / "corpus" / "JP").mkdir()  # a second folder for the same country
-    rows = search_rows(searchers.build(config), queries, config.max_results).to_pylist()
+    rows = search_rows(config.build(), queries, config.max_results).to_pylist()
     assert {r["error"] for r in rows} == {"ambiguous_layout"}
 
 

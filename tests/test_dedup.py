@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from PIL import Image, ImageDraw
 
 from collectors.concepts import ShippedConceptsConfig, run_concepts
-from collectors.demo_corpus import DemoCorpusConfig, generate_demo_corpus
 from curation.concept_dedup import LexicalConceptDedupConfig, normalize, run_concept_dedup
+from curation.demo_corpus import DemoCorpusConfig, generate_demo_corpus
 from curation.file_dedup import dedup_files
 from curation.image_dedup import (
     EMBEDDING,
@@ -29,8 +29,8 @@ from curation.image_dedup import (
     decide,
 )
 from curation.image_hashing import dhash_bulk, hamming_within, hash_batch, phash_bulk, pixel_sha256, thumbnails
-from curation.unionfind import UnionFind
 from data.schemas import CONCEPTS
+from data.unionfind import UnionFind
 
 
 def test_shipped_concepts_are_all_distinct_at_the_default_threshold() -> None:

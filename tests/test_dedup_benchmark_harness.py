@@ -1,4 +1,4 @@
-"""The harness of benchmarks/dedup_vs_imagededup: corpus truth, pairwise metrics and orchestration.
+"""The harness of perf/dedup_vs_imagededup: corpus truth, pairwise metrics and orchestration.
 
 imagededup itself is never installed here (that downloads torch): its side runs against a stand-in package.
 """
@@ -20,18 +20,18 @@ from PIL import Image, ImageFilter
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
-    sys.path.append(str(ROOT))  # benchmarks/ is not an installed package
+    sys.path.append(str(ROOT))  # perf/ is not an installed package
 
-from benchmarks.dedup_vs_imagededup import corpus as corpus_mod  # noqa: E402
-from benchmarks.dedup_vs_imagededup import run as run_mod  # noqa: E402
-from benchmarks.dedup_vs_imagededup.corpus import (  # noqa: E402
+from perf.dedup_vs_imagededup import corpus as corpus_mod  # noqa: E402
+from perf.dedup_vs_imagededup import run as run_mod  # noqa: E402
+from perf.dedup_vs_imagededup.corpus import (  # noqa: E402
     COPY_KINDS,
     CorpusTruth,
     FileTruth,
     generate_corpus,
     save_montage,
 )
-from benchmarks.dedup_vs_imagededup.metrics import (  # noqa: E402
+from perf.dedup_vs_imagededup.metrics import (  # noqa: E402
     cluster_pairs,
     connected_clusters,
     evaluate,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.demo_corpus import LOOKALIKE_KINDS, DemoCorpusConfig, GroundTruth, generate_demo_corpus
+from curation.demo_corpus import LOOKALIKE_KINDS, DemoCorpusConfig, GroundTruth, generate_demo_corpus
 from data.workspace import Workspace
 from flows.xcm.config import Build3XCMConfig
 from flows.xcm.stages import STAGES, run_stage

@@ -29,8 +29,8 @@ from collectors.downloader import (
     download_hits_async,
 )
 from collectors.image_check import ImageLimits
-from collectors.retry import RetryPolicy
 from collectors.ssrf import AddressPolicy, BlockedAddressError, GuardedResolver, UrlRefused, check_url
+from data.retry import RetryPolicy
 from data.schemas import IMAGES
 from data.workspace import BlobStore, Storage, sha256_bytes
 

@@ -55,7 +55,7 @@ FOUR_FACES = (
 
 
 def expected_xywh(face: FakeFace) -> tuple[float, float, float, float]:
-    """OpenCV's YuNet decoding (notes §10): centre = (cell + offset) * stride, side = exp(log size) * stride."""
+    """OpenCV's YuNet decoding: centre = (cell + offset) * stride, side = exp(log size) * stride."""
     side = math.exp(BBOX_LOG_SIZE) * face.stride
     cx, cy = (face.col + BBOX_OFFSET) * face.stride, (face.row + BBOX_OFFSET) * face.stride
     return cx - side / 2, cy - side / 2, side, side
@@ -412,7 +412,7 @@ def test_sam_checkpoint_loads_through_the_production_path(tmp_path: Path, monkey
     trained = build_tiny_sam(checkpoint, seed=1, cuda_tagged=True)  # as if saved on a GPU machine
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="CUDA"):
-            torch.load(checkpoint, weights_only=True)  # the pitfall map_location avoids (notes §6)
+            torch.load(checkpoint, weights_only=True)  # the pitfall map_location avoids
 
     built: list[object] = []
 

@@ -22,7 +22,6 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from collectors.downloader import HttpDownloadConfig
-from collectors.fetch import fetchers
 from collectors.image_check import ImageLimits
 from collectors.importer import ImportConfig, import_hits
 from collectors.mixcube_search import SearchOriginalsConfig, search_originals
@@ -176,16 +175,16 @@ def test_a_manifest_of_web_urls_is_fetched_only_by_the_guarded_downloader(
     hits = [{"image_id": f"i{rank}", "url": hit.url} for rank, hit in enumerate(searcher.search(query, 10))]
     assert [h["url"] for h in hits] == [host.url("/img/0/a.jpg"), host.url("/img/1/b.jpg")]
 
-    imported = fetchers.build(ImportConfig())(ws).fetch(hits, ws.blobs).to_pylist()
+    imported = ImportConfig().build()(ws).fetch(hits, ws.blobs).to_pylist()
     assert {r["error"] for r in imported} == {"blocked_protocol"}
     assert served(host) == {}
 
     # The HTTP downloader's address guard decides: loopback refused by default ...
-    guarded = fetchers.build(HttpDownloadConfig())(ws).fetch(hits, ws.blobs).to_pylist()
+    guarded = HttpDownloadConfig().build()(ws).fetch(hits, ws.blobs).to_pylist()
     assert {r["error"] for r in guarded} == {"blocked_address"}
     assert served(host) == {}
     # ... and admitted only when the operator allows private addresses.
-    allowed = fetchers.build(HttpDownloadConfig(allow_private_addresses=True, limits=ImageLimits(min_side=32)))
+    allowed = HttpDownloadConfig(allow_private_addresses=True, limits=ImageLimits(min_side=32)).build()
     assert {r["status"] for r in allowed(ws).fetch(hits, ws.blobs).to_pylist()} == {"ok"}
     assert served(host) == {"/img/0/a.jpg": 1, "/img/1/b.jpg": 1}
 
@@ -202,7 +201,7 @@ def test_mixcube_search_originals_never_import_web_urls(host: FakeImageHost, ws:
     config = SearchOriginalsConfig(
         search={"backend": "local", "root": "/nowhere"}, download={"backend": "local"}, cultures=["Myanmar"]
     )
-    fetcher = fetchers.build(config.download)(ws)
+    fetcher = config.download.build()(ws)
     rows = search_originals(config, WebSearcher(), fetcher, ws.blobs).to_pylist()
     assert rows and {(r["status"], r["error"]) for r in rows} == {("failed", "blocked_protocol")}
     assert served(host) == {}

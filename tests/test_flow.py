@@ -72,7 +72,7 @@ def test_prefect_flow_builds_a_valid_release(prefect: Path, small_demo_config: B
     assert sum(r["images"] for r in per_concept) == dedup.rows_in
     assert sum(r["dropped"] for r in per_concept) == dedup.dropped > 0
     # The contact sheet of merged clusters is a PNG in the workspace, linked from the summary.
-    sheet = Path(summary.workspace.removeprefix("file://")) / dedup.extra["contact_sheet"]
+    sheet = Path(summary.workspace.removeprefix("file://")) / dedup.contact_sheet
     assert sheet.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and sheet.as_uri() in summary_md
     # So are the figures: drop reasons per stage, and the release's images-per-concept-and-country heatmap.
     figures = {Path(f.removeprefix("file://")).name: Path(f.removeprefix("file://")) for f in summary.figures}

@@ -23,8 +23,6 @@ from collectors.concept_generation import (
     write_review_file,
 )
 from collectors.concepts import ReviewedConceptsConfig, ShippedConceptsConfig, run_concepts
-from collectors.gemini import GeminiClient, GeminiConfigError, GeminiSettings
-from collectors.retry import RetryPolicy
 from collectors.translations import (
     REVIEW_MACHINE,
     REVIEW_MACHINE_REPLACED,
@@ -34,6 +32,8 @@ from collectors.translations import (
     run_translations,
 )
 from data import reference
+from data.gemini import GeminiClient, GeminiConfigError, GeminiSettings
+from data.retry import RetryPolicy
 from data.schemas import CONCEPT_CANDIDATES, LLM_FAILURES, TRANSLATION_CONFLICTS, TRANSLATIONS
 
 API_KEY = "AIzaFAKE-test-key-0123456789abcdef"
@@ -503,7 +503,7 @@ def test_image_contents_are_sent_inline_and_hashed_by_content(fake: FakeGemini) 
     from google.genai import types
     from PIL import Image
 
-    from collectors.gemini import prompt_sha256
+    from data.gemini import prompt_sha256
 
     gemini = settings(fake)
     red, blue = Image.new("RGB", (8, 8), "red"), Image.new("RGB", (8, 8), "blue")

@@ -26,7 +26,7 @@ from data.schemas import CATALOG, COPIES, IMAGE_DEDUP, RQ2_SLOTS, STATUS_OK
 from data.stage import stats_from_table
 from data.workspace import DamagedFileError, Workspace
 from flows.cli import app
-from flows.xcm.build import build_locally, release
+from flows.xcm.build import XCM, build_locally, release
 from flows.xcm.config import Build3XCMConfig
 from flows.xcm.stages import BuildValidationError
 
@@ -265,7 +265,7 @@ def test_a_flipped_bit_in_a_finished_table_is_repaired_never_published(small_dem
     assert str(part) in str(damaged.value) and "completion marker" in str(damaged.value)
 
     summary = build_locally(small_demo_config)
-    repaired = {s.stage: s.extra.get("repaired_files") for s in summary.stages}
+    repaired = {s.stage: s.repaired_files for s in summary.stages}
     assert repaired["image_metadata"] == {"part-00000.parquet": "its bytes changed since the stage finished"}
     assert "image_metadata" not in summary.skipped_stages and "images" in summary.skipped_stages
     assert _files(summary.release_path) == clean  # the release is the undamaged build's, byte for byte
@@ -287,7 +287,7 @@ def test_a_deleted_part_is_redone_alone(
     )
     summary = build_locally(config)
     images = next(s for s in summary.stages if s.stage == "images")
-    assert images.extra["repaired_files"] == {"part-00001.parquet": "missing"}
+    assert images.repaired_files == {"part-00001.parquet": "missing"}
     assert len(imported) == 10  # only that shard's hits were imported again
     assert images.rows_in == ws.marker("images").rows and _files(summary.release_path) == clean_files
 
@@ -322,7 +322,7 @@ def test_the_release_validates_exactly_the_tables_it_publishes(small_demo_config
     marker.files["part-00000.parquet"] = record  # type: ignore[index]
     ws.storage.write_json(f"{ws.stage_dir('assembly')}/_SUCCESS", marker.model_dump(mode="json"))
     with pytest.raises(BuildValidationError, match=r"rq2\.correct"):
-        release(config)
+        release(XCM.build(config))
     assert not Path(config.release.root).exists() or not any(Path(config.release.root).rglob("*.parquet"))
 
 
@@ -409,8 +409,8 @@ def test_every_file_reaches_the_disk_before_its_name_and_the_marker_comes_last(
 def test_the_demo_corpus_and_the_contact_sheet_are_written_through_the_workspace_writer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from collectors.demo_corpus import DemoCorpusConfig, generate_demo_corpus
     from curation.contact_sheet import write_contact_sheet
+    from curation.demo_corpus import DemoCorpusConfig, generate_demo_corpus
     from data.workspace import Storage
 
     written: list[str] = []

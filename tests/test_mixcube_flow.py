@@ -43,7 +43,7 @@ def small_config(tmp_path: Path, **overrides: object) -> BuildMixCubeConfig:
 
 
 def workspace(config: BuildMixCubeConfig) -> Workspace:
-    return GRAPH.workspace(config)
+    return GRAPH.build(config).ws
 
 
 def test_demo_build_releases_quintets_and_a_rerun_redoes_nothing(tmp_path: Path) -> None:

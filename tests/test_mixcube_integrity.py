@@ -154,7 +154,7 @@ def test_sideways_phone_photos_are_found_masked_inpainted_and_released_upright(
     local = {"backend": "local", "root": str(folder), "labels_csv": str(write_labels(folder, list(files)))}
     config = small_config(tmp_path, local)
     summary = build_locally(config)
-    ws = GRAPH.workspace(config)
+    ws = GRAPH.build(config).ws
 
     originals = {r["source"]: r for r in ws.read_table("originals").to_pylist()}
     ids = {name: originals[name]["original_id"] for name in files}
@@ -200,7 +200,7 @@ def test_sideways_search_hits_are_turned_upright_at_ingest(tmp_path: Path) -> No
             summary = build_locally(config)
     finally:
         host.stop()
-    ws = GRAPH.workspace(config)
+    ws = GRAPH.build(config).ws
     (row,) = ws.read_table("originals").to_pylist()
     assert row["status"] == STATUS_OK and (row["width"], row["height"]) == UPRIGHT_SIZE
     assert row["received_sha256"] == sha(served) and ws.blobs.get(row["received_sha256"]) == served

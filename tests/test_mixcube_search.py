@@ -66,7 +66,7 @@ def test_search_hits_become_originals_and_every_failure_is_a_row(tmp_path: Path)
         host.stop()
 
     assert DEFAULT_QUERIES["Food"].format(adjective="Myanmar") in asked
-    originals = {r["original_id"]: r for r in GRAPH.workspace(config).read_table("originals").to_pylist()}
+    originals = {r["original_id"]: r for r in GRAPH.build(config).ws.read_table("originals").to_pylist()}
     by_error = {r["error"]: r for r in originals.values()}
     assert set(by_error) == {None, "not_an_image", "too_small", "search:no_results"}, by_error
     assert by_error[None]["source"] == host.url("/img/0/a.jpg") and by_error[None]["category"] == "Food"

@@ -34,8 +34,8 @@ from fake_gemini import FakeGemini
 from tiny_models import build_tiny_m3, build_tiny_open_clip
 from typer.testing import CliRunner
 
-from collectors.demo_corpus import DemoCorpusConfig, country_folder, generate_demo_corpus
 from collectors.search import build_queries
+from curation.demo_corpus import DemoCorpusConfig, country_folder, generate_demo_corpus
 from data import reference
 from data.workspace import Workspace
 from flows.cli import app

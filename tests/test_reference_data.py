@@ -1,4 +1,4 @@
-"""The shipped reference data: complete, consistent, and matching the papers and the design brief."""
+"""The shipped reference data: complete, consistent, and matching the papers and the authors' release."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from data import reference
 
-# Design brief: the authors' exact country names and the country-to-language map.
+# The authors' exact country names and the country-to-language map (3XCM paper Table 9).
 AUTHORS_COUNTRIES = {
     "Argentina", "Australia", "Brazil", "China", "France", "Germany", "India", "Japan",
     "Kenya", "Nigeria", "Portugal", "Saudi Arabia", "Spain", "Thailand", "UK", "USA",

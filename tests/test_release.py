@@ -46,7 +46,7 @@ def test_release_loads_with_datasets_and_webdataset(small_demo_config) -> None:
             target = images[row[f"{prefix}index"]]
             assert target["image_id"] == row[f"{prefix}image_id"]
 
-    # Row groups of 100 rows for the image table (HF convention in the design brief).
+    # Row groups of 100 rows for the image table (the Hugging Face convention for image tables).
     parquet = pq.ParquetFile(next((release / "image_metadata").glob("*.parquet")))
     assert parquet.metadata.row_group(0).num_rows == min(100, images.num_rows)
     assert b"huggingface" in parquet.schema_arrow.metadata

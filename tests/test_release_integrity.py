@@ -151,7 +151,7 @@ def test_a_sharded_stage_sees_the_parts_other_processes_wrote_to_s3(bucket: str)
     orchestrator = Workspace(root, "b1")
     worker = Workspace(root, "b1")
     worker.storage.fs = s3fs.S3FileSystem(skip_instance_cache=True)  # another process's view of the bucket
-    plan = ShardPlan(list(range(10)), 3, lambda chunk: _rows(list(chunk)), SCHEMA, lambda t: stats_from_table("s", t))
+    plan = ShardPlan(list(range(10)), 3, lambda chunk: _rows(list(chunk)), lambda t: stats_from_table("s", t), SCHEMA)
 
     def on_workers(stage: str, pending: list[int], run_here: Callable[[int], None]) -> Iterator[int]:
         for index in pending:

@@ -11,7 +11,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from collectors.retry import RateLimiter, RetryPolicy, parse_retry_after, prefect_slot, shared_limiter
+from data.retry import RateLimiter, RetryPolicy, parse_retry_after, prefect_slot, shared_limiter
 
 
 def test_backoff_is_full_jitter_under_a_growing_capped_ceiling() -> None:
@@ -86,12 +86,12 @@ def test_shared_limiter_is_one_per_engine_and_rate() -> None:
 
 
 def test_prefect_slot_is_a_no_op_outside_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    import collectors.retry
+    import data.retry
 
     def no_server(name: str) -> bool:
         raise AssertionError("outside a Prefect run the server must not be asked")
 
-    monkeypatch.setattr(collectors.retry, "_limit_exists", no_server)
+    monkeypatch.setattr(data.retry, "_limit_exists", no_server)
     entered = False
     with prefect_slot("duckduckgo"):
         entered = True

@@ -157,7 +157,7 @@ def test_a_gpu_stage_without_gpu_workers_fails_with_what_to_start() -> None:
     config = BuildMixCubeConfig.demo()
     settings = DaskTaskRunnerConfig(address="tcp://unused:8786", gpu_resources={"GPU": 1}, worker_wait_s=1)
     with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
-        shards = DaskShards(SimpleNamespace(client=client), GRAPH, config, settings)
+        shards = DaskShards(SimpleNamespace(client=client), GRAPH.build(config), settings)
         with pytest.raises(NoGpuWorkers, match=r"`dask worker \S+ --resources GPU=1`"):
             list(shards("synthesis_r1", [0], lambda index: None))
 

@@ -26,10 +26,10 @@ from ddgs.http_client import HttpClient
 from pydantic import TypeAdapter
 
 from collectors import search_ddgs
-from collectors.retry import RetryPolicy
-from collectors.search import SearchConfig, SearchError, SearchHit, SearchQuery, search_rows, searchers
+from collectors.search import SearchConfig, SearchError, SearchHit, SearchQuery, search_rows
 from collectors.search_ddgs import DdgsSearchConfig, DdgsSearcher
 from data import reference
+from data.retry import RetryPolicy
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_s=0.001, max_delay_s=0.002)
 
@@ -379,8 +379,10 @@ def test_search_config_union_builds_the_ddgs_searcher(tmp_path: Path) -> None:
     adapter = TypeAdapter(SearchConfig)
     cfg = adapter.validate_python({"backend": "ddgs", "engine": "bing"})
     assert isinstance(cfg, DdgsSearchConfig) and cfg.max_results == 10 and cfg.concurrency == 2
-    searcher = searchers.build(cfg)
+    searcher = cfg.build()
     assert isinstance(searcher, DdgsSearcher) and searcher.name == "ddgs:bing"
     assert adapter.validate_python({"backend": "local", "root": str(tmp_path)}).concurrency == 1
+    with pytest.raises(ValueError, match="expected tags: 'local', 'ddgs'"):  # the union is the list of backends
+        adapter.validate_python({"backend": "google"})
     with pytest.raises(ValueError):
         adapter.validate_python({"backend": "ddgs", "engine": "google"})

@@ -18,8 +18,6 @@ from PIL import Image, ImageStat
 from pydantic import TypeAdapter, ValidationError
 
 from collectors.concepts import ShippedConceptsConfig, run_concepts
-from collectors.gemini import GeminiSettings
-from collectors.retry import RetryPolicy
 from collectors.translations import ShippedTranslationsConfig, run_translations
 from curation.assemble import AssemblyConfig, run_assembly
 from curation.tagging import (
@@ -31,6 +29,8 @@ from curation.tagging import (
     run_tagging,
 )
 from data import reference
+from data.gemini import GeminiSettings
+from data.retry import RetryPolicy
 from data.schemas import CATALOG, LLM_FAILURES, RQ2_SLOTS, RQ3_SLOTS, TAGS
 
 API_KEY = "AIzaFAKE-tagging-key-0123456789abcdef"

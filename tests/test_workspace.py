@@ -17,7 +17,7 @@ SCHEMA = pa.schema([pa.field("item", pa.int64(), nullable=False), pa.field("stat
 
 
 def plan(items: list[int], shard_size: int, process: Callable[[Sequence[int]], pa.Table]) -> ShardPlan:
-    return ShardPlan(items, shard_size, process, SCHEMA, lambda t: stats_from_table("s", t))
+    return ShardPlan(items, shard_size, process, lambda t: stats_from_table("s", t), SCHEMA)
 
 
 class SimulatedCrash(BaseException):

@@ -2,7 +2,7 @@
 
 Components are diffusers' own test components (tests/pipelines/stable_diffusion_xl/test_stable_diffusion_xl_inpaint.py,
 `get_dummy_components`); the CLIP tokenizer there comes from the Hub, so it is built here from a byte-level vocab
-instead (notes/libraries.md §7). Two inference steps take well under a second on CPU.
+instead. Two inference steps take well under a second on CPU.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tiny vision models that tests build offline in place of YuNet and Segment Anything weights (notes §6, §10)."""
+"""Tiny vision models that tests build offline in place of YuNet and Segment Anything weights."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 # The fake YuNet's input side and the raw values it writes into every cell's bbox channels; OpenCV decodes a cell at
-# (row, col) of stride s as centre = ((col, row) + BBOX_OFFSET) * s, side = exp(BBOX_LOG_SIZE) * s (notes §10).
+# (row, col) of stride s as centre = ((col, row) + BBOX_OFFSET) * s, side = exp(BBOX_LOG_SIZE) * s.
 YUNET_SIZE = 64
 YUNET_STRIDES = (8, 16, 32)
 BBOX_OFFSET = 0.5
@@ -32,7 +32,7 @@ DEFAULT_FACES = (FakeFace(16, 1, 1, 1.0),)
 
 def build_tiny_yunet_onnx(path: Path, faces: tuple[FakeFace, ...] = DEFAULT_FACES) -> Path:
     """Export a YuNet-2023mar-shaped ONNX model (input `input` [1,3,64,64]; outputs cls/obj/bbox/kps _8/_16/_32) whose
-    output encodes `faces`, whatever the image. Adapted from shared/notes/snippets/fake_yunet_onnx.py."""
+    output encodes `faces`, whatever the image."""
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -50,7 +50,7 @@ def build_tiny_yunet_onnx(path: Path, faces: tuple[FakeFace, ...] = DEFAULT_FACE
 
         def forward(self, x: Any) -> tuple:
             # Constant buffers + torch.cat: Tensor.repeat / indexed assignment export an Expand node that OpenCV
-            # 4.12's ONNX importer rejects (notes §10). The zero term keeps a data dependency on the input.
+            # 4.12's ONNX importer rejects. The zero term keeps a data dependency on the input.
             m = x.mean(dim=1, keepdim=True) * 0.0
             cls, obj, bbox, kps = [], [], [], []
             for s in YUNET_STRIDES:
@@ -81,7 +81,7 @@ def build_tiny_yunet_onnx(path: Path, faces: tuple[FakeFace, ...] = DEFAULT_FACE
 
 
 def make_tiny_sam(seed: int = 0, img_size: int = 64, patch: int = 16, enc_dim: int = 32, prompt_dim: int = 32) -> Any:
-    """A random ~80k-parameter `Sam` (notes §6); SamPredictor adapts to its 64-pixel input."""
+    """A random ~80k-parameter `Sam`; SamPredictor adapts to its 64-pixel input."""
     import torch
     from segment_anything.modeling import ImageEncoderViT, MaskDecoder, PromptEncoder, Sam, TwoWayTransformer
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import tempfile
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -19,7 +19,8 @@ from annotation.backends import LabelStudioFilesReviewConfig, ReviewConfig, Revi
 from annotation.label_configs import ReviewKind
 from collectors.concept_generation import review_file_sha256
 from data.shards import MapShards, ShardPlan
-from data.workspace import StageMarker, Workspace, fingerprint
+from data.stage import stats_from_table
+from data.workspace import StageMarker, StageStats, Workspace, fingerprint
 
 Progress = Callable[[str, int, int], None]
 
@@ -38,6 +39,7 @@ class StageContext(Generic[ConfigT]):
     config: ConfigT
     ws: Workspace
     fingerprint: str
+    stage: str = ""  # the stage's name
     progress: Progress | None = None
     accept_incomplete: bool = False  # an operator closed the open reviews: missing votes become undecided
 
@@ -64,13 +66,27 @@ class StageContext(Generic[ConfigT]):
 
 
 @dataclass(frozen=True)
+class StageOutput:
+    """What a whole-table stage returns: its table, its named side tables, and its counts. The graph writes them.
+    Without `stats`, the counts come from the table's status/error/keep columns."""
+
+    table: pa.Table
+    side_tables: Mapping[str, pa.Table] = field(default_factory=dict)
+    stats: StageStats | None = None
+
+
+@dataclass(frozen=True)
 class Stage:
+    """One step of a build. `run` returns a `StageOutput` (a whole table) or a `ShardPlan` (item by item, shard by
+    shard); only the graph writes, with the schemas declared here."""
+
     name: str
     version: int
     deps: tuple[str, ...]
-    settings: Callable[[Any], Any]
-    # A whole-table stage writes its table and returns the marker; a sharded one returns its plan.
-    run: Callable[[StageContext[Any]], StageMarker | ShardPlan]
+    settings: Callable[[Any], Any]  # the config's share in the stage's fingerprint
+    run: Callable[[StageContext[Any]], StageOutput | ShardPlan]
+    schema: pa.Schema
+    side_schemas: Mapping[str, pa.Schema] = field(default_factory=dict)
     gpu: bool = False  # its shards need a GPU: on Dask they go only to workers that offer one
 
 
@@ -93,25 +109,64 @@ class BuildGraph:
     def names(self, config: BuildConfig) -> list[str]:
         return [s.name for s in self.stages(config)]
 
-    def workspace(self, config: BuildConfig) -> Workspace:
-        return Workspace(config.workspace_root, config.resolved_build_id())
+    def build(self, config: ConfigT) -> Build[ConfigT]:
+        return Build(self, config)
 
-    def fingerprints(self, config: BuildConfig) -> dict[str, str]:
+
+class Build(Generic[ConfigT]):
+    """One build: a graph and a config, with its stages, workspace and fingerprints resolved once and passed along.
+
+    It travels to Dask workers by its graph and config; each process resolves its own workspace."""
+
+    def __init__(self, graph: BuildGraph, config: ConfigT) -> None:
+        self.graph = graph
+        self.config = config
+        self.stages = {stage.name: stage for stage in graph.stages(config)}
+        self.ws = Workspace(config.workspace_root, config.resolved_build_id())
+        self.fingerprints = self._fingerprints()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Build, (self.graph, self.config))
+
+    @property
+    def build_id(self) -> str:
+        return self.ws.build_id
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.stages)
+
+    def stage(self, name: str) -> Stage:
+        return self.stages[name]
+
+    def review(self) -> ReviewConfig:
+        return self.graph.review(self.config)
+
+    def stats(self) -> list[StageStats]:
+        return [self.ws.stats(name) for name in self.stages]
+
+    def _fingerprints(self) -> dict[str, str]:
         """Each stage's fingerprint from its own settings and its dependencies' fingerprints (transitively)."""
         out: dict[str, str] = {}
-        for stage in self.stages(config):
+        for stage in self.stages.values():
             out[stage.name] = fingerprint(
-                stage.name, stage.version, stage.settings(config), [out[d] for d in stage.deps]
+                stage.name, stage.version, stage.settings(self.config), [out[d] for d in stage.deps]
             )
         return out
 
-    def stage(self, name: str, config: BuildConfig) -> Stage:
-        return next(s for s in self.stages(config) if s.name == name)
+    def context(self, name: str, progress: Progress | None = None, accept_incomplete: bool = False) -> StageContext:
+        return StageContext(
+            config=self.config,
+            ws=self.ws,
+            fingerprint=self.fingerprints[name],
+            stage=name,
+            progress=progress,
+            accept_incomplete=accept_incomplete,
+        )
 
     def run(
         self,
         name: str,
-        config: BuildConfig,
         progress: Progress | None = None,
         accept_incomplete: bool = False,
         map_shards: MapShards | None = None,
@@ -120,57 +175,69 @@ class BuildGraph:
 
         A sharded stage's shards run where `map_shards` puts them (default: in order, here). A review stage raises
         `ReviewPending` while annotators are at work; it writes nothing until they are done."""
-        ws = self.workspace(config)
-        fp = self.fingerprints(config)[name]
-        ws.bind_inputs(name, self.input_digests(ws, name, config))
+        ws, fp, stage = self.ws, self.fingerprints[name], self.stage(name)
+        ws.bind_inputs(name, self.input_digests(name))
         if ws.is_current(name, fp):
             return ws.marker(name), True  # type: ignore[return-value]
         ws.repair(name)
-        context = StageContext(
-            config=config, ws=ws, fingerprint=fp, progress=progress, accept_incomplete=accept_incomplete
-        )
-        result = self.stage(name, config).run(context)
+        context = self.context(name, progress, accept_incomplete)
+        result = stage.run(context)
         if isinstance(result, ShardPlan):
-            return ws.run_sharded(name, fp, result, context.on_progress(name), map_shards), False
-        return result, False
+            return ws.run_sharded(name, fp, self._planned(stage, result), context.on_progress(name), map_shards), False
+        return self._write(stage, fp, result), False
 
-    def input_digests(self, ws: Workspace, name: str, config: BuildConfig) -> dict[str, str]:
+    def _write(self, stage: Stage, fp: str, output: StageOutput) -> StageMarker:
+        unknown = set(output.side_tables) ^ set(stage.side_schemas)
+        if unknown:
+            raise TypeError(
+                f"stage {stage.name!r} returned side tables {sorted(output.side_tables)}, "
+                f"declared {sorted(stage.side_schemas)}"
+            )
+        stats = output.stats or stats_from_table(stage.name, output.table)
+        side = {key: (output.side_tables[key], schema) for key, schema in stage.side_schemas.items()}
+        return self.ws.write_stage(stage.name, fp, output.table, stage.schema, stats, extra_tables=side)
+
+    @staticmethod
+    def _planned(stage: Stage, plan: ShardPlan) -> ShardPlan:
+        return plan if plan.schema is not None else replace(plan, schema=stage.schema)
+
+    def input_digests(self, name: str) -> dict[str, str]:
         """The content digests of `name`'s upstream stages now: a stage computed from other upstream bytes (one
         repaired since, say) is stale even when every config is the same."""
         digests = {}
-        for dep in self.stage(name, config).deps:
-            marker = ws.marker(dep)
+        for dep in self.stage(name).deps:
+            marker = self.ws.marker(dep)
             if marker is None:
-                raise FileNotFoundError(f"stage {name!r} needs {dep!r}, which has not completed in {ws.build_id!r}")
+                raise FileNotFoundError(
+                    f"stage {name!r} needs {dep!r}, which has not completed in {self.ws.build_id!r}"
+                )
             digests[dep] = marker.digest()
         return digests
 
-    def is_current(self, name: str, config: BuildConfig) -> bool:
+    def is_current(self, name: str) -> bool:
         """The stage finished for this config and these upstream bytes, and its files are intact: running it would
         change nothing."""
-        ws = self.workspace(config)
         try:
-            ws.bind_inputs(name, self.input_digests(ws, name, config))
+            self.ws.bind_inputs(name, self.input_digests(name))
         except FileNotFoundError:
             return False
-        return ws.is_current(name, self.fingerprints(config)[name])
+        return self.ws.is_current(name, self.fingerprints[name])
 
-    def write_shard(self, name: str, config: BuildConfig, index: int) -> int:
+    def write_shard(self, name: str, index: int) -> int:
         """Process and write one shard of a sharded stage, in whichever process calls it (a Dask worker does).
         Returns its rows. The plan, and the models it builds at its first shard, are kept for the process's next
         shard of the same stage."""
-        ws = self.workspace(config)
-        fp = self.fingerprints(config)[name]
-        ws.bind_inputs(name, self.input_digests(ws, name, config))
+        ws, fp, stage = self.ws, self.fingerprints[name], self.stage(name)
+        ws.bind_inputs(name, self.input_digests(name))
         key = (ws.url, name, fp)
         with _plans_lock:
             plan = _plans.get(key)
             if plan is None:
-                result = self.stage(name, config).run(StageContext(config=config, ws=ws, fingerprint=fp))
+                result = stage.run(self.context(name))
                 if not isinstance(result, ShardPlan):
-                    raise TypeError(f"stage {name!r} of {self.name} is not sharded")
+                    raise TypeError(f"stage {name!r} of {self.graph.name} is not sharded")
                 _plans.clear()  # one stage at a time: a new stage frees the last one's models
-                plan = _plans[key] = result
+                plan = _plans[key] = self._planned(stage, result)
         return ws.write_shard(name, fp, plan, index)
 
 

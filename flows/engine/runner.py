@@ -26,11 +26,12 @@ from prefect.input import RunInput
 from prefect.utilities.hashing import hash_objects
 from pydantic import BaseModel, Field
 
+from annotation.backends import LabelStudioReviewConfig
 from annotation.collect import ReviewPending
 from data.figures import bars_png
 from data.release import ReleaseResult
 from data.workspace import StageStats, Workspace
-from flows.engine.graph import BuildConfig, BuildGraph, Progress
+from flows.engine.graph import Build, Progress
 from flows.engine.retries import RETRY_JITTER, STAGE_RETRIES, retry_delays, transient_failure
 from flows.engine.scale_out import current_shard_map, shard_map
 
@@ -72,16 +73,14 @@ class ReviewsNotFinished(RuntimeError):
 
 
 def execute(
-    graph: BuildGraph,
-    config: BuildConfig,
+    build: Build,
     run: Callable[[str, bool], StageRun],
     wait: Callable[[StageRun, int], ReviewResume],
     do_release: Callable[[], ReleaseResult],
 ) -> BuildSummary:
     """Run the stages in order. A stage that waits for reviewers calls `wait`, then runs again with its answer."""
     skipped, placement = [], {}
-    names = graph.names(config)
-    for name in names:
+    for name in build.names:
         outcome, waits = run(name, False), 0
         while outcome.status == "waiting":
             answer = wait(outcome, waits)
@@ -92,8 +91,8 @@ def execute(
         if outcome.workers:
             placement[name] = outcome.workers
     result = do_release()
-    ws = graph.workspace(config)
-    stats = [ws.stats(name) for name in names]
+    ws = build.ws
+    stats = build.stats()
     return BuildSummary(
         build_id=ws.build_id,
         workspace=ws.url,
@@ -124,8 +123,7 @@ def write_figures(ws: Workspace, stats: list[StageStats], result: ReleaseResult)
 
 
 def execute_locally(
-    graph: BuildGraph,
-    config: BuildConfig,
+    build: Build,
     do_release: Callable[[], ReleaseResult],
     progress: Progress | None = None,
     close_reviews: bool = False,
@@ -133,13 +131,13 @@ def execute_locally(
     """The whole build in this process, without Prefect. Open reviews raise `ReviewPending`: rerun when done."""
 
     def run(name: str, close: bool) -> StageRun:
-        _, skipped = graph.run(name, config, progress, accept_incomplete=close or close_reviews)
+        _, skipped = build.run(name, progress, accept_incomplete=close or close_reviews)
         return StageRun(stage=name, status="skipped" if skipped else "done")
 
     def cannot_wait(outcome: StageRun, waits: int) -> ReviewResume:
         raise AssertionError("stages raise ReviewPending; they never return a waiting stage")
 
-    return execute(graph, config, run, cannot_wait, do_release)
+    return execute(build, run, cannot_wait, do_release)
 
 
 # -- Prefect -------------------------------------------------------------------------------------------------------
@@ -172,9 +170,9 @@ class ProgressArtifact:
         self._last[stage] = percent
 
 
-# The whole config is not a key input: any change to it would rerun every stage. Its stage's share is, through the
-# fingerprint (the stage's config section and every upstream one).
-STAGE_INPUTS = INPUTS - "graph" - "config"
+# The build (its whole config) is not a key input: any change to it would rerun every stage. Its stage's share is,
+# through the fingerprint (the stage's config section and every upstream one).
+STAGE_INPUTS = INPUTS - "build"
 
 
 @dataclass
@@ -188,15 +186,15 @@ class FinishedStage(CachePolicy):
     def compute_key(
         self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any
     ) -> str | None:
-        graph, name, config = inputs["graph"], inputs["name"], inputs["config"]
-        if not graph.is_current(name, config):  # also when its files are damaged, or its upstream bytes changed
+        build, name = inputs["build"], inputs["name"]
+        if not build.is_current(name):  # also when its files are damaged, or its upstream bytes changed
             return None
-        ws = graph.workspace(config)
+        ws = build.ws
         marker = ws.marker(name)
         keys = [
             policy.compute_key(task_ctx, inputs, flow_parameters, **kwargs) for policy in (STAGE_INPUTS, TASK_SOURCE)
         ]
-        return hash_objects(graph.name, *keys, ws.url, marker.model_dump(mode="json"), raise_on_failure=True)
+        return hash_objects(build.graph.name, *keys, ws.url, marker.model_dump(mode="json"), raise_on_failure=True)
 
 
 @task(
@@ -206,10 +204,10 @@ class FinishedStage(CachePolicy):
     retry_jitter_factor=RETRY_JITTER,
     retry_condition_fn=transient_failure,
 )
-def stage_task(graph: BuildGraph, name: str, config: BuildConfig, close_reviews: bool = False) -> StageRun:
+def stage_task(build: Build, name: str, close_reviews: bool = False) -> StageRun:
     shards = current_shard_map()  # Dask, or None: the shards run here
     try:
-        marker, skipped = graph.run(name, config, ProgressArtifact(), close_reviews, shards)
+        marker, skipped = build.run(name, ProgressArtifact(), close_reviews, shards)
     except ReviewPending as pending:
         get_run_logger().info("%s: waiting for reviewers: %s", name, pending)
         create_markdown_artifact(
@@ -218,10 +216,10 @@ def stage_task(graph: BuildGraph, name: str, config: BuildConfig, close_reviews:
             description=f"Stage `{name}` waits for annotations.",
         )
         return StageRun(stage=name, status="waiting", detail=str(pending))
-    ws = graph.workspace(config)
+    ws = build.ws
     stats = ws.stats(name)
-    if not skipped and stats.extra.get("repaired_files"):
-        get_run_logger().warning("%s: redid damaged files: %s", name, stats.extra["repaired_files"])
+    if not skipped and stats.repaired_files:
+        get_run_logger().warning("%s: redid damaged files: %s", name, stats.repaired_files)
     get_run_logger().info(
         "%s: %s (%d rows, kept %d, dropped %d)",
         name,
@@ -242,7 +240,7 @@ def stage_task(graph: BuildGraph, name: str, config: BuildConfig, close_reviews:
         ],
         description=f"Stage `{name}`: rows in, kept and dropped by reason.",
     )
-    summary_table = stats.extra.get("summary_table")
+    summary_table = stats.summary_table
     if summary_table:  # e.g. the per-concept dedup summary
         create_table_artifact(
             key=artifact_key(f"{name}-{summary_table}"),
@@ -253,7 +251,7 @@ def stage_task(graph: BuildGraph, name: str, config: BuildConfig, close_reviews:
     return StageRun(stage=name, status="skipped" if skipped else "done", workers=workers)
 
 
-def wait_for_reviews(graph: BuildGraph, config: BuildConfig, outcome: StageRun, waits: int) -> ReviewResume:
+def wait_for_reviews(build: Build, outcome: StageRun, waits: int) -> ReviewResume:
     """Suspend the run (the worker is freed) until it is resumed with a `ReviewResume`.
 
     Suspension needs a deployment: the worker starts the run again on resume, finished stages are skipped, and the
@@ -263,31 +261,25 @@ def wait_for_reviews(graph: BuildGraph, config: BuildConfig, outcome: StageRun, 
     context = FlowRunContext.get()
     if context is None or context.flow_run is None or context.flow_run.deployment_id is None:
         raise ReviewsNotFinished(f"{outcome.detail}; run a deployment to wait for them, or rerun this build later")
-    fingerprints = graph.fingerprints(config)
-    timeout = getattr(graph.review(config), "wait_timeout_s", None)
-    key = f"{outcome.stage}-{fingerprints[outcome.stage][:12]}-{waits}"
+    review = build.review()
+    timeout = review.wait_timeout_s if isinstance(review, LabelStudioReviewConfig) else None  # others never suspend
+    key = f"{outcome.stage}-{build.fingerprints[outcome.stage][:12]}-{waits}"
     answer = suspend_flow_run(wait_for_input=ReviewResume, key=key, timeout=timeout)
     get_run_logger().info("resumed %s (close_review=%s): %s", outcome.stage, answer.close_review, answer.note)
     return answer
 
 
-def execute_in_prefect(
-    graph: BuildGraph,
-    config: BuildConfig,
-    close_reviews: bool,
-    do_release: Callable[[], ReleaseResult],
-) -> BuildSummary:
+def execute_in_prefect(build: Build, close_reviews: bool, do_release: Callable[[], ReleaseResult]) -> BuildSummary:
     """Inside a flow: one task per stage (with Dask, one more per shard of a sharded stage), a suspend per open
     review, the release as its own task."""
     release_task = task(name="release", cache_policy=NO_CACHE)(do_release)
-    with shard_map(graph, config):
+    with shard_map(build):
         return execute(
-            graph,
-            config,
+            build,
             lambda name, close: stage_task.with_options(name=name, retry_delay_seconds=retry_delays())(
-                graph, name, config, close or close_reviews
+                build, name, close or close_reviews
             ),
-            lambda outcome, waits: wait_for_reviews(graph, config, outcome, waits),
+            lambda outcome, waits: wait_for_reviews(build, outcome, waits),
             release_task,
         )
 
@@ -312,7 +304,7 @@ def summary_markdown(title: str, summary: BuildSummary) -> str:
             lines.append(f"| {stage} | " + " | ".join(str(counts.get(w, 0)) for w in workers) + " |")
     for stats in summary.stages:
         lines += review_markdown(stats)
-    sheets = [(s.stage, s.extra["contact_sheet"]) for s in summary.stages if s.extra.get("contact_sheet")]
+    sheets = [(s.stage, s.contact_sheet) for s in summary.stages if s.contact_sheet]
     if sheets:  # paths are relative to the build workspace
         lines += ["", "## What was merged", ""]
         lines += [
@@ -326,16 +318,16 @@ def summary_markdown(title: str, summary: BuildSummary) -> str:
 
 
 def review_markdown(stats: StageStats | None) -> list[str]:
-    info = stats.extra.get("review", {}) if stats else {}
-    if not info:
+    info = stats.review if stats else None
+    if info is None:
         return []
-    lines = ["", f"## Human review ({stats.stage})", "", f"* reviewer: `{info['reviewer']}`"]  # type: ignore[union-attr]
-    if "tasks" in info:
-        agreement = info.get("agreement", {})
+    lines = ["", f"## Human review ({stats.stage})", "", f"* reviewer: `{info.reviewer}`"]  # type: ignore[union-attr]
+    if info.tasks is not None:
+        agreement = info.agreement or {}
         kappa = agreement.get("fleiss_kappa")
         lines += [
-            f"* tasks: {info['tasks']} at {info['location']}; decided {info['decided']}, undecided {info['undecided']}"
-            + (" (closed before every task was annotated)" if info.get("closed_early") else ""),
+            f"* tasks: {info.tasks} at {info.location}; decided {info.decided}, undecided {info.undecided}"
+            + (" (closed before every task was annotated)" if info.closed_early else ""),
             f"* agreement: Fleiss' kappa {'n/a' if kappa is None else f'{kappa:.3f}'} over "
             f"{agreement.get('tasks_rated', 0)} tasks; {agreement.get('disagreements', 0)} with disagreement",
         ]

@@ -1,6 +1,6 @@
 """Scale-out: a Prefect build's sharded stages as one Prefect task per shard on a Dask cluster (`prefect-dask`).
 
-`shard_map(graph, config)` opens the runner that `config.task_runner` names for the length of a build. With the
+`shard_map(build)` opens the runner that `config.task_runner` names for the length of a build. With the
 default runner it does nothing and each stage runs its shards in its own task. With Dask, a stage's pending shards
 are submitted to the cluster as `shard_task` runs (named `<stage>-shard-<n>`, tagged with the stage and `gpu` where
 it needs one), a GPU stage's shards ask for the configured Dask resources so only GPU workers take them, and the
@@ -28,7 +28,7 @@ from prefect.futures import as_completed
 from pydantic import BaseModel
 
 from data.stage import require
-from flows.engine.graph import BuildConfig, BuildGraph
+from flows.engine.graph import Build
 from flows.engine.retries import RETRY_JITTER, STAGE_RETRIES, retry_delays, transient_failure
 from flows.engine.task_runner import DaskTaskRunnerConfig
 
@@ -54,8 +54,8 @@ class NoGpuWorkers(RuntimeError):
 @task(
     cache_policy=NO_CACHE, retries=STAGE_RETRIES, retry_jitter_factor=RETRY_JITTER, retry_condition_fn=transient_failure
 )
-def shard_task(graph: BuildGraph, name: str, config: BuildConfig, index: int) -> ShardDone:
-    rows = graph.write_shard(name, config, index)
+def shard_task(build: Build, name: str, index: int) -> ShardDone:
+    rows = build.write_shard(name, index)
     return ShardDone(stage=name, index=index, rows=rows, worker=_worker_address())
 
 
@@ -76,10 +76,9 @@ class DaskShards:
     """A `MapShards` that runs a stage's pending shards as Prefect tasks on the runner's Dask cluster, and counts
     where they ran (`placement`: stage -> worker -> shards)."""
 
-    def __init__(self, runner: Any, graph: BuildGraph, config: BuildConfig, settings: DaskTaskRunnerConfig) -> None:
+    def __init__(self, runner: Any, build: Build, settings: DaskTaskRunnerConfig) -> None:
         self.runner = runner
-        self.graph = graph
-        self.config = config
+        self.build = build  # as the workers see it (flows/engine/scale_out.py `for_workers`)
         self.settings = settings
         self.placement: dict[str, Counter[str]] = {}
         self._connected: Future[None] | None = None
@@ -89,7 +88,7 @@ class DaskShards:
         run: a local cluster's processes take seconds to start, and a worker's first shard would pay the imports.
         An error is raised to the first stage that needs the cluster."""
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dask-connect")
-        module = self.graph.stages_for.__module__
+        module = self.build.graph.stages_for.__module__
         self._connected = pool.submit(lambda: self.runner.client.run(_import_module, module))
         pool.shutdown(wait=False)
 
@@ -106,11 +105,11 @@ class DaskShards:
     def __call__(self, stage: str, pending: list[int], run_here: Callable[[int], None]) -> Iterator[int]:
         if not pending:
             return
-        gpu = self.graph.stage(stage, self.config).gpu
+        gpu = self.build.stage(stage).gpu
         resources = dict(self.settings.gpu_resources) if gpu and self.settings.gpu_resources else None
         if resources:
             self._wait_for_workers_offering(resources)
-        tags = ["culturebench", f"benchmark:{self.graph.name}", f"stage:{stage}", *(["gpu"] if gpu else [])]
+        tags = ["culturebench", f"benchmark:{self.build.graph.name}", f"stage:{stage}", *(["gpu"] if gpu else [])]
         futures = {}
         for index in pending:
             shard = shard_task.with_options(
@@ -119,7 +118,7 @@ class DaskShards:
             submitted = self.client().submit(
                 shard,
                 key=f"{stage}-shard-{index:05d}-{uuid.uuid4().hex[:8]}",  # readable in the Dask dashboard
-                parameters={"graph": self.graph, "name": stage, "config": self.config, "index": index},
+                parameters={"build": self.build, "name": stage, "index": index},
                 return_type="state",
                 resources=resources,
             )
@@ -161,20 +160,21 @@ class DaskShards:
             time.sleep(0.5)
 
 
-def for_workers(config: Any) -> Any:
-    """The config the workers get: a local workspace by its absolute path, since a worker's working directory is
+def for_workers(build: Build) -> Build:
+    """The build the workers get: a local workspace by its absolute path, since a worker's working directory is
     not the flow's. (A remote cluster needs a workspace it can see: a shared disk or an object store.)"""
+    config = build.config
     fs, path = fsspec.core.url_to_fs(config.workspace_root)
     if "file" not in fs.protocol:
-        return config
-    return config.model_copy(update={"workspace_root": str(Path(path).resolve())})
+        return build
+    return Build(build.graph, config.model_copy(update={"workspace_root": str(Path(path).resolve())}))
 
 
 @contextmanager
-def shard_map(graph: BuildGraph, config: Any) -> Iterator[DaskShards | None]:
+def shard_map(build: Build) -> Iterator[DaskShards | None]:
     """The build's shard mapper for the length of the block: None for the default runner, else a Dask cluster,
     reached in the background when the build has work left, and shut down at the end if the build started it."""
-    settings = config.task_runner
+    settings = build.config.task_runner
     if not isinstance(settings, DaskTaskRunnerConfig):
         yield None
         return
@@ -185,8 +185,8 @@ def shard_map(graph: BuildGraph, config: Any) -> Iterator[DaskShards | None]:
         runner = prefect_dask.DaskTaskRunner(cluster_kwargs=settings.cluster_kwargs())
     get_run_logger().info("sharded stages run on a %s", settings.describe())
     with runner:
-        mapper = DaskShards(runner, graph, for_workers(config), settings)
-        if not all(graph.is_current(name, config) for name in graph.names(config)):
+        mapper = DaskShards(runner, for_workers(build), settings)
+        if not all(build.is_current(name) for name in build.names):
             mapper.connect_in_background()
         token = _current.set(mapper)
         try:

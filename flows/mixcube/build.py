@@ -10,21 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow
-from prefect.artifacts import create_markdown_artifact
 
 from curation.synthesis_filters import resolve_brisque_weights
 from data import release_mixcube
 from data.provenance import code_version, reference_data_sha256
 from data.release import ReleaseResult
-from data.workspace import Workspace
-from flows.engine.graph import Progress
-from flows.engine.runner import BuildSummary, execute_in_prefect, execute_locally, summary_markdown
+from flows.engine.benchmark import Benchmark
+from flows.engine.graph import Build, Progress
+from flows.engine.runner import BuildSummary
 from flows.mixcube.config import BuildMixCubeConfig
-from flows.mixcube.stages import GRAPH, stage_settings
+from flows.mixcube.stages import GRAPH
 from flows.paper_settings import mixcube_deviations
-from synthesis.faces import build_face_detector
-from synthesis.inpaint import build_inpainter
-from synthesis.masks import build_masker
 
 
 class NothingToRelease(RuntimeError):
@@ -33,46 +29,59 @@ class NothingToRelease(RuntimeError):
 
 def check_backends(config: BuildMixCubeConfig) -> None:
     """Fail now, naming the field, when a model or weights file is missing. Cheap: nothing large is loaded."""
-    build_face_detector(config.faces)
-    build_masker(config.masks)
-    build_inpainter(config.inpaint)
+    config.faces.build()
+    config.masks.build()
+    config.inpaint.build()
     if config.filters.brisque is not None:
         resolve_brisque_weights(config.filters.brisque)
 
 
-def provenance(config: BuildMixCubeConfig, ws: Workspace) -> dict[str, Any]:
-    names = GRAPH.names(config)
-    stats = {name: ws.stats(name) for name in names}
-    quintets = stats["quintets"]
-    reviewers = sorted({stats[n].extra.get("review", {}).get("reviewer", "?") for n in names if n.startswith("qa_")})
+def backends(config: BuildMixCubeConfig) -> dict[str, Any]:
+    """The backends as the manifest names them."""
     return {
-        "build_id": ws.build_id,
+        "originals": config.originals.backend,
+        "faces": config.faces.backend,
+        "masks": config.masks.backend,
+        "inpaint": config.inpaint.backend,
+        "brisque": "off" if config.filters.brisque is None else config.filters.brisque.backend,
+        "clip": "off" if config.filters.clip is None else config.filters.clip.embedder.backend,
+        "qa": config.qa.backend,
+    }
+
+
+def provenance(build: Build[BuildMixCubeConfig]) -> dict[str, Any]:
+    config, names = build.config, build.names
+    stats = {s.stage: s for s in build.stats()}
+    quintets = stats["quintets"]
+    reviewers = sorted({stats[n].review.reviewer if stats[n].review else "?" for n in names if n.startswith("qa_")})
+    return {
+        "build_id": build.build_id,
         "demo": config.is_demo,
         "config": config.released_config(),
         "code_version": code_version(),
         "reference_data_sha256": reference_data_sha256(),
-        "seeds": {"synthesis": config.seed, "demo_originals": getattr(config.originals, "seed", None)},
-        "backends": {**stage_settings(config), "qa": reviewers},
+        "seeds": {"synthesis": config.seed, "demo_originals": config.originals.demo_seed},
+        "backends": {**backends(config), "qa": reviewers},
         "deviations": mixcube_deviations(config, reviewers),
         "models": {
-            "faces": stats["faces"].extra.get("detector"),
-            "masks": stats["masks"].extra.get("masker"),
-            "inpaint": sorted({m for n in names if n.startswith("synthesis_") for m in stats[n].extra["models"]}),
+            "faces": stats["faces"].detector,
+            "masks": stats["masks"].masker,
+            "inpaint": sorted({m for n in names if n.startswith("synthesis_") for m in stats[n].models or []}),
         },
-        "incomplete": quintets.extra["incomplete"],
-        "left_over_by_outcome": quintets.extra["left_over_by_outcome"],
-        "cells_below_target": quintets.extra["cells_below_target"],
+        "incomplete": quintets.incomplete,
+        "left_over_by_outcome": quintets.left_over_by_outcome,
+        "cells_below_target": quintets.cells_below_target,
         "dropped_before_synthesis": {
             name: stats[name].dropped_by_reason for name in ("originals", "faces", "masks") if stats[name].dropped
         },
-        "stage_fingerprints": GRAPH.fingerprints(config),
+        "stage_fingerprints": build.fingerprints,
         "stage_stats": [s.model_dump(mode="json") for s in stats.values()],
     }
 
 
-def release(config: BuildMixCubeConfig) -> ReleaseResult:
+def release(build: Build[BuildMixCubeConfig]) -> ReleaseResult:
     """Materialise the quintets into `<release.root>/mixcube/<version>/`."""
-    ws = GRAPH.workspace(config)
+    ws = build.ws
     rows = ws.read_table("quintets")
     if rows.num_rows == 0:
         left = ws.stats("quintets")
@@ -80,15 +89,14 @@ def release(config: BuildMixCubeConfig) -> ReleaseResult:
             f"no original has an accepted synthesis for every ethnicity ({left.dropped} originals left out: "
             f"{left.reasons_text()}); see tables/quintets/left_over.parquet in {ws.url}"
         )
-    return release_mixcube.write_mixcube_release(config.release, ws.blobs, rows, provenance(config, ws))
+    return release_mixcube.write_mixcube_release(build.config.release, ws.blobs, rows, provenance(build))
 
 
 def build_locally(
     config: BuildMixCubeConfig, progress: Progress | None = None, close_reviews: bool = False
 ) -> BuildSummary:
-    """The whole build in this process, without Prefect. An open QA raises `ReviewPending`: rerun when done."""
-    check_backends(config)
-    return execute_locally(GRAPH, config, lambda: release(config), progress, close_reviews)
+    """The whole build in this process, without Prefect. Open reviews raise `ReviewPending`: rerun when done."""
+    return MIXCUBE.build_locally(config, progress, close_reviews)
 
 
 @flow(name="build-mixcube", log_prints=True, persist_result=True)
@@ -99,11 +107,18 @@ def build_mixcube(
     """Build and release MixCuBe; stages that already finished for this config are skipped. An open synthesis QA
     suspends the run until the reviewers are done (resume it from the UI, or let the sync-reviews deployment do
     it). `close_reviews` imports open reviews as they stand: attempts short of annotations stay undecided."""
-    check_backends(config)
-    summary = execute_in_prefect(GRAPH, config, close_reviews, lambda: release(config))
-    create_markdown_artifact(
-        key="build-mixcube-summary",
-        markdown=summary_markdown("MixCuBe", summary),
-        description="Release and counts of this build.",
-    )
-    return summary
+    return MIXCUBE.build_in_flow(config, close_reviews)
+
+
+MIXCUBE: Benchmark[BuildMixCubeConfig] = Benchmark(
+    name="mixcube",
+    title="MixCuBe",
+    flow_name="build-mixcube",
+    config=BuildMixCubeConfig,
+    graph=GRAPH,
+    preflight=check_backends,
+    release=release,
+    flow=build_mixcube,
+    provenance=provenance,
+    nothing_released=NothingToRelease,
+)

@@ -88,7 +88,7 @@ class BuildMixCubeConfig(BuildConfigBase):
         originals = self.originals
         problem = None
         if isinstance(originals, SearchOriginalsConfig):
-            problem = web_hits_problem(originals.search.backend, originals.download.backend, prefix="originals.")
+            problem = web_hits_problem(originals.search, originals.download, prefix="originals.")
         elif isinstance(originals, LocalOriginalsConfig):
             for name in ("root", "labels_csv"):
                 refusal = storage_refusal(getattr(originals, name))

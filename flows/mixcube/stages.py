@@ -4,49 +4,43 @@ fingerprints and skip-if-done are the shared `flows.engine.graph`.
 originals -> faces -> masks -> (synthesis_rN -> filters_rN -> qa_rN) for N = 1..max_attempts -> quintets
 
 Round 1 inpaints every (original, ethnicity); round N+1 only what round N's filters or reviewers sent back
-(curation/resynthesis.py), so a round with nothing to redo is an empty table and costs nothing.
+(synthesis/resynthesis.py), so a round with nothing to redo is an empty table and costs nothing.
 """
 
 from __future__ import annotations
 
-import io
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import numpy as np
 import pyarrow as pa
-from PIL import Image
 
 from annotation.synthesis_qa import run_synthesis_qa
-from collectors.fetch import fetchers
-from collectors.mixcube_originals import cells, collect_originals, upright_fetched
+from collectors.mixcube_originals import collect_originals, upright_fetched
 from collectors.mixcube_search import SearchOriginalsConfig, search_originals
-from collectors.retry import prefect_slot
-from collectors.search import searchers
+from curation.filter_rows import filter_stats, filters_table
 from curation.quintets import assemble_quintets
-from curation.resynthesis import Outcome, left_over, outcomes, retry_plans
-from curation.synthesis_filters import ERROR, KEEP, build_synthesis_filter, verdict_counts
+from curation.synthesis_filters import KEEP, build_synthesis_filter
 from data import reference, schemas
-from data.schemas import STATUS_FAILED, STATUS_OK
+from data.retry import prefect_slot
+from data.schemas import STATUS_OK
 from data.shards import ShardPlan
-from data.stage import error_text, stats_from_table
-from data.workspace import StageMarker, StageStats
-from flows.engine.graph import BuildGraph, Stage, review_settings
+from data.stage import stats_from_table
+from data.workspace import StageStats
+from flows.engine.graph import BuildGraph, Stage, StageOutput, review_settings
 from flows.engine.graph import StageContext as GraphContext
 from flows.mixcube.config import BuildMixCubeConfig
 from synthesis.attempts import AttemptPlan, ResultCache, first_plans, run_attempts
-from synthesis.faces import FaceBox, build_face_detector
-from synthesis.inpaint import build_inpainter
-from synthesis.masks import build_masker, mask_png
+from synthesis.face_rows import faces_table
+from synthesis.mask_rows import masks_table
 from synthesis.prompts import ethnicity_labels
+from synthesis.resynthesis import Outcome, left_over, outcomes, retry_plans
 
 StageContext = GraphContext[BuildMixCubeConfig]
 T = TypeVar("T")
-MAX_DETAIL = 300
 
 
 def lazily(build: Callable[[], T]) -> Callable[[], T]:
@@ -56,11 +50,6 @@ def lazily(build: Callable[[], T]) -> Callable[[], T]:
 
 def gpu_slot(ctx: StageContext) -> Callable[[], AbstractContextManager[None]]:
     return lambda: prefect_slot(ctx.config.gpu_concurrency_limit)
-
-
-def _rgb(data: bytes) -> np.ndarray:
-    with Image.open(io.BytesIO(data)) as image:
-        return np.array(image.convert("RGB"))
 
 
 def collected(ctx: StageContext) -> list[dict]:
@@ -81,85 +70,37 @@ def masked_originals(ctx: StageContext) -> tuple[list[dict], dict[str, str]]:
 # -- stage adapters -----------------------------------------------------------------------------------------------
 
 
-def _originals(ctx: StageContext) -> StageMarker:
+def _originals(ctx: StageContext) -> StageOutput:
     config = ctx.config.originals
     if isinstance(config, SearchOriginalsConfig):
-        fetcher = fetchers.build(config.download)(ctx.ws)
-        table = search_originals(config, searchers.build(config.search), fetcher, ctx.ws.blobs)
+        fetcher = config.download.build()(ctx.ws)
+        table = search_originals(config, config.search.build(), fetcher, ctx.ws.blobs)
         # The downloader stores the bytes as received: turn them upright here, as the other backends do at ingest.
         table = upright_fetched(table, ctx.ws.blobs.get, ctx.ws.blobs.put)
     else:
         table = collect_originals(config, ctx.ws.blobs.put)
-    stats = stats_from_table("originals", table, demo=ctx.config.is_demo)
-    return ctx.ws.write_stage("originals", ctx.fingerprint, table, schemas.MIXCUBE_ORIGINALS, stats)
+    return StageOutput(table, stats=stats_from_table(ctx.stage, table, demo=ctx.config.is_demo))
 
 
 def _faces(ctx: StageContext) -> ShardPlan:
     """App. A.4 and the issue: every original must show at least one detectable face; those without are rows."""
-    detector = lazily(lambda: build_face_detector(ctx.config.faces))
-
-    def process(chunk: list[dict]) -> pa.Table:
-        rows = []
-        for original in chunk:
-            row = schemas.blank_row(
-                schemas.MIXCUBE_FACES, original_id=original["original_id"], detector=detector().model_id
-            )
-            try:
-                pixels = _rgb(ctx.ws.blobs.get(original["sha256"]))
-            except Exception as exc:  # Pillow raises many types; the class is the detail
-                rows.append({**row, "status": STATUS_FAILED, "error": "not_an_image", "detail": error_text(exc)})
-                continue
-            try:
-                boxes = detector().detect(pixels)
-            except Exception as exc:  # a failing model is this original's row, not the stage's end
-                rows.append({**row, "status": STATUS_FAILED, "error": "detector_error", "detail": error_text(exc)})
-                continue
-            if not boxes:
-                rows.append({**row, "status": STATUS_FAILED, "error": "no_face", "detail": "no face detected"})
-                continue
-            rows.append({**row, "status": STATUS_OK, "boxes": [b.model_dump() for b in boxes]})
-        return schemas.from_rows(rows, schemas.MIXCUBE_FACES)
-
+    detector = lazily(ctx.config.faces.build)
     return ShardPlan(
         collected(ctx),
         shard_size=ctx.config.shard_size,
-        process=process,
-        schema=schemas.MIXCUBE_FACES,
+        process=lambda chunk: faces_table(chunk, detector, ctx.ws.blobs.get),
         summarize=lambda t: stats_from_table("faces", t, detector=_first(t, "detector")),
     )
 
 
 def _masks(ctx: StageContext) -> ShardPlan:
-    masker = lazily(lambda: build_masker(ctx.config.masks))
+    masker = lazily(ctx.config.masks.build)
     sha = original_sha256(ctx)
     faces = [f for f in ctx.table("faces").to_pylist() if f["status"] == STATUS_OK]
-
-    def process(chunk: list[dict]) -> pa.Table:
-        rows = []
-        with gpu_slot(ctx)():
-            for face in chunk:
-                row = schemas.blank_row(
-                    schemas.MIXCUBE_MASKS, original_id=face["original_id"], masker=masker().model_id
-                )
-                try:
-                    boxes = [FaceBox(**b) for b in face["boxes"]]
-                    mask = masker().mask(_rgb(ctx.ws.blobs.get(sha[face["original_id"]])), boxes)
-                except Exception as exc:
-                    rows.append({**row, "status": STATUS_FAILED, "error": "masker_error", "detail": error_text(exc)})
-                    continue
-                coverage = float((mask > 0).mean())
-                if coverage == 0.0:
-                    rows.append({**row, "status": STATUS_FAILED, "error": "empty_mask", "detail": "mask is empty"})
-                    continue
-                mask_sha = ctx.ws.blobs.put(mask_png(mask))
-                rows.append({**row, "status": STATUS_OK, "mask_sha256": mask_sha, "coverage": coverage})
-        return schemas.from_rows(rows, schemas.MIXCUBE_MASKS)
-
     return ShardPlan(
         faces,
         shard_size=ctx.config.shard_size,
-        process=process,
-        schema=schemas.MIXCUBE_MASKS,
+        process=lambda chunk: masks_table(chunk, masker, sha, ctx.ws.blobs.get, ctx.ws.blobs.put, gpu_slot(ctx)),
         summarize=lambda t: stats_from_table("masks", t, masker=_first(t, "masker")),
     )
 
@@ -176,7 +117,7 @@ def _synthesis(round_: int) -> Callable[[StageContext], ShardPlan]:
             requests = ctx.ws.read_extra_table(f"qa_r{round_ - 1}", "requests")
             sha = {o["original_id"]: o["sha256"] for o in originals}
             plans = retry_plans(previous, requests, sha, round_, ctx.config.seed)
-        inpainter = lazily(lambda: build_inpainter(ctx.config.inpaint))
+        inpainter = lazily(ctx.config.inpaint.build)
         results = lazily(
             lambda: ResultCache(ctx.ws.storage, ctx.ws.file_path("inpaint_cache"), ctx.config.inpaint, inpainter())
         )
@@ -197,7 +138,6 @@ def _synthesis(round_: int) -> Callable[[StageContext], ShardPlan]:
             plans,
             shard_size=ctx.config.shard_size,
             process=process,
-            schema=schemas.SYNTHESIS_ATTEMPTS,
             summarize=summarize,
         )
 
@@ -210,45 +150,11 @@ def _filters(round_: int) -> Callable[[StageContext], ShardPlan]:
     def run(ctx: StageContext) -> ShardPlan:
         scorer = lazily(lambda: build_synthesis_filter(ctx.config.filters))
         sha = original_sha256(ctx)
-
-        def process(chunk: list[dict]) -> pa.Table:
-            drawn = [a for a in chunk if a["sha256"] is not None]
-            # One original serves 4 ethnicities: read it once.
-            originals = {key: ctx.ws.blobs.get(key) for key in {sha[a["original_id"]] for a in drawn}}
-            pairs = [(originals[sha[a["original_id"]]], ctx.ws.blobs.get(a["sha256"])) for a in drawn]
-            with gpu_slot(ctx)():
-                scores = scorer().score(pairs)
-            by_id = {a["attempt_id"]: s for a, s in zip(drawn, scores, strict=True)}
-            rows = []
-            for attempt in chunk:
-                score = by_id.get(attempt["attempt_id"]) or {
-                    "brisque": None,
-                    "clip_similarity": None,
-                    "brisque_backend": scorer().brisque_backend,
-                    "clip_backend": scorer().clip_backend,
-                    "verdict": ERROR,
-                    "reason": f"synthesis failed: {attempt['error']}"[:MAX_DETAIL],
-                }
-                rows.append({"attempt_id": attempt["attempt_id"], **score})
-            return schemas.from_rows(rows, schemas.MIXCUBE_FILTERS)
-
-        def summarize(table: pa.Table) -> StageStats:
-            counts = verdict_counts(table.select(["verdict"]).to_pylist())
-            return StageStats(
-                stage=name,
-                rows_in=table.num_rows,
-                kept=counts[KEEP],
-                dropped=table.num_rows - counts[KEEP],
-                dropped_by_reason={k: v for k, v in counts.items() if k != KEEP and v},
-                extra={column: _first(table, column) for column in ("brisque_backend", "clip_backend")},
-            )
-
         return ShardPlan(
             ctx.table(f"synthesis_r{round_}").to_pylist(),
             shard_size=ctx.config.shard_size,
-            process=process,
-            schema=schemas.MIXCUBE_FILTERS,
-            summarize=summarize,
+            process=lambda chunk: filters_table(chunk, scorer, sha, ctx.ws.blobs.get, gpu_slot(ctx)),
+            summarize=lambda table: filter_stats(name, table),
         )
 
     return run
@@ -258,10 +164,10 @@ def _first(table: pa.Table, column: str) -> str | None:
     return table[column][0].as_py() if table.num_rows else None
 
 
-def _qa(round_: int) -> Callable[[StageContext], StageMarker]:
+def _qa(round_: int) -> Callable[[StageContext], StageOutput]:
     name = f"qa_r{round_}"
 
-    def run(ctx: StageContext) -> StageMarker:
+    def run(ctx: StageContext) -> StageOutput:
         scores = {r["attempt_id"]: r for r in ctx.table(f"filters_r{round_}").to_pylist()}
         passed = {attempt_id for attempt_id, r in scores.items() if r["verdict"] == KEEP}
         sha = original_sha256(ctx)
@@ -294,24 +200,12 @@ def _qa(round_: int) -> Callable[[StageContext], StageMarker]:
             kept=out.qa.num_rows - sum(decisions.values()),
             dropped=sum(decisions.values()),
             dropped_by_reason=dict(sorted(decisions.items())),
-            extra={
-                "review": out.round.stats() if out.round else {"reviewer": _reviewer(out.qa)},
-                "retry_requests": out.requests.num_rows,
-                **({"summary_table": "decisions"} if out.round else {}),
-            },
+            review=out.round.stats() if out.round else {"reviewer": _reviewer(out.qa)},
+            **({"summary_table": "decisions"} if out.round else {}),  # published as a table artifact by the flow
+            extra={"retry_requests": out.requests.num_rows},
         )
         review_decisions = out.round.decisions if out.round else schemas.empty(schemas.REVIEW_DECISIONS)
-        return ctx.ws.write_stage(
-            name,
-            ctx.fingerprint,
-            out.qa,
-            schemas.SYNTHESIS_QA,
-            stats,
-            extra_tables={
-                "requests": (out.requests, schemas.RESYNTHESIS_REQUESTS),
-                "decisions": (review_decisions, schemas.REVIEW_DECISIONS),
-            },
-        )
+        return StageOutput(out.qa, {"requests": out.requests, "decisions": review_decisions}, stats)
 
     return run
 
@@ -334,7 +228,7 @@ def round_tables(ctx: StageContext, round_: int) -> RoundTables:
     return RoundTables(ctx.table(f"synthesis_r{round_}"), ctx.table(f"filters_r{round_}"), ctx.table(f"qa_r{round_}"))
 
 
-def _quintets(ctx: StageContext) -> StageMarker:
+def _quintets(ctx: StageContext) -> StageOutput:
     """Curation decides: the ordered release rows, and every (original, ethnicity) left without a synthesis."""
     originals, _ = masked_originals(ctx)
     rounds = [round_tables(ctx, n) for n in range(1, ctx.config.max_attempts + 1)]
@@ -351,34 +245,26 @@ def _quintets(ctx: StageContext) -> StageMarker:
         by_original.setdefault(row["original_id"], Counter())[row["outcome"]] += 1
     reasons = Counter(min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] for c in by_original.values())
     stats = StageStats(
-        stage="quintets",
+        stage=ctx.stage,
         rows_in=len(originals),
         kept=quintets.rows.num_rows // 5,
         dropped=len(quintets.incomplete),
         dropped_by_reason=dict(sorted(reasons.items())),
+        left_over_by_outcome=dict(sorted(Counter(leftover["outcome"].to_pylist()).items())),
+        incomplete=quintets.incomplete,
+        cells_below_target=below_target(ctx, quintets.rows),
         extra={
             "images": quintets.rows.num_rows,
             "left_over_pairs": leftover.num_rows,
-            "left_over_by_outcome": dict(sorted(Counter(leftover["outcome"].to_pylist()).items())),
             "cap_reached": sum(leftover["cap_reached"].to_pylist()),
-            "incomplete": quintets.incomplete,
-            "cells_below_target": below_target(ctx, quintets.rows),
         },
     )
-    return ctx.ws.write_stage(
-        "quintets",
-        ctx.fingerprint,
-        quintets.rows,
-        schemas.MIXCUBE_ROWS,
-        stats,
-        extra_tables={"left_over": (leftover, schemas.MIXCUBE_LEFT_OVER)},
-    )
+    return StageOutput(quintets.rows, {"left_over": leftover}, stats)
 
 
 def below_target(ctx: StageContext, rows: pa.Table) -> list[dict]:
     """Culture x category cells with fewer released originals than `target_per_cell`."""
-    originals = ctx.config.originals
-    wanted = cells(getattr(originals, "cultures", None), getattr(originals, "categories", None))
+    wanted = ctx.config.originals.wanted_cells()
     released = Counter(
         (r["country"], r["category"])
         for r in rows.select(["country", "category", "ethnicity"]).to_pylist()
@@ -398,33 +284,54 @@ def below_target(ctx: StageContext, rows: pa.Table) -> list[dict]:
 def _stages(config: BuildMixCubeConfig) -> tuple[Stage, ...]:
     stages = [
         # Version 2: originals are stored upright (EXIF orientation applied) with the received bytes' sha256.
-        Stage("originals", 2, (), lambda c: c.originals, _originals),
-        Stage("faces", 1, ("originals",), lambda c: c.faces, _faces),
-        Stage("masks", 1, ("faces",), lambda c: c.masks, _masks, gpu=True),
+        Stage("originals", 2, (), lambda c: c.originals, _originals, schemas.MIXCUBE_ORIGINALS),
+        Stage("faces", 1, ("originals",), lambda c: c.faces, _faces, schemas.MIXCUBE_FACES),
+        Stage("masks", 1, ("faces",), lambda c: c.masks, _masks, schemas.MIXCUBE_MASKS, gpu=True),
     ]
     for n in range(1, config.max_attempts + 1):
         upstream = ("masks",) if n == 1 else ("masks", f"qa_r{n - 1}")
         stages += [
             # The seed and the inpainter decide the pixels; the attempt cap only how many rounds there are.
-            Stage(f"synthesis_r{n}", 1, upstream, lambda c: (c.inpaint, c.seed), _synthesis(n), gpu=True),
-            Stage(f"filters_r{n}", 1, (f"synthesis_r{n}",), lambda c: c.filters, _filters(n), gpu=True),
-            Stage(f"qa_r{n}", 1, (f"filters_r{n}",), lambda c: review_settings(c.qa), _qa(n)),
+            Stage(
+                f"synthesis_r{n}",
+                1,
+                upstream,
+                lambda c: (c.inpaint, c.seed),
+                _synthesis(n),
+                schemas.SYNTHESIS_ATTEMPTS,
+                gpu=True,
+            ),
+            Stage(
+                f"filters_r{n}",
+                1,
+                (f"synthesis_r{n}",),
+                lambda c: c.filters,
+                _filters(n),
+                schemas.MIXCUBE_FILTERS,
+                gpu=True,
+            ),
+            Stage(
+                f"qa_r{n}",
+                1,
+                (f"filters_r{n}",),
+                lambda c: review_settings(c.qa),
+                _qa(n),
+                schemas.SYNTHESIS_QA,
+                {"requests": schemas.RESYNTHESIS_REQUESTS, "decisions": schemas.REVIEW_DECISIONS},
+            ),
         ]
-    stages.append(Stage("quintets", 1, (f"qa_r{config.max_attempts}",), lambda c: c.max_attempts, _quintets))
+    stages.append(
+        Stage(
+            "quintets",
+            1,
+            (f"qa_r{config.max_attempts}",),
+            lambda c: c.max_attempts,
+            _quintets,
+            schemas.MIXCUBE_ROWS,
+            {"left_over": schemas.MIXCUBE_LEFT_OVER},
+        )
+    )
     return tuple(stages)
 
 
 GRAPH = BuildGraph("mixcube", _stages, review_field="qa", review_kind="synthesis_qa")
-
-
-def stage_settings(config: BuildMixCubeConfig) -> dict[str, Any]:
-    """The backends as they are named in provenance."""
-    return {
-        "originals": config.originals.backend,
-        "faces": config.faces.backend,
-        "masks": config.masks.backend,
-        "inpaint": config.inpaint.backend,
-        "brisque": "off" if config.filters.brisque is None else config.filters.brisque.backend,
-        "clip": "off" if config.filters.clip is None else config.filters.clip.embedder.backend,
-        "qa": config.qa.backend,
-    }

@@ -6,39 +6,29 @@ stages are skipped through the workspace's completion markers, so a rerun of the
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from prefect import flow
-from prefect.artifacts import create_markdown_artifact
 
+from curation.concept_dedup import BgeM3ConceptDedupConfig, resolve_model_path
+from curation.image_embeddings import register_model_configs, resolve_weights
+from curation.validate import ValidationReport, validate_benchmark
 from data import release_3xcm
 from data.provenance import code_version, reference_data_sha256
 from data.release import ReleaseResult
-from data.workspace import Workspace
-from flows.engine.graph import Progress
-from flows.engine.runner import (
-    BuildSummary,
-    ReviewResume,
-    ReviewsNotFinished,
-    execute_in_prefect,
-    execute_locally,
-    summary_markdown,
-)
+from data.release_3xcm import ReleaseReadError, read_parquet_parts, read_released_catalog
+from flows.engine.benchmark import Benchmark
+from flows.engine.config import ConfigError
+from flows.engine.graph import Build, Progress
+from flows.engine.runner import BuildSummary
 from flows.paper_settings import xcm_deviations
 from flows.xcm.config import Build3XCMConfig
-from flows.xcm.stages import (
-    GRAPH,
-    STAGES,
-    BuildValidationError,
-    published_tables,
-    stage_fingerprints,
-    validate_tables,
-)
-
-__all__ = ["BuildSummary", "ReviewResume", "ReviewsNotFinished", "build_3xcm", "build_locally", "release"]
+from flows.xcm.stages import GRAPH, BuildValidationError, published_tables, validate_tables
 
 
 def backends(config: Build3XCMConfig) -> dict[str, str]:
+    """The backends as the manifest names them."""
     return {
         "concepts": config.concepts.backend,
         "concept_dedup": config.concept_dedup.backend,
@@ -51,12 +41,28 @@ def backends(config: Build3XCMConfig) -> dict[str, str]:
     }
 
 
-def provenance(config: Build3XCMConfig, ws: Workspace) -> dict[str, Any]:
-    stats = [ws.stats(stage.name) for stage in STAGES]
+def preflight(config: Build3XCMConfig) -> None:
+    """Fail now, naming the field, when an input or a model is missing: not after search and download have run."""
+    missing = config.search.missing_input() if config.demo_corpus is None else ()
+    if missing:
+        fields = " or ".join(f"search.{name}" for name in missing)
+        raise ConfigError(f"{fields} is required (or use --demo for the generated corpus)")
+    if isinstance(config.concept_dedup, BgeM3ConceptDedupConfig):
+        resolve_model_path(config.concept_dedup)
+    tier = config.image_dedup.embedding
+    if tier is not None:
+        register_model_configs(tier.embedder)  # open_clip installed, the architecture known
+        resolve_weights(tier.embedder)  # the weights file exists, or the tag is open_clip's
+
+
+def provenance(build: Build[Build3XCMConfig]) -> dict[str, Any]:
+    config, stats = build.config, build.stats()
     by_name = {s.stage: s for s in stats}
-    review = by_name["review"].extra.get("review", {})
+    summary = by_name["review"].review
+    review = summary.model_dump(mode="json", exclude_unset=True) if summary else {}
+    reviewer = summary.reviewer if summary else "?"
     return {
-        "build_id": ws.build_id,
+        "build_id": build.build_id,
         "config": config.released_config(),
         "code_version": code_version(),
         "reference_data_sha256": reference_data_sha256(),
@@ -65,19 +71,19 @@ def provenance(config: Build3XCMConfig, ws: Workspace) -> dict[str, Any]:
             "demo_corpus": config.demo_corpus.seed if config.demo_corpus else None,
         },
         # Who actually reviewed: the files backend falls back on auto-accept until a completed export arrives.
-        "backends": {**backends(config), "review": review.get("reviewer", "?")},
+        "backends": {**backends(config), "review": reviewer},
         "review": review,
-        "deviations": xcm_deviations(config, review.get("reviewer", "?")),
-        "stage_fingerprints": stage_fingerprints(config),
+        "deviations": xcm_deviations(config, reviewer),
+        "stage_fingerprints": build.fingerprints,
         "stage_stats": [s.model_dump(mode="json") for s in stats],
-        "reuse": by_name["assembly"].extra.get("reuse", {}),
+        "reuse": by_name["assembly"].reuse or {},
     }
 
 
-def release(config: Build3XCMConfig) -> ReleaseResult:
+def release(build: Build[Build3XCMConfig]) -> ReleaseResult:
     """Validate exactly the tables to publish, then materialise them into `<release.root>/3xcm/<version>/`. The
     card and manifest state this run's verdict, not a stage's earlier one."""
-    ws = GRAPH.workspace(config)
+    config, ws = build.config, build.ws
     tables = published_tables(ws)
     report = validate_tables(config, tables)
     if not report.ok:
@@ -89,15 +95,26 @@ def release(config: Build3XCMConfig) -> ReleaseResult:
         tables.benchmark,
         tables.benchmark_cd,
         tables.unassembled,
-        {**provenance(config, ws), "validation": {"summary": report.summary()}},
+        {**provenance(build), "validation": {"summary": report.summary()}},
     )
+
+
+def validate_release(folder: Path) -> ValidationReport:
+    """Every benchmark rule on a 3XCM release folder. Raises `ReleaseReadError` when a table is missing or
+    unreadable (releases older than `unassembled` are checked without it)."""
+    images = read_released_catalog(folder / "image_metadata")  # the image bytes are not needed
+    tables = {name: read_parquet_parts(folder / name) for name in ("benchmark", "benchmark_cd", "unassembled")}
+    missing = [name for name, table in (("image_metadata", images), *tables.items()) if table is None]
+    if set(missing) - {"unassembled"}:
+        raise ReleaseReadError(f"{folder} has no {missing[0]}/*.parquet")
+    return validate_benchmark(images, tables["benchmark"], tables["benchmark_cd"], unassembled=tables["unassembled"])
 
 
 def build_locally(
     config: Build3XCMConfig, progress: Progress | None = None, close_reviews: bool = False
 ) -> BuildSummary:
     """The whole build in this process, without Prefect. Open reviews raise `ReviewPending`: rerun when done."""
-    return execute_locally(GRAPH, config, lambda: release(config), progress, close_reviews)
+    return XCM.build_locally(config, progress, close_reviews)
 
 
 @flow(name="build-3xcm", log_prints=True, persist_result=True)
@@ -108,10 +125,19 @@ def build_3xcm(
     """Build and release 3XCM; stages that already finished for this config are skipped. An open review suspends
     the run until the reviewers are done (resume it from the UI, or let the sync-reviews deployment do it).
     `close_reviews` imports open reviews as they stand: items short of annotations are undecided and reported."""
-    summary = execute_in_prefect(GRAPH, config, close_reviews, lambda: release(config))
-    create_markdown_artifact(
-        key="build-3xcm-summary",
-        markdown=summary_markdown("3XCM", summary),
-        description="Release, counts and validation of this build.",
-    )
-    return summary
+    return XCM.build_in_flow(config, close_reviews)
+
+
+XCM: Benchmark[Build3XCMConfig] = Benchmark(
+    name="3xcm",
+    title="3XCM",
+    flow_name="build-3xcm",
+    config=Build3XCMConfig,
+    graph=GRAPH,
+    preflight=preflight,
+    release=release,
+    flow=build_3xcm,
+    provenance=provenance,
+    nothing_released=BuildValidationError,
+    validate_release=validate_release,
+)

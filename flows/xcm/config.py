@@ -8,13 +8,13 @@ from pydantic import Field, field_validator, model_validator
 
 from annotation.backends import LabelStudioFilesReviewConfig, ReviewConfig
 from collectors.concepts import ConceptsConfig, ShippedConceptsConfig
-from collectors.demo_corpus import DEMO_CONCEPTS, DEMO_COUNTRIES, DemoCorpusConfig
 from collectors.fetch import FetchConfig, web_hits_problem
 from collectors.importer import ImportConfig
 from collectors.search import LocalFolderSearchConfig, SearchConfig
 from collectors.translations import ShippedTranslationsConfig, TranslationsConfig
 from curation.assemble import AssemblyConfig
 from curation.concept_dedup import ConceptDedupConfig, LexicalConceptDedupConfig
+from curation.demo_corpus import DEMO_CONCEPTS, DEMO_COUNTRIES, DemoCorpusConfig
 from curation.image_dedup import ImageDedupConfig
 from curation.tagging import OwnConceptTaggingConfig, TaggingConfig
 from data import reference
@@ -74,7 +74,7 @@ class Build3XCMConfig(BuildConfigBase):
     @model_validator(mode="after")
     def _web_hits_need_the_http_downloader(self) -> Build3XCMConfig:
         # The local importer has no SSRF guard: a web search must not hand it URLs (it would refuse each one anyway).
-        problem = web_hits_problem(self.search.backend, self.download.backend)
+        problem = web_hits_problem(self.search, self.download)
         if problem:
             raise ValueError(problem)
         return self

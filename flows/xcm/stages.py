@@ -4,39 +4,35 @@ fingerprints and skip-if-done are the shared `flows.engine.graph`."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
 import pyarrow as pa
 
 from annotation.backends import AUTO_ACCEPT
 from annotation.review import ReviewImage, image_extension, run_review
-from collectors.concept_generation import review_file_sha256
 from collectors.concepts import run_concepts
-from collectors.demo_corpus import generate_demo_corpus
-from collectors.fetch import fetchers
-from collectors.retry import prefect_slot
-from collectors.search import build_queries, search_rows, searchers
+from collectors.search import SearchConfig, build_queries, search_rows
 from collectors.translations import run_translations
 from curation.assemble import run_assembly
 from curation.catalog import build_catalog
 from curation.concept_dedup import run_concept_dedup
 from curation.copies import copy_groups, images_with_copies_across_concepts
 from curation.dedup_stage import concept_summary, dedup_inputs, write_dedup_contact_sheet
+from curation.demo_corpus import generate_demo_corpus
 from curation.embed_images import embed_images, embeddings_table
 from curation.image_dedup import decide
-from curation.image_embeddings import ImageEmbedder, build_embedder
+from curation.image_embeddings import ImageEmbedder
 from curation.image_hashing import hash_images
 from curation.tagging import TagRequest, run_tagging
 from curation.validate import ValidationReport, validate_benchmark
 from data import schemas
+from data.retry import prefect_slot
 from data.schemas import STATUS_OK
 from data.shards import ShardPlan
 from data.stage import stats_from_table
 from data.workspace import StageMarker, StageStats, Workspace
-from flows.engine.graph import BuildGraph, Progress, Stage, review_settings
+from flows.engine.graph import BuildGraph, Progress, Stage, StageOutput, review_settings
 from flows.engine.graph import StageContext as GraphContext
 from flows.xcm.config import Build3XCMConfig
 
@@ -51,7 +47,7 @@ StageContext = GraphContext[Build3XCMConfig]
 # -- stage adapters -----------------------------------------------------------------------------------------------
 
 
-def _demo_corpus(ctx: StageContext) -> StageMarker:
+def _demo_corpus(ctx: StageContext) -> StageOutput:
     rows = []
     ctx.ws.storage.rm(ctx.ws.file_path("demo_corpus"))  # a corpus drawn by another version must not linger
     if ctx.config.demo_corpus is not None:
@@ -74,29 +70,22 @@ def _demo_corpus(ctx: StageContext) -> StageMarker:
             {"path": p, "role": "bad_file", "duplicate_of": None, "expected_error": e}
             for p, e in truth.bad_files.items()
         ]
-    table = schemas.from_rows(rows, schemas.DEMO_CORPUS)
-    return ctx.ws.write_stage(
-        "demo_corpus", ctx.fingerprint, table, schemas.DEMO_CORPUS, stats_from_table("demo_corpus", table)
-    )
+    return StageOutput(schemas.from_rows(rows, schemas.DEMO_CORPUS))
 
 
 def concepts_settings(config: Build3XCMConfig) -> Any:
     """An operator's edits to the concept review file change what the build covers, so they rerun the stage."""
-    if config.concepts.backend == "reviewed":
-        return (config.concepts, review_file_sha256(config.concepts.review_file))
-    return config.concepts
+    return config.concepts.fingerprint_settings()
 
 
-def _concepts(ctx: StageContext) -> StageMarker:
-    table = run_concepts(ctx.config.concepts)
-    return ctx.ws.write_stage("concepts", ctx.fingerprint, table, schemas.CONCEPTS, stats_from_table("concepts", table))
+def _concepts(ctx: StageContext) -> StageOutput:
+    return StageOutput(run_concepts(ctx.config.concepts))
 
 
-def _concept_dedup(ctx: StageContext) -> StageMarker:
-    with prefect_slot(ctx.config.gpu_concurrency_limit if ctx.config.concept_dedup.backend == "bge-m3" else None):
+def _concept_dedup(ctx: StageContext) -> StageOutput:
+    with prefect_slot(ctx.config.gpu_concurrency_limit if ctx.config.concept_dedup.holds_gpu_slot else None):
         table = run_concept_dedup(ctx.config.concept_dedup, ctx.table("concepts"))
-    stats = stats_from_table("concept_dedup", table)
-    return ctx.ws.write_stage("concept_dedup", ctx.fingerprint, table, schemas.CONCEPT_DEDUP, stats)
+    return StageOutput(table)
 
 
 def kept_concepts(ctx: StageContext) -> pa.Table:
@@ -111,51 +100,26 @@ def model_cache(ctx: StageContext) -> str:
     return ctx.ws.storage.fs.unstrip_protocol(ctx.ws.file_path("model_cache"))
 
 
-def _translations(ctx: StageContext) -> StageMarker:
+def _translations(ctx: StageContext) -> StageOutput:
     out = run_translations(
         ctx.config.translations, kept_concepts(ctx), ctx.config.language_codes, cache_dir=model_cache(ctx)
     )
     stats = stats_from_table(
-        "translations", out.translations, llm_failures=out.failures.num_rows, conflicts=out.conflicts.num_rows
+        ctx.stage, out.translations, llm_failures=out.failures.num_rows, conflicts=out.conflicts.num_rows
     )
-    return ctx.ws.write_stage(
-        "translations",
-        ctx.fingerprint,
-        out.translations,
-        schemas.TRANSLATIONS,
-        stats,
-        extra_tables={
-            "conflicts": (out.conflicts, schemas.TRANSLATION_CONFLICTS),
-            "llm_failures": (out.failures, schemas.LLM_FAILURES),
-        },
-    )
+    return StageOutput(out.translations, {"conflicts": out.conflicts, "llm_failures": out.failures}, stats)
 
 
-def search_config(config: Build3XCMConfig, ws: Workspace) -> Any:
+def search_config(config: Build3XCMConfig, ws: Workspace) -> SearchConfig:
     """The demo searches the corpus it generated, unless a folder is given explicitly."""
-    search = config.search
-    if search.backend == "local" and search.root is None and search.manifest is None and config.demo_corpus:
-        search = search.model_copy(update={"root": ws.storage.fs.unstrip_protocol(ws.file_path("demo_corpus"))})
-    return search
-
-
-def public_url_for(search: Any) -> Callable[[str], str]:
-    """Local files are published relative to the searched folder, so no machine path leaks into a release."""
-    if search.backend != "local":
-        return lambda url: url
-    base = (search.root or search.manifest.rsplit("/", 1)[0]).rstrip("/")
-    base_path = fsspec.core.url_to_fs(base)[1].rstrip("/")
-
-    def relative(url: str) -> str:
-        path = fsspec.core.url_to_fs(url)[1]
-        return path[len(base_path) + 1 :] if path.startswith(base_path + "/") else url
-
-    return relative
+    if not config.demo_corpus:
+        return config.search
+    return config.search.with_default_root(ws.storage.fs.unstrip_protocol(ws.file_path("demo_corpus")))
 
 
 def _search(ctx: StageContext) -> ShardPlan:
     search = search_config(ctx.config, ctx.ws)
-    searcher = searchers.build(search)
+    searcher = search.build()
     queries = build_queries(
         kept_concepts(ctx),
         ctx.table("translations"),
@@ -166,7 +130,6 @@ def _search(ctx: StageContext) -> ShardPlan:
         queries,
         shard_size=64,
         process=lambda chunk: search_rows(searcher, chunk, search.max_results, concurrency=search.concurrency),
-        schema=schemas.SEARCH_HITS,
         summarize=lambda t: _search_stats(t, len(queries)),
     )
 
@@ -178,12 +141,11 @@ def _search_stats(table: pa.Table, queries: int) -> StageStats:
 
 def _images(ctx: StageContext) -> ShardPlan:
     settings = ctx.config.download
-    fetcher = fetchers.build(settings)(ctx.ws)
+    fetcher = settings.build()(ctx.ws)
     return ShardPlan(
         [h for h in ctx.table("search").to_pylist() if h["status"] == STATUS_OK],
         shard_size=settings.shard_size,
         process=lambda chunk: fetcher.fetch(chunk, ctx.ws.blobs),
-        schema=schemas.IMAGES,
         summarize=lambda t: stats_from_table("images", t),
     )
 
@@ -198,22 +160,21 @@ def _image_hashes(ctx: StageContext) -> ShardPlan:
         stored_images(ctx),
         shard_size=settings.shard_size,
         process=lambda chunk: hash_images(chunk, ctx.ws.blobs, settings.workers),
-        schema=schemas.IMAGE_HASHES,
         summarize=lambda t: stats_from_table("image_hashes", t),
     )
 
 
-def _image_embeddings(ctx: StageContext) -> StageMarker | ShardPlan:
+def _image_embeddings(ctx: StageContext) -> StageOutput | ShardPlan:
     tier = ctx.config.image_dedup.embedding
     if tier is None:  # the tier is off: an empty table, so the graph is the same for every config
-        table = schemas.empty(schemas.IMAGE_EMBEDDINGS)
-        stats = StageStats(stage="image_embeddings", extra={"tier": "off"})
-        return ctx.ws.write_stage("image_embeddings", ctx.fingerprint, table, schemas.IMAGE_EMBEDDINGS, stats)
+        return StageOutput(
+            schemas.empty(schemas.IMAGE_EMBEDDINGS), stats=StageStats(stage=ctx.stage, extra={"tier": "off"})
+        )
     embedder: list[ImageEmbedder] = []  # built at the first shard that needs it: a resumed stage may need none
 
     def process(chunk: list[dict]) -> pa.Table:
         if not embedder:
-            embedder.append(build_embedder(tier.embedder))
+            embedder.append(tier.embedder.build())
         loaders = [lambda sha=item["sha256"]: ctx.ws.blobs.get(sha) for item in chunk]
         with prefect_slot(ctx.config.gpu_concurrency_limit):  # builds sharing a GPU take turns, shard by shard
             vectors, errors = embed_images(embedder[0], loaders, tier.embedder.batch_size)
@@ -223,12 +184,11 @@ def _image_embeddings(ctx: StageContext) -> StageMarker | ShardPlan:
         stored_images(ctx),
         shard_size=tier.shard_size,
         process=process,
-        schema=schemas.IMAGE_EMBEDDINGS,
         summarize=lambda t: stats_from_table("image_embeddings", t),
     )
 
 
-def _image_dedup(ctx: StageContext) -> StageMarker:
+def _image_dedup(ctx: StageContext) -> StageOutput:
     config = ctx.config.image_dedup
     inputs = dedup_inputs(
         ctx.table("search"),
@@ -243,7 +203,7 @@ def _image_dedup(ctx: StageContext) -> StageMarker:
     summary = concept_summary(result, kept_concepts(ctx))
     sheet = write_dedup_contact_sheet(result.decisions, ctx.table("images"), ctx.ws)
     stats = stats_from_table(
-        "image_dedup",
+        ctx.stage,
         result.decisions,
         tiers=config.tiers_label(),
         pairs_by_tier=dict(sorted(Counter(result.pairs["tier"].to_pylist()).items())),
@@ -252,22 +212,11 @@ def _image_dedup(ctx: StageContext) -> StageMarker:
         contact_sheet=sheet,
         summary_table="concept_summary",
     )
-    return ctx.ws.write_stage(
-        "image_dedup",
-        ctx.fingerprint,
-        result.decisions,
-        schemas.IMAGE_DEDUP,
-        stats,
-        extra_tables={
-            "pairs": (result.pairs, schemas.DEDUP_PAIRS),
-            "review_queue": (result.review_queue, schemas.REVIEW_QUEUE),
-            "concept_summary": (summary, schemas.CONCEPT_DEDUP_SUMMARY),
-            "copies": (copies, schemas.COPIES),
-        },
-    )
+    side = {"pairs": result.pairs, "review_queue": result.review_queue, "concept_summary": summary, "copies": copies}
+    return StageOutput(result.decisions, side, stats)
 
 
-def _review(ctx: StageContext) -> StageMarker:
+def _review(ctx: StageContext) -> StageOutput:
     queue = ctx.ws.read_extra_table("image_dedup", "review_queue")
     images = {
         row["image_id"]: ReviewImage(row["sha256"], image_extension(row["format"]), row["width"] * row["height"])
@@ -275,7 +224,7 @@ def _review(ctx: StageContext) -> StageMarker:
     }
     out = run_review(ctx.config.review, ctx.table("image_dedup"), queue, images, ctx.review_context())
     stats = stats_from_table(
-        "review",
+        ctx.stage,
         out.table,
         review_queue_pairs=queue.num_rows,
         review=out.round.stats() if out.round else {"reviewer": AUTO_ACCEPT},
@@ -283,17 +232,10 @@ def _review(ctx: StageContext) -> StageMarker:
         **({"summary_table": "decisions"} if out.round else {}),  # published as a table artifact by the flow
     )
     decisions = out.round.decisions if out.round else schemas.empty(schemas.REVIEW_DECISIONS)
-    return ctx.ws.write_stage(
-        "review",
-        ctx.fingerprint,
-        out.table,
-        schemas.REVIEW,
-        stats,
-        extra_tables={"decisions": (decisions, schemas.REVIEW_DECISIONS)},
-    )
+    return StageOutput(out.table, {"decisions": decisions}, stats)
 
 
-def _tags(ctx: StageContext) -> StageMarker:
+def _tags(ctx: StageContext) -> StageOutput:
     review = ctx.table("review")
     kept = set(review.filter(review["keep"])["image_id"].to_pylist())
     hits = {h["image_id"]: h for h in ctx.table("search").to_pylist()}
@@ -305,18 +247,11 @@ def _tags(ctx: StageContext) -> StageMarker:
     concepts = kept_concepts(ctx)
     names = list(zip(concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True))
     out = run_tagging(ctx.config.tagging, requests, names, ctx.ws.blobs.get, cache_dir=model_cache(ctx))
-    stats = stats_from_table("tags", out.tags, llm_failures=out.failures.num_rows)
-    return ctx.ws.write_stage(
-        "tags",
-        ctx.fingerprint,
-        out.tags,
-        schemas.TAGS,
-        stats,
-        extra_tables={"llm_failures": (out.failures, schemas.LLM_FAILURES)},
-    )
+    stats = stats_from_table(ctx.stage, out.tags, llm_failures=out.failures.num_rows)
+    return StageOutput(out.tags, {"llm_failures": out.failures}, stats)
 
 
-def _image_metadata(ctx: StageContext) -> StageMarker:
+def _image_metadata(ctx: StageContext) -> StageOutput:
     table = build_catalog(
         kept_concepts(ctx),
         ctx.table("search"),
@@ -325,13 +260,12 @@ def _image_metadata(ctx: StageContext) -> StageMarker:
         ctx.table("tags"),
         ctx.table("translations"),
         ctx.ws.read_extra_table("image_dedup", "copies"),
-        public_url=public_url_for(search_config(ctx.config, ctx.ws)),
+        public_url=search_config(ctx.config, ctx.ws).url_publisher(),
     )
-    stats = stats_from_table("image_metadata", table)
-    return ctx.ws.write_stage("image_metadata", ctx.fingerprint, table, schemas.CATALOG, stats)
+    return StageOutput(table)
 
 
-def _assembly(ctx: StageContext) -> StageMarker:
+def _assembly(ctx: StageContext) -> StageOutput:
     result = run_assembly(ctx.config.assembly, ctx.table("image_metadata"), ctx.table("translations"))
     unassembled = result.unassembled.to_pylist()
     images = ctx.table("image_metadata").num_rows
@@ -340,27 +274,19 @@ def _assembly(ctx: StageContext) -> StageMarker:
         key = f"{row['task']}:{row['reason']}"
         reasons[key] = reasons.get(key, 0) + 1
     stats = StageStats(
-        stage="assembly",
+        stage=ctx.stage,
         rows_in=images,
         kept=result.benchmark.num_rows,
         dropped=len(unassembled),
         dropped_by_reason=dict(sorted(reasons.items())),
-        extra={"rq3_rows": result.benchmark_cd.num_rows, "reuse": result.reuse},
+        reuse=result.reuse,
+        extra={"rq3_rows": result.benchmark_cd.num_rows},
     )
-    return ctx.ws.write_stage(
-        "assembly",
-        ctx.fingerprint,
-        result.benchmark,
-        schemas.BENCHMARK,
-        stats,
-        extra_tables={
-            "benchmark_cd": (result.benchmark_cd, schemas.BENCHMARK_CD),
-            "unassembled": (result.unassembled, schemas.UNASSEMBLED),
-        },
-    )
+    side = {"benchmark_cd": result.benchmark_cd, "unassembled": result.unassembled}
+    return StageOutput(result.benchmark, side, stats)
 
 
-def _validation(ctx: StageContext) -> StageMarker:
+def _validation(ctx: StageContext) -> StageOutput:
     report = validate_build(ctx.config, ctx.ws)
     table = schemas.from_rows([v.model_dump() for v in report.violations], schemas.VIOLATIONS)
     if not report.ok:
@@ -369,12 +295,12 @@ def _validation(ctx: StageContext) -> StageMarker:
         ctx.ws.storage.write_parquet(path, table)
         raise BuildValidationError(f"{report.summary()}\nall violations: {path}")
     stats = StageStats(
-        stage="validation",
+        stage=ctx.stage,
         rows_in=sum(report.rows_checked.values()),
         kept=0,
         extra={"rows_checked": report.rows_checked, "summary": report.summary()},
     )
-    return ctx.ws.write_stage("validation", ctx.fingerprint, table, schemas.VIOLATIONS, stats)
+    return StageOutput(table, stats=stats)
 
 
 @dataclass(frozen=True)
@@ -423,41 +349,75 @@ def embedding_settings(config: Build3XCMConfig) -> Any:
 
 STAGES: tuple[Stage, ...] = (
     # Version 3: the pictures no longer depend on concept id numbers. Version 2 of concepts: the authors' ids.
-    Stage("demo_corpus", 3, (), lambda c: c.demo_corpus, _demo_corpus),
-    Stage("concepts", 2, (), concepts_settings, _concepts),
-    Stage("concept_dedup", 1, ("concepts",), lambda c: c.concept_dedup, _concept_dedup),
-    Stage("translations", 1, ("concept_dedup",), lambda c: (c.translations, c.language_codes), _translations),
-    Stage("search", 1, ("demo_corpus", "translations"), lambda c: (c.search, c.countries), _search),
-    Stage("images", 1, ("search",), lambda c: c.download, _images),
-    Stage("image_hashes", 2, ("images",), lambda c: None, _image_hashes),
-    Stage("image_embeddings", 1, ("images",), embedding_settings, _image_embeddings, gpu=True),
+    Stage("demo_corpus", 3, (), lambda c: c.demo_corpus, _demo_corpus, schemas.DEMO_CORPUS),
+    Stage("concepts", 2, (), concepts_settings, _concepts, schemas.CONCEPTS),
+    Stage("concept_dedup", 1, ("concepts",), lambda c: c.concept_dedup, _concept_dedup, schemas.CONCEPT_DEDUP),
+    Stage(
+        "translations",
+        1,
+        ("concept_dedup",),
+        lambda c: (c.translations, c.language_codes),
+        _translations,
+        schemas.TRANSLATIONS,
+        {"conflicts": schemas.TRANSLATION_CONFLICTS, "llm_failures": schemas.LLM_FAILURES},
+    ),
+    Stage(
+        "search", 1, ("demo_corpus", "translations"), lambda c: (c.search, c.countries), _search, schemas.SEARCH_HITS
+    ),
+    Stage("images", 1, ("search",), lambda c: c.download, _images, schemas.IMAGES),
+    Stage("image_hashes", 2, ("images",), lambda c: None, _image_hashes, schemas.IMAGE_HASHES),
+    Stage(
+        "image_embeddings", 1, ("images",), embedding_settings, _image_embeddings, schemas.IMAGE_EMBEDDINGS, gpu=True
+    ),
     Stage(
         "image_dedup",
         3,
         ("image_hashes", "image_embeddings"),
         lambda c: c.image_dedup.model_dump(exclude={"shard_size", "workers"}),
         _image_dedup,
+        schemas.IMAGE_DEDUP,
+        {
+            "pairs": schemas.DEDUP_PAIRS,
+            "review_queue": schemas.REVIEW_QUEUE,
+            "concept_summary": schemas.CONCEPT_DEDUP_SUMMARY,
+            "copies": schemas.COPIES,
+        },
     ),
-    Stage("review", 2, ("image_dedup",), lambda c: review_settings(c.review), _review),
-    Stage("tags", 1, ("concept_dedup", "review"), lambda c: c.tagging, _tags),
-    Stage("image_metadata", 2, ("tags",), lambda c: None, _image_metadata),
+    Stage(
+        "review",
+        2,
+        ("image_dedup",),
+        lambda c: review_settings(c.review),
+        _review,
+        schemas.REVIEW,
+        {"decisions": schemas.REVIEW_DECISIONS},
+    ),
+    Stage(
+        "tags",
+        1,
+        ("concept_dedup", "review"),
+        lambda c: c.tagging,
+        _tags,
+        schemas.TAGS,
+        {"llm_failures": schemas.LLM_FAILURES},
+    ),
+    Stage("image_metadata", 2, ("tags",), lambda c: None, _image_metadata, schemas.CATALOG),
     Stage(
         "assembly",
         1,
         ("image_metadata",),
         lambda c: c.assembly.model_dump(exclude={"max_candidate_reuse"}),
         _assembly,
+        schemas.BENCHMARK,
+        {"benchmark_cd": schemas.BENCHMARK_CD, "unassembled": schemas.UNASSEMBLED},
     ),
-    Stage("validation", 2, ("assembly",), lambda c: c.assembly.max_candidate_reuse, _validation),
+    Stage("validation", 2, ("assembly",), lambda c: c.assembly.max_candidate_reuse, _validation, schemas.VIOLATIONS),
 )
 GRAPH = BuildGraph("3xcm", lambda config: STAGES, review_field="review", review_kind="duplicate_review")
-
-
-def stage_fingerprints(config: Build3XCMConfig) -> dict[str, str]:
-    return GRAPH.fingerprints(config)
 
 
 def run_stage(
     name: str, config: Build3XCMConfig, progress: Progress | None = None, accept_incomplete: bool = False
 ) -> tuple[StageMarker, bool]:
-    return GRAPH.run(name, config, progress, accept_incomplete)
+    """One stage of the build of `config` (the tests drive stages one by one)."""
+    return GRAPH.build(config).run(name, progress, accept_incomplete)

@@ -1,4 +1,4 @@
-"""Runs INSIDE benchmarks/.venv-imagededup (imagededup 0.3.3): only the standard library and imagededup.
+"""Runs INSIDE perf/.venv-imagededup (imagededup 0.3.3): only the standard library and imagededup.
 
     python imagededup_side.py IMAGE_DIR     # prints {"pairs": [[a, b], ...], "seconds": s, "files": n}
     python imagededup_side.py --check       # exits 0 when imagededup's PHash imports

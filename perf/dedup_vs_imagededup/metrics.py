@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import combinations
 
-from benchmarks.dedup_vs_imagededup.corpus import COPY_KINDS, CorpusTruth
-from curation.unionfind import UnionFind
+from data.unionfind import UnionFind
+from perf.dedup_vs_imagededup.corpus import COPY_KINDS, CorpusTruth
 
 Pair = tuple[str, str]
 

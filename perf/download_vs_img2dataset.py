@@ -7,7 +7,7 @@ URL. Each tool runs as a child process; wall time and the peak RSS of its whole 
 measured, `--repeats` times, and medians are compared. Targets: ours <= 2/3 of img2dataset's wall time and
 <= 1/2 of its peak RSS. The last line printed is one JSON object with all figures.
 
-    .venv/bin/python benchmarks/download_vs_img2dataset.py [--urls 10000] [--concurrency 64] [--repeats 3] [--quick]
+    .venv/bin/python perf/download_vs_img2dataset.py [--urls 10000] [--concurrency 64] [--repeats 3] [--quick]
                                                            [--unique-bytes]
 
 Read the figures knowing what each tool does per URL. img2dataset (`--disable_all_reencoding True`) stores the
@@ -16,7 +16,7 @@ bytes without decoding them, so HTML served as an image counts as a success; our
 decoded ~300 times. `--unique-bytes` gives every URL distinct bytes: ours then decodes 10,000 images. Ours also
 waits out each Retry-After (1 s) where img2dataset retries at once.
 
-img2dataset is installed on first use into benchmarks/.venv-img2dataset (from PyPI).
+img2dataset is installed on first use into perf/.venv-img2dataset (from PyPI).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
-I2D_VENV = ROOT / "benchmarks" / ".venv-img2dataset"
+I2D_VENV = ROOT / "perf" / ".venv-img2dataset"
 I2D_VERSION = "1.47.0"
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -143,7 +143,7 @@ def run_ours(work: Path, args: argparse.Namespace) -> tuple[float, int, dict[str
 def child_ours(work: Path, concurrency: int, timeout: float) -> None:
     """The measured process for our downloader: what a download shard does, on the whole list."""
     from collectors.downloader import DownloadJournal, HttpDownloadConfig, download_hits
-    from collectors.retry import RetryPolicy
+    from data.retry import RetryPolicy
     from data.workspace import BlobStore, Storage
 
     urls = (work / "urls.txt").read_text().split()

@@ -1,8 +1,8 @@
 """Assembly and validation at scale: the paper's 11,724 images, or a million over 1,000 concepts x 100 countries.
 
-    .venv/bin/python benchmarks/assembly_scale.py [--images 11724] [--repeats 3]
-    .venv/bin/python benchmarks/assembly_scale.py --images 1000000 --repeats 1
-    .venv/bin/python benchmarks/assembly_scale.py --images 1000000 --repeats 1 --seed 1 --concepts 500 --countries 200
+    .venv/bin/python perf/assembly_scale.py [--images 11724] [--repeats 3]
+    .venv/bin/python perf/assembly_scale.py --images 1000000 --repeats 1
+    .venv/bin/python perf/assembly_scale.py --images 1000000 --repeats 1 --seed 1 --concepts 500 --countries 200
 
 Up to 50,000 images the catalog is the paper's: the 139 shipped concepts and the 16 countries (3XCM paper §3.2.1,
 App. K). Past that it is synthetic, 1,000 concepts x 100 countries in language groups shaped like the paper's (a

@@ -1,7 +1,7 @@
 """Classified retries and rate limits shared by every remote backend (downloader, DuckDuckGo, Gemini).
 
-Design brief, habit 6: retry only transient errors (429, 5xx, timeouts) with exponential backoff and jitter,
-honouring Retry-After. One policy model and one limiter serve all three backends.
+Only transient errors (429, 5xx, timeouts) are retried, with exponential backoff and jitter, honouring
+Retry-After. One policy model and one limiter serve all three backends.
 """
 
 from __future__ import annotations

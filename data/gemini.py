@@ -3,7 +3,7 @@ constraints) and, later, image tagging (App. I).
 
 It asks for JSON that follows a pydantic schema, checks the answer with pydantic plus the caller's own rules, and
 re-asks a bounded number of times when the answer is malformed or breaks a rule. Transient API errors (429, 5xx,
-timeouts) are retried by the shared policy of `collectors/retry.py`, honouring Retry-After; google-genai's own
+timeouts) are retried by the shared policy of `data/retry.py`, honouring Retry-After; google-genai's own
 retries are switched off so there is one policy. Valid answers are cached by a hash of the prompt, so a rerun does
 not call the API again; failures are never cached.
 
@@ -27,8 +27,8 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from collectors.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after, prefect_slot, shared_limiter
 from data import provenance
+from data.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after, prefect_slot, shared_limiter
 from data.schemas import LLM_FAILURES, empty, from_rows
 from data.secrets import resolve_secret
 from data.stage import require

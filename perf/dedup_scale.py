@@ -1,4 +1,4 @@
-"""Scale check of the whole image dedup decision (issue 4 target: 1,000,000 x 512-d in < 10 min, RSS < 4 GB).
+"""Scale check of the whole image dedup decision (target: 1,000,000 x 512-d in < 10 min, RSS < 4 GB).
 
 Synthetic unit vectors (float16, 1 GB at full size) spread over 138 concepts, with planted near-copies (a vector
 plus small noise, cosine ~0.97, merged) and planted look-alikes (more noise, cosine ~0.93, the review band), plus
@@ -8,7 +8,7 @@ and review-queue tables, exactly as the stage does. In the same run, a dense per
 sample of concepts gives the peer figure (time per concept) and checks that the blocked search finds exactly the
 same embedding pairs there.
 
-    .venv/bin/python benchmarks/dedup_scale.py [--n 1000000] [--dim 512] [--concepts 138]
+    .venv/bin/python perf/dedup_scale.py [--n 1000000] [--dim 512] [--concepts 138]
 
 The last line printed is one JSON object with the figures.
 """

@@ -13,7 +13,7 @@ noise. A family holds:
 Everything is drawn from `numpy.random.default_rng([seed, family, ...])`, so a seed gives the same files byte for
 byte, whatever the number of workers. File names are a seeded permutation, so they say nothing about the truth.
 
-    .venv/bin/python -m benchmarks.dedup_vs_imagededup.corpus OUT_DIR [--seed 0] [--bases 240] [--examples PNG]
+    .venv/bin/python -m perf.dedup_vs_imagededup.corpus OUT_DIR [--seed 0] [--bases 240] [--examples PNG]
 """
 
 from __future__ import annotations
@@ -528,7 +528,7 @@ def generate_corpus(out_dir: Path, seed: int = 0, bases: int = 240, workers: int
             raise FileExistsError(f"{image_dir} is not empty and holds no corpus; refusing to overwrite it")
         shutil.rmtree(image_dir)
     image_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / MARKER_FILE).write_text("written by benchmarks.dedup_vs_imagededup.corpus\n")
+    (out_dir / MARKER_FILE).write_text("written by perf.dedup_vs_imagededup.corpus\n")
     jobs = [(seed, family, items, str(image_dir)) for family, items in enumerate(_plan(seed, bases))]
     files: dict[str, FileTruth] = {}
     if workers <= 1:

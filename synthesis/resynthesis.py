@@ -20,9 +20,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from annotation.label_configs import FIX_MASK, REJECT_ARTIFACTS, REJECT_MARKER, RETRY_PROMPT
-from curation.synthesis_filters import KEEP
 from data import schemas
+from data.review_labels import FIX_MASK, KEEP, REJECT_ARTIFACTS, REJECT_MARKER, RETRY_PROMPT
 from synthesis.attempts import RESEED, AttemptPlan
 from synthesis.prompts import attempt_seed
 

@@ -1,13 +1,13 @@
 """Quality and speed of our file deduplicator against imagededup 0.3.3's PHash, on one synthetic corpus.
 
-    .venv/bin/python -m benchmarks.dedup_vs_imagededup.run [--seed 0] [--bases 240] [--repeats 3] [--workdir DIR]
+    .venv/bin/python -m perf.dedup_vs_imagededup.run [--seed 0] [--bases 240] [--repeats 3] [--workdir DIR]
                                                            [--skip-imagededup] [--skip-ours] [--examples PNG]
 
 The corpus (corpus.py) is ~1,200 photo-like images with known groups: bases, one-transform copies of them, and
 hard-negative siblings that share a base's background and layout. Both tools see the same folder in the same run.
 
 - imagededup: `PHash().find_duplicates(image_dir, max_distance_threshold=10)` in its own virtual environment
-  (benchmarks/.venv-imagededup, installed on first use with uv), a fresh process per repeat.
+  (perf/.venv-imagededup, installed on first use with uv), a fresh process per repeat.
 - ours: `curation.file_dedup.dedup_files(paths, workers=2)` in this process, one fresh call per repeat; review-band
   pairs are counted apart.
 
@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmarks.dedup_vs_imagededup.corpus import COPY_KINDS, CorpusTruth, generate_corpus, save_montage
-from benchmarks.dedup_vs_imagededup.metrics import (
+from perf.dedup_vs_imagededup.corpus import COPY_KINDS, CorpusTruth, generate_corpus, save_montage
+from perf.dedup_vs_imagededup.metrics import (
     Pair,
     cluster_pairs,
     connected_clusters,
@@ -53,12 +53,13 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGEDEDUP_VENV = ROOT / "benchmarks" / ".venv-imagededup"
+IMAGEDEDUP_VENV = ROOT / "perf" / ".venv-imagededup"
 IMAGEDEDUP_SIDE = Path(__file__).resolve().parent / "imagededup_side.py"
 # torch is pinned to the version of our own venv so that uv links it from its cache instead of downloading it;
 # imagededup imports torch at import time even for PHash.
 IMAGEDEDUP_REQUIREMENTS = ("imagededup==0.3.3", "torch==2.14.1", "torchvision==0.29.1")
-# Targets of culturebench issue 4, "Quality benchmark against imagededup".
+# The bar the benchmark reports against: pairwise F1 and precision at least these, and our wall time at most
+# this share of imagededup's.
 TARGET_F1 = 0.99
 TARGET_PRECISION = 0.995
 TARGET_WALL_RATIO = 0.5

@@ -10,7 +10,7 @@ and checks that the releases are byte-identical:
 Dask workers run one thread each (Dask sets OMP_NUM_THREADS=1 in them). Prints medians and ends with one JSON line
 of the figures.
 
-    .venv/bin/python benchmarks/scale_out.py [--repeats 3] [--workers 2] [--shard-size 32]
+    .venv/bin/python perf/scale_out.py [--repeats 3] [--workers 2] [--shard-size 32]
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def random_vit(folder: Path) -> tuple[Path, Path]:
 
 
 def config(models: Path, shard_size: int, task_runner: dict[str, Any]) -> Any:
-    from flows.config import Build3XCMConfig
+    from flows.xcm.config import Build3XCMConfig
 
     configs, weights = models
     embedder = {"model_name": "bench-vit", "pretrained": str(weights), "model_config_dir": str(configs)}
@@ -80,7 +80,7 @@ def stage_seconds(flow_run_id: Any) -> dict[str, float]:
 
 
 def build(folder: Path, cfg: Any) -> tuple[float, dict[str, float], dict[str, bytes], int]:
-    from flows.build_3xcm import build_3xcm
+    from flows.xcm.build import build_3xcm
 
     folder.mkdir()
     os.chdir(folder)  # relative roots: the two releases' manifests name the same ones

@@ -1,0 +1,63 @@
+"""What every image searcher shares: the query it is asked, the hits it returns, and the error it raises.
+
+Kept apart from `collectors/search.py` (the stage and its backend union) so that a backend module such as
+`collectors/search_ddgs.py` can import them at module level: `collectors.search` imports the backends for its
+config union, so the backends must not import it back.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from data import reference
+
+QueryLang = Literal["eng", "nav"]
+
+
+class SearchQuery(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    concept_id: int
+    concept: str
+    country: str
+    query: str
+    query_lang: QueryLang
+    language_code: str
+    region: str
+    not_searchable: str | None = None  # why this query is recorded as failed without asking the engine
+
+    @property
+    def _country_slug(self) -> str:
+        """The 3XCM country's slug (its name in lower case, spaces kept, as the authors' ids have it); another
+        place (a MixCuBe culture) is slugged from its name."""
+        country = reference.country_by_name().get(self.country)
+        return country.slug if country else "-".join("".join(c if c.isalnum() else " " for c in self.country).split())
+
+    @property
+    def query_id(self) -> str:
+        return f"{self._country_slug}-{self.concept_id}-q-{self.query_lang}"
+
+    def image_id(self, rank: int) -> str:
+        """`rank` is 1-based: `saudi arabia-0-1-eng` is the top English hit for train (id 0) in Saudi Arabia."""
+        if rank < 1:
+            raise ValueError(f"ranks are 1-based, got {rank}")
+        return f"{self._country_slug}-{self.concept_id}-{rank}-{self.query_lang}"
+
+
+class SearchHit(BaseModel):
+    url: str
+    source_page: str | None = None
+    title: str | None = None
+    width: int | None = None
+    height: int | None = None
+
+
+class SearchError(Exception):
+    """A search that failed; `kind` is the short class recorded in the `error` column."""
+
+    def __init__(self, kind: str, detail: str = "") -> None:
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
+        self.detail = detail

@@ -1,0 +1,146 @@
+"""The engine's contracts: stages return their output and only the graph writes it, with the schemas the stage
+declares; typed stage details keep the stats files' shape; every benchmark is one registry record that the CLI and
+sync-reviews read; 3XCM checks its models before any stage runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pytest
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+from data.workspace import ReviewSummary, StageStats
+from flows import benchmarks
+from flows.engine.config import BuildConfigBase
+from flows.engine.graph import BuildGraph, Stage, StageOutput
+
+ITEMS = pa.schema([("item", pa.int64()), ("status", pa.string()), ("error", pa.string())])
+NOTES = pa.schema([("note", pa.string())])
+
+
+class ToyConfig(BuildConfigBase):
+    build_prefix: ClassVar[str] = "toy"
+    count: int = 3
+
+
+class Calls(BaseModel):
+    runs: list[str] = []
+
+
+def toy_graph(calls: Calls, side: dict[str, pa.Table] | None = None) -> BuildGraph:
+    def items(ctx: Any) -> StageOutput:
+        calls.runs.append(ctx.stage)
+        rows = [{"item": i, "status": "ok" if i else "failed", "error": None if i else "empty"} for i in range(3)]
+        # int32 on purpose: the graph casts to the declared int64
+        table = pa.table(
+            {
+                "item": pa.array([r["item"] for r in rows], pa.int32()),
+                **{k: [r[k] for r in rows] for k in ("status", "error")},
+            }
+        )
+        notes = {"notes": pa.table({"note": ["hello"]})} if side is None else side
+        return StageOutput(table, notes)
+
+    def total(ctx: Any) -> StageOutput:
+        calls.runs.append(ctx.stage)
+        count = ctx.table("items").num_rows
+        stats = StageStats(stage=ctx.stage, rows_in=count, kept=count, detector="toy-model")
+        return StageOutput(pa.table({"item": [count], "status": ["ok"], "error": [None]}), stats=stats)
+
+    stages = (
+        Stage("items", 1, (), lambda c: c.count, items, ITEMS, {"notes": NOTES}),
+        Stage("total", 1, ("items",), lambda c: None, total, ITEMS),
+    )
+    return BuildGraph("toy", lambda config: stages, review_field="review", review_kind="duplicate_review")
+
+
+def test_the_graph_writes_what_a_stage_returns_with_the_declared_schemas(tmp_path: Path) -> None:
+    calls = Calls()
+    build = toy_graph(calls).build(ToyConfig(workspace_root=str(tmp_path)))
+    for name in build.names:
+        _, skipped = build.run(name)
+        assert not skipped
+    items = build.ws.read_table("items")
+    assert items.schema == ITEMS and items["item"].to_pylist() == [0, 1, 2]
+    assert build.ws.read_extra_table("items", "notes").to_pylist() == [{"note": "hello"}]
+    counted = build.ws.stats("items")  # no stats returned: counted from the status/error columns
+    assert (counted.stage, counted.kept, counted.dropped, counted.dropped_by_reason) == ("items", 2, 1, {"empty": 1})
+    total = build.ws.stats("total")
+    assert total.detector == "toy-model" and total.kept == 3
+
+    again = toy_graph(calls).build(ToyConfig(workspace_root=str(tmp_path)))  # resolved anew: the same fingerprints
+    assert again.fingerprints == build.fingerprints
+    assert all(again.run(name)[1] for name in again.names) and calls.runs == ["items", "total"]
+
+
+@pytest.mark.parametrize(
+    "side",
+    [{}, {"notes": pa.table({"note": ["x"]}), "extra": pa.table({"note": ["y"]})}],
+    ids=["missing", "undeclared"],
+)
+def test_side_tables_must_be_the_declared_ones(tmp_path: Path, side: dict[str, pa.Table]) -> None:
+    build = toy_graph(Calls(), side).build(ToyConfig(workspace_root=str(tmp_path)))
+    with pytest.raises(TypeError, match="side tables"):
+        build.run("items")
+    assert build.ws.marker("items") is None  # nothing half-written is vouched for
+
+
+def test_typed_stage_details_are_written_inside_extra_as_before() -> None:
+    stats = StageStats(
+        stage="review",
+        review={"reviewer": "auto_accept"},
+        detector=None,  # set, even to None: written
+        extra={"queries_failed": 2},
+    )
+    dumped = json.loads(stats.model_dump_json())
+    assert dumped["extra"] == {"queries_failed": 2, "review": {"reviewer": "auto_accept"}, "detector": None}
+    assert set(dumped) == {"stage", "rows_in", "kept", "dropped", "dropped_by_reason", "extra"}
+    back = StageStats.model_validate(dumped)
+    assert isinstance(back.review, ReviewSummary) and back.review.reviewer == "auto_accept"
+    assert back.review.tasks is None and back.contact_sheet is None and back.extra == {"queries_failed": 2}
+    assert json.loads(back.model_dump_json()) == dumped  # a stats file read and written again keeps its bytes
+
+    human = {"reviewer": "label_studio", "tasks": 4, "agreement": {"fleiss_kappa": 0.5}, "merged": 2}
+    assert StageStats(stage="qa_r1", extra={"review": human}).model_dump()["extra"]["review"] == human
+
+
+def test_every_registered_benchmark_is_one_record_the_cli_and_sync_reviews_read() -> None:
+    from flows.cli import app
+    from flows.sync_reviews import sync_reviews
+
+    records = benchmarks.all_benchmarks()
+    assert [r.name for r in records] == benchmarks.names() == ["3xcm", "mixcube"]
+    for record in records:
+        assert record.graph.name == record.name and record.flow.name == record.flow_name
+        assert record.flow.parameters.properties["config"]  # the flow's typed config parameter
+        assert benchmarks.by_flow_name(record.flow_name) is record
+    help_text = CliRunner().invoke(app, ["build", "--help"]).output
+    assert all(name in help_text for name in benchmarks.names())
+    assert sync_reviews.parameters.properties["flow_names"]
+    with pytest.raises(benchmarks.UnknownBenchmark, match="known: 3xcm, mixcube"):
+        benchmarks.get("4xcm")
+
+
+def test_3xcm_fails_before_any_stage_when_its_open_clip_weights_are_missing(tmp_path: Path) -> None:
+    from flows.cli import app
+    from flows.xcm.build import XCM
+    from flows.xcm.config import Build3XCMConfig
+
+    missing = tmp_path / "models" / "open_clip_pytorch_model.bin"
+    embedding = {"embedder": {"model_name": "ViT-B-32", "pretrained": str(missing)}}
+    config = Build3XCMConfig.demo(workspace_root=str(tmp_path / "ws"), image_dedup={"embedding": embedding})
+    with pytest.raises(FileNotFoundError, match=r"OpenClipEmbeddingConfig\.pretrained"):
+        XCM.build_locally(config)
+    assert not (tmp_path / "ws").exists() or not any((tmp_path / "ws").rglob("_SUCCESS"))  # nothing ran
+
+    file = tmp_path / "config.json"
+    file.write_text(json.dumps({"image_dedup": {"embedding": embedding}}))
+    result = CliRunner().invoke(
+        app, ["build", "3xcm", "--demo", "--engine", "local", "--config", str(file), "--workspace-root", str(tmp_path)]
+    )
+    assert result.exit_code == 2 and "does not exist" in result.output
+    assert not any(tmp_path.rglob("_SUCCESS"))

@@ -1,0 +1,271 @@
+"""The package layering, checked on the source (every import, at module level or inside a function).
+
+- `data/` is the shared infrastructure (schemas, workspace, releases, the retry policy, the LLM client, ...): it
+  imports no other project package.
+- The domain folders `collectors/`, `curation/`, `synthesis/` and `annotation/` import `data/` and their own
+  folder only, apart from the few imports listed in `EXCEPTIONS`, each with its reason.
+- `flows/` orchestrates and may import anything; nothing outside `flows/` imports it.
+- No import cycle between project modules. Imports under `if TYPE_CHECKING:` never run, so they count for the
+  layering but not for cycles.
+
+The checker reads files, not the import system, so a lazy import inside a function is seen like any other. It is
+run once on a small made-up project first, so a checker that stopped finding anything fails too.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("data", "collectors", "curation", "synthesis", "annotation", "flows")
+DOMAINS = ("collectors", "curation", "synthesis", "annotation")
+INFRASTRUCTURE = "data"
+ORCHESTRATION = "flows"
+
+#: Imports across domain folders that are allowed, (importing module, imported module) -> why. Keep it short: an
+#: entry here is a dependency a reader cannot guess from the folder names. An entry no import uses fails the test.
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("curation.reassemble", "collectors.concepts"): (
+        "Reassembling a released benchmark needs the query texts its build used: the shipped concepts and "
+        "translations, made by the same collectors (shipped backends, no model, no network) so the texts are "
+        "byte for byte the build's. Imported inside the function that needs them."
+    ),
+    ("curation.reassemble", "collectors.translations"): "As above: the shipped translations of the pool's concepts.",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # importing module, dotted
+    target: str  # imported project module, dotted
+    path: str  # importing file, relative to the root
+    line: int
+    type_only: bool  # under `if TYPE_CHECKING:`
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def project_modules(root: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the project packages under `root`."""
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_nodes(tree: ast.AST) -> Iterable[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement anywhere in the tree (functions, classes, try blocks, ...), and whether it sits in
+    the body of an `if TYPE_CHECKING:`."""
+    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while stack:
+        node, type_only = stack.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node, type_only
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack += [(child, True) for child in node.body]
+            stack += [(child, type_only) for child in node.orelse]
+            continue
+        stack += [(child, type_only) for child in ast.iter_child_nodes(node)]
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module that `name` (a module or a name inside one) lives in; None outside the project."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def project_imports(root: Path) -> list[Import]:
+    modules = project_modules(root)
+    found = []
+    for module, path in modules.items():
+        is_package = path.name == "__init__.py"
+        rel = path.relative_to(root).as_posix()
+        for node, type_only in _import_nodes(ast.parse(path.read_text(encoding="utf-8"), filename=rel)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:  # relative: from the package this module is in (a package is its own)
+                    package = module.split(".") if is_package else module.split(".")[:-1]
+                    package = package[: len(package) - (node.level - 1)]
+                    base = ".".join([*package, *([base] if base else [])])
+                # `from pkg import mod` imports the module pkg.mod; `from mod import name` imports mod.
+                names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+            for name in dict.fromkeys(names):
+                target = _resolve(name, modules)
+                if target is not None and target != module:
+                    found.append(Import(module, target, rel, node.lineno, type_only))
+    return sorted(found, key=lambda item: (item.path, item.line, item.target))
+
+
+def layer_violations(imports: Iterable[Import], exceptions: dict[tuple[str, str], str]) -> list[str]:
+    problems = []
+    for item in imports:
+        source_top, target_top = item.source.split(".")[0], item.target.split(".")[0]
+        if source_top in (ORCHESTRATION, target_top):
+            continue
+        if source_top == INFRASTRUCTURE:
+            problems.append(f"{item.where}: {item.source} imports {item.target}, but data/ imports no other package")
+        elif target_top == ORCHESTRATION:
+            problems.append(f"{item.where}: {item.source} imports {item.target}: only flows/ may import flows")
+        elif source_top in DOMAINS and target_top != INFRASTRUCTURE and (item.source, item.target) not in exceptions:
+            problems.append(
+                f"{item.where}: {item.source} imports {item.target}, but {source_top}/ may import only data/ and "
+                f"{source_top}/ (or add a reasoned entry to EXCEPTIONS in tests/test_layers.py)"
+            )
+    return problems
+
+
+def unused_exceptions(imports: Iterable[Import], exceptions: dict[tuple[str, str], str]) -> list[str]:
+    used = {(item.source, item.target) for item in imports}
+    return [f"{source} -> {target}" for source, target in exceptions if (source, target) not in used]
+
+
+def import_cycles(imports: Iterable[Import]) -> list[str]:
+    """One cycle per strongly connected group of modules (runtime imports only), as `a (file:line) -> b ... -> a`."""
+    edges: dict[str, dict[str, Import]] = {}
+    for item in imports:
+        if not item.type_only:
+            edges.setdefault(item.source, {}).setdefault(item.target, item)
+    # Tarjan's strongly connected components, iteratively.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges.get(start, {}))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, {})))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(sorted(group))
+    cycles = []
+    for group in groups:
+        members = set(group)
+        # The shortest way from the group's first module back to itself, inside the group.
+        first = group[0]
+        paths = {first: [first]}
+        queue = [first]
+        cycle: list[str] | None = None
+        while queue and cycle is None:
+            node = queue.pop(0)
+            for child in sorted(edges.get(node, {})):
+                if child == first:
+                    cycle = [*paths[node], first]
+                    break
+                if child in members and child not in paths:
+                    paths[child] = [*paths[node], child]
+                    queue.append(child)
+        assert cycle is not None
+        steps = [f"{a} ({edges[a][b].where})" for a, b in itertools.pairwise(cycle)]
+        cycles.append(" -> ".join([*steps, first]))
+    return cycles
+
+
+# -- the checker on a made-up project: it must find what is planted ----------------------------------------------
+def _write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_the_checker_finds_planted_violations_and_cycles(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            **{f"{package}/__init__.py": "" for package in PACKAGES},
+            "data/base.py": "def f():\n    from curation import c\n",  # data importing a domain, lazily
+            "curation/c.py": "from data.base import f\n\ndef g():\n    from synthesis.d import x\n",  # lazily
+            "collectors/a.py": "from . import b\n",
+            "collectors/b.py": "import collectors.a\n",
+            "synthesis/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from flows import e\nx = 1\n",
+            "synthesis/s.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from synthesis import t\n",
+            "synthesis/t.py": "from synthesis import s\n",  # a cycle only through a type-only import: none
+            "flows/e.py": "from curation.c import g\nfrom synthesis.d import x\n",
+        },
+    )
+    imports = project_imports(tmp_path)
+    problems = layer_violations(imports, {})
+    assert problems == [
+        "curation/c.py:4: curation.c imports synthesis.d, but curation/ may import only data/ and curation/ "
+        "(or add a reasoned entry to EXCEPTIONS in tests/test_layers.py)",
+        "data/base.py:2: data.base imports curation.c, but data/ imports no other package",
+        "synthesis/d.py:3: synthesis.d imports flows.e: only flows/ may import flows",
+    ]
+    assert layer_violations(imports, {("curation.c", "synthesis.d"): "reason"}) == problems[1:]
+    assert unused_exceptions(imports, {("curation.c", "annotation.z"): "reason"}) == ["curation.c -> annotation.z"]
+    assert sorted(import_cycles(imports)) == [
+        "collectors.a (collectors/a.py:1) -> collectors.b (collectors/b.py:1) -> collectors.a",
+        "curation.c (curation/c.py:1) -> data.base (data/base.py:2) -> curation.c",  # the lazy import counts
+    ]
+
+
+# -- the project ---------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def imports() -> list[Import]:
+    found = project_imports(ROOT)
+    assert len(project_modules(ROOT)) > 50 and len(found) > 200, "the checker found too little: is ROOT right?"
+    return found
+
+
+def test_domains_import_only_data_and_their_own_folder(imports: list[Import]) -> None:
+    problems = layer_violations(imports, EXCEPTIONS)
+    assert not problems, "imports that break the layering:\n" + "\n".join(problems)
+
+
+def test_every_allowed_exception_is_still_used(imports: list[Import]) -> None:
+    stale = unused_exceptions(imports, EXCEPTIONS)
+    assert not stale, "EXCEPTIONS entries no import uses any more (remove them):\n" + "\n".join(stale)
+
+
+def test_no_import_cycles_between_project_modules(imports: list[Import]) -> None:
+    cycles = import_cycles(imports)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
