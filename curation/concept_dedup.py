@@ -105,9 +105,10 @@ class BgeM3Embedder:
         is_folder = _looks_like_path(config.model) or Path(config.model).expanduser().is_dir()
         label = Path(config.model).name if is_folder else config.model
         self.method = f"bge-m3:{label}"
+        self.model_path = resolve_model_path(config)  # a missing model fails when built, not at the first batch
 
     def vectors(self, names: list[str]) -> np.ndarray:
-        model = _load_bge_m3(resolve_model_path(self.config), self.config.device, self.config.fp16)
+        model = _load_bge_m3(self.model_path, self.config.device, self.config.fp16)
         out = model.encode(
             list(names),
             batch_size=self.config.batch_size,

@@ -71,21 +71,7 @@ class ReviewSummary(BaseModel):
     agreement: dict[str, Any] | None = None
 
 
-# The details other code reads back (provenance, the flow summary, the runner). They are typed fields, but written
-# inside `extra` as they always were, so stats files and release manifests keep their shape.
-TYPED_DETAILS = (
-    "review",
-    "contact_sheet",
-    "summary_table",
-    "repaired_files",
-    "models",
-    "detector",
-    "masker",
-    "reuse",
-    "incomplete",
-    "left_over_by_outcome",
-    "cells_below_target",
-)
+COUNTS = ("stage", "rows_in", "kept", "dropped", "dropped_by_reason", "extra")
 
 
 class StageStats(BaseModel):
@@ -108,6 +94,9 @@ class StageStats(BaseModel):
     left_over_by_outcome: dict[str, int] | None = None  # quintets
     cells_below_target: list[dict[str, Any]] | None = None  # quintets: culture x category cells short of target
     extra: dict[str, Any] = Field(default_factory=dict)  # informative details nobody reads back
+
+    # The typed fields above are the details other code reads back (provenance, the flow summary, the runner). They
+    # are written inside `extra` as they always were, so stats files and release manifests keep their shape.
 
     @model_validator(mode="before")
     @classmethod
@@ -134,6 +123,10 @@ class StageStats(BaseModel):
     def reasons_text(self) -> str:
         """Drop reasons as one readable cell, e.g. `too_small: 2, not_an_image: 1`."""
         return ", ".join(f"{k}: {v}" for k, v in self.dropped_by_reason.items()) or "-"
+
+
+# Every field that is not a count: derived, so a new typed detail is one field above.
+TYPED_DETAILS = tuple(name for name in StageStats.model_fields if name not in COUNTS)
 
 
 class FileRecord(BaseModel):

@@ -140,11 +140,11 @@ def _run_build(benchmark: Benchmark, cfg: Any, engine: Engine, close_reviews: bo
     if engine is Engine.local and cfg.task_runner.kind != "default":
         console.print(f"[yellow]task_runner {cfg.task_runner.kind} is for Prefect runs: the shards run here[/yellow]")
     try:
-        benchmark.preflight(cfg)  # before a flow (and perhaps a temporary Prefect server) starts
-        if engine is Engine.local:
+        if engine is Engine.local:  # `build_locally` runs the preflight first
             with _progress() as progress:
                 summary = benchmark.build_locally(cfg, progress=progress, close_reviews=close_reviews)
         else:
+            benchmark.preflight(cfg)  # before a flow (and perhaps a temporary Prefect server) starts
             summary = benchmark.flow(cfg, close_reviews=close_reviews)
     except ConfigError as exc:  # a config that cannot build, found by the preflight
         console.print(f"[red]{exc}[/red]")

@@ -11,8 +11,6 @@ from typing import Any
 
 from prefect import flow
 
-from curation.concept_dedup import BgeM3ConceptDedupConfig, resolve_model_path
-from curation.image_embeddings import register_model_configs, resolve_weights
 from curation.validate import ValidationReport, validate_benchmark
 from data import release_3xcm
 from data.provenance import code_version, reference_data_sha256
@@ -47,12 +45,10 @@ def preflight(config: Build3XCMConfig) -> None:
     if missing:
         fields = " or ".join(f"search.{name}" for name in missing)
         raise ConfigError(f"{fields} is required (or use --demo for the generated corpus)")
-    if isinstance(config.concept_dedup, BgeM3ConceptDedupConfig):
-        resolve_model_path(config.concept_dedup)
-    tier = config.image_dedup.embedding
-    if tier is not None:
-        register_model_configs(tier.embedder)  # open_clip installed, the architecture known
-        resolve_weights(tier.embedder)  # the weights file exists, or the tag is open_clip's
+    # Building a model backend checks its files, extra and device; the weights load at first use.
+    config.concept_dedup.build()
+    if config.image_dedup.embedding is not None:
+        config.image_dedup.embedding.embedder.build()
 
 
 def provenance(build: Build[Build3XCMConfig]) -> dict[str, Any]:
