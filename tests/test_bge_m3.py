@@ -140,8 +140,15 @@ def test_bge_m3_model_is_loaded_once_per_process(tiny_m3: Path, tmp_path: Path) 
     loaded = concept_dedup._load_bge_m3(str(tiny_m3), "cpu", False)
     second = run_concept_dedup(config.model_copy(update={"threshold": 0.99}), concepts_table(NAMES))
     assert concept_dedup._load_bge_m3(str(tiny_m3), "cpu", False) is loaded
-    # Same model, same inputs; float summation order may differ between calls (oneDNN), so not bit for bit.
-    assert first["score"].to_pylist() == pytest.approx(second["score"].to_pylist(), abs=1e-6)
+    # Same model, same inputs; float summation order may differ between calls (oneDNN), so not bit for bit. A concept
+    # kept at both thresholds scores its nearest neighbour, whatever the threshold; a merged one scores its group's
+    # kept concept, which a chain of merges at the lower threshold can change.
+    kept = [
+        i for i, (a, b) in enumerate(zip(first["keep"].to_pylist(), second["keep"].to_pylist(), strict=True)) if a and b
+    ]
+    assert kept
+    scores = [first["score"][i].as_py() for i in kept]
+    assert scores == pytest.approx([second["score"][i].as_py() for i in kept], abs=1e-6)
 
 
 def test_bge_m3_missing_weights_give_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
