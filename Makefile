@@ -1,4 +1,5 @@
-# The two README commands: `make demo` (offline 3XCM and MixCuBe builds on the embedded defaults) and `make test`.
+# The two README commands: `make demo` (offline 3XCM and MixCuBe builds on the embedded defaults, each evaluated
+# with a tiny random model) and `make test`.
 # Both create .venv and install the locked dependency set when needed; nothing is taken from the host
 # besides a Python 3.11 interpreter.
 SHELL := /bin/bash
@@ -42,6 +43,8 @@ browser:
 demo: $(STAMP)
 	$(BIN)/culturebench build 3xcm --demo
 	$(BIN)/culturebench build mixcube --demo
+	$(BIN)/culturebench evaluate 3xcm releases/3xcm/0.1.0-demo --demo-model
+	$(BIN)/culturebench evaluate mixcube releases/mixcube/0.1.0-demo --demo-model
 
 test: $(STAMP) $(LS_STAMP) browser
 	$(BIN)/python -m pytest
@@ -58,4 +61,4 @@ lock:
 		--output-file requirements-labelstudio.lock
 
 clean:
-	rm -rf $(VENV) $(LS_VENV) workspace releases .prefect test-artifacts
+	rm -rf $(VENV) $(LS_VENV) workspace releases evaluations .prefect test-artifacts

@@ -78,6 +78,22 @@ class ImageEmbedder(Protocol):
         ...
 
 
+class OpenClipSettings(Protocol):
+    """The fields the helpers below read: OpenClipEmbeddingConfig's, and those of the 3XCM evaluation's open_clip
+    encoder (curation/evaluation/encoders.py), which shares these checks."""
+
+    @property
+    def model_name(self) -> str: ...
+    @property
+    def pretrained(self) -> str | None: ...
+    @property
+    def model_config_dir(self) -> str | None: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def precision(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class ResolvedWeights:
     """`pretrained` checked and named: either a local file or an open_clip tag."""
@@ -93,13 +109,15 @@ def looks_like_path(value: str) -> bool:
     return "/" in value or "\\" in value or value.startswith((".", "~")) or value.lower().endswith(WEIGHT_SUFFIXES)
 
 
-def resolve_weights(config: OpenClipEmbeddingConfig) -> ResolvedWeights:
-    """Check `pretrained` before any model is built, so a typo fails with the path and the field, not later."""
+def resolve_weights(config: OpenClipSettings, stage: str = "image embeddings") -> ResolvedWeights:
+    """Check `pretrained` before any model is built, so a typo fails with the path and the field, not later.
+    `stage` and the config's class name open every message."""
+    owner = type(config).__name__
     if not config.pretrained:
         raise ValueError(
-            "image embeddings: OpenClipEmbeddingConfig.pretrained is not set. The embedding tier needs trained "
-            "weights (random weights give meaningless similarities): give a local weights file (e.g. "
-            "open_clip_pytorch_model.bin) or an open_clip pretrained tag."
+            f"{stage}: {owner}.pretrained is not set. Trained weights are needed (random weights give "
+            "meaningless similarities): give a local weights file (e.g. open_clip_pytorch_model.bin) or an "
+            "open_clip pretrained tag."
         )
     path = Path(config.pretrained).expanduser()
     if path.is_file():
@@ -109,7 +127,7 @@ def resolve_weights(config: OpenClipEmbeddingConfig) -> ResolvedWeights:
     if looks_like_path(config.pretrained):
         what = "is a folder, not a weights file" if path.is_dir() else "does not exist"
         raise FileNotFoundError(
-            f"image embeddings: weights file {config.pretrained!r} (OpenClipEmbeddingConfig.pretrained) {what}. "
+            f"{stage}: weights file {config.pretrained!r} ({owner}.pretrained) {what}. "
             "Point pretrained at an open_clip .pt/.bin/.safetensors file, e.g. the open_clip_pytorch_model.bin of "
             "a downloaded laion/CLIP-ViT-B-32-laion2B-s34B-b79K repository."
         )
@@ -117,51 +135,51 @@ def resolve_weights(config: OpenClipEmbeddingConfig) -> ResolvedWeights:
     if not open_clip.get_pretrained_cfg(config.model_name, config.pretrained):
         tags = open_clip.list_pretrained_tags_by_model(config.model_name)
         raise ValueError(
-            f"image embeddings: OpenClipEmbeddingConfig.pretrained={config.pretrained!r} is neither an existing "
+            f"{stage}: {owner}.pretrained={config.pretrained!r} is neither an existing "
             f"file nor an open_clip pretrained tag of {config.model_name!r} (tags: {', '.join(tags) or 'none'})."
         )
     return ResolvedWeights(config.pretrained, config.pretrained, is_file=False)
 
 
-def register_model_configs(config: OpenClipEmbeddingConfig) -> Any:
+def register_model_configs(config: OpenClipSettings, stage: str = "image embeddings") -> Any:
     """Import open_clip, register `model_config_dir` and check that `model_name` is a known architecture."""
     open_clip = require("open_clip", "embed")
+    owner = type(config).__name__
     if config.model_name.startswith(("hf-hub:", "local-dir:")):
         # Those schemas make open_clip ignore `pretrained` and fetch weights by their own rules.
         raise ValueError(
-            f"image embeddings: model_name {config.model_name!r} uses an open_clip schema; give the architecture "
+            f"{stage}: model_name {config.model_name!r} uses an open_clip schema; give the architecture "
             "name as model_name and the weights file as pretrained instead."
         )
     if config.model_config_dir is not None:
         folder = Path(config.model_config_dir).expanduser()
         if not folder.is_dir():
             raise FileNotFoundError(
-                f"image embeddings: model config folder {config.model_config_dir!r} "
-                "(OpenClipEmbeddingConfig.model_config_dir) does not exist."
+                f"{stage}: model config folder {config.model_config_dir!r} ({owner}.model_config_dir) does not exist."
             )
         # Added again on every load so that this folder's config wins over a same-named one added earlier.
         open_clip.add_model_config(folder)
     if open_clip.get_model_config(config.model_name) is None:
         raise ValueError(
-            f"image embeddings: unknown open_clip architecture {config.model_name!r} "
-            "(OpenClipEmbeddingConfig.model_name); add its JSON to model_config_dir or pick a built-in one."
+            f"{stage}: unknown open_clip architecture {config.model_name!r} "
+            f"({owner}.model_name); add its JSON to model_config_dir or pick a built-in one."
         )
     return open_clip
 
 
-def resolve_device(config: OpenClipEmbeddingConfig) -> tuple[str, str]:
+def resolve_device(config: OpenClipSettings, stage: str = "image embeddings") -> tuple[str, str]:
     """The torch device and the effective precision (fp16 only on CUDA)."""
     torch = require("torch", "embed")
     has_cuda = torch.cuda.is_available()
     if config.device == "cuda" and not has_cuda:
         raise RuntimeError(
-            "image embeddings: OpenClipEmbeddingConfig.device is 'cuda' but torch sees no usable CUDA device; "
+            f"{stage}: {type(config).__name__}.device is 'cuda' but torch sees no usable CUDA device; "
             "use device 'auto' or 'cpu'."
         )
     device = "cuda" if config.device == "cuda" or (config.device == "auto" and has_cuda) else "cpu"
     precision = config.precision
     if precision == "fp16" and device == "cpu":
-        log.warning("image embeddings: precision fp16 needs CUDA; running in fp32 on the CPU")
+        log.warning("%s: precision fp16 needs CUDA; running in fp32 on the CPU", stage)
         precision = "fp32"
     return device, precision
 

@@ -14,7 +14,8 @@ import numpy as np
 _PNG_METADATA = {"Software": None}
 
 
-def _png(figure: plt.Figure) -> bytes:
+def figure_png(figure: plt.Figure) -> bytes:
+    """The figure as PNG bytes (closed afterwards), without the version metadata."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight", metadata=_PNG_METADATA)
     plt.close(figure)
@@ -43,7 +44,7 @@ def heatmap_png(matrix: np.ndarray, row_labels: list[str], col_labels: list[str]
             )
     axes.set_title(title, fontsize=10)
     figure.colorbar(image, ax=axes, fraction=0.04)
-    return _png(figure)
+    return figure_png(figure)
 
 
 def bars_png(counts: dict[str, int], title: str) -> bytes:
@@ -56,4 +57,4 @@ def bars_png(counts: dict[str, int], title: str) -> bytes:
         axes.text(value, y, f" {value}", va="center", fontsize=8)
     axes.invert_yaxis()
     axes.set_title(title, fontsize=10)
-    return _png(figure)
+    return figure_png(figure)

@@ -1,5 +1,5 @@
 """The one Gemini client every Gemini backend uses: concept generation (3XCM paper App. H), translation (App. R
-constraints) and, later, image tagging (App. I).
+constraints), image tagging (App. I) and, as free text, the MixCuBe VLM questions (`generate_text`).
 
 It asks for JSON that follows a pydantic schema, checks the answer with pydantic plus the caller's own rules, and
 re-asks a bounded number of times when the answer is malformed or breaks a rule. Transient API errors (429, 5xx,
@@ -38,7 +38,9 @@ logger = logging.getLogger(__name__)
 
 FALLBACK_API_KEY_ENV = "GOOGLE_API_KEY"  # google-genai's own name for the key
 
-ErrorClass = Literal["malformed_output", "invalid_output", "rate_limited", "api_error", "auth_error"]
+ErrorClass = Literal[
+    "malformed_output", "invalid_output", "rate_limited", "api_error", "auth_error", "empty_output", "refused"
+]
 
 
 class GeminiSettings(BaseModel):
@@ -136,14 +138,22 @@ def _digestable(value: Any) -> Any:
     raise TypeError(f"cannot hash prompt contents of type {type(value).__name__}")
 
 
-def prompt_sha256(settings: GeminiSettings, contents: list[Any], schema: type[BaseModel]) -> str:
-    """What decides an answer: model, contents, output schema and temperature."""
-    payload = {
+def prompt_sha256(
+    settings: GeminiSettings,
+    contents: list[Any],
+    schema: type[BaseModel] | None,
+    generation: dict[str, Any] | None = None,
+) -> str:
+    """What decides an answer: model, contents, output schema (None: free text), temperature and any further
+    generation settings (left out of the hash when there are none, so earlier cache entries keep their keys)."""
+    payload: dict[str, Any] = {
         "model": settings.model,
         "contents": _digestable(list(contents)),
-        "schema": schema.model_json_schema(),
+        "schema": None if schema is None else schema.model_json_schema(),
         "temperature": settings.temperature,
     }
+    if generation:
+        payload["generation"] = generation
     return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
@@ -296,29 +306,15 @@ class GeminiClient:
         config = self._types.GenerateContentConfig(
             response_mime_type="application/json", response_schema=schema, temperature=self.settings.temperature
         )
-        attempts = transient_failures = invalid_answers = 0
+        counts = _Counts()
+        invalid_answers = 0
         raw: str | None = None
         feedback: list[str] = []
         while True:
-            attempts += 1
-            self._limiter.acquire()
-            try:
-                with prefect_slot(self.settings.prefect_concurrency_limit):
-                    response = client.models.generate_content(
-                        model=self.settings.model, contents=[*contents, *feedback], config=config
-                    )
-            except Exception as exc:
-                error, detail, retry_after, transient = self._classify(exc)
-                if transient and self.settings.retry.may_retry(transient_failures + 1):
-                    transient_failures += 1
-                    delay = self.settings.retry.delay(transient_failures, retry_after)
-                    logger.warning(
-                        "gemini %s: %s (%s); retry %d in %.1fs", request_key, error, detail, transient_failures, delay
-                    )
-                    self._sleep(delay)
-                    continue
-                logger.warning("gemini %s failed after %d attempt(s): %s (%s)", request_key, attempts, error, detail)
-                return StructuredAnswer(None, scrub(raw, self._secret), attempts, error, detail, sha)
+            response, failure = self._send(client, [*contents, *feedback], config, request_key, counts)
+            attempts = counts.attempts
+            if failure is not None:
+                return StructuredAnswer(None, scrub(raw, self._secret), attempts, *failure, sha)
 
             raw = _response_text(response)
             try:
@@ -342,6 +338,87 @@ class GeminiClient:
             self._store(sha, request_key, raw)
             return StructuredAnswer(value, raw, attempts, None, None, sha)
 
+    def generate_text(
+        self,
+        contents: list[Any],
+        request_key: str = "",
+        max_output_tokens: int | None = None,
+        thinking_budget: int | None = None,
+    ) -> StructuredAnswer:
+        """Ask for free text (no JSON schema), e.g. a question about an image part; the answer is `raw_text`, kept
+        verbatim, and `value` is None.
+
+        Same cache, rate limit, transient retries and key scrubbing as `generate_structured`. An answer with no
+        text is returned at once, never re-asked (at temperature 0 it would come back the same): "refused" when
+        Gemini blocked the prompt or stopped for safety, else "empty_output", with the reason in `detail`.
+        `thinking_budget=0` turns thinking off on the models that allow it, so `max_output_tokens` is all answer.
+        """
+        generation = {"max_output_tokens": max_output_tokens, "thinking_budget": thinking_budget}
+        generation = {key: value for key, value in generation.items() if value is not None}
+        sha = prompt_sha256(self.settings, contents, None, generation)
+        path = self._cache_path(sha)
+        if path is not None and self._cache.exists(path):
+            try:
+                raw = self._cache.read_json(path)["raw_text"]
+            except (KeyError, TypeError, ValueError) as exc:
+                logger.info("gemini cache entry %s ignored: %s", sha[:12], type(exc).__name__)
+            else:
+                if isinstance(raw, str) and raw.strip():
+                    return StructuredAnswer(None, raw, 0, None, None, sha, cached=True)
+
+        client = self._connect()
+        thinking = None if thinking_budget is None else self._types.ThinkingConfig(thinking_budget=thinking_budget)
+        config = self._types.GenerateContentConfig(
+            temperature=self.settings.temperature, max_output_tokens=max_output_tokens, thinking_config=thinking
+        )
+        counts = _Counts()
+        response, failure = self._send(client, list(contents), config, request_key, counts)
+        if failure is not None:
+            return StructuredAnswer(None, None, counts.attempts, *failure, sha)
+        raw = _response_text(response)
+        if raw is None or not raw.strip():
+            error: ErrorClass = "refused" if _blocked(response) else "empty_output"
+            detail = scrub(f"no answer text; {_no_text_reason(response)}", self._secret)
+            logger.warning("gemini %s: %s (%s)", request_key, error, detail)
+            return StructuredAnswer(None, scrub(raw, self._secret), counts.attempts, error, detail, sha)
+        raw = scrub(raw, self._secret)
+        self._store(sha, request_key, raw)
+        return StructuredAnswer(None, raw, counts.attempts, None, None, sha)
+
+    def _send(
+        self, client: Any, contents: list[Any], config: Any, request_key: str, counts: _Counts
+    ) -> tuple[Any, tuple[ErrorClass, str] | None]:
+        """One request, sent again while its error is transient and the retry policy allows; `counts` keeps the
+        HTTP calls and transient failures across the calls of one logical request. Returns (response, None) or
+        (None, (error class, scrubbed detail))."""
+        while True:
+            counts.attempts += 1
+            self._limiter.acquire()
+            try:
+                with prefect_slot(self.settings.prefect_concurrency_limit):
+                    return client.models.generate_content(
+                        model=self.settings.model, contents=contents, config=config
+                    ), None
+            except Exception as exc:
+                error, detail, retry_after, transient = self._classify(exc)
+                if transient and self.settings.retry.may_retry(counts.transient_failures + 1):
+                    counts.transient_failures += 1
+                    delay = self.settings.retry.delay(counts.transient_failures, retry_after)
+                    logger.warning(
+                        "gemini %s: %s (%s); retry %d in %.1fs",
+                        request_key,
+                        error,
+                        detail,
+                        counts.transient_failures,
+                        delay,
+                    )
+                    self._sleep(delay)
+                    continue
+                logger.warning(
+                    "gemini %s failed after %d attempt(s): %s (%s)", request_key, counts.attempts, error, detail
+                )
+                return None, (error, detail)
+
     def _classify(self, exc: Exception) -> tuple[ErrorClass, str, float | None, bool]:
         """(error class, scrubbed detail, Retry-After seconds, transient?) for an exception from the request."""
         if isinstance(exc, self._errors.APIError):
@@ -358,6 +435,25 @@ class GeminiClient:
         if isinstance(exc, self._transient):
             return "api_error", detail, None, True
         return "api_error", detail, None, False
+
+
+@dataclass
+class _Counts:
+    attempts: int = 0  # HTTP calls
+    transient_failures: int = 0
+
+
+_BLOCK_FINISH_REASONS = frozenset({"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY"})
+
+
+def _blocked(response: Any) -> bool:
+    """Whether Gemini refused: the prompt was blocked, or the answer stopped for a safety-like reason."""
+    feedback = getattr(response, "prompt_feedback", None)
+    if feedback is not None and getattr(feedback, "block_reason", None):
+        return True
+    candidates = getattr(response, "candidates", None) or []
+    reason = getattr(candidates[0], "finish_reason", None) if candidates else None
+    return str(getattr(reason, "value", reason) or "").upper() in _BLOCK_FINISH_REASONS
 
 
 def _response_text(response: Any) -> str | None:

@@ -111,6 +111,9 @@ class ReleaseWriter:
             self.final = self.storage.path(leaf)
             self.staging = self.storage.path(f".staging-{leaf}-{uuid.uuid4().hex[:8]}")
         self.files: dict[str, str] = {}  # relative path -> sha256
+        # Files that say how, not what (a card naming the code version): an existing folder that differs only in
+        # them is the same result, and is kept as it is.
+        self.volatile: set[str] = set()
         self.sizes: dict[str, int] = {}
         # An existing version is compared with, not written again: nothing needs staging.
         self.compare_only = self.storage.exists(self.final)
@@ -229,8 +232,8 @@ class ReleaseWriter:
 
     def _same_as_existing(self) -> ReleaseResult:
         """The existing version, hashed again file by file, against what this build would write."""
-        ours = dict(self.files)
-        on_disk = self._hash_existing()
+        ours = {k: v for k, v in self.files.items() if k not in self.volatile}
+        on_disk = {k: v for k, v in self._hash_existing().items() if k not in self.volatile}
         has_manifest = on_disk.pop(MANIFEST, None) is not None
         if ours == on_disk and has_manifest:
             existing = self.storage.read_json(f"{self.final}/{MANIFEST}")

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from flows import benchmarks
+from flows.cli_evaluate import evaluate_app
+from flows.cli_output import console, os_error_line, progress_bars
 from flows.engine.config import ConfigError, build_config, load_config
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ build_app = typer.Typer(help="Run a build.", no_args_is_help=True)
 app.add_typer(build_app, name="build")
 concepts_app = typer.Typer(help="Generate candidate concepts with Gemini and review them.", no_args_is_help=True)
 app.add_typer(concepts_app, name="concepts")
-console = Console(stderr=True)
+app.add_typer(evaluate_app, name="evaluate")
 
 
 class Engine(StrEnum):
@@ -114,18 +114,6 @@ def _check_roots(cfg: Any) -> None:
             raise ConfigError(f"{field}: {url} is a file, not a folder; point {field} at a folder")
 
 
-def _os_error_line(exc: OSError) -> str:
-    """One line naming the file and what to do, for the OS errors a build can meet on its disks."""
-    import errno
-
-    where = exc.filename or "?"
-    if exc.errno == errno.ENOSPC:
-        return f"no space left on the device writing {where}: free some space and rerun (finished work is kept)"
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return f"cannot write {where} ({exc.strerror}): make it writable, or pass --workspace-root / --release-root"
-    return f"{where}: {exc.strerror or exc}"
-
-
 def _run_build(benchmark: Benchmark, cfg: Any, engine: Engine, close_reviews: bool) -> None:
     if engine is Engine.prefect:
         _prepare_prefect_environment()
@@ -141,7 +129,7 @@ def _run_build(benchmark: Benchmark, cfg: Any, engine: Engine, close_reviews: bo
         console.print(f"[yellow]task_runner {cfg.task_runner.kind} is for Prefect runs: the shards run here[/yellow]")
     try:
         if engine is Engine.local:  # `build_locally` runs the preflight first
-            with _progress() as progress:
+            with progress_bars() as progress:
                 summary = benchmark.build_locally(cfg, progress=progress, close_reviews=close_reviews)
         else:
             benchmark.preflight(cfg)  # before a flow (and perhaps a temporary Prefect server) starts
@@ -168,7 +156,7 @@ def _run_build(benchmark: Benchmark, cfg: Any, engine: Engine, close_reviews: bo
         console.print(f"[red]malformed review export: {exc}[/red]; fix the file or export it again from Label Studio")
         raise typer.Exit(2) from None
     except (OSError, StorageError) as exc:  # a full disk, a read-only root, a damaged workspace file
-        console.print(f"[red]{_os_error_line(exc) if isinstance(exc, OSError) else exc}[/red]")
+        console.print(f"[red]{os_error_line(exc) if isinstance(exc, OSError) else exc}[/red]")
         raise typer.Exit(1) from None
     _print_summary(benchmark.name, summary)
 
@@ -181,30 +169,6 @@ def _prepare_prefect_environment() -> None:
     home = os.environ.get("PREFECT_HOME")
     if home:
         Path(home).expanduser().mkdir(parents=True, exist_ok=True)
-
-
-class _progress:
-    """A rich progress bar per long stage (items or shards, as the stage reports them)."""
-
-    def __enter__(self) -> _progress:
-        self.bar = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-        )
-        self.bar.__enter__()
-        self.tasks: dict[str, Any] = {}
-        return self
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        if stage not in self.tasks:
-            self.tasks[stage] = self.bar.add_task(stage, total=total)
-        self.bar.update(self.tasks[stage], completed=done, total=total)
-
-    def __exit__(self, *exc: object) -> None:
-        self.bar.__exit__(*exc)
 
 
 def _print_summary(benchmark: str, summary: Any) -> None:
@@ -388,7 +352,7 @@ def reassemble_command(
         console.print(str(exc), style="red", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except OSError as exc:
-        console.print(_os_error_line(exc), style="red", markup=False, soft_wrap=True)
+        console.print(os_error_line(exc), style="red", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     after = result.audit_after.report
     console.print(

@@ -12,6 +12,7 @@ which answers the translation and concept-generation requests of this project de
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
@@ -50,6 +51,19 @@ class RecordedRequest:
             for part in content.get("parts", [])
             if "text" in part
         )
+
+    @property
+    def images(self) -> list[tuple[str, bytes]]:
+        """(mime type, decoded bytes) of every inline image part of every turn."""
+        found = []
+        for content in self.body.get("contents", []):
+            for part in content.get("parts", []):
+                blob = part.get("inlineData") or part.get("inline_data")
+                if blob:
+                    mime = blob.get("mimeType") or blob.get("mime_type") or ""
+                    data = blob["data"].replace("-", "+").replace("_", "/")  # google-genai sends URL-safe base64
+                    found.append((mime, base64.b64decode(data + "=" * (-len(data) % 4))))
+        return found
 
     @property
     def generation_config(self) -> dict[str, Any]:

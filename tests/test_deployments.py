@@ -26,6 +26,7 @@ from browser import artifact_dir, screenshot_flow_run
 from datasets import load_dataset
 from label_studio_server import free_port
 
+from flows.engine.runner import artifact_key
 from flows.mixcube.config import BuildMixCubeConfig
 from flows.xcm.config import Build3XCMConfig
 from flows.xcm.stages import STAGES
@@ -148,15 +149,23 @@ def test_readme_sequence_deploys_and_runs_both_demos_to_completed(prefect_api: d
     assert "created work pool culturebench-process" in setup and "created limit gpu = 1" in setup
     assert "already there: limit gpu" in run([str(BIN / "culturebench"), "prefect-setup"], env, project)
     deployed = run([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], env, project)
-    for name in ("build-3xcm/demo", "build-mixcube/demo", "sync-reviews/sync-reviews"):
+    for name in ("build-3xcm/demo", "build-mixcube/demo", "sync-reviews/sync-reviews", "evaluate/demo-3xcm"):
         assert name in deployed, deployed
 
+    evaluations = ("evaluate/demo-3xcm", "evaluate/demo-mixcube")
     with process_worker(env, project, tmp_path / "worker.log"):
         runs = {name: deployment_run(name, env, project) for name in ("build-3xcm/demo", "build-mixcube/demo")}
         states = {name: wait_for(run_id, env, project) for name, run_id in runs.items()}
-    assert states == {"build-3xcm/demo": "COMPLETED", "build-mixcube/demo": "COMPLETED"}, (
-        tmp_path / "worker.log"
-    ).read_text()[-5000:]
+        # The evaluate deployment on both demo releases, each with a tiny random model built on the worker.
+        if set(states.values()) == {"COMPLETED"}:
+            runs.update({name: deployment_run(name, env, project) for name in evaluations})
+            states.update({name: wait_for(runs[name], env, project) for name in evaluations})
+    assert states == {
+        "build-3xcm/demo": "COMPLETED",
+        "build-mixcube/demo": "COMPLETED",
+        "evaluate/demo-3xcm": "COMPLETED",
+        "evaluate/demo-mixcube": "COMPLETED",
+    }, (tmp_path / "worker.log").read_text()[-5000:]
 
     logs = run([str(BIN / "prefect"), "flow-run", "logs", runs["build-3xcm/demo"]], env, project)
     assert "image_dedup: done (" in logs and "validation: done (" in logs, logs[-3000:]  # stage logs reach the API
@@ -179,6 +188,21 @@ def test_readme_sequence_deploys_and_runs_both_demos_to_completed(prefect_api: d
     mix = project / "releases" / "mixcube" / BuildMixCubeConfig.demo().release.version
     loaded = load_dataset(str(mix), split="train")
     assert len(loaded) == 5 * 30 and loaded["ethnicity"][:5] == ["original", *ETHNICITIES]
+
+    # Both evaluations wrote their result folders, and published their headline metrics as table artifacts.
+    three_results = list((project / "evaluations" / "3xcm" / Build3XCMConfig.demo().release.version).iterdir())
+    mix_results = list((project / "evaluations" / "mixcube" / BuildMixCubeConfig.demo().release.version).iterdir())
+    assert len(three_results) == len(mix_results) == 1
+    three_metrics = json.loads((three_results[0] / "metrics.json").read_text())
+    assert {"M_cr", "M_lb", "M_ti", "SP"} <= set(three_metrics) and three_metrics["meaningless_demo_model"]
+    assert len(load_dataset(str(three_results[0]), "per_query", split="test")) == len(
+        load_dataset(str(three), "benchmark", split="train")
+    )
+    assert len(load_dataset(str(mix_results[0]), "per_query", split="test")) == 5 * 30
+    for benchmark, folder in (("3xcm", three_results[0]), ("mixcube", mix_results[0])):
+        key = artifact_key(f"{benchmark}-{folder.name}") + "-headline"
+        shown = run([str(BIN / "prefect"), "artifact", "inspect", key], env, project)
+        assert "metric" in shown, shown
 
 
 def test_release_deployments_hold_production_configs_that_fail_fast_without_their_models() -> None:

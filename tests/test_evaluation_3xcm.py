@@ -714,3 +714,188 @@ def test_missing_vectors_and_columns_are_named() -> None:
         m.rq2_scores(benchmark.drop(["query_text"]), {}, {})
     with pytest.raises(ValueError, match="non-finite"):
         m.Vectors.from_mapping({"a": [np.nan, 1.0]})
+
+
+# --- end to end: `culturebench evaluate 3xcm --model-backend embeddings` -----------------------------------------
+
+
+def _write_embeddings(folder: Path, image_vectors: dict, text_vectors: dict, drop_text: str | None = None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(
+        pa.table({"image_id": list(image_vectors), "embedding": [v.tolist() for v in image_vectors.values()]}),
+        folder / "IMG.parquet",
+    )
+    texts = [t for t in text_vectors if t != drop_text]
+    pq.write_table(
+        pa.table({"text": texts, "embedding": [text_vectors[t].tolist() for t in texts]}), folder / "TXT.parquet"
+    )
+
+
+def _evaluate_cli(*args: str) -> tuple[int, str]:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    result = CliRunner().invoke(app, ["evaluate", *args])
+    return result.exit_code, result.output
+
+
+def _embeddings_cli(release: Path, folder: Path, out: Path, *extra: str) -> tuple[int, str]:
+    return _evaluate_cli(
+        "3xcm",
+        str(release),
+        "--model-backend",
+        "embeddings",
+        "--image-embeddings",
+        str(folder / "IMG.parquet"),
+        "--text-embeddings",
+        str(folder / "TXT.parquet"),
+        "--out",
+        str(out),
+        *extra,
+    )
+
+
+@pytest.mark.parametrize("kind", ["continuous", "tied"])
+def test_cli_results_equal_the_authors_arithmetic_and_form_an_immutable_loadable_folder(
+    release: Path, tables: dict[str, pa.Table], tmp_path: Path, kind: str
+) -> None:
+    import json
+
+    from datasets import load_dataset
+
+    image_vectors, text_vectors = _embeddings(tables, kind)
+    _write_embeddings(tmp_path / "vectors", image_vectors, text_vectors)
+    out = tmp_path / "result"
+    code, output = _embeddings_cli(release, tmp_path / "vectors", out, "--bootstrap-resamples", "200")
+    assert code == 0, output
+
+    per_query = pq.read_table(out / "per_query.parquet")
+    assert per_query.column_names[:6] == [
+        "query_index",
+        "query_image_id",
+        "score_correct",
+        "score_language_biased",
+        "score_irrelevant",
+        "winner",
+    ]
+    theirs = _AuthorsRQ2(tables["image_metadata"], image_vectors, text_vectors).evaluate(tables["benchmark"])
+    winners = dict(zip(per_query["query_index"].to_pylist(), per_query["winner"].to_pylist(), strict=True))
+    assert winners == theirs["winners"] and set(winners.values()) <= set(m.RQ2_CATEGORIES)
+    metrics = json.loads((out / "metrics.json").read_text())
+    for symbol, category in (("M_cr", "correct"), ("M_lb", "language_biased"), ("M_ti", "irrelevant")):
+        assert metrics[symbol] == pytest.approx(theirs["rates"][category], abs=1e-15)
+        low, high = metrics["ci95"][symbol]
+        assert low <= metrics[symbol] <= high
+    assert metrics["SP"] == pytest.approx(theirs["sp"], rel=1e-12)
+    # RQ3 and Δsim ran too (the vectors cover their texts), and the release is named by its manifest's hash.
+    assert metrics["skipped"] == [] and len(metrics["rq3"]["overall"]["rates"]) == 6
+    assert {t["test"] for t in metrics["preference_tests"]} == {"ql_association", "cd_vs_ql"}
+    manifest_sha = __import__("hashlib").sha256((release / "manifest.json").read_bytes()).hexdigest()
+    assert metrics["release"]["manifest_sha256"] == manifest_sha
+    card = (out / "README.md").read_text()
+    assert manifest_sha in card and metrics["model"]["weights_sha256"] in card
+    assert {p.name for p in (out / "figures").iterdir()} == {
+        "sp_per_language.png",
+        "win_rates_rq2.png",
+        "win_rates_rq3.png",
+        "delta_sim.png",
+    }
+    assert len(load_dataset(str(out), "per_query", split="test")) == tables["benchmark"].num_rows
+
+    # Immutable: the same evaluation again is `unchanged`; other vectors into the same folder are refused.
+    code, output = _embeddings_cli(release, tmp_path / "vectors", out, "--bootstrap-resamples", "200")
+    assert code == 0 and '"status": "unchanged"' in output, output
+    other_images = {k: -v for k, v in image_vectors.items()}
+    _write_embeddings(tmp_path / "other", other_images, text_vectors)
+    code, output = _embeddings_cli(release, tmp_path / "other", out, "--bootstrap-resamples", "200")
+    assert code == 1 and "immutable" in output, output
+
+
+@pytest.mark.parametrize("kind", ["continuous", "tied"])
+def test_cli_winners_equal_the_authors_evaluator(
+    authors: tuple[ModuleType, ModuleType], release: Path, tables: dict[str, pa.Table], tmp_path: Path, kind: str
+) -> None:
+    """The required cross-check, end to end: the same vectors into their evaluator and into the CLI."""
+    import datasets
+
+    evaluator_module, dataset_module = authors
+    dataset = dataset_module.CulturalBiasDataset(str(release))
+    benchmark = datasets.load_dataset(str(release), name="benchmark", split="train")
+    image_vectors, text_vectors = _embeddings(tables, kind)
+    ids, native = dataset["image_id"], dataset["concept_in_native"]
+    embeddings = {
+        "image_embedding": [image_vectors[i].reshape(1, -1) for i in ids],
+        "text_embeddings": {"translated_concept_embedding": [text_vectors[t].reshape(1, -1) for t in native]},
+    }
+    evaluator = evaluator_module.SelfPreferenceBiasEvaluator(dataset, embeddings, "random", "clip")
+    _, raw = evaluator.evaluate_from_benchmark(benchmark, "text-to-image")
+    one_hot, _ = evaluator.summarize_scores(evaluator.evaluate_from_benchmark(benchmark, "text-to-image")[0])
+
+    _write_embeddings(tmp_path / "vectors", image_vectors, text_vectors)
+    code, output = _embeddings_cli(release, tmp_path / "vectors", tmp_path / "out", "--bootstrap-resamples", "0")
+    assert code == 0, output
+    per_query = pq.read_table(tmp_path / "out" / "per_query.parquet")
+    letter = {"a": "correct", "b": "language_biased", "c": "irrelevant"}
+    theirs = {r["query_index"]: letter[r["winner"]] for r in raw if r is not None}
+    assert dict(zip(per_query["query_index"].to_pylist(), per_query["winner"].to_pylist(), strict=True)) == theirs
+    import json
+
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    n = one_hot["A_wins"] + one_hot["B_wins"] + one_hot["C_wins"]
+    assert (metrics["M_cr"], metrics["M_lb"], metrics["M_ti"]) == (
+        one_hot["A_wins"] / n,
+        one_hot["B_wins"] / n,
+        one_hot["C_wins"] / n,
+    )
+    assert metrics["SP"] == pytest.approx(one_hot["B_wins"] / one_hot["A_wins"], rel=1e-12)
+
+
+def test_cli_names_missing_vectors_and_skips_what_rq2_only_vectors_cannot_score(
+    release: Path, tables: dict[str, pa.Table], tmp_path: Path
+) -> None:
+    import json
+
+    image_vectors, text_vectors = _embeddings(tables, "continuous")
+    first_query = tables["benchmark"]["query_text"][0].as_py()
+    _write_embeddings(tmp_path / "missing", image_vectors, text_vectors, drop_text=first_query)
+    code, output = _embeddings_cli(release, tmp_path / "missing", tmp_path / "out-missing")
+    assert code == 2, output
+    assert "cannot evaluate" in output and "1" in output, output
+    assert not (tmp_path / "out-missing").exists()
+
+    rq2_texts = set(tables["benchmark"]["query_text"].to_pylist())
+    _write_embeddings(tmp_path / "rq2", image_vectors, {t: v for t, v in text_vectors.items() if t in rq2_texts})
+    code, output = _embeddings_cli(release, tmp_path / "rq2", tmp_path / "out-rq2", "--bootstrap-resamples", "0")
+    if set(tables["benchmark_cd"]["query_text"].to_pylist()) <= rq2_texts:
+        pytest.skip("the release's RQ3 texts are all RQ2 texts")
+    assert code == 0, output
+    metrics = json.loads((tmp_path / "out-rq2" / "metrics.json").read_text())
+    assert "rq3" not in metrics and any(s.startswith("RQ3") for s in metrics["skipped"])
+    assert "Not computed" in (tmp_path / "out-rq2" / "README.md").read_text()
+
+
+def test_compare_puts_models_side_by_side(release: Path, tables: dict[str, pa.Table], tmp_path: Path) -> None:
+    image_vectors, text_vectors = _embeddings(tables, "continuous")
+    _write_embeddings(tmp_path / "a", image_vectors, text_vectors)
+    _write_embeddings(tmp_path / "b", {k: -v for k, v in image_vectors.items()}, text_vectors)
+    for name in ("a", "b"):
+        code, output = _embeddings_cli(release, tmp_path / name, tmp_path / f"out-{name}", "--bootstrap-resamples", "0")
+        assert code == 0, output
+    code, output = _evaluate_cli(
+        "compare", str(tmp_path / "out-a"), str(tmp_path / "out-b"), "--out", str(tmp_path / "cmp")
+    )
+    assert code == 0, output
+    table = pq.read_table(tmp_path / "cmp" / "comparison.parquet")
+    assert table.num_rows == 2 * 4 and set(table["metric"].to_pylist()) == {"M_cr", "M_lb", "M_ti", "SP"}
+    # Negated image vectors turn every ranking around: the two models are told apart, and so are their numbers.
+    assert len(set(table["model_id"].to_pylist())) == 2
+    by_model = {}
+    for r in table.to_pylist():
+        by_model.setdefault(r["model_id"], {})[r["metric"]] = r["value"]
+    first, second = by_model.values()
+    assert first["M_cr"] != second["M_cr"]
+    assert "M_cr" in output.splitlines()[0]  # the Markdown table's header
+    assert (tmp_path / "cmp" / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, output = _evaluate_cli("compare", str(tmp_path / "out-a"), str(tmp_path))
+    assert code == 2 and "not an evaluation result folder" in output

@@ -58,30 +58,8 @@ def build_tiny_m3(folder: Path, hidden: int = 32) -> Path:
     return folder
 
 
-TINY_OPEN_CLIP = {
-    "embed_dim": 32,
-    "vision_cfg": {"image_size": 32, "layers": 2, "width": 64, "patch_size": 16, "head_width": 32},
-    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2},
-}
-
-
 def build_tiny_open_clip(folder: Path, name: str = "tiny-clip-test", seed: int = 0) -> tuple[Path, Path]:
-    """A 3.4 M-parameter random open_clip CLIP (32 px, embed_dim 32); returns (config folder, weights file).
+    """A 3.4 M-parameter random open_clip CLIP (the demo evaluation's model); returns (config folder, weights)."""
+    from curation.evaluation.demo_models import random_open_clip
 
-    The config JSON is `<folder>/configs/<name>.json` (open_clip names an architecture by the file stem); the
-    state_dict is `<folder>/<name>-seed<seed>.pt`. Built from `seed`, so two seeds give two different models.
-    """
-    import json
-
-    import open_clip
-    import torch
-
-    configs = folder / "configs"
-    configs.mkdir(parents=True, exist_ok=True)
-    (configs / f"{name}.json").write_text(json.dumps(TINY_OPEN_CLIP))
-    open_clip.add_model_config(configs)
-    torch.manual_seed(seed)
-    model = open_clip.create_model(name, pretrained=None)
-    weights = folder / f"{name}-seed{seed}.pt"
-    torch.save(model.state_dict(), weights)
-    return configs, weights
+    return random_open_clip(folder, name, seed)

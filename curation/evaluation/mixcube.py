@@ -1,0 +1,695 @@
+"""A vision-language model on a MixCuBe release: the paper's two tasks, its scoring, and its tables and figures
+(MixCuBe paper §3, App. A.5, B.2, B.3, C and D).
+
+**Country Identification** (§3). Every image is asked its category's question (App. B.2, `COUNTRY_PROMPTS`). "A
+model's output that did not include the exact ground-truth country or culture verbatim was marked as incorrect"
+(§3); the accepted names are the culture's own, its country's, and the aliases of App. A.5 (`ground_truth_terms`).
+How `is_correct` matches them:
+
+- Names (Korean, South Korea, the United States, ...) match case-insensitively ("KOREAN", "korean"): a model's
+  capitalisation is not the cultural knowledge the task measures. They must start a word, and may continue it,
+  as "contains" reads: "Korea" counts inside "Korean", "Hawaii" inside "Hawaiian", never inside another word.
+- Acronyms (UK, US, USA) match case-sensitively as whole words, so "us" (the pronoun), "USB" or "AUS" do not
+  count; "U.S." is not among App. A.5's labels and does not count either.
+- Nothing else is inferred: an answer that names several countries, the right one among them, counts as correct,
+  as "contains" says; an answer that names the right country only in another script does not.
+
+**Cultural Marker Identification** (§3, Food images only). The B.2 Food question already asks for the food ("Which
+country is the food in the photo the most associated with? Which food is it?"), and App. B.3's example response is
+an answer to it ("This food is mostly associated with Myanmar and is called ..."): the judge reads the same answer
+the country was scored on, so by default no second question is asked (`marker_question="shared"`).
+`marker_question="separate"` asks the Food image `MARKER_PROMPT` in a second call instead (our variant, not the
+paper's). The judge (the paper used GLM-4-Plus, App. C.2: 10 tokens) gets App. B.3's one-shot prompt with the
+image's accepted food labels (App. A.5, the release's `food_label`) and the answer; its verdict is read by
+`parse_verdict`, and output that is no clear Yes or No is a row with `marker_error="bad_judge_output"`.
+
+**Failures and scores.** Every image gives one row, failures included (`MIXCUBE_PER_IMAGE`). A transport failure
+(rate limit, server error, timeout, bad response, no image) leaves `correct` null: it is counted (`failed`) but kept
+out of the accuracy's denominator. A refusal or an empty answer is the model's own answer and names no country, so
+by §3's rule it is scored incorrect (`correct=False`, with `error` saying why).
+
+**Tables and figures.** `accuracy_table` is App. D's Table 7 (and 8a for the marker task) in long form;
+`swap_drops` gives each swap ethnicity's difference from the original; `fig3_bars_png` and `fig4_heatmap_png` draw
+Fig. 3 (original and average synthesized accuracy per country-category pair) and Fig. 4 (the difference heatmap;
+Fig. 8b with `task="marker"`).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from curation.evaluation.vlm import MODEL_OUTCOMES, Answer, VisionLanguageModel
+from data import reference
+from data.workspace import sha256_bytes
+
+logger = logging.getLogger(__name__)
+
+_REFERENCE = reference.mixcube()
+
+#: App. B.2, verbatim, per category (kept in data/reference/mixcube.json, the project's one copy).
+COUNTRY_PROMPTS: dict[str, str] = dict(_REFERENCE.evaluation_prompts)
+
+#: §3: "For this task, we focus only on the Food category".
+MARKER_CATEGORY = "Food"
+
+#: The question of `marker_question="separate"`: the second sentence of the B.2 Food prompt, asked alone (ours).
+MARKER_PROMPT = "Which food is it?"
+
+#: App. B.3, verbatim (the paper's text flattens the list; each "- " item starts a line here, nothing else changed).
+MARKER_JUDGE_INSTRUCTIONS = (
+    "You’ll be provided with a label and a response by a multi-modal LLM that identifies the name of the food in "
+    "an image. Determine whether the food name contained in the response can be considered as correct given the "
+    "ground-truth label. under label. Consider it as correct (’Yes’) if the names of the food refer to the same "
+    "food semantically either in native language or in English. Otherwise, ’No’.\n"
+    "- Emphasize on the name instead of the description.\n"
+    "- The names do not need to match exactly.\n"
+    "- If the name provided is wrong, it’s ’No’ even if the description is close. For example, if the label is "
+    '"Dote Htoe,Wat Thar Dote Htoe,pork offal skewers,pork skwers" and the response is "This food is mostly '
+    "associated with Myanmar and is called ’E Kya Kway’ or ’Inn Kyaik Kyaw’. It’s a popular street food featuring "
+    'skewers, often with a variety of meats and offal, cooked in a boiling broth.", the answer should be ’No’ '
+    "since the name is completely wrong and the description does not include ’pork’.\n"
+    "- Answer only in ’Yes’ or ’No’."
+)
+#: The B.3 prompt with its two slots. The paper does not show how the label and the response follow the
+#: instructions; they come last here, quoted as in its own example. Fill with `.format(label=..., response=...)`.
+MARKER_JUDGE_PROMPT = MARKER_JUDGE_INSTRUCTIONS + '\n\nLabel: "{label}"\nResponse: "{response}"'
+
+#: §3: the swaps whose ethnicity "closely resembles" the culture's demographic, named in the text (East Asian for
+#: Korea and Myanmar, Caucasian for the UK); Fig. 4 boxes them in red.
+RESEMBLING_PAIRS: frozenset[tuple[str, str]] = frozenset(
+    {("Korean", "EastAsian"), ("Myanmar", "EastAsian"), ("British", "Caucasian")}
+)
+
+ORIGINAL = _REFERENCE.original_label
+Task = Literal["country", "marker"]
+MarkerQuestion = Literal["shared", "separate"]
+
+# -- schemas -------------------------------------------------------------------------------------------------------
+#: One row per image, failures included.
+MIXCUBE_PER_IMAGE = pa.schema(
+    [
+        pa.field("sample_id", pa.string(), nullable=False),
+        pa.field("original_id", pa.string(), nullable=False),
+        pa.field("country", pa.string(), nullable=False),  # the culture, as the release's `country` column
+        pa.field("category", pa.string(), nullable=False),
+        pa.field("ethnicity", pa.string(), nullable=False),  # original | a swap
+        pa.field("placeholder", pa.bool_(), nullable=False),  # the demo's stand-in swaps (evaluated like others)
+        pa.field("image_sha256", pa.string()),  # of the bytes asked about; null when the row had none
+        pa.field("food_label", pa.string()),  # App. A.5 accepted food labels (Food only)
+        pa.field("prompt", pa.string(), nullable=False),  # App. B.2
+        pa.field("answer", pa.string()),  # raw, verbatim; null when there is none
+        pa.field("correct", pa.bool_()),  # §3 rule; null when the question failed
+        pa.field("error", pa.string()),  # vlm.ERROR_CLASSES or "no_image"
+        pa.field("error_detail", pa.string()),
+        pa.field("attempts", pa.int32(), nullable=False),
+        pa.field("cached", pa.bool_(), nullable=False),
+        # Cultural Marker Identification (Food only; null elsewhere)
+        pa.field("marker_prompt", pa.string()),  # the question whose answer the judge read
+        pa.field("marker_answer", pa.string()),
+        pa.field("marker_judge_raw", pa.string()),  # the judge's raw output
+        pa.field("marker_correct", pa.bool_()),
+        # no_label | no_judge | bad_judge_output | judge_<class> | the answer's own error class
+        pa.field("marker_error", pa.string()),
+        pa.field("marker_error_detail", pa.string()),
+    ]
+)
+
+_GROUP_FIELDS = [
+    pa.field("country", pa.string(), nullable=False),
+    pa.field("category", pa.string(), nullable=False),
+    pa.field("ethnicity", pa.string(), nullable=False),
+]
+
+#: App. D Table 7 (country) and 8a (marker) in long form: country x category x ethnicity.
+MIXCUBE_ACCURACY = pa.schema(
+    [
+        *_GROUP_FIELDS,
+        pa.field("n", pa.int64(), nullable=False),  # images
+        pa.field("answered", pa.int64(), nullable=False),  # scored (correct is not null)
+        pa.field("failed", pa.int64(), nullable=False),  # n - answered
+        pa.field("correct", pa.int64(), nullable=False),
+        pa.field("accuracy", pa.float64()),  # correct / answered; null when nothing was answered
+        pa.field("marker_answered", pa.int64()),  # Food only
+        pa.field("marker_correct", pa.int64()),
+        pa.field("marker_accuracy", pa.float64()),
+    ]
+)
+
+#: Each swap ethnicity against the originals of the same country x category (Fig. 4, Fig. 8b).
+MIXCUBE_SWAP_DROPS = pa.schema(
+    [
+        *_GROUP_FIELDS,  # ethnicity: the swap
+        pa.field("original_answered", pa.int64(), nullable=False),
+        pa.field("swap_answered", pa.int64(), nullable=False),
+        pa.field("original_accuracy", pa.float64()),
+        pa.field("swap_accuracy", pa.float64()),
+        pa.field("drop", pa.float64()),  # original - swap; positive = the swap lost accuracy
+        pa.field("marker_original_accuracy", pa.float64()),  # Food only
+        pa.field("marker_swap_accuracy", pa.float64()),
+        pa.field("marker_drop", pa.float64()),
+    ]
+)
+
+
+# -- scoring -------------------------------------------------------------------------------------------------------
+def _culture(country: str) -> reference.MixCubeCulture | None:
+    key = " ".join(country.split()).lower()
+    for culture in _REFERENCE.cultures:
+        if key in (culture.adjective.lower(), culture.name.lower(), culture.iso2.lower()):
+            return culture
+    return None
+
+
+def ground_truth_terms(country: str) -> tuple[str, ...]:
+    """The names an answer may contain for `country` (a culture as the release spells it, e.g. "Korean"): the value
+    itself, the culture's adjective, its country's name and the accepted labels of App. A.5 (for South Korea and
+    Myanmar the paper lists none; the project's lists are name, short name and adjective, data/reference/
+    mixcube.json). §3: the output must include "the exact ground-truth country or culture". An unknown culture
+    gives just its own name."""
+    name = " ".join(country.split())
+    culture = _culture(name)
+    if culture is None:
+        return (name,)
+    return tuple(dict.fromkeys([name, culture.adjective, culture.name, *culture.label_aliases]))
+
+
+def _is_acronym(term: str) -> bool:
+    return term.isalpha() and term.isupper() and len(term) <= 4
+
+
+_NOT_LETTER_BEFORE = r"(?<![^\W\d_])"  # no letter right before (digits, punctuation, spaces and the start are fine)
+_NOT_LETTER_AFTER = r"(?![^\W\d_])"
+
+
+def _term_pattern(term: str) -> re.Pattern[str]:
+    words = r"\s+".join(re.escape(word) for word in term.split())
+    if _is_acronym(term):
+        return re.compile(_NOT_LETTER_BEFORE + words + _NOT_LETTER_AFTER)
+    return re.compile(_NOT_LETTER_BEFORE + words, re.IGNORECASE)
+
+
+def is_correct(answer: str, country: str) -> bool:
+    """§3's rule: correct only if the answer contains the ground-truth country or culture (`ground_truth_terms`);
+    names case-insensitively at the start of a word, acronyms (UK, US, USA) case-sensitively as whole words."""
+    text = unicodedata.normalize("NFC", answer or "")
+    return any(_term_pattern(term).search(text) for term in ground_truth_terms(country))
+
+
+def parse_verdict(text: str | None) -> bool | None:
+    """The judge's Yes/No (App. B.3: "Answer only in 'Yes' or 'No'"), read robustly: case, quotes, markdown and
+    punctuation are ignored; a first word of yes/no decides; otherwise exactly one of the two words must occur.
+    None when the output says neither, or both without leading with one."""
+    words = re.sub(r"[^a-z]+", " ", (text or "").lower()).split()
+    if not words:
+        return None
+    if words[0] in ("yes", "no"):
+        return words[0] == "yes"
+    found = {word for word in words if word in ("yes", "no")}
+    return found.pop() == "yes" if len(found) == 1 else None
+
+
+def _score(answer: Answer, country: str) -> bool | None:
+    if answer.error is None:
+        return is_correct(answer.text or "", country)
+    if answer.error in MODEL_OUTCOMES:  # a refusal or an empty answer names no country: incorrect (§3)
+        return False
+    return None  # a transport failure is not scored
+
+
+# -- evaluation ----------------------------------------------------------------------------------------------------
+REQUIRED_COLUMNS = ("country", "category", "ethnicity", "sample_id", "original_id", "image")
+
+
+def _image_bytes(rows: pa.Table) -> pa.ChunkedArray:
+    """The encoded image bytes per row, from an HF Image struct {bytes, path} or a binary column."""
+    column = rows.column("image")
+    if pa.types.is_struct(column.type):
+        if column.type.get_field_index("bytes") < 0:
+            raise ValueError("the image column is a struct without a `bytes` field")
+        index = column.type.get_field_index("bytes")
+        # flatten(), unlike field(), gives a null struct (a row without an image) a null child value.
+        return pa.chunked_array([chunk.flatten()[index] for chunk in column.chunks], type=column.type.field(index).type)
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        return column
+    raise ValueError(f"the image column has type {column.type}; expected an HF Image struct or binary")
+
+
+def _column(rows: pa.Table, name: str, default: Any) -> list[Any]:
+    return rows.column(name).to_pylist() if name in rows.column_names else [default] * rows.num_rows
+
+
+def evaluate_images(
+    rows: pa.Table,
+    vlm: VisionLanguageModel,
+    judge: VisionLanguageModel | None,
+    *,
+    progress: Callable[[int], None] | None = None,
+    workers: int = 1,
+    marker_question: MarkerQuestion = "shared",
+) -> pa.Table:
+    """Ask `vlm` about every image of a MixCuBe table (the release's `default` rows with their `image` column) and
+    score the answers; one `MIXCUBE_PER_IMAGE` row per input row, in input order, failures included.
+
+    Food images also get the Cultural Marker Identification verdict of `judge` (None: `marker_error="no_judge"`).
+    `progress(n)` is called, from this thread, with the number of images just finished (an increment, 1 each).
+    `workers` > 1 asks that many images at once (threads; remote backends). Raises only for input errors (missing
+    columns, a category without a prompt) and the backends' config errors."""
+    missing = [name for name in REQUIRED_COLUMNS if name not in rows.column_names]
+    if missing:
+        raise ValueError(f"MixCuBe rows lack the column(s) {missing}")
+    unknown = sorted(set(rows.column("category").to_pylist()) - set(COUNTRY_PROMPTS))
+    if unknown:
+        raise ValueError(f"categories without an App. B.2 prompt: {unknown}; known: {sorted(COUNTRY_PROMPTS)}")
+    if workers < 1:
+        raise ValueError("workers must be at least 1")
+    images = _image_bytes(rows)
+    meta = {
+        "sample_id": rows.column("sample_id").to_pylist(),
+        "original_id": rows.column("original_id").to_pylist(),
+        "country": rows.column("country").to_pylist(),
+        "category": rows.column("category").to_pylist(),
+        "ethnicity": rows.column("ethnicity").to_pylist(),
+        "placeholder": [bool(v) for v in _column(rows, "placeholder", False)],
+        "food_label": _column(rows, "food_label", None),
+    }
+
+    def one(index: int) -> dict[str, Any]:
+        row = {name: values[index] for name, values in meta.items()}
+        return _evaluate_row(row, images[index].as_py(), vlm, judge, marker_question)
+
+    out: list[dict[str, Any] | None] = [None] * rows.num_rows
+    if workers == 1:
+        for index in range(rows.num_rows):
+            out[index] = one(index)
+            if progress is not None:
+                progress(1)
+    else:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mixcube-vlm") as pool:
+            futures = {pool.submit(one, index): index for index in range(rows.num_rows)}
+            try:
+                for future in as_completed(futures):
+                    out[futures[future]] = future.result()
+                    if progress is not None:
+                        progress(1)
+            except BaseException:  # a config error: do not ask the remaining images
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+    table = pa.Table.from_pylist(out, schema=MIXCUBE_PER_IMAGE)
+    failed = sum(1 for row in out if row is not None and row["correct"] is None)
+    logger.info("mixcube: %d image(s) asked, %d unscored", table.num_rows, failed)
+    return table
+
+
+def _evaluate_row(
+    row: dict[str, Any],
+    image: bytes | None,
+    vlm: VisionLanguageModel,
+    judge: VisionLanguageModel | None,
+    marker_question: MarkerQuestion,
+) -> dict[str, Any]:
+    prompt = COUNTRY_PROMPTS[row["category"]]
+    no_image = Answer(None, "no_image", "the row holds no image bytes", 0, False)
+    answer = vlm.ask(prompt, image) if image is not None else no_image
+    out = {
+        **row,
+        "image_sha256": None if image is None else sha256_bytes(image),
+        "prompt": prompt,
+        "answer": answer.text,
+        "correct": _score(answer, row["country"]),
+        "error": answer.error,
+        "error_detail": answer.detail,
+        "attempts": answer.attempts,
+        "cached": answer.cached,
+        "marker_prompt": None,
+        "marker_answer": None,
+        "marker_judge_raw": None,
+        "marker_correct": None,
+        "marker_error": None,
+        "marker_error_detail": None,
+    }
+    if row["category"] == MARKER_CATEGORY:
+        if marker_question == "separate":
+            marker_prompt = MARKER_PROMPT
+            marker = vlm.ask(MARKER_PROMPT, image) if image is not None else no_image
+        else:
+            marker_prompt, marker = prompt, answer
+        out.update(_marker(marker_prompt, marker, row["food_label"], judge))
+    return out
+
+
+def _marker(prompt: str, answer: Answer, labels: str | None, judge: VisionLanguageModel | None) -> dict[str, Any]:
+    """The marker columns of one Food image: the judge's verdict on `answer`, or why there is none."""
+    out: dict[str, Any] = {"marker_prompt": prompt, "marker_answer": answer.text}
+    if answer.error in MODEL_OUTCOMES:  # no food named: incorrect, as for the country
+        return {**out, "marker_correct": False, "marker_error": answer.error, "marker_error_detail": answer.detail}
+    if answer.error is not None:
+        return {**out, "marker_error": answer.error, "marker_error_detail": answer.detail}
+    if not (labels or "").strip():
+        return {**out, "marker_error": "no_label", "marker_error_detail": "the image has no food_label"}
+    if judge is None:
+        return {**out, "marker_error": "no_judge", "marker_error_detail": "no judge model was given"}
+    verdict = judge.ask(MARKER_JUDGE_PROMPT.format(label=labels.strip(), response=answer.text or ""))
+    out["marker_judge_raw"] = verdict.text
+    if verdict.error is not None:
+        return {**out, "marker_error": f"judge_{verdict.error}", "marker_error_detail": verdict.detail}
+    decided = parse_verdict(verdict.text)
+    if decided is None:
+        return {**out, "marker_error": "bad_judge_output", "marker_error_detail": "neither a clear Yes nor a clear No"}
+    return {**out, "marker_correct": decided}
+
+
+# -- tables --------------------------------------------------------------------------------------------------------
+def _ordered(values: Iterable[str], preferred: Sequence[str]) -> list[str]:
+    """Distinct `values`: those in `preferred` first, in its order, then the others in first-seen order."""
+    seen = list(dict.fromkeys(values))
+    return [v for v in preferred if v in seen] + [v for v in seen if v not in preferred]
+
+
+def _countries(values: Iterable[str]) -> list[str]:
+    return _ordered(values, [c.adjective for c in _REFERENCE.cultures])
+
+
+def _categories(values: Iterable[str]) -> list[str]:
+    return _ordered(values, _REFERENCE.categories)
+
+
+def _ethnicities(values: Iterable[str]) -> list[str]:
+    return _ordered(values, [ORIGINAL, *(e.label for e in _REFERENCE.ethnicities)])
+
+
+def _rate(correct: int, answered: int) -> float | None:
+    return correct / answered if answered else None
+
+
+class _Tally:
+    """Scored counts of a group of per-image rows."""
+
+    def __init__(self) -> None:
+        self.n = self.answered = self.correct = 0
+        self.marker_answered = self.marker_correct = 0
+        self.food = False
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.n += 1
+        if row["correct"] is not None:
+            self.answered += 1
+            self.correct += bool(row["correct"])
+        if row["category"] == MARKER_CATEGORY:
+            self.food = True
+            if row["marker_correct"] is not None:
+                self.marker_answered += 1
+                self.marker_correct += bool(row["marker_correct"])
+
+    @property
+    def accuracy(self) -> float | None:
+        return _rate(self.correct, self.answered)
+
+    @property
+    def marker_accuracy(self) -> float | None:
+        return _rate(self.marker_correct, self.marker_answered) if self.food else None
+
+
+def _tallies(per_image: pa.Table, key: Callable[[dict[str, Any]], Any]) -> dict[Any, _Tally]:
+    tallies: dict[Any, _Tally] = {}
+    columns = ["country", "category", "ethnicity", "correct", "marker_correct"]
+    for row in per_image.select(columns).to_pylist():
+        tallies.setdefault(key(row), _Tally()).add(row)
+    return tallies
+
+
+def _groups(per_image: pa.Table) -> dict[tuple[str, str, str], _Tally]:
+    return _tallies(per_image, lambda r: (r["country"], r["category"], r["ethnicity"]))
+
+
+def _sorted_keys(keys: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    keys = list(keys)
+    countries = _countries(k[0] for k in keys)
+    categories = _categories(k[1] for k in keys)
+    ethnicities = _ethnicities(k[2] for k in keys)
+    return sorted(keys, key=lambda k: (countries.index(k[0]), categories.index(k[1]), ethnicities.index(k[2])))
+
+
+def accuracy_table(per_image: pa.Table) -> pa.Table:
+    """Accuracy per country x category x ethnicity (App. D Table 7; Table 8a in the marker columns, Food only).
+    Unscored rows count in `n` and `failed`, never in the denominator `answered`."""
+    groups = _groups(per_image)
+    rows = []
+    for key in _sorted_keys(groups):
+        tally = groups[key]
+        food = tally.food
+        rows.append(
+            {
+                "country": key[0],
+                "category": key[1],
+                "ethnicity": key[2],
+                "n": tally.n,
+                "answered": tally.answered,
+                "failed": tally.n - tally.answered,
+                "correct": tally.correct,
+                "accuracy": tally.accuracy,
+                "marker_answered": tally.marker_answered if food else None,
+                "marker_correct": tally.marker_correct if food else None,
+                "marker_accuracy": tally.marker_accuracy,
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=MIXCUBE_ACCURACY)
+
+
+def _difference(original: float | None, swap: float | None) -> float | None:
+    return None if original is None or swap is None else original - swap
+
+
+def swap_drops(per_image: pa.Table) -> pa.Table:
+    """Per country x category x swap ethnicity: the originals' accuracy, the swap's, and the drop (original - swap;
+    positive when the swap lost accuracy). Groups are compared as wholes, as App. D's tables do, not image by image;
+    a group with nothing scored has a null accuracy and a null drop."""
+    groups = _groups(per_image)
+    rows = []
+    for country, category, ethnicity in _sorted_keys(groups):
+        if ethnicity == ORIGINAL:
+            continue
+        swap = groups[(country, category, ethnicity)]
+        original = groups.get((country, category, ORIGINAL), _Tally())
+        food = category == MARKER_CATEGORY
+        rows.append(
+            {
+                "country": country,
+                "category": category,
+                "ethnicity": ethnicity,
+                "original_answered": original.answered,
+                "swap_answered": swap.answered,
+                "original_accuracy": original.accuracy,
+                "swap_accuracy": swap.accuracy,
+                "drop": _difference(original.accuracy, swap.accuracy),
+                "marker_original_accuracy": original.marker_accuracy if food else None,
+                "marker_swap_accuracy": swap.marker_accuracy if food else None,
+                "marker_drop": _difference(original.marker_accuracy, swap.marker_accuracy) if food else None,
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=MIXCUBE_SWAP_DROPS)
+
+
+def _by(per_image: pa.Table, column: str, order: Callable[[Iterable[str]], list[str]]) -> dict[str, _Tally]:
+    tallies = _tallies(per_image, lambda r: r[column])
+    return {value: tallies[value] for value in order(tallies)}
+
+
+def summary(per_image: pa.Table) -> dict[str, Any]:
+    """JSON-ready headline numbers: accuracy overall, by ethnicity, country and category, original vs synthesized
+    (§3's comparison), the marker accuracy on Food, and the failures by error class."""
+    everything = _tallies(per_image, lambda r: "all").get("all", _Tally())
+    kind = _tallies(per_image, lambda r: "original" if r["ethnicity"] == ORIGINAL else "synthesized")
+    original, synthesized = kind.get("original", _Tally()), kind.get("synthesized", _Tally())
+    food = per_image.filter(pc.equal(per_image["category"], MARKER_CATEGORY))
+    marker = _tallies(food, lambda r: "all").get("all", _Tally())
+    errors = Counter(e for e in per_image.column("error").to_pylist() if e is not None)
+    unscored = Counter(
+        str(e)
+        for e, c in zip(per_image["error"].to_pylist(), per_image["correct"].to_pylist(), strict=True)
+        if c is None
+    )
+    return {
+        "images": everything.n,
+        "answered": everything.answered,
+        "correct": everything.correct,
+        "failed": everything.n - everything.answered,
+        "accuracy": everything.accuracy,
+        "accuracy_by_ethnicity": {k: t.accuracy for k, t in _by(per_image, "ethnicity", _ethnicities).items()},
+        "accuracy_by_country": {k: t.accuracy for k, t in _by(per_image, "country", _countries).items()},
+        "accuracy_by_category": {k: t.accuracy for k, t in _by(per_image, "category", _categories).items()},
+        "accuracy_original": original.accuracy,
+        "accuracy_synthesized": synthesized.accuracy,
+        "drop_original_minus_synthesized": _difference(original.accuracy, synthesized.accuracy),
+        "marker_images": marker.n,
+        "marker_judged": marker.marker_answered,
+        "marker_accuracy": _rate(marker.marker_correct, marker.marker_answered),
+        "marker_accuracy_by_ethnicity": {
+            k: _rate(t.marker_correct, t.marker_answered) for k, t in _by(food, "ethnicity", _ethnicities).items()
+        },
+        "failures": dict(sorted(unscored.items())),
+        "errors": dict(sorted(errors.items())),
+        "marker_errors": dict(sorted(Counter(e for e in food.column("marker_error").to_pylist() if e).items())),
+        "placeholder_images": sum(bool(v) for v in per_image.column("placeholder").to_pylist()),
+    }
+
+
+# -- figures -------------------------------------------------------------------------------------------------------
+#: App. A.1 Table 1: the paper's country codes (UK, not GB) and category abbreviations.
+_CATEGORY_ABBREVIATIONS = {"Clothes": "Clot", "Festival": "Fest", "Food": "Food"}
+
+
+def _country_code(country: str) -> str:
+    culture = _culture(country)
+    if culture is None:
+        return country
+    return "UK" if culture.iso2 == "GB" else culture.iso2
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(figure: Any) -> bytes:
+    plt = _pyplot()
+    buffer = io.BytesIO()
+    # No Software entry: the PNG bytes do not change with the matplotlib version.
+    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def _empty_png(title: str) -> bytes:
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(4, 2))
+    axes.axis("off")
+    axes.text(0.5, 0.5, "no scored images", ha="center", va="center")
+    axes.set_title(title, fontsize=10)
+    return _png(figure)
+
+
+def _task_columns(task: Task) -> tuple[str, str]:
+    return (
+        ("accuracy", "Country Identification")
+        if task == "country"
+        else ("marker_accuracy", "Cultural Marker Identification")
+    )
+
+
+def fig3_bars_png(per_image: pa.Table, task: Task = "country") -> bytes:
+    """Fig. 3: for each country-category pair, the accuracy on the originals (solid) and on the synthesized images
+    of the four ethnicities together (pale); a marker per swap ethnicity shows its own accuracy."""
+    column, title = _task_columns(task)
+    table = accuracy_table(per_image)
+    if task == "marker":
+        table = table.filter(pc.equal(table["category"], MARKER_CATEGORY))
+    rows = table.to_pylist()
+    pairs = list(dict.fromkeys((r["country"], r["category"]) for r in rows))
+    if not pairs:
+        return _empty_png(f"{title} accuracy")
+    plt = _pyplot()
+    swaps = _ethnicities(r["ethnicity"] for r in rows if r["ethnicity"] != ORIGINAL)
+    swaps = [e for e in swaps if e != ORIGINAL]
+    answered_key = "answered" if task == "country" else "marker_answered"
+    correct_key = "correct" if task == "country" else "marker_correct"
+    countries = _countries(p[0] for p in pairs)
+    colours = plt.get_cmap("tab10")
+    markers = "o^sDvP*X"
+    figure, axes = plt.subplots(figsize=(max(6.0, 0.6 * len(pairs) + 2.5), 3.8))
+    width = 0.38
+    for x, (country, category) in enumerate(pairs):
+        group = [r for r in rows if r["country"] == country and r["category"] == category]
+        colour = colours(countries.index(country) % 10)
+        original = next((r[column] for r in group if r["ethnicity"] == ORIGINAL), None)
+        synthesized = [r for r in group if r["ethnicity"] != ORIGINAL]
+        pooled = _rate(sum(r[correct_key] or 0 for r in synthesized), sum(r[answered_key] or 0 for r in synthesized))
+        if original is not None:
+            axes.bar(x - width / 2, original, width, color=colour, edgecolor="black", linewidth=0.4)
+        if pooled is not None:
+            axes.bar(x + width / 2, pooled, width, color=colour, alpha=0.35, edgecolor="black", linewidth=0.4)
+        for r in synthesized:
+            if r[column] is not None:
+                k = swaps.index(r["ethnicity"])
+                axes.plot(x + width / 2, r[column], markers[k % len(markers)], color="black", markersize=3.5)
+    axes.set_xticks(
+        range(len(pairs)), [f"{_country_code(c)}-{_CATEGORY_ABBREVIATIONS.get(k, k)}" for c, k in pairs], rotation=60
+    )
+    axes.set_ylim(0, 1.05)
+    axes.set_ylabel("accuracy")
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, color="grey", label="original"),
+        plt.Rectangle((0, 0), 1, 1, color="grey", alpha=0.35, label="synthesized (average)"),
+        *[
+            plt.Line2D([], [], linestyle="", marker=markers[k % len(markers)], color="black", label=e)
+            for k, e in enumerate(swaps)
+        ],
+    ]
+    axes.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    axes.set_title(f"{title} accuracy: original vs synthesized", fontsize=10)
+    return _png(figure)
+
+
+def fig4_heatmap_png(per_image: pa.Table, task: Task = "country") -> bytes:
+    """Fig. 4 (Fig. 8b with `task="marker"`): rows are countries, columns category x swap ethnicity, each cell the
+    swap's accuracy minus the originals' (negative = a drop), on a diverging colormap centred at 0; §3's
+    resembling pairs (`RESEMBLING_PAIRS`) are boxed in red; a cell without data is grey."""
+    _, title = _task_columns(task)
+    drops = swap_drops(per_image)
+    if task == "marker":
+        drops = drops.filter(pc.equal(drops["category"], MARKER_CATEGORY))
+    original_key, swap_key = (
+        ("original_accuracy", "swap_accuracy")
+        if task == "country"
+        else ("marker_original_accuracy", "marker_swap_accuracy")
+    )
+    rows = drops.to_pylist()
+    if not rows:
+        return _empty_png(f"{title} accuracy difference")
+    plt = _pyplot()
+    from matplotlib.colors import TwoSlopeNorm
+
+    countries = _countries(r["country"] for r in rows)
+    categories = _categories(r["category"] for r in rows)
+    swaps = [e for e in _ethnicities(r["ethnicity"] for r in rows) if e != ORIGINAL]
+    columns = [(c, e) for c in categories for e in swaps]
+    matrix = np.full((len(countries), len(columns)), np.nan)
+    for r in rows:
+        if r[original_key] is not None and r[swap_key] is not None:
+            matrix[countries.index(r["country"]), columns.index((r["category"], r["ethnicity"]))] = (
+                r[swap_key] - r[original_key]
+            )
+    finite = matrix[np.isfinite(matrix)]
+    limit = max(0.05, float(np.abs(finite).max()) if finite.size else 0.0)
+    colormap = plt.get_cmap("BrBG").with_extremes(bad="#d9d9d9")
+    figure, axes = plt.subplots(figsize=(max(5.0, 0.55 * len(columns) + 2.5), max(2.2, 0.5 * len(countries) + 1.5)))
+    image = axes.imshow(
+        np.ma.masked_invalid(matrix), cmap=colormap, norm=TwoSlopeNorm(0.0, -limit, limit), aspect="auto"
+    )
+    for (i, j), value in np.ndenumerate(matrix):
+        label = "n/a" if not np.isfinite(value) else f"{value:+.2f}"
+        dark = np.isfinite(value) and abs(value) > 0.6 * limit
+        axes.text(j, i, label, ha="center", va="center", fontsize=7, color="white" if dark else "black")
+        if (countries[i], columns[j][1]) in RESEMBLING_PAIRS:
+            axes.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.8))
+    axes.set_xticks(
+        range(len(columns)), [f"{_CATEGORY_ABBREVIATIONS.get(c, c)}\n{e}" for c, e in columns], fontsize=7, rotation=90
+    )
+    axes.set_yticks(range(len(countries)), [_country_code(c) for c in countries], fontsize=8)
+    figure.colorbar(image, ax=axes, fraction=0.04, label="swap - original")
+    axes.set_title(f"{title} accuracy difference (synthesized - original)", fontsize=10)
+    return _png(figure)

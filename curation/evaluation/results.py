@@ -1,0 +1,303 @@
+"""An evaluation's result folder: `per_query.parquet`, further tables, `metrics.json`, figures and a results card,
+written once and then immutable like a release (an identical rerun is `unchanged`, a different one is refused).
+
+The card names what makes a number reproducible: the release's manifest sha256, the model and its weights' hash,
+and the code version. `compare` reads several result folders back into one table and one figure."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curation.evaluation.figures import compare_png
+from data.card import front_matter, markdown_table
+from data.provenance import code_version, redact
+from data.release import ReleaseConfig, ReleaseResult, ReleaseWriter
+from data.released import Release
+
+METRICS = "metrics.json"
+PER_QUERY = "per_query.parquet"
+CARD = "README.md"
+#: The headline metrics each benchmark's `metrics.json` carries at its top level, in the card's column order.
+HEADLINE = {"3xcm": ("M_cr", "M_lb", "M_ti", "SP"), "mixcube": ("accuracy", "marker_accuracy")}
+DEMO_WARNING = (
+    "> **These numbers are meaningless.** The model is a tiny network with random weights, built to exercise the "
+    "evaluation end to end; it says nothing about any real model or about the benchmark."
+)
+
+
+@dataclass
+class EvaluationResult:
+    benchmark: str  # "3xcm" | "mixcube"
+    release: Release
+    model: dict[str, Any]  # the backend's identity (ModelIdentity / VlmIdentity as JSON)
+    per_query: pa.Table  # one row per benchmark row (3XCM) or per image (MixCuBe)
+    tables: dict[str, pa.Table]
+    metrics: dict[str, Any]
+    figures: dict[str, bytes]
+    settings: dict[str, Any]  # what else decided the numbers (bootstrap, seed, judge, prompts' version ...)
+    skipped: list[str] = field(default_factory=list)
+    demo: bool = False
+
+    @property
+    def model_id(self) -> str:
+        return str(self.model["model_id"])
+
+
+def default_out(root: str | Path, benchmark: str, release: Release, model_id: str) -> str:
+    """`<root>/<benchmark>/<release version>/<model id>/`."""
+    return str(Path(root) / benchmark / release.version / model_id)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN: an undefined figure is null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    return buffer.getvalue()
+
+
+def metrics_document(result: EvaluationResult) -> dict[str, Any]:
+    return _finite(
+        {
+            **result.metrics,
+            "benchmark": result.benchmark,
+            "release": {
+                "name": result.release.name,
+                "version": result.release.version,
+                "manifest_sha256": result.release.manifest_sha256,
+            },
+            "model": result.model,
+            "settings": redact(result.settings),
+            "meaningless_demo_model": result.demo,
+        }
+    )
+
+
+def write_results(result: EvaluationResult, out: str) -> ReleaseResult:
+    """Write the folder through the release writer: staged, published by one rename, never overwritten."""
+    writer = ReleaseWriter(ReleaseConfig(version=result.release.version), f"evaluation-{result.benchmark}", folder=out)
+    writer.volatile = {CARD}  # it names the code version: the same numbers from a later commit are the same result
+    try:
+        writer.write_bytes(PER_QUERY, parquet_bytes(result.per_query))
+        for name, table in sorted(result.tables.items()):
+            writer.write_bytes(f"{name}.parquet", parquet_bytes(table))
+        document = metrics_document(result)
+        writer.write_bytes(METRICS, (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode())
+        for name, png in sorted(result.figures.items()):
+            writer.write_bytes(f"figures/{name}", png)
+        writer.write_bytes(CARD, render_card(result, document).encode())
+        return writer.commit(
+            {
+                "name": f"evaluation-{result.benchmark}",
+                "version": result.release.version,
+                "release_manifest_sha256": result.release.manifest_sha256,
+                "model": result.model,
+                "code_version": code_version(),
+            }
+        )
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def headline_rows(benchmark: str, metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """The headline metrics with their intervals where the metrics carry them (`ci95`)."""
+    ci = metrics.get("ci95", {})
+    rows = []
+    for name in HEADLINE[benchmark]:
+        low, high = ci.get(name, [None, None])
+        rows.append({"metric": name, "value": _fmt(metrics.get(name)), "95% CI": f"[{_fmt(low)}, {_fmt(high)}]"})
+    return rows
+
+
+def render_card(result: EvaluationResult, document: dict[str, Any]) -> str:
+    configs = [{"config_name": "per_query", "default": True, "data_files": [{"split": "test", "path": PER_QUERY}]}]
+    configs += [
+        {"config_name": name, "data_files": [{"split": "test", "path": f"{name}.parquet"}]}
+        for name in sorted(result.tables)
+    ]
+    model = result.model
+    version = code_version()
+    lines = [
+        front_matter(configs, f"{result.benchmark} evaluation of {result.model_id}", ["evaluation", result.benchmark]),
+        f"# {result.benchmark} {result.release.version}: {result.model_id}\n",
+    ]
+    if result.demo:
+        lines.append(DEMO_WARNING + "\n")
+    lines += [
+        "## What was evaluated\n",
+        markdown_table(
+            [
+                {"": "release", "value": f"{result.release.name} {result.release.version}"},
+                {"": "release manifest sha256", "value": f"`{result.release.manifest_sha256}`"},
+                {"": "model backend", "value": model.get("backend")},
+                {"": "model", "value": model.get("name")},
+                {"": "weights sha256", "value": f"`{model['weights_sha256']}`" if model.get("weights_sha256") else "–"},
+                {"": "code version", "value": f"{version.get('version')} {version.get('git_commit') or ''}".strip()},
+            ]
+        ),
+        "## Headline\n",
+        markdown_table(headline_rows(result.benchmark, document)),
+    ]
+    lines += detail_sections(result)
+    if result.skipped:
+        lines += ["## Not computed\n", "\n".join(f"* {s}" for s in result.skipped) + "\n"]
+    if result.figures:
+        lines += ["## Figures\n", "\n".join(f"![{n}](figures/{n})" for n in sorted(result.figures)) + "\n"]
+    lines += [
+        "## Files\n",
+        f"* `{PER_QUERY}`: one row per {'benchmark row' if result.benchmark == '3xcm' else 'image'}; "
+        "`datasets.load_dataset(<this folder>)` loads it.\n",
+        *[f"* `{name}.parquet`\n" for name in sorted(result.tables)],
+        f"* `{METRICS}`: every figure above, with the settings that produced them.\n",
+    ]
+    return "\n".join(lines)
+
+
+def _rates_by_language(report: dict[str, Any], symbols: dict[str, str], sp: bool) -> list[dict[str, Any]]:
+    rows = []
+    for group in [report["overall"], *report["by_language"]]:
+        row: dict[str, Any] = {"query language": group["group"], "n": group["n"]}
+        row.update({f"M_{symbols[c]}": _fmt(e["value"]) for c, e in group["rates"].items()})
+        if sp:
+            row["SP"] = _fmt((group.get("sp") or {}).get("value"))
+        rows.append(row)
+    return rows
+
+
+def detail_sections(result: EvaluationResult) -> list[str]:
+    """The paper-shaped tables: 3XCM's M_k per language (Tables 2, 3), App. P.2 tests (Tables 15-17) and Δsim
+    (Table 18); MixCuBe's accuracy per ethnicity and the drop from original to each swap (Fig. 3, 4)."""
+    metrics = result.metrics
+    if result.benchmark == "3xcm":
+        from curation.evaluation.metrics_3xcm import PAPER_SYMBOL
+
+        out = [
+            "## RQ2 per query language\n",
+            markdown_table(_rates_by_language(metrics["rq2"], PAPER_SYMBOL["rq2"], True)),
+        ]
+        if "rq3" in metrics:
+            out += [
+                "## RQ3 per query language\n",
+                markdown_table(_rates_by_language(metrics["rq3"], PAPER_SYMBOL["rq3"], False)),
+            ]
+        tests = [t for t in metrics.get("preference_tests", []) if t["group_by"] in ("overall", "query_language")]
+        if tests:
+            rows = [
+                {
+                    "test": t["test"],
+                    "group": t["group"],
+                    "A vs B": f"{t['category_a']} vs {t['category_b']}",
+                    "diff": _fmt(t["diff"]),
+                    "chi2": _fmt(t["statistic"]),
+                    "p": "–" if t["p_value"] is None else f"{t['p_value']:.3g}",
+                }
+                for t in tests
+            ]
+            out += ["## App. P.2 chi-squared tests\n", markdown_table(rows)]
+        drift = [d for d in metrics.get("delta_sim", []) if d["group_by"] in ("overall", "query_language")]
+        if drift:
+            rows = [
+                {
+                    "query language": d["group"],
+                    **{f"M_{PAPER_SYMBOL['rq3'][c]}": f"{100 * v:+.2f}" for c, v in d["mean_drift"].items()},
+                }
+                for d in drift
+            ]
+            out += ["## Δsim x100 per candidate category (Eq. 5)\n", markdown_table(rows)]
+        return out
+    out = []
+    by_ethnicity = metrics.get("accuracy_by_ethnicity") or {}
+    if by_ethnicity:
+        out += ["## Country Identification accuracy per ethnicity\n"]
+        out.append(markdown_table([{"ethnicity": k, "accuracy": _fmt(v)} for k, v in by_ethnicity.items()]))
+    drops = result.tables.get("swap_drops")
+    if drops is not None and drops.num_rows:
+        keep = ["country", "category", "ethnicity", "original_accuracy", "swap_accuracy", "drop"]
+        rows = [{k: _fmt(row[k]) for k in keep} for row in drops.select(keep).to_pylist()]
+        out += ["## Drop from the original to each swap (Fig. 4)\n", markdown_table(rows)]
+    return out
+
+
+# --- compare ------------------------------------------------------------------------------------------------------
+
+
+def read_metrics(folder: str | Path) -> dict[str, Any]:
+    path = Path(folder) / METRICS
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder}: no {METRICS}; not an evaluation result folder")
+    return json.loads(path.read_text())
+
+
+COMPARISON = pa.schema(
+    [
+        pa.field("benchmark", pa.string(), nullable=False),
+        pa.field("release_version", pa.string(), nullable=False),
+        pa.field("release_manifest_sha256", pa.string(), nullable=False),
+        pa.field("model_id", pa.string(), nullable=False),
+        pa.field("metric", pa.string(), nullable=False),
+        pa.field("value", pa.float64()),
+        pa.field("ci_low", pa.float64()),
+        pa.field("ci_high", pa.float64()),
+    ]
+)
+
+
+def compare(folders: list[str | Path]) -> tuple[pa.Table, bytes, str]:
+    """Several models' results on one benchmark: a long table, one grouped-bar figure, and a Markdown table.
+    Results of different benchmarks cannot share a table; different releases are allowed but named."""
+    documents = [read_metrics(f) for f in folders]
+    benchmarks = {d["benchmark"] for d in documents}
+    if len(benchmarks) != 1:
+        raise ValueError(f"results of different benchmarks cannot be compared in one table: {sorted(benchmarks)}")
+    benchmark = benchmarks.pop()
+    names = HEADLINE[benchmark]
+    rows = []
+    for d in documents:
+        ci = d.get("ci95", {})
+        for name in names:
+            low, high = ci.get(name, [None, None])
+            rows.append(
+                {
+                    "benchmark": benchmark,
+                    "release_version": d["release"]["version"],
+                    "release_manifest_sha256": d["release"]["manifest_sha256"],
+                    "model_id": d["model"]["model_id"],
+                    "metric": name,
+                    "value": d.get(name),
+                    "ci_low": low,
+                    "ci_high": high,
+                }
+            )
+    table = pa.Table.from_pylist(rows, schema=COMPARISON)
+    labels = [f"{d['model']['model_id']} @ {d['release']['version']}" for d in documents]
+    figure = compare_png(labels, {n: [d.get(n) for d in documents] for n in names}, f"{benchmark}: models compared")
+    markdown = markdown_table(
+        [{"model": label, **{n: _fmt(d.get(n)) for n in names}} for label, d in zip(labels, documents, strict=True)]
+    )
+    return table, figure, markdown

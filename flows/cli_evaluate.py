@@ -1,0 +1,263 @@
+"""`culturebench evaluate 3xcm|mixcube|compare`: a model on a release, from the command line, without Prefect (the
+`evaluate` deployment runs the same code on a worker). Heavy imports wait until a command runs."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from flows.cli_output import console, os_error_line, progress_bars
+
+evaluate_app = typer.Typer(help="Evaluate a model on a release, as the papers do.", no_args_is_help=True)
+
+
+class EncoderBackend(StrEnum):
+    open_clip = "open_clip"
+    transformers = "transformers"
+    sentence_transformers = "sentence-transformers"
+    embeddings = "embeddings"
+
+
+class VlmBackend(StrEnum):
+    openai = "openai"
+    gemini = "gemini"
+    transformers = "transformers"
+
+
+ReleaseArgument = Annotated[Path, typer.Argument(help="The release folder (it holds manifest.json).")]
+OutOption = Annotated[
+    Path | None, typer.Option(help="Result folder; default <results-root>/<benchmark>/<release version>/<model id>.")
+]
+ResultsRootOption = Annotated[Path, typer.Option(help="Root of the default result folders.")]
+ConfigFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        exists=True,
+        dir_okay=False,
+        help="A JSON or YAML evaluation config (`model`, and any other field); options given here override it.",
+    ),
+]
+DeviceOption = Annotated[str | None, typer.Option(help="auto, cpu or cuda.")]
+PrecisionOption = Annotated[str | None, typer.Option(help="fp32, or fp16 (CUDA only).")]
+
+
+def _read_config(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())  # YAML reads JSON too
+    except yaml.YAMLError as exc:
+        console.print(f"{path}: not JSON or YAML ({exc})", style="red", markup=False)
+        raise typer.Exit(2) from None
+    if not isinstance(data, dict):
+        console.print(f"{path}: an evaluation config is a mapping", style="red", markup=False)
+        raise typer.Exit(2)
+    return data
+
+
+def _model_section(base: dict[str, Any], backend: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """The config's model (or judge) section with the given options laid over it."""
+    section = dict(base or {})
+    if backend is not None:
+        if section.get("backend") not in (None, backend):
+            section = {}
+        section["backend"] = backend
+    section.update({k: v for k, v in options.items() if v is not None})
+    return section
+
+
+def _validate(model: type, data: dict[str, Any]) -> Any:
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        console.print("invalid evaluation config:\n  " + "\n  ".join(lines), style="red", markup=False)
+        raise typer.Exit(2) from None
+
+
+def _run(config: Any) -> None:
+    from curation.evaluation.results import headline_rows
+    from curation.evaluation.run import evaluate_and_write
+    from data.release import ReleaseExistsError
+    from data.release_3xcm import ReleaseReadError
+
+    try:
+        with progress_bars() as progress:
+            written = evaluate_and_write(config, progress)
+    except ReleaseExistsError as exc:
+        console.print(f"{exc} (pass --out to write elsewhere)", style="red", markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    except (ReleaseReadError, KeyError, ValueError, FileNotFoundError, ImportError) as exc:
+        # a release that cannot be read, vectors missing for its rows, a model that cannot load
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        console.print(f"cannot evaluate: {message}", style="red", markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except OSError as exc:
+        console.print(os_error_line(exc), style="red", markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    result = written.result
+    if result.demo:
+        console.print("random demo model: the numbers are meaningless", style="yellow")
+    for row in headline_rows(result.benchmark, result.metrics):
+        console.print(f"  {row['metric']:>16}  {row['value']:>7}  {row['95% CI']}", markup=False)
+    for reason in result.skipped:
+        console.print(f"  not computed: {reason}", style="yellow", markup=False)
+    console.print(f"{written.release.status}: {written.out}", markup=False)
+    typer.echo(json.dumps({"out": written.out, "status": written.release.status, "model_id": result.model_id}))
+
+
+@evaluate_app.command("3xcm")
+def evaluate_3xcm_command(
+    release: ReleaseArgument,
+    model_backend: Annotated[EncoderBackend | None, typer.Option(help="How the model is run.")] = None,
+    image_embeddings: Annotated[
+        str | None, typer.Option(help="embeddings: Parquet with image_id (string) and embedding (list of float).")
+    ] = None,
+    text_embeddings: Annotated[
+        str | None, typer.Option(help="embeddings: Parquet with text (a benchmark row's exact query text), embedding.")
+    ] = None,
+    model_name: Annotated[str | None, typer.Option(help="open_clip: the architecture, e.g. ViT-B-32.")] = None,
+    pretrained: Annotated[str | None, typer.Option(help="open_clip: a pretrained tag or a local weights file.")] = None,
+    model_config_dir: Annotated[str | None, typer.Option(help="open_clip: folder of extra model configs.")] = None,
+    model: Annotated[str | None, typer.Option(help="transformers: a local folder or a hub id.")] = None,
+    text_model: Annotated[str | None, typer.Option(help="sentence-transformers: the text encoder.")] = None,
+    image_model: Annotated[str | None, typer.Option(help="sentence-transformers: the image encoder.")] = None,
+    device: DeviceOption = None,
+    precision: PrecisionOption = None,
+    batch_size: Annotated[int | None, typer.Option(min=1, help="Images or texts per model call.")] = None,
+    query: Annotated[str | None, typer.Option(help="text (the paper's) or image: what queries the candidates.")] = None,
+    bootstrap_resamples: Annotated[int | None, typer.Option(min=0, help="Resamples for the 95% CIs.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the bootstrap.")] = None,
+    embedding_cache: Annotated[str | None, typer.Option(help="Folder of cached image vectors per model.")] = None,
+    out: OutOption = None,
+    results_root: ResultsRootOption = Path("./evaluations"),
+    config: ConfigFileOption = None,
+    demo_model: Annotated[
+        bool, typer.Option(help="Evaluate a tiny random open_clip model (exercises the pipeline; meaningless).")
+    ] = False,
+) -> None:
+    """Text-to-image retrieval on a 3XCM release: per-query winners, M_cr/M_lb/M_ti/SP with 95% CIs, RQ3's six
+    M_k and App. P.2 tests, and Δsim. Exit 2 on bad input, 1 if the result folder exists with other content."""
+    from curation.evaluation.run import Evaluate3XCMConfig
+
+    data = _read_config(config)
+    options = {
+        "image_embeddings": image_embeddings,
+        "text_embeddings": text_embeddings,
+        "model_name": model_name,
+        "pretrained": pretrained,
+        "model_config_dir": model_config_dir,
+        "model": model,
+        "text_model": text_model,
+        "image_model": image_model,
+        "device": device,
+        "precision": precision,
+        "batch_size": batch_size,
+    }
+    if demo_model:
+        data["demo"] = True
+    elif not data.get("model") and model_backend is None:
+        console.print("name the model: --model-backend (with its options), --config, or --demo-model", style="red")
+        raise typer.Exit(2)
+    if model_backend is not None or data.get("model"):
+        data["model"] = _model_section(data.get("model", {}), model_backend.value if model_backend else None, options)
+    top = {"query": query, "bootstrap_resamples": bootstrap_resamples, "seed": seed, "embedding_cache": embedding_cache}
+    data.update({k: v for k, v in top.items() if v is not None})
+    data.update(release=str(release), results_root=str(results_root))
+    if out is not None:
+        data["out"] = str(out)
+    _run(_validate(Evaluate3XCMConfig, data))
+
+
+@evaluate_app.command("mixcube")
+def evaluate_mixcube_command(
+    release: ReleaseArgument,
+    model_backend: Annotated[VlmBackend | None, typer.Option(help="How the vision-language model is reached.")] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="openai/gemini: the endpoint (vLLM, SGLang, a hosted API).")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="The model name (API) or a local folder (transformers).")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="The environment variable that holds the API key.")] = None,
+    rate_per_s: Annotated[float | None, typer.Option(help="Requests per second at most.")] = None,
+    cache_dir: Annotated[str | None, typer.Option(help="Folder of cached answers (a rerun asks nothing).")] = None,
+    device: DeviceOption = None,
+    precision: PrecisionOption = None,
+    judge_backend: Annotated[
+        VlmBackend | None, typer.Option(help="The judge of Cultural Marker Identification (Food, App. B.3).")
+    ] = None,
+    judge_base_url: Annotated[str | None, typer.Option(help="The judge's endpoint.")] = None,
+    judge_model: Annotated[str | None, typer.Option(help="The judge model.")] = None,
+    judge_api_key_env: Annotated[str | None, typer.Option(help="The judge's API key variable.")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="Questions in flight at once.")] = None,
+    out: OutOption = None,
+    results_root: ResultsRootOption = Path("./evaluations"),
+    config: ConfigFileOption = None,
+    demo_model: Annotated[
+        bool, typer.Option(help="Ask a tiny random local VLM, judged by itself (exercises the pipeline; meaningless).")
+    ] = False,
+) -> None:
+    """Country Identification (App. B.2) on every image of a MixCuBe release, and Cultural Marker Identification
+    (App. B.3) on Food with a judge: accuracy per country x category x ethnicity and the drop from original to each
+    swap. Exit 2 on bad input, 1 if the result folder exists with other content."""
+    from curation.evaluation.run import EvaluateMixCubeConfig
+
+    data = _read_config(config)
+    options = {
+        "base_url": base_url,
+        "model": model,
+        "api_key_env": api_key_env,
+        "rate_per_s": rate_per_s,
+        "cache_dir": cache_dir,
+        "device": device,
+        "precision": precision,
+    }
+    if demo_model:
+        data["demo"] = True
+    elif not data.get("model") and model_backend is None:
+        console.print("name the model: --model-backend (with its options), --config, or --demo-model", style="red")
+        raise typer.Exit(2)
+    if model_backend is not None or data.get("model"):
+        data["model"] = _model_section(data.get("model", {}), model_backend.value if model_backend else None, options)
+    if judge_backend is not None or data.get("judge"):
+        judge = {"base_url": judge_base_url, "model": judge_model, "api_key_env": judge_api_key_env}
+        judge["cache_dir"] = cache_dir  # one answer cache serves both (its keys name the model)
+        data["judge"] = _model_section(data.get("judge") or {}, judge_backend.value if judge_backend else None, judge)
+    if workers is not None:
+        data["workers"] = workers
+    data.update(release=str(release), results_root=str(results_root))
+    if out is not None:
+        data["out"] = str(out)
+    _run(_validate(EvaluateMixCubeConfig, data))
+
+
+@evaluate_app.command("compare")
+def compare_command(
+    results: Annotated[list[Path], typer.Argument(help="Result folders of one benchmark (each has metrics.json).")],
+    out: Annotated[Path | None, typer.Option(help="Write comparison.parquet, .md and .png here.")] = None,
+) -> None:
+    """Several models side by side: one table (printed as Markdown) and one figure."""
+    from curation.evaluation.results import compare
+
+    try:
+        table, figure, markdown = compare(results)
+    except (FileNotFoundError, ValueError, KeyError) as exc:
+        console.print(f"cannot compare: {exc}", style="red", markup=False)
+        raise typer.Exit(2) from None
+    typer.echo(markdown)
+    if out is not None:
+        import pyarrow.parquet as pq
+
+        out.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, out / "comparison.parquet")
+        (out / "comparison.md").write_text(markdown)
+        (out / "comparison.png").write_bytes(figure)
+        console.print(f"written: {out}/comparison.{{parquet,md,png}}", markup=False)

@@ -1,0 +1,72 @@
+"""The `evaluate` flow: a release and a model (typed parameters) in, an immutable result folder out, with the
+metrics as table artifacts and the figures linked. The work is `curation.evaluation.run`; this is wiring."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel
+
+from curation.evaluation.results import HEADLINE, METRICS, headline_rows
+from curation.evaluation.run import EvaluationConfig, Written, evaluate_and_write
+from flows.engine.runner import ProgressArtifact, artifact_key
+
+
+class EvaluationSummary(BaseModel):
+    benchmark: str
+    release_version: str
+    model_id: str
+    out: str
+    status: str  # created | unchanged
+    headline: dict[str, float | None]
+
+
+# No retries: a model or release error repeats (transient API errors are retried per request inside). No cache:
+# the result folder is the cache (an identical rerun finds it `unchanged`; image vectors and answers are cached).
+@task(name="evaluate-model", cache_policy=NO_CACHE)
+def evaluate_task(config: EvaluationConfig) -> Written:
+    return evaluate_and_write(config, ProgressArtifact())
+
+
+def publish_artifacts(written: Written) -> None:
+    result, key = written.result, artifact_key(f"{written.result.benchmark}-{written.result.model_id}")
+    document = written.release.manifest
+    create_table_artifact(
+        key=f"{key}-headline",
+        table=headline_rows(result.benchmark, {**result.metrics}),
+        description=f"{result.benchmark} {result.release.version}, {result.model_id}"
+        + (": random demo model, the numbers are meaningless" if result.demo else ""),
+    )
+    for name, table in sorted(result.tables.items()):
+        if table.num_rows <= 500 and name != "per_query_rq3" and name != "similarity_drift":
+            create_table_artifact(key=f"{key}-{artifact_key(name)}", table=table.to_pylist(), description=name)
+    folder = Path(written.out).resolve()
+    for name in sorted(result.figures):
+        create_link_artifact(
+            key=f"{key}-{artifact_key(name)}", link=(folder / "figures" / name).as_uri(), link_text=name
+        )
+    create_markdown_artifact(
+        key=f"{key}-card",
+        markdown=f"Results in `{written.out}` ({written.release.status}); metrics in `{METRICS}`; "
+        f"release manifest sha256 `{document.get('release_manifest_sha256')}`.",
+    )
+
+
+@flow(name="evaluate", log_prints=True)
+def evaluate(config: EvaluationConfig) -> EvaluationSummary:
+    """Evaluate one model on one release (3XCM retrieval or MixCuBe VLM questions) and write its result folder."""
+    written = evaluate_task(config)
+    publish_artifacts(written)
+    result = written.result
+    get_run_logger().info("%s results (%s): %s", result.benchmark, written.release.status, written.out)
+    return EvaluationSummary(
+        benchmark=result.benchmark,
+        release_version=result.release.version,
+        model_id=result.model_id,
+        out=written.out,
+        status=written.release.status,
+        headline={name: result.metrics.get(name) for name in HEADLINE[result.benchmark]},
+    )

@@ -1,0 +1,11 @@
+"""The tiny random LLaVA-style model the tests ask: the demo evaluation's (`curation/evaluation/demo_models.py`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def build_tiny_vlm(folder: str | Path, seed: int = 0) -> Path:
+    from curation.evaluation.demo_models import random_vlm
+
+    return random_vlm(folder, seed)
