@@ -73,6 +73,23 @@ def _model_section(base: dict[str, Any], backend: str | None, options: dict[str,
     return section
 
 
+def _model_or_demo(data: dict[str, Any], backend: StrEnum | None, options: dict[str, Any], demo: bool) -> None:
+    """The config's `model` from --model-backend and its options (over --config's), or the demo model."""
+    if demo:
+        data["demo"] = True
+    elif not data.get("model") and backend is None:
+        console.print("name the model: --model-backend (with its options), --config, or --demo-model", style="red")
+        raise typer.Exit(2)
+    if backend is not None or data.get("model"):
+        data["model"] = _model_section(data.get("model", {}), backend.value if backend else None, options)
+
+
+def _place(data: dict[str, Any], release: Path, results_root: Path, out: Path | None) -> None:
+    data.update(release=str(release), results_root=str(results_root))
+    if out is not None:
+        data["out"] = str(out)
+
+
 def _validate(model: type, data: dict[str, Any]) -> Any:
     from pydantic import ValidationError
 
@@ -111,7 +128,7 @@ def _run(config: Any) -> None:
         console.print(f"  {row['metric']:>16}  {row['value']:>7}  {row['95% CI']}", markup=False)
     for reason in result.skipped:
         console.print(f"  not computed: {reason}", style="yellow", markup=False)
-    console.print(f"{written.release.status}: {written.out}", markup=False)
+    console.print(f"{written.release.status}: {written.out}", markup=False, soft_wrap=True)
     typer.echo(json.dumps({"out": written.out, "status": written.release.status, "model_id": result.model_id}))
 
 
@@ -163,18 +180,10 @@ def evaluate_3xcm_command(
         "precision": precision,
         "batch_size": batch_size,
     }
-    if demo_model:
-        data["demo"] = True
-    elif not data.get("model") and model_backend is None:
-        console.print("name the model: --model-backend (with its options), --config, or --demo-model", style="red")
-        raise typer.Exit(2)
-    if model_backend is not None or data.get("model"):
-        data["model"] = _model_section(data.get("model", {}), model_backend.value if model_backend else None, options)
+    _model_or_demo(data, model_backend, options, demo_model)
     top = {"query": query, "bootstrap_resamples": bootstrap_resamples, "seed": seed, "embedding_cache": embedding_cache}
     data.update({k: v for k, v in top.items() if v is not None})
-    data.update(release=str(release), results_root=str(results_root))
-    if out is not None:
-        data["out"] = str(out)
+    _place(data, release, results_root, out)
     _run(_validate(Evaluate3XCMConfig, data))
 
 
@@ -220,22 +229,14 @@ def evaluate_mixcube_command(
         "device": device,
         "precision": precision,
     }
-    if demo_model:
-        data["demo"] = True
-    elif not data.get("model") and model_backend is None:
-        console.print("name the model: --model-backend (with its options), --config, or --demo-model", style="red")
-        raise typer.Exit(2)
-    if model_backend is not None or data.get("model"):
-        data["model"] = _model_section(data.get("model", {}), model_backend.value if model_backend else None, options)
+    _model_or_demo(data, model_backend, options, demo_model)
     if judge_backend is not None or data.get("judge"):
         judge = {"base_url": judge_base_url, "model": judge_model, "api_key_env": judge_api_key_env}
         judge["cache_dir"] = cache_dir  # one answer cache serves both (its keys name the model)
         data["judge"] = _model_section(data.get("judge") or {}, judge_backend.value if judge_backend else None, judge)
     if workers is not None:
         data["workers"] = workers
-    data.update(release=str(release), results_root=str(results_root))
-    if out is not None:
-        data["out"] = str(out)
+    _place(data, release, results_root, out)
     _run(_validate(EvaluateMixCubeConfig, data))
 
 

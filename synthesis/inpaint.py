@@ -19,7 +19,6 @@ Rules:
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import threading
 import time
@@ -33,8 +32,8 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 from pydantic import Field
 
+from data.model_ids import folder_sha256
 from data.stage import BackendConfig, error_text, require
-from data.workspace import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -304,18 +303,6 @@ def _looks_like_path(model: str) -> bool:
     return model.startswith((".", "/", "~")) or "\\" in model or model.count("/") > 1
 
 
-def folder_fingerprint(folder: Path) -> str:
-    """sha256 over every file's relative path and content hash: model_index.json alone would not tell two
-    fine-tunes with the same layout apart. Hidden entries (.cache, .git) are skipped."""
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder)
-        if any(part.startswith(".") for part in rel.parts) or not path.is_file():
-            continue
-        digest.update(f"{rel.as_posix()}\0{file_sha256(path.resolve())}\n".encode())
-    return digest.hexdigest()
-
-
 def resolve_model(config: SdxlInpaintConfig) -> ResolvedModel:
     """A folder holding a diffusers pipeline, or a clear error naming SdxlInpaintConfig.model."""
     path = Path(config.model).expanduser()
@@ -326,7 +313,7 @@ def resolve_model(config: SdxlInpaintConfig) -> ResolvedModel:
                 "at a folder written by save_pretrained or downloaded from the hub."
             )
         # The folder's name, never the machine path: the id goes into published tables.
-        return ResolvedModel(str(path.resolve()), f"{path.resolve().name}:sha256-{folder_fingerprint(path)[:12]}")
+        return ResolvedModel(str(path.resolve()), f"{path.resolve().name}:sha256-{folder_sha256(path)[:12]}")
     if _looks_like_path(config.model):
         raise FileNotFoundError(
             f"inpainting: model folder {config.model!r} (SdxlInpaintConfig.model) does not exist. Point "

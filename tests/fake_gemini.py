@@ -15,24 +15,15 @@ from __future__ import annotations
 import base64
 import json
 import re
-import threading
-import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from fake_json_api import JsonRequest, Reply, ScriptedJsonServer
 
 PATH = re.compile(r"^/(?P<version>[^/]+)/models/(?P<model>[^/:]+):generateContent$")
 
 
-@dataclass
-class RecordedRequest:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-    received_at: float  # time.monotonic()
-
+class RecordedRequest(JsonRequest):
     @property
     def model(self) -> str | None:
         match = PATH.match(self.path)
@@ -73,14 +64,6 @@ class RecordedRequest:
     def schema_properties(self) -> set[str]:
         schema = self.generation_config.get("responseSchema") or self.generation_config.get("responseJsonSchema") or {}
         return set(schema.get("properties", {}))
-
-
-@dataclass
-class Reply:
-    status: int = 200
-    body: Any = None  # JSON-serialisable, or bytes sent as they are
-    headers: dict[str, str] = field(default_factory=dict)
-    delay_s: float = 0.0  # wait before answering (client timeouts)
 
 
 Responder = Callable[[RecordedRequest], Reply]
@@ -177,77 +160,11 @@ def tagging_answer(request: RecordedRequest) -> dict:
     return {"images": [{"index": index, "categories": []} for index in indexes]}
 
 
-class FakeGemini:
-    """A threaded HTTP server; use as a context manager (or start()/stop()), one per test."""
+class FakeGemini(ScriptedJsonServer[RecordedRequest]):
+    """A threaded HTTP server; use as a context manager (or start()/stop()), one per test. Every path is recorded
+    and answered (`default_responder` gives unknown routes a 404)."""
+
+    thread_name = "fake-gemini"
 
     def __init__(self, fallback: Responder = default_responder) -> None:
-        self.fallback = fallback
-        self.requests: list[RecordedRequest] = []
-        self._queue: deque[Reply | Responder] = deque()
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def base_url(self) -> str:
-        assert self._server is not None, "server not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def enqueue(self, *replies: Reply | Responder) -> None:
-        """Replies used, in order, by the next requests; then the fallback responder answers."""
-        with self._lock:
-            self._queue.extend(replies)
-
-    def _next(self, request: RecordedRequest) -> Reply:
-        with self._lock:
-            self.requests.append(request)
-            item = self._queue.popleft() if self._queue else self.fallback
-        return item if isinstance(item, Reply) else item(request)
-
-    def start(self) -> FakeGemini:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("content-length", 0)))
-                try:
-                    body = json.loads(raw or b"{}")
-                except json.JSONDecodeError:
-                    body = {"_raw": raw.decode("utf-8", "replace")}
-                request = RecordedRequest(self.path, dict(self.headers.items()), body, time.monotonic())
-                reply = fake._next(request)
-                if reply.delay_s:
-                    time.sleep(reply.delay_s)
-                data = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body or {}).encode()
-                try:
-                    self.send_response(reply.status)
-                    for key, value in {"content-type": "application/json", **reply.headers}.items():
-                        self.send_header(key, value)
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout tests)
-                    pass
-
-            def log_message(self, *args: Any) -> None:  # keep test output clean
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-gemini", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> FakeGemini:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__init__(RecordedRequest, fallback)

@@ -13,25 +13,15 @@ fallback responder (by default a fixed sentence). Images sent as `data:` URLs ca
 from __future__ import annotations
 
 import base64
-import json
-import threading
-import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from fake_json_api import JsonRequest, Reply, ScriptedJsonServer
 
 DEFAULT_ANSWER = "I am not sure which country this is from."
 
 
-@dataclass
-class RecordedRequest:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-    received_at: float  # time.monotonic()
-
+class RecordedRequest(JsonRequest):
     @property
     def model(self) -> str | None:
         return self.body.get("model")
@@ -71,14 +61,6 @@ class RecordedRequest:
                 raise ValueError(f"not a base64 data URL: {url[:40]}...")
             decoded.append((header[len("data:") : -len(";base64")], base64.b64decode(data)))
         return decoded
-
-
-@dataclass
-class Reply:
-    status: int = 200
-    body: Any = None  # JSON-serialisable, or bytes sent as they are
-    headers: dict[str, str] = field(default_factory=dict)
-    delay_s: float = 0.0  # wait before answering (client timeouts)
 
 
 Responder = Callable[[RecordedRequest], Reply]
@@ -136,84 +118,17 @@ def default_responder(request: RecordedRequest) -> Reply:
     return text_reply(DEFAULT_ANSWER)
 
 
-class FakeOpenAI:
+class FakeOpenAI(ScriptedJsonServer[RecordedRequest]):
     """A threaded HTTP server; use as a context manager (or start()/stop()), one per test."""
 
+    thread_name = "fake-openai"
+    url_suffix = "/v1"  # the usual prefix of OpenAI-compatible APIs
+
     def __init__(self, fallback: Responder = default_responder) -> None:
-        self.fallback = fallback
-        self.requests: list[RecordedRequest] = []
-        self._queue: deque[Reply | Responder] = deque()
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        super().__init__(RecordedRequest, fallback)
 
-    @property
-    def base_url(self) -> str:
-        """What a client takes as its base URL (with the usual `/v1` prefix)."""
-        assert self._server is not None, "server not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def enqueue(self, *replies: Reply | Responder) -> None:
-        """Replies used, in order, by the next requests; then the fallback responder answers."""
-        with self._lock:
-            self._queue.extend(replies)
-
-    def _next(self, request: RecordedRequest) -> Reply:
-        with self._lock:
-            self.requests.append(request)
-            item = self._queue.popleft() if self._queue else self.fallback
-        return item if isinstance(item, Reply) else item(request)
-
-    def start(self) -> FakeOpenAI:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _send(self, reply: Reply) -> None:
-                data = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body or {}).encode()
-                try:
-                    self.send_response(reply.status)
-                    for key, value in {"content-type": "application/json", **reply.headers}.items():
-                        self.send_header(key, value)
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout tests)
-                    pass
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("content-length", 0)))
-                if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._send(error_reply(404, f"fake server: no route {self.path}"))
-                    return
-                try:
-                    body = json.loads(raw or b"{}")
-                except json.JSONDecodeError:
-                    body = {"_raw": raw.decode("utf-8", "replace")}
-                request = RecordedRequest(self.path, dict(self.headers.items()), body, time.monotonic())
-                reply = fake._next(request)
-                if reply.delay_s:
-                    time.sleep(reply.delay_s)
-                self._send(reply)
-
-            def log_message(self, *args: Any) -> None:  # keep test output clean
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-openai", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> FakeOpenAI:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def reject(self, path: str) -> Reply | None:
+        """Only `{prefix}/chat/completions` is served; anything else is a 404 (not recorded)."""
+        if path.rstrip("/").endswith("/chat/completions"):
+            return None
+        return error_reply(404, f"fake server: no route {path}")

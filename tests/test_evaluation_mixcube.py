@@ -281,14 +281,14 @@ def test_config_union_and_identity(fake: FakeOpenAI) -> None:
     assert isinstance(vlm, VisionLanguageModel)
     assert vlm.identity == VlmIdentity(
         backend="openai",
-        model_id="openai--qwen-qwen2-vl-7b",
+        model_id="openai--Qwen--Qwen2-VL-7B",
         name="Qwen/Qwen2-VL-7B",
         weights_sha256=None,
         endpoint=fake.base_url,
     )
     assert public_endpoint("https://user:pw@Api.Example.org:8443/v1/?key=abc#x") == "https://api.example.org:8443/v1"
     named = openai_config(fake, name="My VLM (fine-tuned)").build()
-    assert named.identity.model_id == "openai--my-vlm-fine-tuned" and named.identity.name == "My VLM (fine-tuned)"
+    assert named.identity.model_id == "openai--My-VLM-fine-tuned" and named.identity.name == "My VLM (fine-tuned)"
     with pytest.raises(ValidationError):
         VlmIdentity(backend="openai", model_id="../etc", name="x")
     assert not fake.requests  # building asks nothing

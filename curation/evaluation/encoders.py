@@ -21,11 +21,9 @@ Every encoder carries a `ModelIdentity`: the results card records it, and `embed
 
 from __future__ import annotations
 
-import hashlib
 import io
 import logging
 import os
-import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -41,15 +39,13 @@ from PIL import Image, ImageOps
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from curation.image_embeddings import register_model_configs, resolve_device, resolve_weights
+from data.model_ids import MODEL_ID_PATTERN, folder_sha256, slug
 from data.stage import BackendConfig, require
 from data.workspace import file_sha256, sha256_bytes
 
 log = logging.getLogger(__name__)
 
 STAGE = "3XCM evaluation"
-#: What a model_id may hold: it names a cache folder on any filesystem.
-MODEL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 #: Files that hold a Hugging Face model's weights: a cached snapshot without one is not a usable local copy.
 _HF_WEIGHT_SUFFIXES = (".safetensors", ".bin")
 # Decoding is PIL work that releases the GIL; a few threads keep a GPU fed without oversubscribing a small CPU.
@@ -100,27 +96,6 @@ class TextImageEncoder(Protocol):
     def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
         """(len(texts), dim) float32, row i for texts[i]."""
         ...
-
-
-def slug(*parts: str) -> str:
-    """A model_id from its parts: `/` becomes `--` (as in the Hugging Face cache), anything else unsafe `-`."""
-    cleaned = [_UNSAFE.sub("-", part.replace("/", "--")).strip("-.") or "x" for part in parts]
-    text = "--".join(cleaned)
-    if len(text) > 180:  # a folder name stays far below 255 bytes; the hash keeps long names apart
-        text = f"{text[:160]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-    return text
-
-
-def folder_sha256(folder: Path) -> str:
-    """sha256 over every file's relative path and content hash, in path order. Hidden entries (.cache, .git) are
-    skipped, so a copy of the folder hashes the same; the hub cache's symlinks are followed to their blobs."""
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder)
-        if any(part.startswith(".") for part in rel.parts) or not path.is_file():
-            continue
-        digest.update(f"{rel.as_posix()}\0{file_sha256(path.resolve())}\n".encode())
-    return digest.hexdigest()
 
 
 def decode_image(ref: ImageRef, data: bytes) -> Image.Image:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -174,12 +174,31 @@ def run_mixcube(config: EvaluateMixCubeConfig, progress: Progress | None = None)
         model=vlm.identity.model_dump(mode="json"),
         per_query=per_image,
         tables={"accuracy": mx.accuracy_table(per_image), "swap_drops": mx.swap_drops(per_image)},
-        metrics=mx.summary(per_image),
+        metrics=_with_intervals(mx.summary(per_image), per_image),
         figures=figures,
         settings={"judge": judge.identity.model_dump(mode="json") if judge is not None else None},
         skipped=skipped,
         demo=config.demo,
     )
+
+
+def wilson_interval(successes: int, trials: int) -> list[float | None]:
+    """The 95% Wilson score interval of a proportion (better than the normal one near 0 and 1)."""
+    if trials == 0:
+        return [None, None]
+    from scipy.stats import binomtest
+
+    interval = binomtest(successes, trials).proportion_ci(confidence_level=0.95, method="wilson")
+    return [float(interval.low), float(interval.high)]
+
+
+def _with_intervals(summary: dict[str, Any], per_image: pa.Table) -> dict[str, Any]:
+    judged = [v for v in per_image["marker_correct"].to_pylist() if v is not None]
+    summary["ci95"] = {
+        "accuracy": wilson_interval(summary["correct"], summary["answered"]),
+        "marker_accuracy": wilson_interval(sum(judged), len(judged)),
+    }
+    return summary
 
 
 def run(config: Evaluate3XCMConfig | EvaluateMixCubeConfig, progress: Progress | None = None) -> EvaluationResult:

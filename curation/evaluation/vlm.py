@@ -51,9 +51,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from data import provenance
 from data.gemini import GeminiClient, GeminiConfigError, GeminiSettings, StructuredAnswer, resolve_api_key
+from data.model_ids import MODEL_ID_PATTERN, folder_sha256, slug
 from data.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after, shared_limiter
 from data.stage import BackendConfig, require
-from data.workspace import Storage, file_sha256, sha256_bytes
+from data.workspace import Storage, sha256_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +91,9 @@ class VlmIdentity(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     backend: str = Field(description='"openai" | "gemini" | "transformers".')
-    model_id: str = Field(description='Filesystem-safe slug, e.g. "openai--qwen2-vl-7b".')
+    model_id: str = Field(
+        pattern=MODEL_ID_PATTERN, description='Filesystem-safe id (data.model_ids.slug), e.g. "openai--Qwen--Qwen2-VL".'
+    )
     name: str = Field(description="Human-readable model name.")
     weights_sha256: str | None = Field(
         default=None,
@@ -98,13 +101,6 @@ class VlmIdentity(BaseModel):
         "for remote APIs.",
     )
     endpoint: str | None = Field(default=None, description="Base URL of a remote API (no key, no query string).")
-
-    @field_validator("model_id")
-    @classmethod
-    def _safe_model_id(cls, value: str) -> str:
-        if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,127}", value) or ".." in value:
-            raise ValueError(f"model_id {value!r} is not a filesystem-safe slug ([a-z0-9._-], no '..')")
-        return value
 
 
 @dataclass(frozen=True)
@@ -132,15 +128,6 @@ class VisionLanguageModel(Protocol):
 
 
 # -- shared helpers ------------------------------------------------------------------------------------------------
-def slug(text: str) -> str:
-    """A filesystem-safe, lowercase slug of a model name ("Qwen/Qwen2-VL-7B" -> "qwen-qwen2-vl-7b")."""
-    value = re.sub(r"[^a-z0-9._]+", "-", text.lower()).strip("-._")
-    value = re.sub(r"\.{2,}", ".", value)
-    if len(value) > 100:  # keep it short, and still unique
-        value = f"{value[:87]}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
-    return value or "model"
-
-
 def public_endpoint(url: str | None) -> str | None:
     """A base URL as a results card may show it: no user info, no query string, no fragment, no trailing slash."""
     if not url:
@@ -149,20 +136,6 @@ def public_endpoint(url: str | None) -> str | None:
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme.lower(), netloc.lower(), parts.path.rstrip("/"), "", ""))
-
-
-def folder_sha256(folder: Path) -> str:
-    """sha256 over the sorted (relative path, file sha256) pairs of every file under `folder` (links followed;
-    hidden files and folders such as `.cache/` or `.git/` left out)."""
-    digest = hashlib.sha256()
-    files = sorted(
-        (path.relative_to(folder).as_posix(), path)
-        for path in folder.rglob("*")
-        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)
-    )
-    for relative, path in files:
-        digest.update(f"{relative}\0{file_sha256(path)}\n".encode())
-    return digest.hexdigest()
 
 
 def image_mime(data: bytes) -> str | None:
@@ -338,7 +311,7 @@ class OpenAIChatVlm(_CachedVlm):
         endpoint = public_endpoint(config.base_url)
         name = config.name or config.model
         self.identity = VlmIdentity(
-            backend="openai", model_id=f"openai--{slug(name)}", name=name, weights_sha256=None, endpoint=endpoint
+            backend="openai", model_id=slug("openai", name), name=name, weights_sha256=None, endpoint=endpoint
         )
         self._model = config.model
         self._params = {"max_tokens": config.max_tokens, "temperature": config.temperature, "top_p": config.top_p}
@@ -513,7 +486,7 @@ class GeminiVlm(_CachedVlm):
         name = config.name or config.model
         self.identity = VlmIdentity(
             backend="gemini",
-            model_id=f"gemini--{slug(name)}",
+            model_id=slug("gemini", name),
             name=name,
             weights_sha256=None,
             endpoint=public_endpoint(config.base_url or DEFAULT_GEMINI_ENDPOINT),
@@ -640,7 +613,7 @@ class TransformersVlm(_CachedVlm):
         name = config.name or default_name
         self.identity = VlmIdentity(
             backend="transformers",
-            model_id=f"transformers--{slug(name)}",
+            model_id=slug("transformers", name),
             name=name,
             weights_sha256=None if self.folder is None else folder_sha256(self.folder),
             endpoint=None,
