@@ -8,9 +8,13 @@ The production counterpart of `collectors.importer` (same rows, same image check
   anyway is inflated here, a piece at a time, under the same cap (`_Inflater`), so a compression bomb costs at most
   max_bytes of memory and is a `decompression_bomb` row, not a stall that reads as a retryable timeout;
 - classified failures (`error` column): dns, connect, timeout, http_<code>, not_an_image, corrupt, truncated,
-  too_small, too_large, decompression_bomb, unsupported_encoding, blocked_address, invalid_url, too_many_redirects;
+  too_small, too_large, decompression_bomb, unsupported_encoding, blocked_address, invalid_url, too_many_redirects,
+  opted_out;
 - retries of transient failures only (timeouts, 408/425/429/5xx) with `data.retry.RetryPolicy`, honouring
   Retry-After, sleeping without holding a connection slot;
+- opt-outs honoured (`collectors.optout`, `opted_out` rows naming the rule): robots.txt and TDMRep's tdmrep.json
+  before a URL is requested, fetched once per origin per run outside the download slots; X-Robots-Tag and
+  `tdm-reservation` headers before a byte of the body is read;
 - an SSRF guard (`collectors.ssrf`) checked before every request and every redirect hop, and inside the DNS
   resolver itself;
 - a `DownloadJournal` of per-URL results, so a rerun or a crashed run resumes at item granularity.
@@ -29,14 +33,24 @@ import zlib
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal, TypeVar
 
 import aiohttp
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, model_validator
 from yarl import URL
 
 from collectors.image_check import ImageLimits, ImageRejected, inspect_image
+from collectors.optout import (
+    OPTED_OUT,
+    HostFileCache,
+    OptOutChecker,
+    OptOutPolicy,
+    fetch_host_file,
+    is_unreachable_refusal,
+    product_token,
+)
 from collectors.ssrf import AddressPolicy, BlockedAddressError, GuardedResolver, UrlRefused, check_url
 from data.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after
 from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, blank_row, from_rows
@@ -81,6 +95,16 @@ class HttpDownloadConfig(BackendConfig["Callable[[Workspace], HttpFetcher]"]):
     check_workers: int = Field(
         default=2, ge=1, description="Threads that decode and check images and write blobs, off the event loop."
     )
+    opt_out: OptOutPolicy = Field(
+        default_factory=OptOutPolicy, description="robots.txt, TDMRep and X-Robots-Tag (`collectors.optout`)."
+    )
+
+    @model_validator(mode="after")
+    def _agent_name(self) -> HttpDownloadConfig:
+        # Recorded as used: the name robots.txt and X-Robots-Tag address us by, from our User-Agent by default.
+        if self.opt_out.agent_name is None:
+            self.opt_out = self.opt_out.model_copy(update={"agent_name": product_token(self.user_agent)})
+        return self
 
     def build(self) -> Callable[[Workspace], HttpFetcher]:
         return lambda ws: HttpFetcher(self, ws)
@@ -91,24 +115,36 @@ def limits_key(limits: ImageLimits) -> str:
     return fingerprint(limits)[:16]
 
 
+def opt_out_key(policy: OptOutPolicy) -> str:
+    """... and the opt-out policy: an ok row or a refusal decided under another policy is fetched again."""
+    return fingerprint(policy)[:16]
+
+
+def _utc_now() -> str:
+    """The `retrieved_at` of a response: ISO 8601, UTC, to the second (`2026-05-01T10:00:00Z`)."""
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 # -- journal -----------------------------------------------------------------------------------------------------
 
 
 class DownloadJournal:
     """Per-URL download results, appended as small atomic JSONL batch files under `<storage>/<prefix>/`.
 
-    Each line is `{"url", "limits", "row"}`: the IMAGES row without `image_id` (a URL's result does not depend
-    on which hit asked for it) and the key of the image limits it was checked under. Files are named
-    `<time_ns>-<writer>-<seq>.jsonl`: unique per writer, so two processes never clash, and sorted in write order,
-    so the newest entry of a URL wins on load. A batch is written when `flush_every` results are pending or
-    `flush_interval_s` has passed, and at the end; a crash loses at most the unwritten batch.
+    Each line is `{"url", "limits", "opt_out", "row"}`: the IMAGES row without `image_id` (a URL's result does not
+    depend on which hit asked for it) and the keys of the image limits and the opt-out policy it was decided under.
+    Files are named `<time_ns>-<writer>-<seq>.jsonl`: unique per writer, so two processes never clash, and sorted in
+    write order, so the newest entry of a URL wins on load. A batch is written when `flush_every` results are
+    pending or `flush_interval_s` has passed, and at the end; a crash loses at most the unwritten batch.
 
     One instance can serve many download calls (one per shard): `load` reads only the files it has not read yet
     and knows this instance's own records, written or not, without reading them back.
 
     Reuse under other image limits (the downloader decides, see `_plan`): an ok row's stored blob is checked
     again instead of fetched; a too_small/too_large/decompression_bomb failure is fetched again, since its bytes
-    were not kept; other failures do not depend on the limits and are reused.
+    were not kept; other failures do not depend on the limits and are reused. Under another opt-out policy (or
+    none recorded: journaled before opt-outs were checked), ok rows and `opted_out` refusals are fetched again;
+    with `retry_failed`, so are refusals because robots.txt or tdmrep.json was unreachable under fail-closed.
     """
 
     def __init__(self, storage: Storage, prefix: str, flush_every: int = 64, flush_interval_s: float = 2.0) -> None:
@@ -142,8 +178,10 @@ class DownloadJournal:
                     continue  # files are written atomically; a bad line can only come from outside: skip it
         return dict(self._entries)
 
-    def record(self, url: str, row: dict[str, Any], limits: str) -> None:
+    def record(self, url: str, row: dict[str, Any], limits: str, opt_out: str | None = None) -> None:
         entry = {"url": url, "limits": limits, "row": row}
+        if opt_out is not None:
+            entry["opt_out"] = opt_out
         with self._lock:
             self._pending.append(entry)
             self._entries[url] = entry
@@ -212,6 +250,7 @@ class _Fetcher:
     checker: _Checker
     policy: AddressPolicy
     global_slots: asyncio.Semaphore
+    opt_out: OptOutChecker
     host_slots: dict[str, asyncio.Semaphore] = field(default_factory=dict)
 
     def _host_slot(self, url: URL) -> asyncio.Semaphore:
@@ -233,11 +272,16 @@ class _Fetcher:
         except UrlRefused as exc:
             row.update(status=STATUS_FAILED, error=exc.error, detail=exc.detail)
             return row
+        # robots.txt and tdmrep.json, holding no slot: a refused URL is never requested (attempts 0).
+        refusal = await self.opt_out.before_request(target)
+        if refusal is not None:
+            row.update(status=STATUS_FAILED, error=OPTED_OUT, detail=refusal)
+            return row
         attempt = 0
         while True:
             attempt += 1
             # What the row says about the response is the last attempt's.
-            row.update(attempts=attempt, final_url=None, http_status=None, content_type=None)
+            row.update(attempts=attempt, final_url=None, http_status=None, content_type=None, retrieved_at=None)
             try:
                 body = await self._request(target, row)
                 break
@@ -273,6 +317,8 @@ class _Fetcher:
                 except UrlRefused as exc:
                     raise _Failure(exc.error, f"redirect hop {hop}: {exc.detail}") from None
             row["final_url"] = str(current)
+            if hop and (refusal := await self.opt_out.before_request(current)) is not None:
+                raise _Failure(OPTED_OUT, f"redirect hop {hop}: {refusal}")
             async with self._host_slot(current), self.global_slots:
                 outcome = await self._one_request(current, row)
             if isinstance(outcome, bytes):
@@ -288,6 +334,7 @@ class _Fetcher:
                 async with self.session.get(url, allow_redirects=False) as resp:
                     row["http_status"] = resp.status
                     row["content_type"] = resp.headers.get("Content-Type")
+                    row["retrieved_at"] = _utc_now()
                     if resp.status in REDIRECT_CODES:
                         location = resp.headers.get("Location")
                         if not location:
@@ -303,6 +350,10 @@ class _Fetcher:
                             transient=resp.status in TRANSIENT_HTTP_CODES,
                             retry_after_s=parse_retry_after(resp.headers.get("Retry-After")),
                         )
+                    refusal = self.opt_out.after_response(resp.headers)
+                    if refusal is not None:
+                        resp.close()  # not a byte of the body is read
+                        raise _Failure(OPTED_OUT, refusal)
                     return await self._read_body(resp)
         except _Failure:
             raise
@@ -535,13 +586,17 @@ def _short(exc: BaseException, limit: int = 200) -> str:
 
 
 def _plan(
-    entry: dict[str, Any] | None, key: str, config: HttpDownloadConfig, blobs: BlobStore
+    entry: dict[str, Any] | None, key: str, config: HttpDownloadConfig, blobs: BlobStore, opt_key: str | None = None
 ) -> Literal["fetch", "reuse", "recheck"]:
     """What to do with a URL given its journal entry (see `DownloadJournal` for the rules)."""
     if entry is None:
         return "fetch"
     row = entry["row"]
     same_limits = entry.get("limits") == key
+    if (row["status"] == STATUS_OK or row.get("error") == OPTED_OUT) and entry.get("opt_out") != opt_key:
+        return "fetch"  # decided under another opt-out policy (or before there was one)
+    if row.get("error") == OPTED_OUT and config.retry_failed and is_unreachable_refusal(row.get("detail")):
+        return "fetch"  # refused because robots.txt/tdmrep.json could not be fetched: worth asking again
     if row["status"] == STATUS_OK:
         if not row.get("sha256") or row["sha256"] not in blobs:
             return "fetch"  # the blob store lost it
@@ -577,24 +632,28 @@ async def download_hits_async(
     config: HttpDownloadConfig,
     journal: DownloadJournal | None = None,
     on_item: Callable[[int, int], None] | None = None,
+    host_files: HostFileCache | None = None,
 ) -> pa.Table:
-    """Download every hit (`image_id`, `url`); return IMAGES rows, one per hit, in input order."""
+    """Download every hit (`image_id`, `url`); return IMAGES rows, one per hit, in input order.
+
+    `host_files` caches robots.txt and tdmrep.json; pass the same one to every call of a run (one per call if not)."""
     hits_by_url: dict[str, int] = defaultdict(int)
     for hit in hits:
         hits_by_url[hit["url"]] += 1  # identical URLs are fetched once
     progress = _Progress(total=len(hits), on_item=on_item)
     key = limits_key(config.limits)
+    opt_key = opt_out_key(config.opt_out)
     results: dict[str, dict[str, Any]] = {}
     to_fetch: list[str] = []
     to_recheck: list[tuple[str, dict[str, Any]]] = []
     journaled = journal.load() if journal is not None else {}
     for url in hits_by_url:
         entry = journaled.get(url)
-        action = _plan(entry, key, config, blobs)
+        action = _plan(entry, key, config, blobs, opt_key)
         if action == "reuse":
-            results[url] = dict(entry["row"], url=url)
+            results[url] = {**_empty_row(url), **entry["row"], "url": url}  # a column added since: null
         elif action == "recheck":
-            to_recheck.append((url, entry["row"]))
+            to_recheck.append((url, {**_empty_row(url), **entry["row"]}))
         else:
             to_fetch.append(url)
     progress.advance(sum(hits_by_url[u] for u in results))
@@ -602,7 +661,7 @@ async def download_hits_async(
     def finish(url: str, row: dict[str, Any]) -> None:
         results[url] = row
         if journal is not None and row["error"] not in NEVER_REUSED_ERRORS:
-            journal.record(url, {k: v for k, v in row.items() if k != "url"}, key)
+            journal.record(url, {k: v for k, v in row.items() if k != "url"}, key, opt_key)
         progress.advance(hits_by_url[url])
 
     with concurrent.futures.ThreadPoolExecutor(config.check_workers, thread_name_prefix="image-check") as pool:
@@ -624,7 +683,8 @@ async def download_hits_async(
 
         await asyncio.gather(*(recheck(url, old) for url, old in to_recheck))
         if to_fetch:
-            await _fetch_all(_interleave_hosts(to_fetch), blobs, config, pool, finish, journal)
+            host_files = host_files if host_files is not None else HostFileCache()
+            await _fetch_all(_interleave_hosts(to_fetch), blobs, config, pool, finish, journal, host_files)
     if journal is not None:
         journal.flush()
     rows = [{"image_id": hit["image_id"], **results[hit["url"]]} for hit in hits]
@@ -638,6 +698,7 @@ async def _fetch_all(
     pool: concurrent.futures.Executor,
     finish: Callable[[str, dict[str, Any]], None],
     journal: DownloadJournal | None,
+    host_files: HostFileCache,
 ) -> None:
     policy = AddressPolicy(allow_private=config.allow_private_addresses)
     # Our semaphores do the limiting (they are released during retry sleeps); the connector's limits only
@@ -651,14 +712,29 @@ async def _fetch_all(
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout_s, sock_read=config.read_timeout_s)
     # identity: an image is compressed already, and an uncompressed body is capped by its Content-Length alone.
     headers = {"User-Agent": config.user_agent, "Accept": "image/*,*/*;q=0.5", "Accept-Encoding": "identity"}
-    async with aiohttp.ClientSession(
-        connector=connector,
-        timeout=timeout,
-        headers=headers,
-        cookie_jar=aiohttp.DummyCookieJar(),  # no state carried between unrelated hosts
-        trust_env=False,  # an environment proxy would connect on our behalf, past the resolver's guard
-        auto_decompress=False,  # a server may compress anyway: `_Inflater` does it under the body cap
-    ) as session:
+
+    def open_session(conn: aiohttp.BaseConnector, request_headers: dict[str, str]) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=conn,
+            timeout=timeout,
+            headers=request_headers,
+            cookie_jar=aiohttp.DummyCookieJar(),  # no state carried between unrelated hosts
+            trust_env=False,  # an environment proxy would connect on our behalf, past the resolver's guard
+            auto_decompress=False,  # a server may compress anyway: `_Inflater` does it under the body cap
+        )
+
+    # robots.txt and tdmrep.json come through a pool of their own, so waiting for them never holds a download slot
+    # nor one of the image connector's connections. Unlimited: one origin's slow file must not hold up another's,
+    # and there is at most one fetch per file and origin, for at most as many origins as the window has URLs.
+    files_connector = aiohttp.TCPConnector(limit=0, resolver=GuardedResolver(policy))
+    files_headers = {"User-Agent": config.user_agent, "Accept-Encoding": "identity"}
+    async with open_session(connector, headers) as session, open_session(files_connector, files_headers) as files:
+        opt_out = OptOutChecker(
+            config.opt_out,
+            config.opt_out.agent_name or product_token(config.user_agent),
+            host_files,
+            lambda url: fetch_host_file(files, url, policy, config.max_redirects, config.request_timeout_s),
+        )
         fetcher = _Fetcher(
             config=config,
             blobs=blobs,
@@ -667,6 +743,7 @@ async def _fetch_all(
             checker=_Checker(config.limits, blobs),
             policy=policy,
             global_slots=asyncio.Semaphore(config.concurrency),
+            opt_out=opt_out,
         )
         # A window of live tasks bounds memory for any input size; it is wide enough that sleeping retries and
         # URLs waiting for a busy host do not starve the global slots.
@@ -708,10 +785,11 @@ def download_hits(
     config: HttpDownloadConfig,
     journal: DownloadJournal | None = None,
     on_item: Callable[[int, int], None] | None = None,
+    host_files: HostFileCache | None = None,
 ) -> pa.Table:
     """Synchronous `download_hits_async`, callable from plain threads (Prefect's task workers) and from code
     that already runs inside an event loop (then a fresh loop runs in a helper thread)."""
-    return _run_sync(lambda: download_hits_async(hits, blobs, config, journal, on_item))
+    return _run_sync(lambda: download_hits_async(hits, blobs, config, journal, on_item, host_files))
 
 
 def _run_sync(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -731,6 +809,8 @@ class HttpFetcher:
         self.config = config
         # Outside the stage folder: a new attempt (say `retry_failed`) still knows every URL already fetched.
         self.journal = DownloadJournal(ws.storage, "files/download_journal")
+        # robots.txt and tdmrep.json, fetched once per origin for every shard of the run.
+        self.host_files = HostFileCache()
 
     def fetch(self, hits: Sequence[dict], blobs: BlobStore) -> pa.Table:
-        return download_hits(hits, blobs, self.config, journal=self.journal)
+        return download_hits(hits, blobs, self.config, journal=self.journal, host_files=self.host_files)

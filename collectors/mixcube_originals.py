@@ -2,9 +2,11 @@
 
 Backends:
 - `local`: a folder of images plus a labels CSV (`image_file,culture,category,food_label`), the way curators hand
-  over a collection. The paper's collection criteria (App. A.3: cultural markers, variety, a visible person) are
-  applied by those people; this stage records which checks each image passed (decodes, size, labels) and the
-  face stage records the last one (at least one detectable face).
+  over a collection. Optional provenance columns (`url`: the image's web URL, `source_page`, `license`,
+  `retrieved_at`: ISO 8601, UTC when it has no offset) are carried to the release; without them the licence is
+  `unknown` and the URLs and time are empty. The paper's collection criteria (App. A.3: cultural markers,
+  variety, a visible person) are applied by those people; this stage records which checks each image passed
+  (decodes, size, labels) and the face stage records the last one (at least one detectable face).
 - `demo` (embedded default): labelled scenes composed offline from photos that ship inside scikit-image (the
   astronaut portrait carries a face the Haar cascade detects), on category backdrops. They are a pipeline
   demonstration, not the benchmark, and every row says so (`source=demo`).
@@ -38,6 +40,7 @@ from PIL import Image, ImageDraw, ImageOps
 from pydantic import Field
 
 from data import reference, schemas
+from data.image_sources import UNKNOWN_LICENSE, declared_license, utc_timestamp
 from data.schemas import STATUS_FAILED, STATUS_OK
 from data.stage import BackendConfig, error_text
 
@@ -48,7 +51,10 @@ MIN_SIDE = 128  # smaller images cannot carry a face the detectors and SAM can w
 class LocalOriginalsConfig(BackendConfig[NoReturn]):
     backend: Literal["local"] = "local"
     root: str = Field(description="fsspec folder holding the images named in the labels CSV.")
-    labels_csv: str = Field(description="CSV with image_file,culture,category[,food_label].")
+    labels_csv: str = Field(
+        description="CSV with image_file,culture,category[,food_label,url,source_page,license,retrieved_at]; the "
+        "optional provenance columns reach the release (`license` empty or missing: `unknown`)."
+    )
 
     @property
     def demo_seed(self) -> int | None:
@@ -316,6 +322,7 @@ def import_local(config: LocalOriginalsConfig, put_blob: Callable[[bytes], str])
             "original_id": f"local-{n:05d}",
             "source": fields.get("image_file", ""),
             "food_label": (fields.get("food_label") or "").strip() or None,
+            **_declared_source(fields),
         }
         try:
             if len(line) < needed:
@@ -328,6 +335,10 @@ def import_local(config: LocalOriginalsConfig, put_blob: Callable[[bytes], str])
             except ValueError as exc:
                 raise _Rejected("bad_label", str(exc)) from None
             base |= {"culture": culture.name, "country": culture.adjective, "category": category}
+            try:
+                base["retrieved_at"] = utc_timestamp(fields.get("retrieved_at"))
+            except ValueError as exc:
+                raise _Rejected("bad_retrieved_at", str(exc)) from None
             data = _read_inside(fs, root, fields["image_file"].strip())
         except _Rejected as exc:
             out.append(original_row(**base, status=STATUS_FAILED, error=str(exc)))
@@ -340,6 +351,15 @@ def import_local(config: LocalOriginalsConfig, put_blob: Callable[[bytes], str])
             continue
         out.append(original_row(**base, status=STATUS_OK, **stored))
     return schemas.from_rows(out, schemas.MIXCUBE_ORIGINALS)
+
+
+def _declared_source(fields: dict[str, str]) -> dict:
+    """The provenance a labels row declares (its optional columns); the licence is `unknown` when it names none."""
+    return {
+        "url": (fields.get("url") or "").strip() or None,
+        "source_page": (fields.get("source_page") or "").strip() or None,
+        "license": declared_license(fields.get("license")),
+    }
 
 
 # -- the offline demo --------------------------------------------------------------------------------------------
@@ -410,6 +430,7 @@ def generate_demo(config: DemoOriginalsConfig, put_blob: Callable[[bytes], str])
                     category=category,
                     food_label=food,
                     source="demo",
+                    license=UNKNOWN_LICENSE,
                     status=STATUS_OK,
                     **stored,
                 )

@@ -6,10 +6,15 @@ MIXCUBE_ORIGINALS: the image, or why there is none (the search failed, the downl
 image is too small). The templates are ours, not the paper's (which gives none); App. A.3's criteria (a visible
 person, a clear cultural marker) are not judged by a search engine, so the face stage checks the first and
 reviewers the second. Food names cannot come from a search: `food_label` stays empty for these rows.
+
+Every row records its provenance (README "Releases"): the engine, query, its language, region, 1-based rank, source
+page, image URL, licence filter and declared licence (`unknown` for a web hit) from the search, and the final URL,
+HTTP status, content type and retrieval time from the fetch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, NoReturn
 
 import pyarrow as pa
@@ -19,7 +24,7 @@ from collectors.downloader import HttpDownloadConfig
 from collectors.fetch import Fetcher
 from collectors.importer import ImportConfig
 from collectors.mixcube_originals import MIN_SIDE, cells, original_row
-from collectors.search import SearchConfig, Searcher, SearchError, SearchQuery
+from collectors.search import SearchConfig, Searcher, SearchError, SearchHit, SearchQuery
 from collectors.search_ddgs import DdgsSearchConfig
 from data import reference, schemas
 from data.schemas import STATUS_FAILED, STATUS_OK
@@ -81,7 +86,9 @@ def _queries(config: SearchOriginalsConfig) -> list[tuple[reference.MixCubeCultu
 def search_originals(config: SearchOriginalsConfig, searcher: Searcher, fetcher: Fetcher, blobs: BlobStore) -> pa.Table:
     """MIXCUBE_ORIGINALS rows for every hit and every failed query."""
     rows, hits, meta = [], [], {}
+    publish = config.search.url_publisher()  # a local corpus's files are published relative to its folder
     for culture, category, query in _queries(config):
+        asked = {"engine": searcher.name, "query": query.query, "query_language": query.language_code}
         base = {"culture": culture.name, "country": culture.adjective, "category": category}
         cell = f"search-{culture.iso2.lower()}-{category.lower()}"
         try:
@@ -89,15 +96,15 @@ def search_originals(config: SearchOriginalsConfig, searcher: Searcher, fetcher:
             if not found:
                 raise SearchError("no_results", "the engine returned no images")
         except SearchError as exc:
-            rows.append(_failed(cell, base, f"search:{exc.kind}", query.query))
+            rows.append(_failed(cell, {**base, **asked}, f"search:{exc.kind}", query.query))
             continue
         for rank, hit in enumerate(found):
             image_id = f"{cell}-{rank:03d}"
             hits.append({"image_id": image_id, "url": hit.url})
-            meta[image_id] = base
+            meta[image_id] = {**base, **asked, **_hit_source(hit, rank + 1, publish)}
     fetched = fetcher.fetch(hits, blobs).to_pylist() if hits else []
     for image in fetched:
-        base = meta[image["image_id"]]
+        base = {**meta[image["image_id"]], **_fetch_source(image, meta[image["image_id"]])}
         if image["status"] != STATUS_OK:
             rows.append(_failed(image["image_id"], base, image["error"], image["url"]))
         elif min(image["width"], image["height"]) < MIN_SIDE:
@@ -116,6 +123,29 @@ def search_originals(config: SearchOriginalsConfig, searcher: Searcher, fetcher:
                 )
             )
     return schemas.from_rows(rows, schemas.MIXCUBE_ORIGINALS)
+
+
+def _hit_source(hit: SearchHit, rank: int, publish: Callable[[str], str]) -> dict:
+    """What the search says of a hit: where it was found, and under which licence and filter."""
+    return {
+        "region": hit.region,
+        "rank": rank,  # 1-based, as 3XCM's ranks
+        "source_page": hit.source_page,
+        "url": hit.origin_url or publish(hit.url),
+        "license": hit.license,
+        "license_filter": hit.license_filter,
+        "retrieved_at": hit.retrieved_at,  # a local manifest's declaration; else the fetch's, below
+    }
+
+
+def _fetch_source(image: dict, hit: dict) -> dict:
+    """What the fetch says of a hit (IMAGES columns): the HTTP downloader's final URL, status, content type and time."""
+    return {
+        "final_url": image["final_url"],
+        "http_status": image["http_status"],
+        "content_type": image["content_type"],
+        "retrieved_at": hit["retrieved_at"] or image.get("retrieved_at"),
+    }
 
 
 def _failed(original_id: str, base: dict, error: str, source: str) -> dict:

@@ -26,6 +26,7 @@ from collectors.search_ddgs import DdgsSearchConfig
 from collectors.search_types import SearchError, SearchHit, SearchQuery
 from collectors.ssrf import storage_refusal
 from data import reference
+from data.image_sources import declared_license, utc_timestamp
 from data.schemas import SEARCH_HITS, STATUS_FAILED, STATUS_OK, blank_row, from_rows
 from data.stage import BackendConfig
 
@@ -49,8 +50,10 @@ class LocalFolderSearchConfig(BackendConfig[Searcher]):
     )
     manifest: str | None = Field(
         default=None,
-        description="CSV with country,concept,query_lang,rank,path[,title,source_page]; paths relative to it. "
-        "`rank` only orders a query's hits: the stage numbers them 1, 2, ... in that order.",
+        description="CSV with country,concept,query_lang,rank,path[,title,source_page,url,license,retrieved_at]; "
+        "paths relative to it. `rank` only orders a query's hits: the stage numbers them 1, 2, ... in that order. "
+        "The optional provenance columns: `url` (the image's web URL, published instead of the file's path), "
+        "`license` (as the source declares it; empty: `unknown`), `retrieved_at` (ISO 8601; no offset: UTC).",
     )
     max_results: int = Field(default=10, ge=1, description="Top-k per query (paper §3.2.1: top 10).")
     skip_identical_native_query: bool = Field(
@@ -257,10 +260,17 @@ class LocalFolderSearcher:
             except (KeyError, ValueError) as exc:
                 raise ValueError(f"manifest {manifest}, line {line}: {exc}") from exc
             target = row["path"] if "://" in row["path"] or row["path"].startswith("/") else f"{base}/{row['path']}"
+            try:
+                retrieved_at = utc_timestamp(row.get("retrieved_at"))
+            except ValueError as exc:
+                raise ValueError(f"manifest {manifest}, line {line}: {exc}") from None
             hit = SearchHit(
                 url=target,
                 title=row.get("title") or Path(row["path"]).stem,
-                source_page=row.get("source_page") or None,
+                source_page=(row.get("source_page") or "").strip() or None,
+                license=declared_license(row.get("license")),
+                retrieved_at=retrieved_at,
+                origin_url=(row.get("url") or "").strip() or None,
             )
             grouped.setdefault((country, concept_id, lang), []).append((rank, hit))
         return {key: [hit for _, hit in sorted(hits, key=lambda x: x[0])] for key, hits in grouped.items()}

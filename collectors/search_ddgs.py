@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from collectors.search_types import SearchError, SearchHit, SearchQuery
 from data.provenance import scrub
@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 # How DDG (and Bing behind it) answer a client they throttle or refuse; any other non-200 is an engine error.
 BLOCKING_HTTP_CODES = frozenset({202, 403, 418, 429})
 Kind = Literal["ok", "empty", "blocked", "timeout", "engine_error"]
+#: DuckDuckGo's image licence filter (ddgs `license_image`, DDG's `f=...,license:<value>`), as DDG names them.
+LicenseFilter = Literal["Public", "Share", "ShareCommercially", "Modify", "ModifyCommercially"]
 
 
 class DdgsSearchConfig(BackendConfig["DdgsSearcher"]):
@@ -68,6 +70,21 @@ class DdgsSearchConfig(BackendConfig["DdgsSearcher"]):
     )
     canary_region: str = "us-en"
     canary_ttl_s: float = Field(default=300.0, ge=0, description="How long a canary verdict is reused.")
+    license_filter: LicenseFilter | None = Field(
+        default=None,
+        description="DuckDuckGo's licence filter (ddgs `license_image`): Public, Share, ShareCommercially, Modify or "
+        "ModifyCommercially; null: none (the paper's setting). Recorded on every hit (`license_filter`). Only the "
+        "duckduckgo engine applies it (ddgs' bing backend ignores it). The canary query runs without it.",
+    )
+
+    @model_validator(mode="after")
+    def _filter_needs_duckduckgo(self) -> DdgsSearchConfig:
+        # ddgs 9.x's bing image backend drops `license_image` silently: its hits would be recorded as filtered.
+        if self.license_filter is not None and self.engine != "duckduckgo":
+            raise ValueError(
+                f"license_filter needs engine: duckduckgo; ddgs' bing image backend ignores it (engine: {self.engine})"
+            )
+        return self
 
     @field_validator("proxy")
     @classmethod
@@ -149,9 +166,9 @@ class DdgsSearcher:
         policy = self.config.retry
         attempts: list[_Attempt] = []
         for number in range(1, policy.max_attempts + 1):
-            attempt = self._attempt(query.query, query.region, max_results)
+            attempt = self._attempt(query.query, query.region, max_results, self.config.license_filter)
             if attempt.kind == "ok":
-                return _hits(attempt.results)[:max_results]
+                return _hits(attempt.results, query.region, self.config.license_filter)[:max_results]
             attempts.append(attempt)
             logger.info("ddgs %s attempt %d/%d: %s", query.query_id, number, policy.max_attempts, attempt.kind)
             if policy.may_retry(number):
@@ -169,7 +186,7 @@ class DdgsSearcher:
 
     # -- one request to the engine ----------------------------------------------------------------------------
 
-    def _attempt(self, text: str, region: str, max_results: int) -> _Attempt:
+    def _attempt(self, text: str, region: str, max_results: int, license_filter: str | None = None) -> _Attempt:
         """One `DDGS.images` call under the Prefect slot and the rate limit, classified from what it saw."""
         exc_mod = self._exceptions
         with prefect_slot(self.config.prefect_concurrency_limit):
@@ -186,6 +203,7 @@ class DdgsSearcher:
                     safesearch=self.config.safesearch,
                     max_results=max_results,
                     backend=self.config.engine,
+                    license_image=license_filter,
                 )
             except exc_mod.TimeoutException as exc:
                 return _Attempt("timeout", f"timed out after {self.config.timeout_s:g}s ({self._redact(exc)})")
@@ -281,8 +299,9 @@ def _http_note(requests: list[_Request]) -> str:
     return f" (HTTP {', '.join(map(str, statuses))})" if statuses else ""
 
 
-def _hits(results: list[dict[str, Any]]) -> list[SearchHit]:
-    """ddgs image dicts (title, image, thumbnail, url, height, width, source) as hits: url is the image itself."""
+def _hits(results: list[dict[str, Any]], region: str, license_filter: str | None) -> list[SearchHit]:
+    """ddgs image dicts (title, image, thumbnail, url, height, width, source) as hits: url is the image itself.
+    Each records the region and licence filter it was searched with; DDG declares no licence (`unknown`)."""
     hits = []
     for r in results:
         if not r.get("image"):
@@ -294,6 +313,8 @@ def _hits(results: list[dict[str, Any]]) -> list[SearchHit]:
                 title=r.get("title") or None,
                 width=_int(r.get("width")),
                 height=_int(r.get("height")),
+                region=region,
+                license_filter=license_filter,
             )
         )
     return hits

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from data import reference
+from data.image_sources import UNKNOWN_LICENSE
 
 QueryLang = Literal["eng", "nav"]
 
@@ -47,11 +48,17 @@ class SearchQuery(BaseModel):
 
 
 class SearchHit(BaseModel):
-    url: str
+    url: str  # what the fetcher reads: a web URL, or a file of a local corpus
     source_page: str | None = None
     title: str | None = None
     width: int | None = None
     height: int | None = None
+    # Provenance (README "Releases"): what the engine was asked with, and what the source declares.
+    region: str | None = None  # the region code the engine searched in; None when it has none (a local folder)
+    license_filter: str | None = None  # the engine's licence filter (ddgs `license_image`); None when off
+    license: str = UNKNOWN_LICENSE  # as the source declares it (a local manifest's `license` column)
+    retrieved_at: str | None = None  # ISO 8601 UTC, as a local manifest declares it
+    origin_url: str | None = None  # the image's web URL as a local manifest declares it, when `url` is a local copy
 
 
 class SearchError(Exception):

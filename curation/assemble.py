@@ -8,6 +8,9 @@ be filled is recorded in the `unassembled` table with the slot that had no candi
 
 Queries can be kept as they are (`keep`: query row -> its candidates, counted as used but not chosen again), which
 is how `culturebench reassemble` repairs an existing benchmark while keeping every row that already obeys the rules.
+A kept row may leave slots open (`None`): only those are chosen, least-used as any other, which is how
+`culturebench takedown` replaces the candidates it removed (`curation/takedown.py`); RQ3 rows are kept with their
+descriptor country. The slots of a task draw from disjoint pools, so filling one never changes another's choice.
 """
 
 from __future__ import annotations
@@ -102,17 +105,19 @@ def assemble_rq2(
     catalog: Catalog,
     counts: PoolCounts,
     seed: int,
-    keep: Mapping[int, tuple[int, ...]] | None = None,
+    keep: Mapping[int, tuple[int | None, ...]] | None = None,
     queries_of: np.ndarray | None = None,
 ) -> TaskResult:
-    """`queries_of`: the rows that are queries (default: every image), in the order they are assembled."""
+    """`queries_of`: the rows that are queries (default: every image), in the order they are assembled. `keep`:
+    query row -> its candidates, `None` for a slot to choose."""
     index = PoolIndex(catalog, seeded_priority(len(catalog), seed))
     empty_slot: dict[tuple[int, int], str | None] = {}
     queries, chosen, missing = [], [], []
     for q in _query_rows(catalog, queries_of):
         c, x = int(catalog.concept[q]), int(catalog.country[q])
-        if keep is not None and q in keep:
-            picks = list(keep[q])
+        held = keep.get(q) if keep is not None else None
+        if held is not None and None not in held:
+            picks = list(held)
             for image in picks:  # kept as they are, but they count towards every later choice
                 index.use(image)
         else:
@@ -122,15 +127,23 @@ def assemble_rq2(
                 missing.append((q, f"no_{empty_slot[(c, x)]}_candidate"))
                 continue
             picks = []
-            for slot in RQ2_RULES:
-                picks.append(index.least_used(slot, c, x))
+            for slot, image in zip(RQ2_RULES, held or (None,) * len(RQ2_RULES), strict=True):
+                picks.append(index.least_used(slot, c, x) if image is None else image)
                 index.use(picks[-1])
         queries.append(q)
         chosen.append(picks)
     return _result(index, queries, chosen, [], missing, len(RQ2_RULES))
 
 
-def assemble_rq3(catalog: Catalog, counts: PoolCounts, seed: int, queries_of: np.ndarray | None = None) -> TaskResult:
+def assemble_rq3(
+    catalog: Catalog,
+    counts: PoolCounts,
+    seed: int,
+    queries_of: np.ndarray | None = None,
+    keep: Mapping[int, tuple[int, tuple[int | None, ...]]] | None = None,
+) -> TaskResult:
+    """`keep`: query row -> (descriptor country position, its candidates with `None` for a slot to choose). A kept
+    row whose open slot has no eligible image under its descriptor country is missing (`no_<slot>_candidate`)."""
     index = PoolIndex(catalog, seeded_priority(len(catalog), seed + 1))
     country_priority = seeded_priority(len(catalog.country_names), seed + 2)
     balance = DescriptorBalance(len(catalog.country_names))
@@ -138,6 +151,22 @@ def assemble_rq3(catalog: Catalog, counts: PoolCounts, seed: int, queries_of: np
     queries, chosen, descriptors, missing = [], [], [], []
     for q in _query_rows(catalog, queries_of):
         c, x = int(catalog.concept[q]), int(catalog.country[q])
+        if keep is not None and q in keep:
+            y, held = keep[q]
+            # The pools are disjoint: every open slot is decided before anything is counted as used.
+            picks = [index.least_used(slot, c, x, y) if image is None else image
+                     for slot, image in zip(RQ3_RULES, held, strict=True)]  # fmt: skip
+            empty = [slot.name for slot, image in zip(RQ3_RULES, picks, strict=True) if image == NO_IMAGE]
+            if empty:
+                missing.append((q, f"no_{empty[0]}_candidate"))
+                continue
+            balance.record(c, y)
+            for image in picks:
+                index.use(image)
+            queries.append(q)
+            chosen.append(picks)
+            descriptors.append(y)
+            continue
         if (c, x) not in eligible_of:
             eligible_of[(c, x)] = counts.descriptor_countries(c, x)
         eligible = eligible_of[(c, x)]

@@ -6,6 +6,11 @@ before the native one, then search rank. The benchmark tables refer to images by
 An image's tags are the concepts it shows: its own, the tagger's, and those of every exact-byte or exact-pixel copy
 of it found under another concept (`curation/copies.py`), kept or not. A copy of a food picture filed under "dance"
 therefore shows food too, and is never a "not food" distractor.
+
+Each row carries its provenance (README "Releases"): the search hit's engine, query, region, rank, source page,
+licence filter and declared licence (`unknown` when the source declares none), and the fetch's final URL, HTTP status,
+content type and retrieval time. A local corpus's manifest may declare the image's web URL (published as `url`
+instead of the file's path) and its retrieval time, which then stands for the fetch's.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from data import reference
-from data.schemas import CATALOG, STATUS_OK, from_rows
+from data.image_sources import declared_license
+from data.schemas import IMAGE_METADATA, STATUS_OK, from_rows
 
 
 def build_catalog(
@@ -66,7 +72,7 @@ def build_catalog(
                 "query": hit["query"],
                 "query_lang": hit["query_lang"],
                 "rank": hit["rank"],
-                "url": public_url(hit["url"]),
+                "url": hit.get("origin_url") or public_url(hit["url"]),
                 "source_page": hit["source_page"],
                 "sha256": image["sha256"],
                 "pixel_sha256": copy["pixel_sha256"],
@@ -76,9 +82,19 @@ def build_catalog(
                 "format": image["format"],
                 "tags": own_tags + sorted(shown_by_group[copy["copy_group"]] - set(own_tags)),
                 "tagger": tag["tagger"],
+                "engine": hit.get("searcher"),
+                "region": hit.get("region"),
+                "final_url": image.get("final_url"),
+                # Declared by a local corpus's manifest, else when the downloader fetched it (`images.retrieved_at`);
+                # tables written before these columns existed have none of them.
+                "retrieved_at": hit.get("retrieved_at") or image.get("retrieved_at"),
+                "http_status": image.get("http_status"),
+                "content_type": image.get("content_type"),
+                "license": declared_license(hit.get("license")),
+                "license_filter": hit.get("license_filter"),
             }
         )
     records.sort(key=lambda r: (r["concept_id"], country_order[r["country"]], r["query_lang"] != "eng", r["rank"]))
     for index, record in enumerate(records):
         record["index_in_dataset"] = index
-    return from_rows(records, CATALOG)
+    return from_rows(records, IMAGE_METADATA)

@@ -4,6 +4,10 @@ Curation decides, the release materialises: this builds the ordered rows of the 
 originals, the attempts, their filter scores and the QA decisions. An original without an accepted attempt for
 every ethnicity is left out and reported with what it lacks. Among several accepted attempts the latest wins: a
 retry exists because people asked for it.
+
+Every row carries its original's provenance (`schemas.SOURCE_FIELDS`: engine, query, URLs, retrieval time, HTTP
+facts, licence): a swap is the original with its people repainted, so its source is the original's, and
+`synthesized` tells the two apart.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from data import reference, schemas
+from data.image_sources import declared_license
 from data.schemas import STATUS_OK
 
 
@@ -52,6 +57,8 @@ def assemble_quintets(
             "category": original["category"],
             "original_id": original["original_id"],
             "food_label": original["food_label"],
+            **{field.name: original.get(field.name) for field in schemas.SOURCE_FIELDS},
+            "license": declared_license(original.get("license")),
         }
         swaps = [accepted[(original["original_id"], e)] for e in ethnicities]
         rows.append(
@@ -62,6 +69,7 @@ def assemble_quintets(
                 sample_id=f"{original['original_id']}-original",
                 mask_sha256=swaps[0]["mask_sha256"],
                 placeholder=False,
+                synthesized=False,
                 sha256=original["sha256"],
                 num_bytes=sizes.get(original["sha256"]),
             )
@@ -84,6 +92,7 @@ def assemble_quintets(
                     review_decision=swap["decision"]["decision"],
                     reviewer=swap["decision"]["reviewer"],
                     placeholder=swap["placeholder"],
+                    synthesized=True,
                     sha256=swap["sha256"],
                     num_bytes=sizes.get(swap["sha256"]),
                 )

@@ -9,7 +9,8 @@ Rules checked, per row, a whole column at a time:
   * balance: replaying the rows in order (through `curation.pool_index`, as the assembler chose them), each
     candidate was a least-used member of its pool when chosen (and each RQ3 descriptor country a least-used
     eligible country), and no image exceeds `max_reuse` when set.
-And per task, given the `unassembled` table: every image is a query, or is listed there with its reason.
+And per task, given the `unassembled` table: every image is a query, or is listed there with its reason. A row whose
+reason is `taken_down` (`culturebench takedown`) names an image that is no longer in the table (`query_index` -1).
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ from curation.rules import (
     seeded_priority,
 )
 from data import reference
+from data.denylist import TAKEN_DOWN
 from data.schemas import BENCHMARK, BENCHMARK_CD, CATALOG
 
 IMAGE_ID = r"^(?P<slug>[a-z0-9_ ]+)-(?P<concept>\d+)-(?P<rank>\d+)-(?P<lang>eng|nav)$"
+TAKEN_DOWN_INDEX = -1  # the `query_index` of a `taken_down` row of `unassembled`: the image has no row any more
 DETAILED = 200  # violations spelled out per rule and table; the rest are counted in one more line
 
 
@@ -364,8 +367,13 @@ class _Checker:
         """Every image is a query of the task, or is in `unassembled` with the reason it could not be one."""
         rows = unassembled.filter(pc.equal(unassembled["task"], task)).to_pylist()
         explained: set[int] = set()
+        present = set(self.catalog.image_id.tolist())
         for row in rows:
             index = row["query_index"]
+            if row["reason"] == TAKEN_DOWN:  # a query of an earlier version whose image was taken down since
+                if index != TAKEN_DOWN_INDEX or row["query_image_id"] in present:
+                    self.add("unassembled", None, f"{task}.taken_down", f"{row} names an image of image_metadata")
+                continue
             if not 0 <= index < len(self.catalog) or self.catalog.image_id[index] != row["query_image_id"]:
                 self.add("unassembled", None, f"{task}.unassembled_reference", f"{row} is not a row of image_metadata")
                 continue

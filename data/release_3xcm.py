@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data import reference
+from data import croissant, reference
 from data.card import auto_accept_notice, deviations_section, front_matter, markdown_table
+from data.datasheet import datasheet_section
 from data.figures import heatmap_png
+from data.image_sources import DOMAINS_FIGURE, domains_png, sources_section
 from data.release import ImageRow, ReleaseConfig, ReleaseResult, ReleaseWriter, to_release_jpeg
 from data.schemas import CATALOG, XCM_BENCH_CSV_COLUMNS
 from data.workspace import BlobStore, StageStats
@@ -89,8 +92,14 @@ def write_3xcm_release(
     benchmark_cd: pa.Table,
     unassembled: pa.Table,
     provenance: dict[str, Any],
+    *,
+    load_image: Callable[[dict[str, Any]], bytes] | None = None,
+    changelog: str = "",
 ) -> ReleaseResult:
+    """`load_image` and `changelog` are for a patch release (data/release_patch.py): the parent's released bytes
+    instead of the converted blobs, and the CHANGELOG that ends its card."""
     writer = ReleaseWriter(config, NAME)
+    release_bytes = load_image or (lambda meta: to_release_jpeg(blobs.get(meta["sha256"]), meta["format"]))
     try:
         schema = image_metadata_schema(catalog.schema)
         ordered = catalog.select(schema.names)
@@ -98,7 +107,7 @@ def write_3xcm_release(
             ImageRow(
                 key=meta["image_id"],
                 metadata=meta,
-                load=lambda sha=meta["sha256"], fmt=meta["format"]: to_release_jpeg(blobs.get(sha), fmt),
+                load=lambda meta=meta: release_bytes(meta),
             )
             for meta in ordered.to_pylist()
         ]
@@ -109,8 +118,13 @@ def write_3xcm_release(
         writer.write_csv("benchmarks/xcm-bench.csv", benchmark, XCM_BENCH_CSV_COLUMNS)
         matrix, concept_names, countries = concept_country_matrix(catalog)
         writer.write_bytes(FIGURE, heatmap_png(matrix, concept_names, countries, "Images per concept and country"))
+        writer.write_bytes(DOMAINS_FIGURE, domains_png(catalog["url"].to_pylist()))
+        # After the data files (their hashes go into it), before the card (its datasheet states the same facts).
+        facts = croissant.xcm_facts(config.version, ordered, benchmark, benchmark_cd, unassembled, provenance)
+        jsonld = croissant.croissant_jsonld(facts, writer.files, writer.sizes)
+        writer.write_bytes(croissant.FILE, croissant.to_bytes(jsonld))
         card = render_card(catalog, benchmark, benchmark_cd, shards, provenance, config.version)
-        writer.write_bytes("README.md", card.encode())
+        writer.write_bytes("README.md", (card + datasheet_section(facts) + changelog).encode())
         manifest = {"name": NAME, "version": config.version, **provenance}
         return writer.commit(manifest)
     except BaseException:
@@ -222,10 +236,19 @@ RQ3 max {rq3.get("max_reuse", "-")}, mean {rq3.get("mean_reuse", 0):.2f}.
 ### Stages
 
 {markdown_table(stage_rows)}
+{_sources(catalog)}
 Provenance (config, code version, seeds, per-file sha256) is in `manifest.json`.
 """
     )
     return head + body
+
+
+def _sources(catalog: pa.Table) -> str:
+    """Licences and source domains; the query's language is `query_lang` (eng: English, nav: `language_code`)."""
+    # An image table written before images carried their provenance declares no licence: `unknown`.
+    licenses = catalog["license"].to_pylist() if "license" in catalog.column_names else [None] * catalog.num_rows
+    note = "The query's language is English for `query_lang` `eng`, the country's (`language_code`) for `nav`."
+    return sources_section(licenses, catalog["url"].to_pylist(), note=note)
 
 
 def review_note(review: dict[str, Any]) -> str:

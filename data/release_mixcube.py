@@ -16,7 +16,10 @@ from typing import Any
 import pyarrow as pa
 from PIL import Image, ImageDraw
 
+from data import croissant
 from data.card import auto_accept_notice, deviations_section, front_matter, markdown_table
+from data.datasheet import datasheet_section
+from data.image_sources import DOMAINS_FIGURE, domains_png, sources_section
 from data.release import ImageRow, ReleaseConfig, ReleaseResult, ReleaseWriter, to_release_jpeg
 from data.schemas import MIXCUBE_ROWS
 from data.workspace import BlobStore
@@ -51,8 +54,9 @@ def before_after_grid(rows: pa.Table, load: Any, originals: int = GRID_ORIGINALS
 
 
 def write_mixcube_release(
-    config: ReleaseConfig, blobs: BlobStore, rows: pa.Table, provenance: dict[str, Any]
+    config: ReleaseConfig, blobs: BlobStore, rows: pa.Table, provenance: dict[str, Any], *, changelog: str = ""
 ) -> ReleaseResult:
+    """`changelog` ends the card of a patch release (data/release_patch.py)."""
     writer = ReleaseWriter(config, NAME)
     try:
         rows = rows.select(MIXCUBE_ROWS.names).cast(MIXCUBE_ROWS)
@@ -72,7 +76,13 @@ def write_mixcube_release(
         for sha in sorted({m for m in rows["mask_sha256"].to_pylist() if m}):
             writer.write_bytes(f"masks/{sha}.png", blobs.get(sha))
         writer.write_bytes(GRID, before_after_grid(rows, blobs.get))
-        writer.write_bytes("README.md", render_card(rows, shards, provenance, config.version).encode())
+        writer.write_bytes(DOMAINS_FIGURE, domains_png(_originals(rows)["url"].to_pylist(), "originals"))
+        # After the data files (their hashes go into it), before the card (its datasheet states the same facts).
+        facts = croissant.mixcube_facts(config.version, rows, provenance)
+        jsonld = croissant.croissant_jsonld(facts, writer.files, writer.sizes)
+        writer.write_bytes(croissant.FILE, croissant.to_bytes(jsonld))
+        card = render_card(rows, shards, provenance, config.version) + datasheet_section(facts) + changelog
+        writer.write_bytes("README.md", card.encode())
         return writer.commit({"name": NAME, "version": config.version, **provenance})
     except BaseException:
         writer.abort()
@@ -113,8 +123,11 @@ into another ethnicity (African, Caucasian, East Asian, South Asian), following 
 
 Columns: `country` (adjective), `category`, `ethnicity` (`original` or the swap), `image`, then `sample_id`,
 `original_id`, `attempt_id`, `mask_sha256` (the mask is `masks/<sha256>.png`), `prompt`, `seed`, `model_id`,
-`brisque`, `clip_similarity`, `review_decision`, `reviewer`, `placeholder`, `food_label`. Rows are ordered as each
-original followed by its 4 swaps. `food_label.csv` lists the food images with their native and English names.
+`brisque`, `clip_similarity`, `review_decision`, `reviewer`, `placeholder`, `food_label`, `synthesized` (a swap),
+then where the original came from (`engine`, `query`, `query_language`, `region`, `rank`, `source_page`, `url`,
+`final_url`, `retrieved_at`, `http_status`, `content_type`, `license`, `license_filter`; a swap carries its
+original's). Rows are ordered as each original followed by its 4 swaps. `food_label.csv` lists the food images with
+their native and English names.
 
 {rows.num_rows} images ({rows.num_rows // 5} quintets) in {len(shards["parquet"])} Parquet and
 {len(shards["webdataset"])} WebDataset shards. Originals left out for lack of an accepted swap: {len(incomplete)}.
@@ -123,9 +136,21 @@ original followed by its 4 swaps. `food_label.csv` lists the food images with th
 ![before and after]({GRID})
 
 {markdown_table(cell_rows)}
+{_sources(rows)}
 Provenance (config, code version, seeds, per-file sha256) is in `manifest.json`.
 """
     return head + body
+
+
+def _originals(rows: pa.Table) -> pa.Table:
+    """The released originals (a swap's source columns are its original's, so each original counts once)."""
+    return rows.filter(pa.compute.invert(rows["synthesized"]))
+
+
+def _sources(rows: pa.Table) -> str:
+    originals = _originals(rows)
+    note = "Counted per original: its four swaps share its source."
+    return sources_section(originals["license"].to_pylist(), originals["url"].to_pylist(), "originals", note)
 
 
 def _losses(provenance: dict[str, Any]) -> str:

@@ -113,6 +113,12 @@ SEARCH_HITS = pa.schema(
         pa.field("status", pa.string(), nullable=False),
         pa.field("error", pa.string()),  # no_results | blocked | engine_error | ...
         pa.field("detail", pa.string()),
+        # Provenance (README "Releases"); null on failed rows.
+        pa.field("region", pa.string()),  # the engine's region code (ddgs `region`); null when the searcher has none
+        pa.field("license_filter", pa.string()),  # the engine's licence filter (ddgs `license_image`), null when off
+        pa.field("license", pa.string()),  # as the source declares it (a local manifest's `license`), else `unknown`
+        pa.field("retrieved_at", pa.string()),  # ISO 8601 UTC, as a local manifest declares it; else null
+        pa.field("origin_url", pa.string()),  # the image's web URL as a local manifest declares it (`url` is the file)
     ]
 )
 
@@ -121,8 +127,9 @@ IMAGES = pa.schema(
         pa.field("image_id", pa.string(), nullable=False),
         pa.field("url", pa.string(), nullable=False),
         pa.field("status", pa.string(), nullable=False),
-        pa.field("error", pa.string()),  # corrupt | not_an_image | too_small | too_large | decompression_bomb | ...
-        pa.field("detail", pa.string()),
+        # corrupt | not_an_image | too_small | too_large | decompression_bomb | opted_out | ...
+        pa.field("error", pa.string()),
+        pa.field("detail", pa.string()),  # for opted_out: the rule that refused it
         pa.field("sha256", pa.string()),  # blob key of the original bytes
         pa.field("num_bytes", pa.int64()),
         pa.field("width", pa.int32()),
@@ -132,6 +139,7 @@ IMAGES = pa.schema(
         pa.field("final_url", pa.string()),  # after redirects
         pa.field("http_status", pa.int32()),
         pa.field("content_type", pa.string()),  # as declared by the server; never trusted for the decision
+        pa.field("retrieved_at", pa.string()),  # ISO 8601 UTC (`...Z`) when the last response came; null if none did
         pa.field("attempts", pa.int32()),  # fetch attempts (transient failures are retried)
         pa.field("transient", pa.bool_()),  # a failure that `retry-failed` may fetch again
     ]
@@ -294,6 +302,24 @@ RESYNTHESIS_REQUESTS = pa.schema(
     ]
 )
 
+#: Where an original came from (README "Releases"), on every MixCuBe original and, in the release, on its swaps.
+#: Null where it does not apply (no search for a labelled folder, no HTTP for a local file); `license` is always set.
+SOURCE_FIELDS: tuple[pa.Field, ...] = (
+    pa.field("engine", pa.string()),  # the searcher (ddgs:duckduckgo, local); null when nothing was searched
+    pa.field("query", pa.string()),
+    pa.field("query_language", pa.string()),  # the query's language code
+    pa.field("region", pa.string()),  # the engine's region code
+    pa.field("rank", pa.int32()),  # 1-based position in the engine's answer
+    pa.field("source_page", pa.string()),  # the page the image was found on
+    pa.field("url", pa.string()),  # the image URL (a local file relative to its folder when no web URL is known)
+    pa.field("final_url", pa.string()),  # after redirects (the HTTP downloader)
+    pa.field("retrieved_at", pa.string()),  # ISO 8601, UTC
+    pa.field("http_status", pa.int32()),
+    pa.field("content_type", pa.string()),  # as the server declared it
+    pa.field("license", pa.string()),  # as the source declares it, else `unknown`
+    pa.field("license_filter", pa.string()),  # the search engine's licence filter, null when off
+)
+
 MIXCUBE_ORIGINALS = pa.schema(
     [
         pa.field("original_id", pa.string(), nullable=False),
@@ -304,7 +330,7 @@ MIXCUBE_ORIGINALS = pa.schema(
         pa.field("source", pa.string(), nullable=False),  # the image file, or `demo`
         pa.field("status", pa.string(), nullable=False),
         # bad_label | short_row | long_row | empty_path | bad_path | path_outside_root | missing_file | not_a_file |
-        # read_error | not_an_image | too_small
+        # bad_retrieved_at | read_error | not_an_image | too_small
         pa.field("error", pa.string()),
         pa.field("sha256", pa.string()),
         # sha256 of the bytes as received, before the EXIF orientation was applied (= sha256 when they were kept)
@@ -312,6 +338,7 @@ MIXCUBE_ORIGINALS = pa.schema(
         pa.field("width", pa.int32()),
         pa.field("height", pa.int32()),
         pa.field("format", pa.string()),
+        *SOURCE_FIELDS,
     ]
 )
 
@@ -425,6 +452,8 @@ MIXCUBE_ROWS = pa.schema(
         pa.field("food_label", pa.string()),
         pa.field("sha256", pa.string(), nullable=False),  # blob of the image
         pa.field("num_bytes", pa.int64()),
+        pa.field("synthesized", pa.bool_(), nullable=False),  # a swap; its source columns are its original's
+        *SOURCE_FIELDS,
     ]
 )
 
@@ -463,6 +492,23 @@ CATALOG = pa.schema(
         # Concepts it shows, in priority order: its own, the tagger's, then those of its copies under other concepts.
         pa.field("tags", pa.list_(pa.int32()), nullable=False),
         pa.field("tagger", pa.string(), nullable=False),
+    ]
+)
+
+#: The image_metadata stage's table: CATALOG (what the validator and the reassembler read), then the provenance columns
+#: CATALOG lacks (README "Releases"). CATALOG's `query`, `query_lang` (with `language_code`: the query's language is
+#: English for `eng`, the country's for `nav`), `rank`, `url` and `source_page` are the rest of an image's provenance.
+IMAGE_METADATA = pa.schema(
+    [
+        *CATALOG,
+        pa.field("engine", pa.string()),  # the searcher: ddgs:duckduckgo, ddgs:bing, local
+        pa.field("region", pa.string()),  # the engine's region code; null for a local search
+        pa.field("final_url", pa.string()),  # after redirects (HTTP downloader); null for a local file
+        pa.field("retrieved_at", pa.string()),  # ISO 8601, UTC: the download's, or as a local manifest declares it
+        pa.field("http_status", pa.int32()),
+        pa.field("content_type", pa.string()),  # as the server declared it
+        pa.field("license", pa.string(), nullable=False),  # as the source declares it, else `unknown`
+        pa.field("license_filter", pa.string()),  # the search engine's licence filter; null when off
     ]
 )
 

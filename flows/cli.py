@@ -14,6 +14,7 @@ from rich.table import Table
 from flows import benchmarks
 from flows.cli_evaluate import evaluate_app
 from flows.cli_output import console, os_error_line, progress_bars
+from flows.cli_takedown import takedown_command
 from flows.engine.config import ConfigError, build_config, load_config
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ app.add_typer(build_app, name="build")
 concepts_app = typer.Typer(help="Generate candidate concepts with Gemini and review them.", no_args_is_help=True)
 app.add_typer(concepts_app, name="concepts")
 app.add_typer(evaluate_app, name="evaluate")
+app.command("takedown")(takedown_command)
 
 
 class Engine(StrEnum):

@@ -43,6 +43,8 @@ def xcm_deviations(config: Any, reviewer: str) -> list[str]:
         out.append("Translations are the shipped drafts, awaiting native review.")
     if config.search.backend == "local":
         out.append("Images came from a local folder, not a web search (for the demo: generated pictures, not photos).")
+    if getattr(config.search, "license_filter", None) is not None:
+        out.append(f"Image search kept only the licence class {config.search.license_filter}; the paper had no filter.")
     if config.search.max_results != XCM_TOP_K:
         out.append(f"The top {config.search.max_results} images per query were kept, not the top {XCM_TOP_K}.")
     if config.image_dedup.embedding is None:

@@ -26,9 +26,15 @@ route that serves a corpus image makes its bytes distinct per path, with a JPEG 
                                    Accept-Encoding does not name gzip; ?encoding=deflate for a deflate bomb
     /redirect/<hops>/<n>/<tag>     302 chains of <hops> hops ending at /img/<n>/<tag>
     /redirect-to?url=<url>         302 to any URL
+    /xheaders/<n>/<tag>?H=V&...    a corpus JPEG with every query parameter H=V as a response header (repeat H for
+                                   several headers; `unique` is not one); ?kib=<k> serves <k> KiB (JPEG signature,
+                                   then filler, with Content-Length) instead of the image
+    /robots.txt                    `robots_txt` with `robots_status` after `robots_delay_s`; 404 when None
+    /.well-known/tdmrep.json       `tdmrep_json` with `tdmrep_status`; 404 when None
     /_stats (GET), /_reset (POST)  request counts as JSON; forget counts and first hits
 
-Each request's headers are kept per path (`FakeImageHost.request_headers`).
+Each request's headers are kept per path (`FakeImageHost.request_headers`). The two site files are counted apart, in
+`meta_counts`, and not in `counts` nor `max_in_flight`, so that those mean image requests only.
 
 Run as a script to serve in the foreground: `python tests/fake_image_host.py --corpus 300 --latency 0.05`
 prints `PORT <n>` on stdout once it listens.
@@ -51,9 +57,11 @@ import zlib
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from aiohttp import web
+from multidict import CIMultiDict
 from PIL import Image
 
 
@@ -127,17 +135,36 @@ def compression_bomb(mib: int, encoding: str = "gzip") -> bytes:
     return b"".join(parts)
 
 
+META_PATHS = ("/robots.txt", "/.well-known/tdmrep.json")  # the site files of `collectors.optout`, counted apart
+
 HTML_PAGE = b"<!DOCTYPE html><html><head><title>Not found</title></head><body>" + b"x" * 2048 + b"</body></html>"
 
 
 class _App:
     """Handlers and counters; shared by the thread and the process runners."""
 
-    def __init__(self, corpus: Sequence[bytes], latency_s: float, retry_after_s: int, slow_s: float) -> None:
+    def __init__(
+        self,
+        corpus: Sequence[bytes],
+        latency_s: float,
+        retry_after_s: int,
+        slow_s: float,
+        robots_txt: str | None = None,
+        robots_status: int = 200,
+        robots_delay_s: float = 0.0,
+        tdmrep_json: str | None = None,
+        tdmrep_status: int = 200,
+    ) -> None:
         self.corpus = list(corpus) or [make_jpeg(0, size=(320, 240))]
         self.latency_s = latency_s
         self.retry_after_s = retry_after_s
         self.slow_s = slow_s
+        self.robots_txt = robots_txt
+        self.robots_status = robots_status
+        self.robots_delay_s = robots_delay_s
+        self.tdmrep_json = tdmrep_json
+        self.tdmrep_status = tdmrep_status
+        self.meta_counts: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()
         self.times: dict[str, list[float]] = defaultdict(list)
         self.request_headers: dict[str, list[dict[str, str]]] = defaultdict(list)
@@ -171,6 +198,9 @@ class _App:
         app.router.add_get("/gzip-bomb/{mib:\\d+}/{tag}", self.gzip_bomb)
         app.router.add_get("/redirect/{hops:\\d+}/{n:\\d+}/{tag}", self.redirect)
         app.router.add_get("/redirect-to", self.redirect_to)
+        app.router.add_get("/xheaders/{n:\\d+}/{tag}", self.xheaders)
+        app.router.add_get(META_PATHS[0], self.robots)
+        app.router.add_get(META_PATHS[1], self.tdmrep)
         app.router.add_get("/_stats", self.stats)
         app.router.add_post("/_reset", self.reset)
         return app
@@ -180,6 +210,11 @@ class _App:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         if request.path.startswith("/_"):
+            return await handler(request)
+        if request.path in META_PATHS:
+            self.meta_counts[request.path] += 1
+            self.times[request.path].append(time.monotonic())
+            self.request_headers[request.path].append(dict(request.headers))
             return await handler(request)
         self.counts[request.path] += 1
         self.times[request.path].append(time.monotonic())
@@ -299,11 +334,39 @@ class _App:
     async def redirect_to(self, request: web.Request) -> web.Response:
         raise web.HTTPFound(request.query["url"])
 
+    async def xheaders(self, request: web.Request) -> web.Response:
+        headers = CIMultiDict((k, v) for k, v in request.query.items() if k not in ("unique", "kib"))
+        if "kib" in request.query:
+            body = b"\xff\xd8\xff\xe0" + b"\x00" * (int(request.query["kib"]) * 1024 - 4)
+        else:
+            body = self.image(request)
+        headers["Content-Type"] = "image/jpeg"
+        return web.Response(body=body, headers=headers)
+
+    async def robots(self, request: web.Request) -> web.Response:
+        if self.robots_delay_s:
+            await asyncio.sleep(self.robots_delay_s)
+        return self._site_file(self.robots_txt, self.robots_status, "text/plain")
+
+    async def tdmrep(self, request: web.Request) -> web.Response:
+        return self._site_file(self.tdmrep_json, self.tdmrep_status, "application/json")
+
+    @staticmethod
+    def _site_file(text: str | None, status: int, content_type: str) -> web.Response:
+        if status != 200:
+            return web.Response(status=status, text="unavailable")
+        if text is None:
+            return web.Response(status=404, text="not found")
+        return web.Response(text=text, content_type=content_type)
+
     async def stats(self, request: web.Request) -> web.Response:
-        return web.json_response({"counts": dict(self.counts), "max_in_flight": self.max_in_flight})
+        return web.json_response(
+            {"counts": dict(self.counts), "meta_counts": dict(self.meta_counts), "max_in_flight": self.max_in_flight}
+        )
 
     async def reset(self, request: web.Request) -> web.Response:
         self.counts.clear()
+        self.meta_counts.clear()
         self.times.clear()
         self.request_headers.clear()
         self.max_in_flight = 0
@@ -319,8 +382,10 @@ class FakeImageHost:
         latency_s: float = 0.0,
         retry_after_s: int = 1,
         slow_s: float = 5.0,
+        **site_files: Any,
     ) -> None:
-        self.app = _App(corpus, latency_s, retry_after_s, slow_s)
+        """`site_files`: robots_txt, robots_status, robots_delay_s, tdmrep_json, tdmrep_status (see `_App`)."""
+        self.app = _App(corpus, latency_s, retry_after_s, slow_s, **site_files)
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -329,6 +394,11 @@ class FakeImageHost:
     @property
     def counts(self) -> Counter[str]:
         return self.app.counts
+
+    @property
+    def meta_counts(self) -> Counter[str]:
+        """Requests for /robots.txt and /.well-known/tdmrep.json (not in `counts`)."""
+        return self.app.meta_counts
 
     @property
     def times(self) -> dict[str, list[float]]:

@@ -76,7 +76,11 @@ def test_prefect_flow_builds_a_valid_release(prefect: Path, small_demo_config: B
     assert sheet.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and sheet.as_uri() in summary_md
     # So are the figures: drop reasons per stage, and the release's images-per-concept-and-country heatmap.
     figures = {Path(f.removeprefix("file://")).name: Path(f.removeprefix("file://")) for f in summary.figures}
-    assert set(figures) == {"drops_by_stage.png", "release_images_per_concept_country.png"}
+    assert set(figures) == {
+        "drops_by_stage.png",
+        "release_images_per_concept_country.png",
+        "release_source_domains.png",
+    }
     assert all(path.as_uri() in summary_md and path.read_bytes()[:4] == b"\x89PNG" for path in figures.values())
 
 

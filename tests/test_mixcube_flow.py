@@ -75,7 +75,7 @@ def test_demo_build_releases_quintets_and_a_rerun_redoes_nothing(tmp_path: Path)
     assert len(short) == 4 and {(c["originals"], c["target"]) for c in short} == {(1, 2)}
 
     figures = {Path(f.removeprefix("file://")).name: Path(f.removeprefix("file://")) for f in summary.figures}
-    assert set(figures) == {"drops_by_stage.png", "release_before_after.png"}
+    assert set(figures) == {"drops_by_stage.png", "release_before_after.png", "release_source_domains.png"}
     assert all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in figures.values())
     assert figures["release_before_after.png"].read_bytes() == (release / "figures" / "before_after.png").read_bytes()
 

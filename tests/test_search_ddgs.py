@@ -145,7 +145,9 @@ def test_results_are_mapped_to_hits_and_the_region_is_sent(tmp_path: Path) -> No
 
     expected = results_for(query.query)[:3]
     assert hits == [
-        SearchHit(url=r["image"], source_page=r["url"], title=r["title"], width=r["width"], height=r["height"])
+        SearchHit(
+            url=r["image"], source_page=r["url"], title=r["title"], width=r["width"], height=r["height"], region="jp-jp"
+        )
         for r in expected
     ]
     assert len(fake.calls) == 1

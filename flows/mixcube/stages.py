@@ -33,6 +33,7 @@ from data.workspace import StageStats
 from flows.engine.graph import BuildGraph, Stage, StageOutput, review_settings
 from flows.engine.graph import StageContext as GraphContext
 from flows.mixcube.config import BuildMixCubeConfig
+from flows.takedown_filter import fetcher_without_taken_down, originals_settings, originals_without_taken_down
 from synthesis.attempts import AttemptPlan, ResultCache, first_plans, run_attempts
 from synthesis.face_rows import faces_table
 from synthesis.mask_rows import masks_table
@@ -73,12 +74,13 @@ def masked_originals(ctx: StageContext) -> tuple[list[dict], dict[str, str]]:
 def _originals(ctx: StageContext) -> StageOutput:
     config = ctx.config.originals
     if isinstance(config, SearchOriginalsConfig):
-        fetcher = config.download.build()(ctx.ws)
+        fetcher = fetcher_without_taken_down(config.download.build()(ctx.ws), ctx, "mixcube")
         table = search_originals(config, config.search.build(), fetcher, ctx.ws.blobs)
         # The downloader stores the bytes as received: turn them upright here, as the other backends do at ingest.
         table = upright_fetched(table, ctx.ws.blobs.get, ctx.ws.blobs.put)
     else:
         table = collect_originals(config, ctx.ws.blobs.put)
+    table = originals_without_taken_down(table, ctx)  # the release root's denylist (culturebench takedown)
     return StageOutput(table, stats=stats_from_table(ctx.stage, table, demo=ctx.config.is_demo))
 
 
@@ -284,7 +286,8 @@ def below_target(ctx: StageContext, rows: pa.Table) -> list[dict]:
 def _stages(config: BuildMixCubeConfig) -> tuple[Stage, ...]:
     stages = [
         # Version 2: originals are stored upright (EXIF orientation applied) with the received bytes' sha256.
-        Stage("originals", 2, (), lambda c: c.originals, _originals, schemas.MIXCUBE_ORIGINALS),
+        # Version 3: with their provenance (schemas.SOURCE_FIELDS).
+        Stage("originals", 3, (), originals_settings, _originals, schemas.MIXCUBE_ORIGINALS),
         Stage("faces", 1, ("originals",), lambda c: c.faces, _faces, schemas.MIXCUBE_FACES),
         Stage("masks", 1, ("faces",), lambda c: c.masks, _masks, schemas.MIXCUBE_MASKS, gpu=True),
     ]
@@ -321,9 +324,9 @@ def _stages(config: BuildMixCubeConfig) -> tuple[Stage, ...]:
             ),
         ]
     stages.append(
-        Stage(
+        Stage(  # version 2: rows carry their original's provenance and `synthesized`
             "quintets",
-            1,
+            2,
             (f"qa_r{config.max_attempts}",),
             lambda c: c.max_attempts,
             _quintets,

@@ -16,6 +16,7 @@ from data import release_3xcm
 from data.provenance import code_version, reference_data_sha256
 from data.release import ReleaseResult
 from data.release_3xcm import ReleaseReadError, read_parquet_parts, read_released_catalog
+from data.release_patch import is_patch
 from flows.engine.benchmark import Benchmark
 from flows.engine.config import ConfigError
 from flows.engine.graph import Build, Progress
@@ -103,7 +104,13 @@ def validate_release(folder: Path) -> ValidationReport:
     missing = [name for name, table in (("image_metadata", images), *tables.items()) if table is None]
     if set(missing) - {"unassembled"}:
         raise ReleaseReadError(f"{folder} has no {missing[0]}/*.parquet")
-    return validate_benchmark(images, tables["benchmark"], tables["benchmark_cd"], unassembled=tables["unassembled"])
+    return validate_benchmark(
+        images,
+        tables["benchmark"],
+        tables["benchmark_cd"],
+        unassembled=tables["unassembled"],
+        balance=not is_patch(folder),  # a takedown's kept rows were chosen least-used over the parent's pool
+    )
 
 
 def build_locally(

@@ -34,6 +34,7 @@ from data.stage import stats_from_table
 from data.workspace import StageMarker, StageStats, Workspace
 from flows.engine.graph import BuildGraph, Progress, Stage, StageOutput, review_settings
 from flows.engine.graph import StageContext as GraphContext
+from flows.takedown_filter import catalog_output, catalog_settings
 from flows.xcm.config import Build3XCMConfig
 
 
@@ -262,7 +263,7 @@ def _image_metadata(ctx: StageContext) -> StageOutput:
         ctx.ws.read_extra_table("image_dedup", "copies"),
         public_url=search_config(ctx.config, ctx.ws).url_publisher(),
     )
-    return StageOutput(table)
+    return catalog_output(table, ctx)  # without the images of the release root's denylist (culturebench takedown)
 
 
 def _assembly(ctx: StageContext) -> StageOutput:
@@ -361,8 +362,9 @@ STAGES: tuple[Stage, ...] = (
         schemas.TRANSLATIONS,
         {"conflicts": schemas.TRANSLATION_CONFLICTS, "llm_failures": schemas.LLM_FAILURES},
     ),
+    # Version 2: hits carry their provenance (region, licence filter, declared licence, retrieval time, web URL).
     Stage(
-        "search", 1, ("demo_corpus", "translations"), lambda c: (c.search, c.countries), _search, schemas.SEARCH_HITS
+        "search", 2, ("demo_corpus", "translations"), lambda c: (c.search, c.countries), _search, schemas.SEARCH_HITS
     ),
     Stage("images", 1, ("search",), lambda c: c.download, _images, schemas.IMAGES),
     Stage("image_hashes", 2, ("images",), lambda c: None, _image_hashes, schemas.IMAGE_HASHES),
@@ -401,7 +403,8 @@ STAGES: tuple[Stage, ...] = (
         schemas.TAGS,
         {"llm_failures": schemas.LLM_FAILURES},
     ),
-    Stage("image_metadata", 2, ("tags",), lambda c: None, _image_metadata, schemas.CATALOG),
+    # Version 3: every image row carries its provenance columns (schemas.IMAGE_METADATA).
+    Stage("image_metadata", 3, ("tags",), catalog_settings, _image_metadata, schemas.IMAGE_METADATA),
     Stage(
         "assembly",
         1,

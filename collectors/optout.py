@@ -1,0 +1,491 @@
+"""Opt-out signals the HTTP downloader honours: X-Robots-Tag, TDMRep and robots.txt.
+
+Pure parsers and matchers, plus a small per-host cache of the two site-wide files, so that `collectors.downloader`
+only asks two questions: may this URL be requested (`OptOutChecker.before_request`, robots.txt and
+`/.well-known/tdmrep.json`, before any download slot is taken), and may this response's body be read
+(`OptOutChecker.after_response`, the `X-Robots-Tag` and `tdm-reservation` headers, before a byte of it is read).
+
+- **X-Robots-Tag** (the convention search engines document): a header value is a comma list of directives, global,
+  or addressed to one crawler by a `name:` prefix that holds for the rest of that header value. Several headers may
+  come. A directive of `x_robots_directives` refuses the image when it is global or addressed to our agent (or to
+  `*`); a directive addressed to another crawler is ignored. Directives with a value (`max-snippet: 20`,
+  `unavailable_after: <date>`) are not taken for crawler names.
+- **TDMRep** (W3C Community Group final report): the `tdm-reservation: 1` response header, and the origin's
+  `/.well-known/tdmrep.json`, a JSON array of `{"location", "tdm-reservation", "tdm-policy"}` rules whose `location`
+  is a path pattern matched like a robots.txt path (`*`, a final `$`); the first matching rule decides ("the most
+  specific match is the first in sequence"). Values other than 0 and 1 are protocol errors, read as unset. A
+  missing, non-JSON or non-array file means the origin does not use the protocol. The spec lets a response header
+  overrule the file; we decide from the file before requesting the image, so `tdm-reservation: 0` on a response
+  never overrules a reserved location (the conservative reading).
+- **robots.txt** (RFC 9309): groups by product token (case-insensitive, the whole token, not a substring), every
+  group naming our agent merged, the `*` groups otherwise; `*` and `$` in paths; the longest matching rule wins and
+  `Allow` wins a tie; percent-encoding normalised on both sides. A 4xx robots.txt (404 included) means no rules; a
+  5xx, 429 or a network failure means "unreachable", decided by `unreachable_policy`. Not `urllib.robotparser`:
+  it applies the first matching rule rather than the longest, has no `*`/`$` wildcards, matches agent names as
+  substrings and treats 401/403 as "disallow everything".
+
+Both files are fetched once per origin per run (`HostFileCache`, one fetch in flight per origin whatever the thread
+or event loop), through their own aiohttp session, so that waiting for them never holds a download slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import re
+import string
+import threading
+import zlib
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypeVar
+
+import aiohttp
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from yarl import URL
+
+from collectors.ssrf import AddressPolicy, UrlRefused, check_url
+
+T = TypeVar("T")
+
+OPTED_OUT = "opted_out"  # the `error` of every refusal
+DEFAULT_AGENT = "culturebench"
+ROBOTS_PATH = "/robots.txt"
+TDMREP_PATH = "/.well-known/tdmrep.json"
+#: Bytes of robots.txt or tdmrep.json read; the rest is ignored (RFC 9309 asks crawlers to parse at least 500 KiB).
+MAX_FILE_BYTES = 512 * 1024
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_UNREACHABLE = "unreachable (fail closed)"
+
+
+class OptOutPolicy(BaseModel):
+    """Which opt-out signals refuse an image (`error: opted_out`), and what an unreachable robots.txt means."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    x_robots_tag: bool = Field(default=True, description="Refuse a response whose X-Robots-Tag forbids us.")
+    x_robots_directives: list[str] = Field(
+        default_factory=lambda: ["noai", "noimageai", "none", "noindex"],
+        min_length=1,
+        description="X-Robots-Tag directives that refuse an image (case-insensitive).",
+    )
+    tdm_reservation: bool = Field(default=True, description="Refuse a response with the `tdm-reservation: 1` header.")
+    tdmrep_json: bool = Field(
+        default=True, description="Refuse URLs reserved by the origin's /.well-known/tdmrep.json (TDMRep)."
+    )
+    robots_txt: bool = Field(default=True, description="Refuse URLs the origin's robots.txt disallows for our agent.")
+    unreachable_policy: Literal["open", "closed"] = Field(
+        default="open",
+        description=(
+            "When robots.txt or tdmrep.json cannot be fetched (network error, 5xx, 429): 'open' downloads anyway, "
+            "'closed' refuses every URL of that origin (RFC 9309's reading of a 5xx). A 4xx (404) means no rules."
+        ),
+    )
+    agent_name: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_-]+$",
+        description=(
+            "Our product token, matched against robots.txt User-agent lines and X-Robots-Tag prefixes; by default "
+            "the first token of the downloader's user_agent."
+        ),
+    )
+
+    @field_validator("x_robots_directives")
+    @classmethod
+    def _lower(cls, value: list[str]) -> list[str]:
+        directives = [d.strip().lower() for d in value]
+        if not all(directives):
+            raise ValueError("empty directive")
+        return directives
+
+    @property
+    def fetches_host_files(self) -> bool:
+        return self.robots_txt or self.tdmrep_json
+
+
+def product_token(user_agent: str) -> str:
+    """`culturebench/0.1 (+...)` -> `culturebench`: the name robots.txt and X-Robots-Tag address us by."""
+    match = re.match(r"[A-Za-z_-]+", user_agent.strip())
+    return match.group(0).lower() if match else DEFAULT_AGENT
+
+
+def is_unreachable_refusal(detail: str | None) -> bool:
+    """A refusal because a site file could not be fetched under fail-closed (worth deciding again later)."""
+    return detail is not None and _UNREACHABLE in detail
+
+
+# -- X-Robots-Tag and the TDMRep header ------------------------------------------------------------------------------
+
+# Directives that carry a value after a colon: never crawler names.
+_VALUED_DIRECTIVES = frozenset({"unavailable_after", "max-snippet", "max-image-preview", "max-video-preview"})
+_ADDRESSED = re.compile(r"^([A-Za-z0-9_.*-]+)\s*:\s*(.*)$", re.S)
+
+
+def x_robots_refusal(values: Iterable[str], agent: str, directives: Iterable[str]) -> str | None:
+    """The refusing directive of these X-Robots-Tag header values, as a row detail, or None."""
+    refusing = {d.lower() for d in directives}
+    me = agent.lower()
+    for value in values:
+        addressee: str | None = None  # None: every crawler; a `name:` prefix holds for the rest of this value
+        for item in value.split(","):
+            item = item.strip()
+            addressed = _ADDRESSED.match(item)
+            if addressed and addressed.group(1).lower() not in _VALUED_DIRECTIVES:
+                addressee, item = addressed.group(1).lower(), addressed.group(2).strip()
+            directive = item.split(":", 1)[0].strip().lower()
+            if directive not in refusing or addressee not in (None, me, "*"):
+                continue
+            return f"X-Robots-Tag: {directive}" if addressee is None else f"X-Robots-Tag: {addressee}: {directive}"
+    return None
+
+
+def tdm_header_refusal(values: Iterable[str], policy: str | None = None) -> str | None:
+    """`tdm-reservation: 1` among these header values, as a row detail, or None (0, absent or invalid: unset)."""
+    if any(v.strip() == "1" for v in values):
+        return "tdm-reservation: 1 (header)" + (f", tdm-policy {policy.strip()}" if policy else "")
+    return None
+
+
+# -- paths and patterns (robots.txt, TDMRep locations) -----------------------------------------------------------
+
+_UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_KEEP = "!#$&'()*+,/:;=?@[]~%"  # reserved characters and existing escapes stay as they are
+
+
+def _unescape_unreserved(value: str) -> str:
+    def fix(match: re.Match[str]) -> str:
+        char = chr(int(match.group(1), 16))
+        return char if char in _UNRESERVED else "%" + match.group(1).upper()
+
+    return _ESCAPE.sub(fix, value)
+
+
+def _quote(value: str, safe: str) -> str:
+    out = []
+    for char in value:
+        if char in safe or char in _UNRESERVED:
+            out.append(char)
+        else:
+            out.extend(f"%{b:02X}" for b in char.encode("utf-8"))
+    return "".join(out)
+
+
+def normalize_pattern(pattern: str) -> str:
+    """A rule's path pattern in canonical percent-encoding; `*` and `$` stay special."""
+    return _unescape_unreserved(_quote(pattern.strip(), _KEEP))
+
+
+def normalize_target(path_qs: str) -> str:
+    """A URL's path (and query) in the same encoding; a literal `*` or `$` is escaped so a pattern cannot misread it."""
+    return _unescape_unreserved(_quote(path_qs or "/", _KEEP.replace("*", "").replace("$", "")))
+
+
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    """A normalised pattern as a prefix match: `*` any run of characters, a final `$` the end of the path."""
+    anchored = pattern.endswith("$")
+    body = pattern[:-1] if anchored else pattern
+    regex = ".*".join(re.escape(part) for part in body.split("*"))
+    return re.compile(regex + (r"\Z" if anchored else ""), re.S)
+
+
+# -- robots.txt (RFC 9309) ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RobotsRule:
+    allow: bool
+    pattern: str  # normalised
+    regex: re.Pattern[str]
+
+
+@dataclass(frozen=True)
+class RobotsGroup:
+    agents: tuple[str, ...]  # lower-case product tokens, or "*"
+    rules: tuple[RobotsRule, ...]
+
+
+@dataclass(frozen=True)
+class RobotsTxt:
+    groups: tuple[RobotsGroup, ...] = ()
+
+
+def _agent_of(value: str) -> str:
+    """`Googlebot/2.1` -> `googlebot`: the product token of a User-agent line."""
+    token = value.strip().split("/", 1)[0].strip().split()
+    return token[0].lower() if token else ""
+
+
+def parse_robots(text: str) -> RobotsTxt:
+    groups: list[RobotsGroup] = []
+    agents: list[str] = []
+    rules: list[RobotsRule] = []
+    in_rules = False  # a rule line was seen since the last User-agent line: the next one starts a group
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key, value = key.strip().lower(), value.strip()
+        if key in ("user-agent", "useragent", "user agent"):
+            if in_rules:
+                groups.append(RobotsGroup(tuple(agents), tuple(rules)))
+                agents, rules, in_rules = [], [], False
+            if _agent_of(value):
+                agents.append(_agent_of(value))
+        elif key in ("allow", "disallow"):
+            if not agents:
+                continue  # a rule before any User-agent line belongs to no group
+            in_rules = True
+            if value:  # an empty Disallow (or Allow) matches nothing
+                pattern = normalize_pattern(value)
+                rules.append(RobotsRule(key == "allow", pattern, compile_pattern(pattern)))
+        # Sitemap, Crawl-delay and unknown lines neither end a group nor matter here.
+    if agents:
+        groups.append(RobotsGroup(tuple(agents), tuple(rules)))
+    return RobotsTxt(tuple(groups))
+
+
+def robots_refusal(robots: RobotsTxt, agent: str, path_qs: str) -> str | None:
+    """The Disallow rule that refuses `path_qs` (a URL's raw path and query) to `agent`, as a row detail, or None."""
+    me = agent.lower()
+    label = me
+    groups = [g for g in robots.groups if me in g.agents]
+    if not groups:
+        label = "*"
+        groups = [g for g in robots.groups if "*" in g.agents]
+    target = normalize_target(path_qs)
+    best: RobotsRule | None = None
+    for rule in (r for g in groups for r in g.rules):
+        if not rule.regex.match(target):
+            continue
+        # The longest pattern wins; of two as long, Allow.
+        if best is None or (len(rule.pattern), rule.allow) > (len(best.pattern), best.allow):
+            best = rule
+    if best is None or best.allow:
+        return None
+    return f"robots.txt: Disallow {best.pattern} for {label}"
+
+
+# -- /.well-known/tdmrep.json ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TdmRule:
+    location: str  # as written
+    reservation: int | None  # 0, 1, or None for a protocol error (unset)
+    policy: str | None
+    regex: re.Pattern[str]
+
+
+def parse_tdmrep(text: str) -> tuple[TdmRule, ...]:
+    """The rules of a tdmrep.json; none when it is not a JSON array (the origin does not use TDMRep)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return ()
+    if not isinstance(data, list):
+        return ()
+    rules = []
+    for item in data:
+        if not isinstance(item, dict) or not isinstance(item.get("location"), str):
+            continue
+        location = item["location"].strip()
+        path = location.split("://", 1)[1].partition("/")[2] if "://" in location else location
+        pattern = normalize_pattern(path if path.startswith(("/", "*")) else "/" + path)
+        value = item.get("tdm-reservation")
+        valid = not isinstance(value, bool) and value in (0, 1, "0", "1")
+        policy = item.get("tdm-policy") if isinstance(item.get("tdm-policy"), str) else None
+        rules.append(TdmRule(location, int(value) if valid else None, policy, compile_pattern(pattern)))
+    return tuple(rules)
+
+
+def tdmrep_refusal(rules: Iterable[TdmRule], path_qs: str) -> str | None:
+    target = normalize_target(path_qs)
+    for rule in rules:
+        if rule.regex.match(target):
+            if rule.reservation != 1:
+                return None
+            policy = f" (tdm-policy {rule.policy})" if rule.policy else ""
+            return f"tdmrep.json: location {rule.location} reserved{policy}"
+    return None
+
+
+# -- fetching the site files -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostFile:
+    """A robots.txt or tdmrep.json as fetched: `ok` with its text, `absent` (4xx, too many redirects: no rules),
+    or `unreachable` (network error, 5xx, 429: decided by `unreachable_policy`)."""
+
+    status: Literal["ok", "absent", "unreachable"]
+    text: str = ""
+    reason: str = ""
+
+
+async def fetch_host_file(
+    session: aiohttp.ClientSession,
+    url: URL,
+    policy: AddressPolicy,
+    max_redirects: int,
+    timeout_s: float,
+    max_bytes: int = MAX_FILE_BYTES,
+) -> HostFile:
+    """GET one site file, every hop through the SSRF guard; never raises for a network failure."""
+    current = url
+    try:
+        async with asyncio.timeout(timeout_s):
+            for _ in range(max_redirects + 1):
+                current = check_url(current, policy)
+                async with session.get(current, allow_redirects=False) as resp:
+                    status = resp.status
+                    if status in _REDIRECTS and resp.headers.get("Location"):
+                        current = current.join(URL(resp.headers["Location"]))
+                        continue
+                    if status == 429 or status >= 500:
+                        return HostFile("unreachable", reason=f"HTTP {status}")
+                    if 400 <= status < 500:
+                        return HostFile("absent", reason=f"HTTP {status}")
+                    if not 200 <= status < 300:
+                        return HostFile("unreachable", reason=f"HTTP {status}")
+                    body = await _read_capped(resp, max_bytes)
+                    return HostFile("ok", text=body.decode("utf-8-sig", "replace"))
+            return HostFile("absent", reason=f"more than {max_redirects} redirects")
+    except UrlRefused as exc:
+        return HostFile("unreachable", reason=f"{exc.error}: {exc.detail}")
+    except TimeoutError:
+        return HostFile("unreachable", reason=f"timed out after {timeout_s:g} s")
+    except aiohttp.ClientConnectorError as exc:
+        return HostFile("unreachable", reason=f"cannot connect to {current.host}: {exc.os_error}")
+    except (aiohttp.ClientError, OSError, ValueError, zlib.error) as exc:
+        return HostFile("unreachable", reason=f"{type(exc).__name__}: {str(exc)[:200]}")
+
+
+async def _read_capped(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """At most `max_bytes` of the body (the rest is ignored), inflated by hand when the server compressed it."""
+    raw = bytearray()
+    async for chunk in resp.content.iter_chunked(64 * 1024):
+        raw += chunk
+        if len(raw) >= max_bytes:
+            resp.close()
+            break
+    encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return bytes(raw[:max_bytes])
+    if encoding not in ("gzip", "x-gzip", "deflate"):
+        raise ValueError(f"Content-Encoding {encoding!r} (we asked for identity)")
+    wbits = 32 + zlib.MAX_WBITS if encoding != "deflate" or (raw and raw[0] & 0x0F == 8) else -zlib.MAX_WBITS
+    return zlib.decompressobj(wbits).decompress(bytes(raw), max_bytes)
+
+
+class HostFileCache:
+    """Loaded site files by key (`robots.txt http://host:port`), one load in flight per key.
+
+    Shared by every download call of a run, which may run on several event loops in several threads (shards): the
+    first caller loads, the others wait on a `concurrent.futures.Future`. An owner cancelled mid-load hands the
+    key back (a None result) and a waiter loads it instead.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, concurrent.futures.Future[Any]] = {}
+
+    async def get(self, key: str, load: Callable[[], Awaitable[T]]) -> T:
+        while True:
+            with self._lock:
+                future = self._entries.get(key)
+                owner = future is None
+                if owner:
+                    future = self._entries[key] = concurrent.futures.Future()
+            assert future is not None
+            if not owner:
+                result = await asyncio.shield(asyncio.wrap_future(future))
+                if result is None:
+                    continue  # its owner was cancelled: try again
+                return result[0]
+            try:
+                value = await load()
+            except BaseException:
+                with self._lock:
+                    del self._entries[key]
+                future.set_result(None)
+                raise
+            future.set_result((value,))
+            return value
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    value: Any  # RobotsTxt | tuple[TdmRule, ...]
+    unreachable: str | None = None  # the reason, when the file could not be fetched
+
+
+class _Headers(Protocol):
+    def getall(self, key: str, default: Any = ...) -> list[str]: ...
+
+    def get(self, key: str, default: Any = None) -> Any: ...
+
+
+class OptOutChecker:
+    """The opt-out decisions of one download call; `fetch` GETs a site file (see `fetch_host_file`)."""
+
+    def __init__(
+        self,
+        policy: OptOutPolicy,
+        agent: str,
+        cache: HostFileCache,
+        fetch: Callable[[URL], Awaitable[HostFile]] | None,
+    ) -> None:
+        self.policy = policy
+        self.agent = agent
+        self.cache = cache
+        self.fetch = fetch
+
+    async def before_request(self, url: URL) -> str | None:
+        """Why robots.txt or tdmrep.json refuses `url` (a row detail), or None; loads them at the first URL of an
+        origin. Call it holding no download slot."""
+        policy = self.policy
+        if not policy.fetches_host_files or self.fetch is None:
+            return None
+        origin = url.origin()
+        target = url.raw_path_qs
+        if policy.robots_txt:
+            robots = await self._load(origin, ROBOTS_PATH, parse_robots)
+            if robots.unreachable is not None:
+                if policy.unreachable_policy == "closed":
+                    return f"robots.txt {_UNREACHABLE}: {robots.unreachable}"
+            elif refusal := robots_refusal(robots.value, self.agent, target):
+                return refusal
+        if policy.tdmrep_json:
+            tdm = await self._load(origin, TDMREP_PATH, parse_tdmrep)
+            if tdm.unreachable is not None:
+                if policy.unreachable_policy == "closed":
+                    return f"tdmrep.json {_UNREACHABLE}: {tdm.unreachable}"
+            elif refusal := tdmrep_refusal(tdm.value, target):
+                return refusal
+        return None
+
+    def after_response(self, headers: _Headers) -> str | None:
+        """Why the response's headers refuse the image (a row detail), or None; before its body is read."""
+        policy = self.policy
+        if policy.x_robots_tag:
+            refusal = x_robots_refusal(headers.getall("X-Robots-Tag", []), self.agent, policy.x_robots_directives)
+            if refusal:
+                return refusal
+        if policy.tdm_reservation:
+            return tdm_header_refusal(headers.getall("tdm-reservation", []), headers.get("tdm-policy"))
+        return None
+
+    async def _load(self, origin: URL, path: str, parse: Callable[[str], Any]) -> _Loaded:
+        fetch = self.fetch
+        assert fetch is not None
+
+        async def load() -> _Loaded:
+            got = await fetch(origin.with_path(path))
+            if got.status == "unreachable":
+                return _Loaded(parse(""), got.reason)
+            return _Loaded(parse(got.text))  # absent: no rules
+
+        return await self.cache.get(f"{path} {origin}", load)

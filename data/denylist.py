@@ -1,0 +1,194 @@
+"""The denylist of a benchmark's release root: images taken down, which no later build may release again.
+
+`culturebench takedown` writes `<release root>/<benchmark>/denylist.json` next to the version folders, merging its
+entries with those already there. Each entry names one removed image by its bytes (`sha256`, and `pixel_sha256`
+when the release knows it) and its addresses (`url`, `final_url`), with the takedown's reason, UTC date, the patch
+version that removed it and the version it was removed from.
+
+Builds read the denylist of their `release.root` (`flows/takedown_filter.py`):
+- 3XCM drops a matching image where images become catalog rows (the `image_metadata` stage). That is after the
+  near-duplicate dedup, which still sees the image, so its re-encodes and resizes stay merged into it and leave with
+  it instead of taking its place.
+- MixCuBe marks a matching original `error="taken_down"` in the `originals` stage; its search backend never requests
+  a denylisted URL.
+The denylist's digest is part of those stages' fingerprints (nothing changes while there is no denylist), so a
+rebuild of the same config redoes them and everything after.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from data.schemas import IMAGES, STATUS_FAILED, blank_row, from_rows
+from data.workspace import BlobStore, Storage
+
+FILE = "denylist.json"
+TAKEN_DOWN = "taken_down"  # the `error` of a denylisted image in a build, the `reason` of a dropped query
+
+
+class DenylistError(ValueError):
+    """A denylist file that cannot be read: the message names it."""
+
+
+class DenylistEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    image_id: str  # its id in the release it was removed from (3XCM image_id, MixCuBe sample_id)
+    sha256: str | None = None
+    pixel_sha256: str | None = None
+    url: str | None = None
+    final_url: str | None = None
+    reason: str
+    date: str  # UTC, YYYY-MM-DD
+    version: str  # the patch release that removed it
+    removed_from: str  # the release it was removed from
+
+    def key(self) -> tuple[str | None, ...]:
+        return (self.image_id, self.sha256, self.pixel_sha256, self.url, self.final_url, self.version)
+
+
+class Denylist(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    benchmark: str
+    entries: list[DenylistEntry] = []
+
+    @property
+    def sha256s(self) -> frozenset[str]:
+        return frozenset(h for e in self.entries for h in (e.sha256, e.pixel_sha256) if h)
+
+    @property
+    def urls(self) -> frozenset[str]:
+        return frozenset(u for e in self.entries for u in (e.url, e.final_url) if u)
+
+    def digest(self) -> str | None:
+        """What decides the matches (hashes and URLs), hashed; None for an empty denylist."""
+        if not self.entries:
+            return None
+        keys = json.dumps([sorted(self.sha256s), sorted(self.urls)], separators=(",", ":"))
+        return hashlib.sha256(keys.encode()).hexdigest()
+
+    def merged(self, new: Iterable[DenylistEntry]) -> Denylist:
+        """These entries, then the new ones not already here (an identical entry is kept once)."""
+        seen = {e.key() for e in self.entries}
+        added = [e for e in new if e.key() not in seen and not seen.add(e.key())]  # type: ignore[func-returns-value]
+        return Denylist(benchmark=self.benchmark, entries=[*self.entries, *added])
+
+    def matching(self, table: pa.Table, hash_columns: Sequence[str], url_columns: Sequence[str]) -> pa.Array:
+        """A boolean mask: the rows whose hash columns or URL columns hold a denylisted value."""
+        mask = pa.array([False] * table.num_rows, pa.bool_())
+        for columns, values in ((hash_columns, self.sha256s), (url_columns, self.urls)):
+            wanted = pa.array(sorted(values), pa.string())
+            for column in columns:
+                if column in table.column_names:
+                    hit = pc.fill_null(pc.is_in(table[column], value_set=wanted), False)
+                    mask = pc.or_(mask, hit)
+        return mask
+
+
+def denylist_path(storage: Storage, benchmark: str) -> str:
+    return storage.path(benchmark, FILE)
+
+
+def read_denylist(root: str, benchmark: str) -> Denylist:
+    """The denylist of `<root>/<benchmark>/`, empty when there is none."""
+    storage = Storage(root)
+    path = denylist_path(storage, benchmark)
+    if not storage.exists(path):
+        return Denylist(benchmark=benchmark)
+    try:
+        denylist = Denylist.model_validate(storage.read_json(path))
+    except (ValueError, ValidationError) as exc:
+        reason = " ".join(str(exc).split())[:300]
+        raise DenylistError(f"{storage.display(path)}: not a culturebench denylist ({reason})") from None
+    if denylist.benchmark != benchmark:
+        raise DenylistError(f"{storage.display(path)} is the denylist of {denylist.benchmark!r}, not {benchmark!r}")
+    return denylist
+
+
+def write_denylist(root: str, benchmark: str, entries: Iterable[DenylistEntry]) -> tuple[str, Denylist]:
+    """Merge `entries` into the denylist of `<root>/<benchmark>/` (atomically); returns its path and content."""
+    storage = Storage(root)
+    merged = read_denylist(root, benchmark).merged(entries)
+    path = denylist_path(storage, benchmark)
+    storage.write_json(path, merged.model_dump(mode="json"))
+    return storage.display(path), merged
+
+
+# -- what builds do with it -------------------------------------------------------------------------------------------
+
+
+def denylist_settings(root: str, benchmark: str) -> dict[str, str] | None:
+    """A stage's share of the denylist in its fingerprint: None (no change) without entries."""
+    digest = read_denylist(root, benchmark).digest()
+    return None if digest is None else {"denylist_sha256": digest}
+
+
+def with_denylist(settings: Any, root: str, benchmark: str) -> Any:
+    """`settings` as it was without a denylist, else paired with the denylist's digest."""
+    share = denylist_settings(root, benchmark)
+    return settings if share is None else (settings, share)
+
+
+def drop_from_catalog(catalog: pa.Table, denylist: Denylist) -> tuple[pa.Table, list[str]]:
+    """The image table without denylisted rows (by sha256, pixel hash, URL or final URL), `index_in_dataset`
+    renumbered 0..n-1; and the image ids dropped."""
+    if not denylist.entries:
+        return catalog, []
+    hit = denylist.matching(catalog, ("sha256", "pixel_sha256"), ("url", "final_url"))
+    dropped = catalog.filter(hit)["image_id"].to_pylist()
+    if not dropped:
+        return catalog, []
+    kept = catalog.filter(pc.invert(hit))
+    at = kept.schema.get_field_index("index_in_dataset")
+    field = kept.schema.field(at)
+    return kept.set_column(at, field, pa.array(range(kept.num_rows), field.type)), dropped
+
+
+def mark_taken_down(
+    table: pa.Table, denylist: Denylist, hash_columns: Sequence[str], url_columns: Sequence[str]
+) -> pa.Table:
+    """A collection table (`status`, `error`) with each denylisted row failed as `taken_down`."""
+    if not denylist.entries:
+        return table
+    hit = denylist.matching(table, hash_columns, url_columns)
+    if not pc.any(hit).as_py():
+        return table
+    for column, value in (("status", STATUS_FAILED), ("error", TAKEN_DOWN)):
+        at = table.schema.get_field_index(column)
+        field = table.schema.field(at)
+        table = table.set_column(at, field, pc.if_else(hit, pa.scalar(value, field.type), table[column]))
+    return table
+
+
+class DenylistFetcher:
+    """A fetcher (`fetch(hits, blobs)` -> IMAGES rows) that never requests a denylisted URL: such a hit is a failed
+    row, `error="taken_down"`, in its place."""
+
+    def __init__(self, fetcher: Any, denylist: Denylist) -> None:
+        self.fetcher = fetcher
+        self.urls = denylist.urls
+
+    def fetch(self, hits: Sequence[dict], blobs: BlobStore) -> pa.Table:
+        refused = [h["url"] in self.urls for h in hits]
+        if not any(refused):
+            return self.fetcher.fetch(hits, blobs)
+        wanted = [h for h, no in zip(hits, refused, strict=True) if not no]
+        fetched = iter(self.fetcher.fetch(wanted, blobs).to_pylist() if wanted else [])
+        rows = [
+            blank_row(IMAGES, image_id=h["image_id"], url=h["url"], status=STATUS_FAILED, error=TAKEN_DOWN,
+                      detail="the URL is on the release root's denylist", attempts=0)
+            if no else next(fetched)
+            for h, no in zip(hits, refused, strict=True)
+        ]  # fmt: skip
+        return from_rows(rows, IMAGES)
+
+    def __getattr__(self, name: str) -> Any:  # anything else the wrapped fetcher offers
+        return getattr(self.fetcher, name)
