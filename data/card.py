@@ -31,6 +31,16 @@ def deviations_section(deviations: list[str]) -> str:
     return "**This build differs from the paper:**\n\n" + "\n".join(f"* {d}" for d in deviations)
 
 
+def url_only_notice(mode: str, command: str) -> str:
+    """First lines of a URL-only release's card (`release.mode: urls`); nothing for a release with its images."""
+    if mode != "urls":
+        return ""
+    return (
+        "> **Release mode: `urls`.** This release holds each image's URL, sha256 and pHash, not the image: "
+        f"`{command}` downloads the images and checks each against its sha256.\n\n"
+    )
+
+
 def auto_accept_notice(what: str) -> str:
     """First lines of a card whose human review was replaced by the auto-accept policy."""
     return (

@@ -115,6 +115,8 @@ class RecordSetSpec:
     encoding: str = PARQUET
     key: tuple[str, ...] = ()
     image_column: str | None = None
+    #: A URL-only release (`release.mode: urls`): the `image` field is this column's URL (`sc:URL`), not bytes.
+    image_url_column: str | None = None
     columns: Mapping[str, str] = field(default_factory=dict)  # column -> description
 
 
@@ -248,6 +250,18 @@ def _record_set(spec: RecordSetSpec, source: dict[str, Any]) -> dict[str, Any]:
                 "description": spec.columns.get(spec.image_column, "The image (JPEG bytes)."),
                 "dataType": "sc:ImageObject",
                 "source": {**source, "extract": {"column": spec.image_column}, "transform": {"jsonPath": "bytes"}},
+            }
+        )
+    if spec.image_url_column:
+        fields.append(
+            {
+                "@type": "cr:Field",
+                "@id": f"{spec.name}/image",
+                "name": "image",
+                "description": "Where to download the image (this release holds no image bytes; check the download "
+                "against `sha256`).",
+                "dataType": "sc:URL",
+                "source": {**source, "extract": {"column": spec.image_url_column}},
             }
         )
     out: dict[str, Any] = {
@@ -460,6 +474,7 @@ XCM_COLUMNS = {
     "url": "Where the image was fetched from (a local image: its path under the searched folder).",
     "source_page": "The page the image was found on, when known.",
     "sha256": "sha256 of the image bytes as downloaded (before any conversion to JPEG).",
+    "phash": "64-bit perceptual hash (imagehash pHash) of the image, 16 hex digits (URL-only releases).",
     "pixel_sha256": "sha256 of the decoded pixels, where the near-duplicate stage computed one.",
     "num_bytes": "Size of the downloaded image in bytes.",
     "width": "Width in pixels.",
@@ -493,8 +508,10 @@ def xcm_facts(
     benchmark_cd: pa.Table,
     unassembled: pa.Table,
     provenance: Mapping[str, Any],
+    mode: str = "images",
 ) -> ReleaseFacts:
-    """The facts of a 3XCM release: `images` is `image_metadata` without the image column."""
+    """The facts of a 3XCM release: `images` is `image_metadata` without the image column. `mode` is the
+    release's (`urls`: no image bytes, the `image` field is the image's URL)."""
     stats, backends = _stats(provenance), provenance.get("backends", {})
     config, review = provenance.get("config", {}), provenance.get("review", {})
     reviewer = review.get("reviewer", backends.get("review", "unknown"))
@@ -600,6 +617,7 @@ def xcm_facts(
     ]
     limitations = [
         *_deviation_lines(provenance),
+        _url_only_line(mode, "image"),
         f"{unassembled.num_rows} query slots could not be assembled (no eligible candidate).",
         timeframe_note,
         unlicensed,
@@ -660,7 +678,8 @@ def xcm_facts(
             images.schema,
             n,
             key=("image_id",),
-            image_column="image",
+            image_column=None if mode == "urls" else "image",
+            image_url_column="url" if mode == "urls" else None,
             columns=XCM_COLUMNS,
         ),
         RecordSetSpec(
@@ -751,6 +770,15 @@ def xcm_facts(
     )
 
 
+def _url_only_line(mode: str, what: str) -> str:
+    if mode != "urls":
+        return ""
+    return (
+        f"URL-only release: each {what} is named by its URL, sha256 and pHash, without its bytes; what a source "
+        "removed or changed since the build is gone (`culturebench fetch-release` reports it)."
+    )
+
+
 def _select(schema: pa.Schema, names: Sequence[str]) -> pa.Schema:
     return pa.schema([schema.field(name) for name in names])
 
@@ -781,6 +809,7 @@ MIXCUBE_COLUMNS = {
     "placeholder": "True when the offline placeholder painted the mask instead of a synthesis.",
     "food_label": "The food's name (Food images).",
     "sha256": "sha256 of the image bytes before the release's JPEG encoding.",
+    "phash": "64-bit perceptual hash (imagehash pHash) of the image, 16 hex digits (URL-only releases).",
     "num_bytes": "Size of those bytes.",
     "image": "The image, JPEG bytes (an HF `Image` feature).",
     "synthesized": "True for a swap (its source columns are its original's).",
@@ -802,8 +831,9 @@ MIXCUBE_COLUMNS = {
 }
 
 
-def mixcube_facts(version: str, rows: pa.Table, provenance: Mapping[str, Any]) -> ReleaseFacts:
-    """The facts of a MixCuBe release: `rows` is the `default` config without the image column."""
+def mixcube_facts(version: str, rows: pa.Table, provenance: Mapping[str, Any], mode: str = "images") -> ReleaseFacts:
+    """The facts of a MixCuBe release: `rows` is the `default` config without the image column. In a URL-only
+    release (`mode` `urls`) only the swaps carry bytes; an original is its `url`, `sha256` and `phash`."""
     stats, backends = _stats(provenance), provenance.get("backends", {})
     config, models = provenance.get("config", {}), provenance.get("models", {})
     demo = bool(provenance.get("demo"))
@@ -950,7 +980,7 @@ def mixcube_facts(version: str, rows: pa.Table, provenance: Mapping[str, Any]) -
         limitations.append(
             f"{len(incomplete)} originals are left out for lack of an accepted swap (manifest `incomplete`)."
         )
-    limitations += [timeframe_note, unlicensed]
+    limitations += [timeframe_note, unlicensed, _url_only_line(mode, "original")]
     if demo:
         limitations.append(demo_note + " It checks the pipeline; it measures no model.")
     sensitive = [

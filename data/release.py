@@ -18,7 +18,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -46,6 +46,12 @@ class ReleaseConfig(BaseModel):
     row_group_size: int = Field(default=100, ge=1, description="Rows per Parquet row group for image tables.")
     max_shard_bytes: int = Field(default=450_000_000, ge=1_000_000, description="Upper bound per Parquet/tar shard.")
     max_shard_images: int = Field(default=1000, ge=1, description="Images per WebDataset tar shard.")
+    mode: Literal["images", "urls"] = Field(
+        default="images",
+        description="images: the image bytes in the Parquet files and WebDataset tars; urls: the same tables with "
+        "each image's URL, sha256 and pHash and without the bytes of the images we did not make (no tars): "
+        "`culturebench fetch-release` downloads and verifies them.",
+    )
 
 
 class ReleaseExistsError(FileExistsError):
@@ -71,6 +77,8 @@ class ImageRow:
     key: str
     metadata: dict[str, Any]
     load: Callable[[], bytes]
+    #: False: the row is published without its bytes (a URL-only release); its `image` is null.
+    embed: bool = True
 
 
 def to_release_jpeg(data: bytes, source_format: str, quality: int = 95) -> bytes:
@@ -85,6 +93,16 @@ def to_release_jpeg(data: bytes, source_format: str, quality: int = 95) -> bytes
     return buffer.getvalue()
 
 
+def with_phash(table: pa.Table, phash_by_sha256: dict[str, int | None]) -> pa.Table:
+    """`table` with a `phash` column (16 hex digits, imagehash's `str()` of the 64-bit pHash; null when unknown),
+    looked up by its `sha256`: what a URL-only release publishes next to each image's URL."""
+    values = [phash_by_sha256.get(sha) for sha in table["sha256"].to_pylist()]
+    column = pa.array([None if v is None else f"{int(v):016x}" for v in values], pa.string())
+    if "phash" in table.column_names:
+        return table.set_column(table.column_names.index("phash"), "phash", column)
+    return table.append_column("phash", column)
+
+
 def hf_image_schema(schema: pa.Schema, image_column: str = "image") -> pa.Schema:
     """Append the HF `Image` column (struct<bytes, path>) and the `huggingface` features metadata."""
     from datasets import Features  # heavy import, only when writing a release
@@ -93,6 +111,13 @@ def hf_image_schema(schema: pa.Schema, image_column: str = "image") -> pa.Schema
     features = Features.from_arrow_schema(schema)
     features[image_column] = HFImage()
     return features.arrow_schema
+
+
+def _hf_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema with the `huggingface` features metadata, without an image column."""
+    from datasets import Features
+
+    return Features.from_arrow_schema(schema).arrow_schema
 
 
 class ReleaseWriter:
@@ -147,17 +172,28 @@ class ReleaseWriter:
             writer.writerow([row[c] for c in columns])
         self.write_bytes(rel, text.getvalue().encode())
 
-    def write_images(self, config_name: str, rows: list[ImageRow], schema: pa.Schema, split: str = "train") -> dict:
+    def write_images(
+        self,
+        config_name: str,
+        rows: list[ImageRow],
+        schema: pa.Schema,
+        split: str = "train",
+        *,
+        image_column: bool = True,
+        tars: bool = True,
+    ) -> dict:
         """Image Parquet shards (row groups of `row_group_size`) and WebDataset tars, in one pass over the bytes.
 
         Shards are planned from the rows' `num_bytes` (a released JPEG is close to its original's size). Images
         are loaded one row group at a time; each finished shard is buffered in memory before it is written.
+        A URL-only release writes no tars, and either no `image` column (`image_column=False`) or a null `image`
+        for each row that is not `embed`ded.
         """
-        full_schema = hf_image_schema(schema)
-        sizes = [int(r.metadata.get("num_bytes") or 0) for r in rows]
+        full_schema = hf_image_schema(schema) if image_column else _hf_schema(schema)
+        sizes = [int(r.metadata.get("num_bytes") or 0) if image_column and r.embed else 0 for r in rows]
         plan = list(_plan_shards(sizes, self.config.max_shard_bytes))
         tar_plan = list(_plan_shards(sizes, self.config.max_shard_bytes, self.config.max_shard_images))
-        tars = _TarShards(self, tar_plan)
+        tar_shards = _TarShards(self, tar_plan)
         parquet_files = []
         for shard, (start, stop) in enumerate(plan):
             rel = f"{config_name}/{split}-{shard:05d}-of-{len(plan):05d}.parquet"
@@ -167,14 +203,21 @@ class ReleaseWriter:
                     group = rows[group_start : min(stop, group_start + self.config.row_group_size)]
                     records = []
                     for position, row in enumerate(group, start=group_start):
+                        if not image_column:
+                            records.append(row.metadata)
+                            continue
+                        if not row.embed:
+                            records.append({**row.metadata, "image": None})
+                            continue
                         data = row.load()
-                        tars.add(position, row.key, data, row.metadata)
+                        if tars:
+                            tar_shards.add(position, row.key, data, row.metadata)
                         records.append({**row.metadata, "image": {"bytes": data, "path": f"{row.key}.jpg"}})
                     writer.write_table(pa.Table.from_pylist(records, schema=full_schema))
             self.write_bytes(rel, buffer.getvalue())
             parquet_files.append(rel)
-        tars.close()
-        return {"parquet": parquet_files, "webdataset": tars.written}
+        tar_shards.close()
+        return {"parquet": parquet_files, "webdataset": tar_shards.written}
 
     def commit(self, manifest: dict[str, Any]) -> ReleaseResult:
         """Write the manifest and move the staged release into place, exclusively; or find the version there

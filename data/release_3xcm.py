@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data import croissant, reference
-from data.card import auto_accept_notice, deviations_section, front_matter, markdown_table
+from data.card import auto_accept_notice, deviations_section, front_matter, markdown_table, url_only_notice
 from data.datasheet import datasheet_section
 from data.figures import heatmap_png
 from data.image_sources import DOMAINS_FIGURE, domains_png, sources_section
@@ -100,6 +100,9 @@ def write_3xcm_release(
     instead of the converted blobs, and the CHANGELOG that ends its card."""
     writer = ReleaseWriter(config, NAME)
     release_bytes = load_image or (lambda meta: to_release_jpeg(blobs.get(meta["sha256"]), meta["format"]))
+    urls = config.mode == "urls"
+    if urls and "phash" not in catalog.column_names:
+        raise ValueError("a URL-only 3XCM release needs the images' `phash` (16 hex digits) in the catalog")
     try:
         schema = image_metadata_schema(catalog.schema)
         ordered = catalog.select(schema.names)
@@ -108,10 +111,12 @@ def write_3xcm_release(
                 key=meta["image_id"],
                 metadata=meta,
                 load=lambda meta=meta: release_bytes(meta),
+                embed=not urls,
             )
             for meta in ordered.to_pylist()
         ]
-        shards = writer.write_images("image_metadata", rows, schema)
+        # A URL-only release has no `image` column: each row's `url`, `sha256` and `phash` name its image.
+        shards = writer.write_images("image_metadata", rows, schema, image_column=not urls, tars=not urls)
         writer.write_table("benchmark", benchmark)
         writer.write_table("benchmark_cd", benchmark_cd)
         writer.write_table("unassembled", unassembled)
@@ -120,12 +125,14 @@ def write_3xcm_release(
         writer.write_bytes(FIGURE, heatmap_png(matrix, concept_names, countries, "Images per concept and country"))
         writer.write_bytes(DOMAINS_FIGURE, domains_png(catalog["url"].to_pylist()))
         # After the data files (their hashes go into it), before the card (its datasheet states the same facts).
-        facts = croissant.xcm_facts(config.version, ordered, benchmark, benchmark_cd, unassembled, provenance)
+        facts = croissant.xcm_facts(
+            config.version, ordered, benchmark, benchmark_cd, unassembled, provenance, mode=config.mode
+        )
         jsonld = croissant.croissant_jsonld(facts, writer.files, writer.sizes)
         writer.write_bytes(croissant.FILE, croissant.to_bytes(jsonld))
-        card = render_card(catalog, benchmark, benchmark_cd, shards, provenance, config.version)
+        card = render_card(catalog, benchmark, benchmark_cd, shards, provenance, config.version, mode=config.mode)
         writer.write_bytes("README.md", (card + datasheet_section(facts) + changelog).encode())
-        manifest = {"name": NAME, "version": config.version, **provenance}
+        manifest = {"name": NAME, "version": config.version, **provenance, "mode": config.mode}
         return writer.commit(manifest)
     except BaseException:
         writer.abort()
@@ -139,6 +146,7 @@ def render_card(
     shards: dict,
     provenance: dict[str, Any],
     version: str,
+    mode: str = "images",
 ) -> str:
     configs = [
         {
@@ -179,7 +187,7 @@ def render_card(
         f"""
 # 3XCM, culturebench build {version}
 
-{notice}
+{url_only_notice(mode, "culturebench fetch-release")}{notice}
 A cross-cultural, cross-lingual, cross-modal retrieval benchmark following *Evaluating Perspectival Biases in
 Cross-Modal Retrieval* (3XCM). Images of culturally inclusive concepts from {len(country_rows)} countries are
 turned into forced-choice text-to-image tests:
@@ -216,8 +224,7 @@ triplets = load_dataset("<this folder>", name="benchmark", split="train")
 sextets = load_dataset("<this folder>", name="benchmark_cd", split="train")
 ```
 
-`benchmarks/xcm-bench.csv` has the exact columns of the authors' evaluator. The images are also in WebDataset
-shards, `images/NNNNN.tar` (`<image_id>.jpg` + `<image_id>.json`): {len(shards["webdataset"])} shard(s).
+`benchmarks/xcm-bench.csv` has the exact columns of the authors' evaluator. {_where_images(mode, shards)}
 
 Concept ids, concept names and image ids follow the authors' published release (their `xcm-bench.csv`): image ids
 are `{{country}}-{{concept_id}}-{{rank}}-{{eng|nav}}` with the country name in lower case, spaces kept
@@ -241,6 +248,19 @@ Provenance (config, code version, seeds, per-file sha256) is in `manifest.json`.
 """
     )
     return head + body
+
+
+def _where_images(mode: str, shards: dict) -> str:
+    if mode == "urls":
+        return (
+            "This release has no image bytes: `image_metadata` names each image by its `url`, `sha256` and `phash`.\n"
+            "`culturebench fetch-release <this folder> --out <folder> --write-images` downloads them, checks each\n"
+            "against its sha256 and writes `image_metadata` with an `image` column."
+        )
+    return (
+        "The images are also in WebDataset\nshards, `images/NNNNN.tar` (`<image_id>.jpg` + `<image_id>.json`): "
+        f"{len(shards['webdataset'])} shard(s)."
+    )
 
 
 def _sources(catalog: pa.Table) -> str:

@@ -17,7 +17,7 @@ import pyarrow as pa
 from PIL import Image, ImageDraw
 
 from data import croissant
-from data.card import auto_accept_notice, deviations_section, front_matter, markdown_table
+from data.card import auto_accept_notice, deviations_section, front_matter, markdown_table, url_only_notice
 from data.datasheet import datasheet_section
 from data.image_sources import DOMAINS_FIGURE, domains_png, sources_section
 from data.release import ImageRow, ReleaseConfig, ReleaseResult, ReleaseWriter, to_release_jpeg
@@ -56,15 +56,28 @@ def before_after_grid(rows: pa.Table, load: Any, originals: int = GRID_ORIGINALS
 def write_mixcube_release(
     config: ReleaseConfig, blobs: BlobStore, rows: pa.Table, provenance: dict[str, Any], *, changelog: str = ""
 ) -> ReleaseResult:
-    """`changelog` ends the card of a patch release (data/release_patch.py)."""
+    """`changelog` ends the card of a patch release (data/release_patch.py).
+
+    A URL-only release (`config.mode` `urls`) keeps the bytes of the swaps (we made them; they have no URL) and
+    publishes each original by its `url`, `sha256` and `phash` (a column `rows` must have), with a null `image`;
+    it has no WebDataset tars and no before/after grid (the grid shows the originals)."""
     writer = ReleaseWriter(config, NAME)
+    urls = config.mode == "urls"
+    if urls and "phash" not in rows.column_names:
+        raise ValueError("a URL-only MixCuBe release needs the images' `phash` (16 hex digits)")
+    schema = pa.schema([*MIXCUBE_ROWS, pa.field("phash", pa.string())]) if urls else MIXCUBE_ROWS
     try:
-        rows = rows.select(MIXCUBE_ROWS.names).cast(MIXCUBE_ROWS)
+        rows = rows.select(schema.names).cast(schema)
         images = [
-            ImageRow(key=meta["sample_id"], metadata=meta, load=lambda sha=meta["sha256"]: _jpeg(blobs.get(sha)))
+            ImageRow(
+                key=meta["sample_id"],
+                metadata=meta,
+                load=lambda sha=meta["sha256"]: _jpeg(blobs.get(sha)),
+                embed=bool(meta["synthesized"]) or not urls,
+            )
             for meta in rows.to_pylist()
         ]
-        shards = writer.write_images("default", images, MIXCUBE_ROWS)
+        shards = writer.write_images("default", images, schema, tars=not urls)
         food = rows.filter(pa.compute.equal(rows["category"], "Food"))
         labels = pa.table(
             {
@@ -75,21 +88,22 @@ def write_mixcube_release(
         writer.write_csv("food_label.csv", labels, ["image_file", "label"])
         for sha in sorted({m for m in rows["mask_sha256"].to_pylist() if m}):
             writer.write_bytes(f"masks/{sha}.png", blobs.get(sha))
-        writer.write_bytes(GRID, before_after_grid(rows, blobs.get))
+        if not urls:
+            writer.write_bytes(GRID, before_after_grid(rows, blobs.get))
         writer.write_bytes(DOMAINS_FIGURE, domains_png(_originals(rows)["url"].to_pylist(), "originals"))
         # After the data files (their hashes go into it), before the card (its datasheet states the same facts).
-        facts = croissant.mixcube_facts(config.version, rows, provenance)
+        facts = croissant.mixcube_facts(config.version, rows, provenance, mode=config.mode)
         jsonld = croissant.croissant_jsonld(facts, writer.files, writer.sizes)
         writer.write_bytes(croissant.FILE, croissant.to_bytes(jsonld))
-        card = render_card(rows, shards, provenance, config.version) + datasheet_section(facts) + changelog
-        writer.write_bytes("README.md", card.encode())
-        return writer.commit({"name": NAME, "version": config.version, **provenance})
+        card = render_card(rows, shards, provenance, config.version, config.mode)
+        writer.write_bytes("README.md", (card + datasheet_section(facts) + changelog).encode())
+        return writer.commit({"name": NAME, "version": config.version, **provenance, "mode": config.mode})
     except BaseException:
         writer.abort()
         raise
 
 
-def render_card(rows: pa.Table, shards: dict, provenance: dict[str, Any], version: str) -> str:
+def render_card(rows: pa.Table, shards: dict, provenance: dict[str, Any], version: str, mode: str = "images") -> str:
     configs = [
         {"config_name": "default", "default": True, "data_files": [{"split": "train", "path": "default/train-*"}]}
     ]
@@ -115,7 +129,7 @@ def render_card(rows: pa.Table, shards: dict, provenance: dict[str, Any], versio
     body = f"""
 # MixCuBe, culturebench build {version}
 
-{"".join(f"> {w}{chr(10)}{chr(10)}" for w in warnings)}{notice}
+{url_only_notice(mode, "culturebench fetch-release")}{"".join(f"> {w}{chr(10)}{chr(10)}" for w in warnings)}{notice}
 Each original photo of food, a festival or clothing is followed by four copies in which the people were inpainted
 into another ethnicity (African, Caucasian, East Asian, South Asian), following *When Tom Eats Kimchi* (MixCuBe).
 
@@ -133,13 +147,22 @@ their native and English names.
 {len(shards["webdataset"])} WebDataset shards. Originals left out for lack of an accepted swap: {len(incomplete)}.
 {_losses(provenance)}
 
-![before and after]({GRID})
+{_grid_or_note(mode)}
 
 {markdown_table(cell_rows)}
 {_sources(rows)}
 Provenance (config, code version, seeds, per-file sha256) is in `manifest.json`.
 """
     return head + body
+
+
+def _grid_or_note(mode: str) -> str:
+    if mode == "urls":
+        return (
+            "URL-only release: the swaps carry their bytes; each original has a null `image` and is named by its\n"
+            "`url`, `sha256` and `phash` (`culturebench fetch-release` downloads and checks them)."
+        )
+    return f"![before and after]({GRID})"
 
 
 def _originals(rows: pa.Table) -> pa.Table:

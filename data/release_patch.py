@@ -35,7 +35,7 @@ from data.schemas import MIXCUBE_ROWS
 IMAGE_CONFIGS = {release_3xcm.NAME: "image_metadata", release_mixcube.NAME: "default"}
 ID_COLUMNS = {release_3xcm.NAME: "image_id", release_mixcube.NAME: "sample_id"}
 #: Manifest keys that describe the release file by file, or the release itself: not carried over from the parent.
-_OWN_KEYS = ("name", "version", "files", "parent", "takedowns", "validation")
+_OWN_KEYS = ("name", "version", "files", "parent", "takedowns", "validation", "mode")
 
 
 class PatchInputError(ValueError):
@@ -331,7 +331,7 @@ def write_mixcube_patch(
     return release_mixcube.write_mixcube_release(
         parent.release_config(record["version"]),
         _ReleasedBlobs(parent, images),  # type: ignore[arg-type]
-        rows.select(MIXCUBE_ROWS.names),
+        rows.select([n for n in (*MIXCUBE_ROWS.names, "phash") if n in rows.column_names]),  # a URL-only parent's
         provenance,
         changelog=render_changelog(provenance["takedowns"]),
     )

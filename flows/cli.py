@@ -13,6 +13,7 @@ from rich.table import Table
 
 from flows import benchmarks
 from flows.cli_evaluate import evaluate_app
+from flows.cli_fetch_release import fetch_release_command
 from flows.cli_output import console, os_error_line, progress_bars
 from flows.cli_takedown import takedown_command
 from flows.engine.config import ConfigError, build_config, load_config
@@ -27,6 +28,7 @@ concepts_app = typer.Typer(help="Generate candidate concepts with Gemini and rev
 app.add_typer(concepts_app, name="concepts")
 app.add_typer(evaluate_app, name="evaluate")
 app.command("takedown")(takedown_command)
+app.command("fetch-release")(fetch_release_command)
 
 
 class Engine(StrEnum):

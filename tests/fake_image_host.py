@@ -33,6 +33,8 @@ route that serves a corpus image makes its bytes distinct per path, with a JPEG 
     /.well-known/tdmrep.json       `tdmrep_json` with `tdmrep_status`; 404 when None
     /_stats (GET), /_reset (POST)  request counts as JSON; forget counts and first hits
 
+`FakeImageHost.overrides[path] = (status, headers)` answers an image route with another status, or adds headers.
+
 Each request's headers are kept per path (`FakeImageHost.request_headers`). The two site files are counted apart, in
 `meta_counts`, and not in `counts` nor `max_in_flight`, so that those mean image requests only.
 
@@ -172,6 +174,8 @@ class _App:
         self.max_in_flight = 0
         self.tiny = tiny_png()
         self.bomb = bomb_png()
+        # path -> (status, extra headers): a 404 for a page that went, an `X-Robots-Tag` added later, ...
+        self.overrides: dict[str, tuple[int, dict[str, str]]] = {}
 
     def image(self, request: web.Request) -> bytes:
         data = self.corpus[int(request.match_info["n"]) % len(self.corpus)]
@@ -224,6 +228,13 @@ class _App:
         try:
             if self.latency_s:
                 await asyncio.sleep(self.latency_s)
+            if request.path in self.overrides:
+                status, headers = self.overrides[request.path]
+                if status != 200:
+                    return web.Response(status=status, text="no image here", headers=headers)
+                response = await handler(request)
+                response.headers.update(headers)
+                return response
             return await handler(request)
         finally:
             self.in_flight -= 1
@@ -417,6 +428,11 @@ class FakeImageHost:
     def max_in_flight(self) -> int:
         """Most requests the server was handling at once."""
         return self.app.max_in_flight
+
+    @property
+    def overrides(self) -> dict[str, tuple[int, dict[str, str]]]:
+        """path -> (status, extra headers) for image routes: set one to answer 404, or add `X-Robots-Tag`."""
+        return self.app.overrides
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"

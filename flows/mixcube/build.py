@@ -14,7 +14,7 @@ from prefect import flow
 from curation.synthesis_filters import resolve_brisque_weights
 from data import release_mixcube
 from data.provenance import code_version, reference_data_sha256
-from data.release import ReleaseResult
+from data.release import ReleaseResult, with_phash
 from flows.engine.benchmark import Benchmark
 from flows.engine.graph import Build, Progress
 from flows.engine.runner import BuildSummary
@@ -89,6 +89,13 @@ def release(build: Build[BuildMixCubeConfig]) -> ReleaseResult:
             f"no original has an accepted synthesis for every ethnicity ({left.dropped} originals left out: "
             f"{left.reasons_text()}); see tables/quintets/left_over.parquet in {ws.url}"
         )
+    if build.config.release.mode == "urls":  # each original is named by its URL, sha256 and pHash
+        from curation.image_hashing import hash_batch
+
+        shas = sorted(set(rows["sha256"].to_pylist()))
+        batch = hash_batch([lambda sha=sha: ws.blobs.get(sha) for sha in shas])
+        phash = {sha: None if batch.errors[i] else int(batch.phash[i]) for i, sha in enumerate(shas)}
+        rows = with_phash(rows, phash)
     return release_mixcube.write_mixcube_release(build.config.release, ws.blobs, rows, provenance(build))
 
 

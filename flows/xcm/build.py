@@ -14,7 +14,7 @@ from prefect import flow
 from curation.validate import ValidationReport, validate_benchmark
 from data import release_3xcm
 from data.provenance import code_version, reference_data_sha256
-from data.release import ReleaseResult
+from data.release import ReleaseResult, with_phash
 from data.release_3xcm import ReleaseReadError, read_parquet_parts, read_released_catalog
 from data.release_patch import is_patch
 from flows.engine.benchmark import Benchmark
@@ -85,10 +85,14 @@ def release(build: Build[Build3XCMConfig]) -> ReleaseResult:
     report = validate_tables(config, tables)
     if not report.ok:
         raise BuildValidationError(f"the tables to release break the benchmark rules:\n{report.summary()}")
+    images = tables.images
+    if config.release.mode == "urls":  # each image is named by its URL, sha256 and pHash (README "Releases")
+        hashes = ws.read_table("image_hashes").select(["sha256", "phash"]).to_pylist()
+        images = with_phash(images, {h["sha256"]: h["phash"] for h in hashes})
     return release_3xcm.write_3xcm_release(
         config.release,
         ws.blobs,
-        tables.images,
+        images,
         tables.benchmark,
         tables.benchmark_cd,
         tables.unassembled,
