@@ -203,6 +203,31 @@ def _check_dims(vectors: np.ndarray, expected_rows: int, what: str) -> np.ndarra
     return np.ascontiguousarray(vectors, dtype=np.float32)
 
 
+def _embed_images(
+    images: Sequence[ImageRef],
+    size: int,
+    prepare: Callable[[ImageRef, bytes], T],
+    encode: Callable[[list[T]], np.ndarray],
+    progress: Callable[[int], None] | None,
+    what: str,
+) -> np.ndarray:
+    """`encode` over `_prepared_batches`, the rows stacked and checked; `progress(n)` after each batch."""
+    rows = []
+    for batch in _prepared_batches(images, size, prepare):
+        rows.append(np.asarray(encode(batch), dtype=np.float32))
+        if progress is not None:
+            progress(len(batch))
+    return _check_dims(np.concatenate(rows), len(images), what)
+
+
+def _embed_texts(texts: Sequence[str], size: int, encode: Callable[[list[str]], np.ndarray], what: str) -> np.ndarray:
+    """`encode` over batches of `size` texts, the rows stacked and checked."""
+    rows = [
+        np.asarray(encode(list(texts[start : start + size])), dtype=np.float32) for start in range(0, len(texts), size)
+    ]
+    return _check_dims(np.concatenate(rows), len(texts), what)
+
+
 # -- open_clip ------------------------------------------------------------------------------------------------------
 
 
@@ -341,28 +366,25 @@ class OpenClipEncoder:
         model, preprocess, _ = self._load()
         # open_clip's fp16 keeps some parameters in fp32; the input follows the conv weights, in half.
         dtype = torch.float16 if self.precision == "fp16" else torch.float32
-        rows = []
+
+        def encode(batch: list[Any]) -> np.ndarray:
+            return model.encode_image(torch.stack(batch).to(self.device, dtype=dtype)).float().cpu().numpy()
+
         with torch.inference_mode():
             prepare = lambda ref, data: preprocess(decode_image(ref, data))  # noqa: E731
-            for batch in _prepared_batches(images, self.config.batch_size, prepare):
-                pixels = torch.stack(batch).to(self.device, dtype=dtype)
-                rows.append(model.encode_image(pixels).float().cpu().numpy())
-                if progress is not None:
-                    progress(len(batch))
-        return _check_dims(np.concatenate(rows), len(images), "open_clip encode_image")
+            return _embed_images(images, self.config.batch_size, prepare, encode, progress, "open_clip encode_image")
 
     def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
         if not len(texts):
             return np.empty((0, self.dim), dtype=np.float32)
         torch = require("torch", "embed")
         model, _, tokenizer = self._load()
-        rows = []
-        step = self.config.batch_size
+
+        def encode(batch: list[str]) -> np.ndarray:
+            return model.encode_text(tokenizer(batch).to(self.device)).float().cpu().numpy()
+
         with torch.inference_mode():
-            for start in range(0, len(texts), step):
-                tokens = tokenizer(list(texts[start : start + step])).to(self.device)
-                rows.append(model.encode_text(tokens).float().cpu().numpy())
-        return _check_dims(np.concatenate(rows), len(texts), "open_clip encode_text")
+            return _embed_texts(texts, self.config.batch_size, encode, "open_clip encode_text")
 
 
 # -- transformers ---------------------------------------------------------------------------------------------------
@@ -463,15 +485,14 @@ class TransformersEncoder:
         torch = require("torch", "synthesis")
         model, _, image_processor = self._load()
         dtype = torch.float16 if self.precision == "fp16" else torch.float32
-        rows = []
+
+        def encode(batch: list[Image.Image]) -> np.ndarray:
+            pixels = image_processor(images=batch, return_tensors="pt")["pixel_values"]
+            output = model.get_image_features(pixel_values=pixels.to(self.device, dtype=dtype))
+            return _feature_tensor(output, "get_image_features").float().cpu().numpy()
+
         with torch.inference_mode():
-            for batch in _prepared_batches(images, self.config.batch_size, decode_image):
-                pixels = image_processor(images=batch, return_tensors="pt")["pixel_values"]
-                output = model.get_image_features(pixel_values=pixels.to(self.device, dtype=dtype))
-                rows.append(_feature_tensor(output, "get_image_features").float().cpu().numpy())
-                if progress is not None:
-                    progress(len(batch))
-        return _check_dims(np.concatenate(rows), len(images), "get_image_features")
+            return _embed_images(images, self.config.batch_size, decode_image, encode, progress, "get_image_features")
 
     def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
         if not len(texts):
@@ -481,20 +502,14 @@ class TransformersEncoder:
         # A tokenizer saved without model_max_length reports a huge one: the position table is the real limit.
         limit = getattr(getattr(model.config, "text_config", model.config), "max_position_embeddings", None)
         max_length = min(tokenizer.model_max_length, limit) if limit else tokenizer.model_max_length
-        rows = []
-        step = self.config.batch_size
+
+        def encode(batch: list[str]) -> np.ndarray:
+            encoded = tokenizer(batch, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+            output = model.get_text_features(**encoded.to(self.device))
+            return _feature_tensor(output, "get_text_features").float().cpu().numpy()
+
         with torch.inference_mode():
-            for start in range(0, len(texts), step):
-                encoded = tokenizer(
-                    list(texts[start : start + step]),
-                    padding=True,
-                    truncation=True,
-                    max_length=max_length,
-                    return_tensors="pt",
-                ).to(self.device)
-                output = model.get_text_features(**encoded)
-                rows.append(_feature_tensor(output, "get_text_features").float().cpu().numpy())
-        return _check_dims(np.concatenate(rows), len(texts), "get_text_features")
+            return _embed_texts(texts, self.config.batch_size, encode, "get_text_features")
 
 
 # -- sentence-transformers ------------------------------------------------------------------------------------------
@@ -581,13 +596,11 @@ class SentenceTransformersEncoder:
         image_model, _, dim = self._load()
         if not len(images):
             return np.empty((0, dim), dtype=np.float32)
-        rows = []
-        for batch in _prepared_batches(images, self.config.batch_size, decode_image):
-            vectors = image_model.encode(batch, batch_size=len(batch), convert_to_numpy=True, show_progress_bar=False)
-            rows.append(np.asarray(vectors, dtype=np.float32))
-            if progress is not None:
-                progress(len(batch))
-        return _check_dims(np.concatenate(rows), len(images), "the image model's encode")
+
+        def encode(batch: list[Image.Image]) -> np.ndarray:
+            return image_model.encode(batch, batch_size=len(batch), convert_to_numpy=True, show_progress_bar=False)
+
+        return _embed_images(images, self.config.batch_size, decode_image, encode, progress, "the image model's encode")
 
     def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
         _, text_model, dim = self._load()

@@ -71,31 +71,25 @@ def _score_fields(categories: Sequence[str]) -> list[pa.Field]:
     return [pa.field(f"score_{c}", pa.float64(), nullable=False) for c in categories]
 
 
-#: Per-query RQ2 scores: the cosine of the query with each candidate, and the winning category.
-RQ2_PER_QUERY = pa.schema(
-    [
-        pa.field("query_index", pa.int32(), nullable=False),
-        pa.field("query_image_id", pa.string(), nullable=False),
-        *_score_fields(RQ2_CATEGORIES),
-        pa.field("winner", pa.string(), nullable=False),
-        pa.field("query_concept", pa.string(), nullable=False),
-        pa.field("query_country", pa.string(), nullable=False),
-        pa.field("query_language", pa.string(), nullable=False),
-    ]
-)
+QUERY_GROUPS = ("query_concept", "query_country", "query_language")
+
+
+def _per_query_schema(categories: Sequence[str], *extra: str) -> pa.Schema:
+    """Per-query scores: the cosine of the query with each candidate, the winning category, the query's groups."""
+    return pa.schema(
+        [
+            pa.field("query_index", pa.int32(), nullable=False),
+            pa.field("query_image_id", pa.string(), nullable=False),
+            *_score_fields(categories),
+            *(pa.field(name, pa.string(), nullable=False) for name in ("winner", *QUERY_GROUPS, *extra)),
+        ]
+    )
+
+
+#: Per-query RQ2 scores over the three candidates.
+RQ2_PER_QUERY = _per_query_schema(RQ2_CATEGORIES)
 #: Per-query RQ3 scores over the six candidates.
-RQ3_PER_QUERY = pa.schema(
-    [
-        pa.field("query_index", pa.int32(), nullable=False),
-        pa.field("query_image_id", pa.string(), nullable=False),
-        *_score_fields(RQ3_CATEGORIES),
-        pa.field("winner", pa.string(), nullable=False),
-        pa.field("query_concept", pa.string(), nullable=False),
-        pa.field("query_country", pa.string(), nullable=False),
-        pa.field("query_language", pa.string(), nullable=False),
-        pa.field("descriptor_country", pa.string(), nullable=False),
-    ]
-)
+RQ3_PER_QUERY = _per_query_schema(RQ3_CATEGORIES, "descriptor_country")
 #: Per-query similarity drift (Eq. 5) of each RQ3 candidate, from q_C to q_{C+CD}.
 DRIFT_PER_QUERY = pa.schema(
     [

@@ -51,15 +51,18 @@ def image_vectors(
     release: Release, image_ids: Sequence[str], encoder: TextImageEncoder, progress: Progress | None = None
 ) -> m.Vectors:
     """The encoder's vectors of `image_ids`; the bytes are read from the release only if the encoder asks."""
-    if release.has("image_metadata") and "image" in release.columns("image_metadata"):
+    # Precomputed vectors are looked up by id: reading (and hashing) every image's bytes would be wasted I/O.
+    needs_bytes = encoder.identity.backend != "embeddings"
+    if needs_bytes and release.has("image_metadata") and "image" in release.columns("image_metadata"):
         store = release.images("image_metadata", "image_id")
         missing = [i for i in image_ids if i not in store.locations]
         if missing:
             raise KeyError(f"{len(missing)} benchmark image(s) are not in image_metadata, e.g. {missing[:3]}")
         # Table order: each Parquet row group is read once.
-        order = sorted(image_ids, key=lambda i: (str(store.locations[i].file), *_position(store, i)))
+        where = store.locations
+        order = sorted(image_ids, key=lambda i: (str(where[i].file), where[i].row_group, where[i].row))
         refs = [ImageRef(i, store.sha256[i], _loader(store, i)) for i in order]
-    else:  # a release without image bytes (the reassembled authors' benchmark): only precomputed vectors serve
+    else:  # precomputed vectors, or a release without image bytes (the reassembled authors' benchmark)
         refs = [ImageRef(i, "", _no_bytes(release, i)) for i in image_ids]
     done = 0
 
@@ -71,11 +74,6 @@ def image_vectors(
 
     matrix = encoder.image_vectors(refs, advance)
     return m.Vectors.from_arrays([r.image_id for r in refs], matrix)
-
-
-def _position(store: Any, image_id: str) -> tuple[int, int]:
-    where = store.locations[image_id]
-    return where.row_group, where.row
 
 
 def _loader(store: Any, image_id: str) -> Callable[[], bytes]:
