@@ -81,6 +81,10 @@ def inspect_image(data: bytes, limits: ImageLimits) -> ImageInfo:
     """Return the decoded image's facts or raise `ImageRejected`."""
     if len(data) > limits.max_bytes:
         raise ImageRejected("too_large", f"{len(data)} bytes > max_bytes {limits.max_bytes}")
+    # Content first: an error page served as an image is not an image, however short it is.
+    what = None if sniff_image(data) else sniff_text(data)
+    if what:
+        raise ImageRejected("not_an_image", f"{what} served as an image")
     if len(data) < limits.min_bytes:
         raise ImageRejected("too_small", f"{len(data)} bytes < min_bytes {limits.min_bytes}")
     try:

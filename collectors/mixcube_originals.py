@@ -40,9 +40,10 @@ from PIL import Image, ImageDraw, ImageOps
 from pydantic import Field
 
 from data import reference, schemas
+from data.errors import error_text
 from data.image_sources import UNKNOWN_LICENSE, declared_license, utc_timestamp
 from data.schemas import STATUS_FAILED, STATUS_OK
-from data.stage import BackendConfig, error_text
+from data.stage import BackendConfig
 
 MIN_SIDE = 128  # smaller images cannot carry a face the detectors and SAM can work with
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 from curation.contact_sheet import write_contact_sheet
 from curation.embed_images import vectors_in_order
 from curation.image_dedup import DedupInputs, DedupResult
-from curation.image_hashing import pixel_sha256, thumbnails
+from curation.image_thumbnails import Thumbnails, pixel_sha256, thumbnails
 from data.schemas import CONCEPT_DEDUP_SUMMARY
 from data.workspace import BlobStore, Workspace
 
@@ -40,8 +40,8 @@ def dedup_inputs(
         return known[row] or pixel_sha256(blobs.get(sha[row]))
 
     @cache
-    def align(row: int) -> np.ndarray:
-        return thumbnails(blobs.get(sha[row])).align_input
+    def thumbs(row: int) -> Thumbnails:
+        return thumbnails(blobs.get(sha[row]))
 
     return DedupInputs(
         image_ids=ids,
@@ -56,7 +56,8 @@ def dedup_inputs(
         hashed=np.array([r["error"] is None for r in rows], dtype=bool),
         embeddings=None if embeddings is None else vectors_in_order(embeddings, ids),
         pixel_hash=pixels,
-        align_thumbnail=align,
+        align_thumbnail=lambda row: thumbs(row).align_input,
+        chroma_thumbnail=lambda row: thumbs(row).chroma_input,
         draft_decoded=np.array([formats[i] == "JPEG" for i in ids], dtype=bool),
         workers=workers,
     )

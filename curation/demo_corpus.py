@@ -26,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from curation.image_align import AlignedScorer
 from curation.image_dedup import PerceptualTierConfig
-from curation.image_hashing import dhash_bulk, phash_bulk, thumbnails
+from curation.image_hashing import dhash_bulk, phash_bulk
+from curation.image_thumbnails import thumbnails
 from data import reference
 from data.workspace import Storage
 

@@ -8,9 +8,9 @@ import numpy as np
 import pyarrow as pa
 
 from curation.image_embeddings import ImageEmbedder
-from curation.image_hashing import decode_normalized
+from curation.image_thumbnails import decode_normalized
+from data.errors import error_text
 from data.schemas import IMAGE_EMBEDDINGS
-from data.stage import error_text
 
 
 def embed_images(

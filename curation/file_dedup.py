@@ -15,7 +15,8 @@ import numpy as np
 import pyarrow.compute as pc
 
 from curation.image_dedup import DedupInputs, ImageDedupConfig, decide
-from curation.image_hashing import hash_batch, pixel_sha256
+from curation.image_hashing import hash_batch
+from curation.image_thumbnails import pixel_sha256
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ def dedup_files(paths: Sequence[str], config: ImageDedupConfig | None = None, wo
     """Cluster `paths` (one scope: everything is compared with everything)."""
     config = config or ImageDedupConfig()
     paths = [str(p) for p in paths]
-    batch = hash_batch([lambda path=path: _read(path) for path in paths], workers, keep_align=True)
+    batch = hash_batch([lambda path=path: _read(path) for path in paths], workers, keep_align=True, pixel_hash=True)
     hashed = np.array([e is None for e in batch.errors], dtype=bool)
     n = len(paths)
 
@@ -63,6 +64,7 @@ def dedup_files(paths: Sequence[str], config: ImageDedupConfig | None = None, wo
         embeddings=embeddings,
         pixel_hash=pixels,
         align_thumbnail=lambda row: batch.align[row],
+        chroma_thumbnail=lambda row: batch.chroma[row],
         draft_decoded=batch.draft_decoded,
         workers=workers,
     )

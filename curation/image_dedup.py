@@ -7,9 +7,13 @@ Tiers, each recorded in the pair table with its own score:
   3. phash: Hamming distance of 64-bit pHashes, confirmed by dHash (score: the pHash distance). Pairs a little
      further apart (crops, small rotations, and also different photos with the same layout) are
   3b. aligned: checked by the ECC correlation of 64x64 thumbnails after an affine alignment (curation/image_align.py;
-     score: the correlation);
+     score: the correlation; a pair that already correlates at the merge level unaligned is not fitted, and its
+     score is that unaligned correlation, a lower bound of the aligned one);
   4. embedding: cosine similarity of open_clip image embeddings, when configured (score: the cosine).
-A pair at or past a tier's merge threshold is merged automatically; a pair in the band between the merge and the
+A pHash or aligned merge must also keep its colours: when the chroma of the two images, aligned, correlates below
+`chroma_merge_min`, the pair is another photo shot the same way, and goes to review instead (a pair whose colours
+correlate at `chroma_unaligned_min` as they stand needs no alignment for this). A pair at or past a
+tier's merge threshold is merged automatically; a pair in the band between the merge and the
 review threshold goes to the review queue (Label Studio, App. J) and is kept apart until a person decides; pairs
 beyond the review threshold are not recorded. Where tiers disagree, the strongest decision wins (merge > review).
 The default thresholds come from the labelled corpus of perf/dedup_vs_imagededup (README, "Choosing the
@@ -75,8 +79,9 @@ class PerceptualTierConfig(BaseModel):
         le=64,
         description="pHash distance at or below which a pair that did not merge outright is checked by alignment.",
     )
+    # The tuned corpus: its lowest true pair correlates at 0.71 unaligned; different photos reach 0.6-0.65 often.
     align_prefilter_min: float = Field(
-        default=0.6,
+        default=0.65,
         ge=-1,
         le=1,
         description="Plain (unaligned) thumbnail correlation below which a checked pair is rejected without a fit.",
@@ -87,6 +92,21 @@ class PerceptualTierConfig(BaseModel):
     align_review_min: float = Field(
         default=0.85, gt=0, le=1, description="Aligned correlation at or above which a checked pair goes to review."
     )
+    # The tuned corpus of perf/dedup_vs_imagededup: aligned, copies correlate in colour at 0.95 or more and
+    # look-alike siblings at 0.62 or less; as they stand (crops and rotations not undone), copies go down to 0.78
+    # and siblings up to 0.75.
+    chroma_merge_min: float = Field(
+        default=0.8,
+        ge=-1,
+        le=1,
+        description="Chroma correlation, aligned, below which a pHash or aligned merge goes to review instead.",
+    )
+    chroma_unaligned_min: float = Field(
+        default=0.9,
+        ge=-1,
+        le=1,
+        description="Chroma correlation as the images stand at or above which a merge needs no alignment to check.",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> PerceptualTierConfig:
@@ -94,6 +114,8 @@ class PerceptualTierConfig(BaseModel):
             raise ValueError("verify_max_distance must be >= merge_max_distance")
         if self.align_review_min > self.align_merge_min:
             raise ValueError("align_review_min must be <= align_merge_min")
+        if self.chroma_unaligned_min < self.chroma_merge_min:
+            raise ValueError("chroma_unaligned_min must be >= chroma_merge_min")
         return self
 
 
@@ -151,6 +173,7 @@ class DedupInputs:
     embeddings: np.ndarray | None = None  # unit rows, float16/32; zero rows never pair
     pixel_hash: Callable[[int], str] | None = None  # full-decode pixel sha256 of row i, called only when needed
     align_thumbnail: Callable[[int], np.ndarray] | None = None  # row i's 64x64 grey thumbnail, only when needed
+    chroma_thumbnail: Callable[[int], np.ndarray] | None = None  # row i's (2, 32, 32) Cb/Cr thumbnail, when needed
     draft_decoded: np.ndarray | None = None  # bool: the thumbnails came from a JPEG draft decode
     workers: int = 1
 
@@ -254,43 +277,78 @@ def _perceptual_pairs(
     dh = np.bitwise_count(inputs.dhash[i] ^ inputs.dhash[j])
     agree = dh <= tier.dhash_max_distance
     direct = agree & (d <= tier.merge_max_distance)
-    evidence.add(i[direct], j[direct], PHASH, d[direct], np.ones(int(direct.sum()), bool))
     check = agree & ~direct & (d <= tier.verify_max_distance)
-    ci, cj, cd = i[check], j[check], d[check]
     if inputs.align_thumbnail is None:  # nothing to check with: the band is for people
-        evidence.add(ci, cj, PHASH, cd, np.zeros(len(ci), bool))
+        evidence.add(i[direct], j[direct], PHASH, d[direct], np.ones(int(direct.sum()), bool))
+        evidence.add(i[check], j[check], PHASH, d[check], np.zeros(int(check.sum()), bool))
         return
-    _aligned_pairs(inputs, tier, ci, cj, evidence)
+    with AlignedScorer(inputs.align_thumbnail, inputs.workers, inputs.chroma_thumbnail) as scorer:
+        # A pHash merge whose colours disagree as the images stand is checked like a band pair (a crop of
+        # another photo shot the same way can sit within a few bits); it stays a review pair unless that merges.
+        di, dj, dd = i[direct], j[direct], d[direct]
+        colour = scorer.colour_agrees(di, dj, tier.chroma_unaligned_min)
+        evidence.add(di[colour], dj[colour], PHASH, dd[colour], np.ones(int(colour.sum()), bool))
+        evidence.add(di[~colour], dj[~colour], PHASH, dd[~colour], np.zeros(int((~colour).sum()), bool))
+        ci = np.concatenate([di[~colour], i[check]])
+        cj = np.concatenate([dj[~colour], j[check]])
+        _aligned_pairs(inputs, tier, scorer, ci, cj, evidence)
 
 
 #: Band pairs are fitted in chunks of this many, most alike first; a pair whose images a merge already joined is
 #: not fitted at all (it would change no cluster), which skips most pairs between copies of one original.
-ALIGN_CHUNK = 64
+ALIGN_CHUNK = 8
 
 
 def _aligned_pairs(
-    inputs: DedupInputs, tier: PerceptualTierConfig, i: np.ndarray, j: np.ndarray, evidence: PairEvidence
+    inputs: DedupInputs,
+    tier: PerceptualTierConfig,
+    scorer: AlignedScorer,
+    i: np.ndarray,
+    j: np.ndarray,
+    evidence: PairEvidence,
 ) -> None:
     linked = UnionFind(len(inputs))
     merged_i, merged_j, _, _, merged = evidence.arrays()
     for a, b in zip(merged_i[merged].tolist(), merged_j[merged].tolist(), strict=True):
         linked.union(a, b)
-    assert inputs.align_thumbnail is not None
-    with AlignedScorer(inputs.align_thumbnail, inputs.workers) as scorer:
-        plain = scorer.plain_correlation(i, j)
-        hopeful = plain >= tier.align_prefilter_min  # far below any copy's: no fit needed
-        order = np.flatnonzero(hopeful)[np.argsort(-plain[hopeful], kind="stable")]
-        for start in range(0, len(order), ALIGN_CHUNK):
-            chunk = [k for k in order[start : start + ALIGN_CHUNK].tolist() if linked.find(i[k]) != linked.find(j[k])]
-            if not chunk:
-                continue
-            ki, kj = i[chunk], j[chunk]
-            scores = scorer.aligned_correlation(ki, kj)
-            merge = scores >= tier.align_merge_min
-            for a, b in zip(ki[merge].tolist(), kj[merge].tolist(), strict=True):
-                linked.union(a, b)
-            keep = scores >= tier.align_review_min
-            evidence.add(ki[keep], kj[keep], ALIGNED, scores[keep], merge[keep])
+    plain = scorer.plain_correlation(i, j)
+    hopeful = plain >= tier.align_prefilter_min  # far below any copy's: no fit needed
+    order = np.flatnonzero(hopeful)[np.argsort(-plain[hopeful], kind="stable")]
+    for start in range(0, len(order), ALIGN_CHUNK):
+        chunk = np.array(
+            [k for k in order[start : start + ALIGN_CHUNK].tolist() if linked.find(i[k]) != linked.find(j[k])], int
+        )
+        if len(chunk) == 0:
+            continue
+        scores, merge = _score_chunk(scorer, tier, i[chunk], j[chunk], plain[chunk])
+        ki, kj = i[chunk], j[chunk]
+        for a, b in zip(ki[merge].tolist(), kj[merge].tolist(), strict=True):
+            linked.union(a, b)
+        keep = scores >= tier.align_review_min
+        evidence.add(ki[keep], kj[keep], ALIGNED, scores[keep], merge[keep])
+
+
+def _score_chunk(
+    scorer: AlignedScorer, tier: PerceptualTierConfig, i: np.ndarray, j: np.ndarray, plain: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(score, merge) per pair. Pairs already at the merge level unaligned keep that score unless their colours
+    disagree as they stand; those, and all the others, are fitted, and a merge needs the aligned colours to agree."""
+    scores = plain.astype(np.float32)
+    unaligned = plain >= tier.align_merge_min
+    if unaligned.any():
+        unaligned[unaligned] = scorer.colour_agrees(i[unaligned], j[unaligned], tier.chroma_unaligned_min)
+    fit = np.flatnonzero(~unaligned)
+    merge = unaligned.copy()
+    if len(fit):
+        fitted, warps = scorer.fit(i[fit], j[fit])
+        scores[fit] = fitted
+        candidates = np.flatnonzero(fitted >= tier.align_merge_min)
+        if len(candidates):
+            agree = scorer.colour_agrees(
+                i[fit[candidates]], j[fit[candidates]], tier.chroma_merge_min, [warps[k] for k in candidates]
+            )
+            merge[fit[candidates[agree]]] = True
+    return scores, merge
 
 
 def equal_pixels(inputs: DedupInputs, i: np.ndarray, j: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, dict[int, str]]:

@@ -1,100 +1,36 @@
 """Hashing stage: perceptual hashes of every stored image, computed in bulk.
 
-One reduced decode per image gives a 32x32 grey thumbnail for pHash and a 9x8 one for dHash. JPEGs are decoded in
-DCT-scaled draft mode (libjpeg scales 1/2..1/8 while decoding), so the full-size pixels are never materialised for
-the perceptual tiers: that decode dominates the cost of hashing. The hashes themselves are computed for a whole
-batch with numpy (one matrix product for every DCT, one comparison for every median), not image by image.
+Each image is decoded once, at reduced scale where the format allows it (curation/image_thumbnails.py); the hashes
+are then computed for a whole batch with numpy (one matrix product for every DCT, one comparison for every median),
+not image by image.
 
 The exact-pixel tier needs the full decode; it is computed lazily, only for the pairs that can have identical
-pixels (`pixel_sha256`, used by curation/image_dedup.py).
+pixels (`pixel_sha256`, used by curation/image_dedup.py), except where the stage asks for it and the format was
+decoded in full anyway.
 
 Decoding runs in a thread pool: Pillow's decoders and resamplers release the GIL, so threads use every core
-without the start-up and pickling cost of processes.
+without the start-up and pickling cost of processes. Only numpy and Pillow are imported at module level, so that
+hashing a folder (curation/file_dedup.py) starts fast; the stage's table types are imported where it writes them.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-from PIL import Image, ImageOps
 
-from curation.image_align import ALIGN_SIDE
-from data.schemas import IMAGE_HASHES, from_rows
-from data.stage import error_text
-from data.workspace import BlobStore
+from curation.image_thumbnails import ALIGN_SIDE, CHROMA_SIDE, HASH_SIDE, PHASH_SIDE, Thumbnails, thumbnails
+from data.errors import error_text
 
-PHASH_SIDE = 32  # imagehash.phash: a 32x32 DCT, of which the top-left 8x8 is kept
-HASH_SIDE = 8
-#: The thumbnail is taken from a decode at least this large, so the reduction to 32x32 stays well filtered.
-DRAFT_SIDE = 4 * PHASH_SIDE
-_EXIF_ORIENTATION = 0x0112
-_TRANSPOSED_ORIENTATIONS = {5, 6, 7, 8}  # EXIF orientations that swap width and height
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-
-@dataclass(frozen=True)
-class Thumbnails:
-    """What one reduced decode yields: the normalised full size and the two grey thumbnails."""
-
-    width: int
-    height: int
-    phash_input: np.ndarray  # (32, 32) float32
-    dhash_input: np.ndarray  # (8, 9) float32
-    align_input: np.ndarray  # (64, 64) uint8, for the aligned-correlation check of curation/image_align.py
-    draft_decoded: bool  # a JPEG decoded at reduced scale (its thumbnails differ a little from a full decode's)
-    pixel_sha256: str | None  # known when the format was decoded in full anyway
-
-
-def decode_normalized(data: bytes) -> Image.Image:
-    """Full decode, normalised: EXIF orientation applied, converted to RGB."""
-    with Image.open(io.BytesIO(data)) as image:
-        return ImageOps.exif_transpose(image).convert("RGB")
-
-
-def pixel_sha256(data: bytes) -> str:
-    """sha256 of the decoded, normalised pixels (with the mode and size, so equal bytes mean equal images)."""
-    return _pixels_digest(decode_normalized(data))
-
-
-def _pixels_digest(image: Image.Image) -> str:
-    digest = hashlib.sha256(f"{image.mode}:{image.width}x{image.height}:".encode())
-    digest.update(image.tobytes())
-    return digest.hexdigest()
-
-
-def thumbnails(data: bytes) -> Thumbnails:
-    """Decode at reduced scale where the format allows it, normalise, and cut the thumbnails.
-
-    Formats without a reduced decode (PNG, WebP, ...) are decoded in full anyway, so their pixel sha256 comes
-    almost free here; JPEGs get theirs later, and only if they can have a pixel-identical twin."""
-    pixels = None
-    with Image.open(io.BytesIO(data)) as image:
-        width, height = image.size
-        orientation = image.getexif().get(_EXIF_ORIENTATION, 1)
-        draft_decoded = image.format == "JPEG"
-        if draft_decoded:
-            image.draft("L", (DRAFT_SIDE, DRAFT_SIDE))  # libjpeg decodes at 1/2..1/8 scale, never below DRAFT_SIDE
-            grey = ImageOps.exif_transpose(image).convert("L")
-        else:
-            rgb = ImageOps.exif_transpose(image).convert("RGB")
-            pixels = _pixels_digest(rgb)
-            grey = rgb.convert("L")
-    if orientation in _TRANSPOSED_ORIENTATIONS:
-        width, height = height, width
-    # A box reduction to about DRAFT_SIDE first, so every format reaches the same intermediate scale as a draft.
-    factor = max(1, min(grey.width, grey.height) // DRAFT_SIDE)
-    if factor > 1:
-        grey = grey.reduce(factor)
-    phash_input = np.asarray(grey.resize((PHASH_SIDE, PHASH_SIDE), Image.Resampling.LANCZOS), dtype=np.float32)
-    dhash_input = np.asarray(grey.resize((HASH_SIDE + 1, HASH_SIDE), Image.Resampling.LANCZOS), dtype=np.float32)
-    align_input = np.asarray(grey.resize((ALIGN_SIDE, ALIGN_SIDE), Image.Resampling.BOX), dtype=np.uint8)
-    return Thumbnails(width, height, phash_input, dhash_input, align_input, draft_decoded, pixels)
+    from data.workspace import BlobStore
 
 
 @cache
@@ -140,11 +76,12 @@ class HashedBatch:
     errors: list[str | None]
     draft_decoded: np.ndarray  # bool
     sha256: list[str | None]  # of the bytes
-    pixel_sha256: list[str | None]  # when known for free (see `thumbnails`)
+    pixel_sha256: list[str | None]  # when asked for and known for free (see `thumbnails`)
     align: np.ndarray | None = None  # (N, 64, 64) uint8 when asked for; zeros where a row failed
+    chroma: np.ndarray | None = None  # (N, 2, 32, 32) int8 with `align`; zeros where a row failed
 
 
-def _try_thumbnails(load: Callable[[], bytes]) -> tuple[str | None, Thumbnails | str]:
+def _try_thumbnails(load: Callable[[], bytes], pixel_hash: bool) -> tuple[str | None, Thumbnails | str]:
     """(sha256 of the bytes, thumbnails or an error); reading happens here too, so I/O overlaps in the pool."""
     try:
         data = load()
@@ -152,18 +89,22 @@ def _try_thumbnails(load: Callable[[], bytes]) -> tuple[str | None, Thumbnails |
         return None, error_text(exc)
     digest = hashlib.sha256(data).hexdigest()
     try:
-        return digest, thumbnails(data)
+        return digest, thumbnails(data, pixel_hash)
     except Exception as exc:  # any decoder failure is a row, not a crash of the batch
         return digest, error_text(exc)
 
 
-def hash_batch(loaders: Sequence[Callable[[], bytes]], workers: int = 2, keep_align: bool = False) -> HashedBatch:
-    """Decode in a thread pool, then hash the whole batch at once; optionally keep the alignment thumbnails."""
+def hash_batch(
+    loaders: Sequence[Callable[[], bytes]], workers: int = 2, keep_align: bool = False, pixel_hash: bool = True
+) -> HashedBatch:
+    """Decode in a thread pool, then hash the whole batch at once; optionally keep the alignment and chroma
+    thumbnails. `pixel_hash=False` skips the free pixel sha256 of fully decoded formats (a caller that computes it
+    lazily saves hashing every PNG's pixels)."""
     if workers > 1 and len(loaders) > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            outcomes = list(pool.map(_try_thumbnails, loaders))
+            outcomes = list(pool.map(lambda load: _try_thumbnails(load, pixel_hash), loaders))
     else:
-        outcomes = [_try_thumbnails(load) for load in loaders]
+        outcomes = [_try_thumbnails(load, pixel_hash) for load in loaders]
     digests = [digest for digest, _ in outcomes]
     results = [result for _, result in outcomes]
     n = len(results)
@@ -179,18 +120,22 @@ def hash_batch(loaders: Sequence[Callable[[], bytes]], workers: int = 2, keep_al
         phash[ok] = phash_bulk(np.stack([t.phash_input for t in thumbs]))
         dhash[ok] = dhash_bulk(np.stack([t.dhash_input for t in thumbs]))
     errors = [None if isinstance(r, Thumbnails) else r for r in results]
-    align = None
+    align = chroma = None
     if keep_align:
         align = np.zeros((n, ALIGN_SIDE, ALIGN_SIDE), dtype=np.uint8)
+        chroma = np.zeros((n, 2, CHROMA_SIDE, CHROMA_SIDE), dtype=np.int8)
         for i in ok:
             align[i] = results[i].align_input
+            chroma[i] = results[i].chroma_input
     draft = np.array([isinstance(r, Thumbnails) and r.draft_decoded for r in results], dtype=bool)
     pixels = [r.pixel_sha256 if isinstance(r, Thumbnails) else None for r in results]
-    return HashedBatch(width, height, phash, dhash, errors, draft, digests, pixels, align)
+    return HashedBatch(width, height, phash, dhash, errors, draft, digests, pixels, align, chroma)
 
 
 def hash_images(items: Sequence[dict], blobs: BlobStore, workers: int = 2) -> pa.Table:
     """IMAGE_HASHES rows for stored images (dicts with image_id and sha256)."""
+    from data.schemas import IMAGE_HASHES, from_rows
+
     batch = hash_batch([lambda sha=item["sha256"]: blobs.get(sha) for item in items], workers)
     rows = [
         {

@@ -35,10 +35,11 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from curation.image_embeddings import ImageEmbedder, OpenClipEmbeddingConfig
-from curation.image_hashing import decode_normalized
+from curation.image_thumbnails import decode_normalized
+from data.errors import error_text
 from data.review_labels import ERROR, KEEP, REJECT_BRISQUE, REJECT_CLIP_HIGH, REJECT_CLIP_LOW, VERDICTS
 from data.schemas import SYNTHESIS_FILTER_SCORES, from_rows
-from data.stage import BackendConfig, error_text, require, required_file
+from data.stage import BackendConfig, require, required_file
 from data.workspace import file_sha256
 
 # App. A.6: "images with either BRISQUE score of greater than 80 or CLIP similarity outside the range (65 - 98)

@@ -57,11 +57,6 @@ def require(module: str, extra: str) -> ModuleType:
         ) from exc
 
 
-def error_text(exc: BaseException, limit: int = 300) -> str:
-    """`ErrorClass: detail`, cut to `limit` characters: how a failed item names its reason in a row."""
-    return f"{type(exc).__name__}: {exc}"[:limit]
-
-
 def required_file(value: str, label: str, field: str, kind: str, hint: str) -> Path:
     """A model or weights file named by a config: missing, it is an error naming the field, never a silent download
     or random weights."""

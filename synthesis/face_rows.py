@@ -15,8 +15,8 @@ import pyarrow as pa
 from PIL import Image
 
 from data import schemas
+from data.errors import error_text
 from data.schemas import STATUS_FAILED, STATUS_OK
-from data.stage import error_text
 from synthesis.faces import FaceDetector
 
 

@@ -32,8 +32,9 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 from pydantic import Field
 
+from data.errors import error_text
 from data.model_ids import folder_sha256
-from data.stage import BackendConfig, error_text, require
+from data.stage import BackendConfig, require
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from contextlib import AbstractContextManager, nullcontext
 import pyarrow as pa
 
 from data import schemas
+from data.errors import error_text
 from data.schemas import STATUS_FAILED, STATUS_OK
-from data.stage import error_text
 from synthesis.face_rows import decode_rgb
 from synthesis.faces import FaceBox
 from synthesis.masks import Masker, mask_png

@@ -28,7 +28,8 @@ from curation.image_dedup import (
     PerceptualTierConfig,
     decide,
 )
-from curation.image_hashing import dhash_bulk, hamming_within, hash_batch, phash_bulk, pixel_sha256, thumbnails
+from curation.image_hashing import dhash_bulk, hamming_within, hash_batch, phash_bulk
+from curation.image_thumbnails import pixel_sha256, thumbnails
 from data.schemas import CONCEPTS
 from data.unionfind import UnionFind
 

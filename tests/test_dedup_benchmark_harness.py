@@ -328,16 +328,20 @@ def test_main_scores_our_side_and_ends_with_one_json_line(
     monkeypatch.setitem(sys.modules, "curation.file_dedup", _fake_file_dedup(merge_siblings))
     seed = _seed_with_every_kind(4)
     argv = ["--seed", str(seed), "--bases", "4", "--repeats", "2", "--workers", "1", "--skip-imagededup"]
-    figures = run_mod.main([*argv, "--workdir", str(tmp_path / "work")])
+    figures = run_mod.main([*argv, "--mix", "tuned", "--skip-cold-start", "--workdir", str(tmp_path / "work")])
 
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last) == json.loads(json.dumps(figures))
-    truth = CorpusTruth.load(tmp_path / "work" / "corpus" / corpus_mod.TRUTH_FILE)
-    ours = figures["ours"]
+    truth = CorpusTruth.load(tmp_path / "work" / "tuned" / "corpus" / corpus_mod.TRUTH_FILE)
+    mix = figures["mixes"]["tuned"]
+    ours = mix["ours"]
     closure, raw = ours["closure"], ours["raw_pairs"]
-    assert figures["imagededup"] is None and figures["wall_ratio"] is None
+    assert mix["imagededup"] is None and mix["wall_ratio"] is None
     assert len(ours["seconds_runs"]) == 2 and ours["consistent_across_repeats"]
-    assert figures["files"] == len(truth.files)
+    # The decode floor is timed once per repeat, and the ratio is ours over its median.
+    assert len(mix["floor_seconds_runs"]) == 2 and all(f > 0 for f in mix["floor_seconds_runs"])
+    assert mix["floor_ratio"] == pytest.approx(ours["seconds_median"] / mix["floor_seconds_median"])
+    assert mix["files"] == len(truth.files) and mix["tuned_on"] is (seed == 0)
     true = truth.true_pairs()
     key = (lambda t: t.family) if merge_siblings else (lambda t: t.group)
     clustered = [
@@ -350,14 +354,15 @@ def test_main_scores_our_side_and_ends_with_one_json_line(
     assert raw["recall"] == pytest.approx(len(chained & true) / len(true)) and raw["recall"] < 1
     if not merge_siblings:
         assert (closure["precision"], closure["recall"], closure["f1"]) == (1.0, 1.0, 1.0)
-        assert figures["met"] == {"f1": True, "precision": True, "wall_ratio": None}
+        assert (figures["met"]["f1"], figures["met"]["precision"], figures["met"]["wall_ratio"]) == (True, True, None)
+        assert figures["met"]["help_seconds"] is None and figures["met"]["first_call_overhead"] is None
     else:
         family_pairs = cluster_pairs(clustered)
         wrong = family_pairs - true
         assert wrong and closure["false_positives"] == len(wrong) == closure["fp_same_family"]
         assert closure["precision"] == pytest.approx(len(family_pairs & true) / len(family_pairs))
         assert closure["recall"] == 1.0 and figures["met"]["precision"] is False
-    clusters = json.loads((tmp_path / "work" / "ours_clusters.json").read_text())
+    clusters = json.loads((tmp_path / "work" / "tuned" / "ours_clusters.json").read_text())
     assert closure["predicted_pairs"] == len(cluster_pairs(clusters)) and ours["clusters"] == len(clusters)
     assert json.loads((tmp_path / "work" / "results.json").read_text()) == json.loads(last)
 
@@ -411,21 +416,32 @@ def test_the_report_and_the_json_line_carry_both_tools_on_both_bases(
     monkeypatch.setattr(run_mod, "ensure_imagededup_venv", lambda: Path(sys.executable))
     monkeypatch.setattr(run_mod, "run_imagededup", fake_imagededup)
     seed = _seed_with_every_kind(4)
-    argv = ["--seed", str(seed), "--bases", "4", "--repeats", "1", "--workers", "1"]
-    figures = run_mod.main([*argv, "--workdir", str(tmp_path / "work")])
+    argv = ["--seed", str(seed), "--bases", "4", "--repeats", "1", "--workers", "1", "--skip-cold-start"]
+    figures = run_mod.main([*argv, "--mix", "web", "--mix", "png-small", "--workdir", str(tmp_path / "work")])
 
     out = capsys.readouterr().out
     assert json.loads(out.strip().splitlines()[-1]) == json.loads(json.dumps(figures))
-    for label in ("ours, raw pairs", "ours, closure", "imagededup, raw pairs", "imagededup, closure"):
-        assert label in out
-    truth = CorpusTruth.load(tmp_path / "work" / "corpus" / corpus_mod.TRUTH_FILE)
-    theirs = figures["imagededup"]
-    declared = {pair(a, b) for a, b in json.loads((tmp_path / "work" / "imagededup_pairs.json").read_text())}
-    assert theirs["raw_pairs"] == evaluate(declared, truth)
-    assert theirs["closure"] == evaluate(cluster_pairs(connected_clusters(declared)), truth)
-    assert theirs["closure"]["recall"] == 1.0 > theirs["raw_pairs"]["recall"]
-    assert set(figures["ours"]) >= {"raw_pairs", "closure"} and figures["wall_ratio"] is not None
+    assert list(figures["mixes"]) == ["web", "png-small"]
+    for mix in ("web", "png-small"):
+        for label in ("ours, raw pairs", "ours, closure", "imagededup, raw pairs", "imagededup, closure"):
+            assert label in out
+        assert f"{mix}: pairwise duplicates" in out
+        truth = CorpusTruth.load(tmp_path / "work" / mix / "corpus" / corpus_mod.TRUTH_FILE)
+        assert truth.mix.name == mix
+        found = figures["mixes"][mix]
+        theirs = found["imagededup"]
+        declared = {pair(a, b) for a, b in json.loads((tmp_path / "work" / mix / "imagededup_pairs.json").read_text())}
+        assert theirs["raw_pairs"] == evaluate(declared, truth)
+        assert theirs["closure"] == evaluate(cluster_pairs(connected_clusters(declared)), truth)
+        assert theirs["closure"]["recall"] == 1.0 > theirs["raw_pairs"]["recall"]
+        assert set(found["ours"]) >= {"raw_pairs", "closure"}
+        assert found["wall_ratio"] == pytest.approx(found["ours"]["seconds_median"] / 4.0)
+        # The web-like mix is held to half of imagededup's time, every other mix to all of it.
+        limit = 0.5 if mix == "web" else 1.0
+        assert found["met"]["wall_ratio"] is (found["wall_ratio"] <= limit)
+    assert figures["met"]["web_wall_ratio"] is figures["mixes"]["web"]["met"]["wall_ratio"]
     assert figures["targets_basis"] == "closure"
+    assert "Dedup across corpus mixes" in out
 
 
 def _fake_imagededup(root: Path, answer: dict[str, list[str]]) -> Path:
@@ -478,3 +494,52 @@ def test_blur_check_would_catch_an_unblurred_copy() -> None:
     original = np.asarray(img, dtype=np.int16)
     assert _laplacian_energy(same) >= 0.9 * _laplacian_energy(original)
     assert _laplacian_energy(blurred) < 0.9 * _laplacian_energy(original)
+
+
+# -- mixes and timing -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(corpus_mod.MIXES))
+def test_each_mix_plans_and_draws_what_it_declares(name: str) -> None:
+    mix = corpus_mod.MIXES[name]
+    families = corpus_mod._plan(5, 300, mix)
+    originals = [i for family in families for i in family if i.source is None]
+    png = sum(i.fmt == "png" for i in originals) / len(originals)
+    assert abs(png - mix.png_share) < 0.06  # 300 bases: well within sampling noise
+    copies = [sum(1 for i in family if i.source == 0) for family in families]
+    assert mix.copies[0] <= min(copies) and max(copies) <= mix.copies[1]
+    for family in range(20):
+        style = corpus_mod._draw_style(np.random.default_rng([5, family, 0]), mix)
+        assert mix.long_side[0] <= max(style.width, style.height) <= mix.long_side[1]
+        assert style.noise == mix.noise
+
+
+def test_a_mix_corpus_records_its_mix_and_differs_from_another(tmp_path: Path) -> None:
+    small = generate_corpus(tmp_path / "small", seed=1, bases=3, workers=1, mix="png-small")
+    loaded = CorpusTruth.load(tmp_path / "small" / corpus_mod.TRUTH_FILE)
+    assert loaded.mix == small.mix == corpus_mod.MIXES["png-small"]
+    web = generate_corpus(tmp_path / "web", seed=1, bases=3, workers=1, mix="web")
+    assert max(max(Image.open(p).size) for p in small.paths()) <= 480
+    assert min(max(Image.open(p).size) for p in web.paths() if truth_kind(web, p) in ("base", "sibling")) >= 1150
+
+
+def truth_kind(truth: CorpusTruth, path: str) -> str:
+    return truth.files[Path(path).name].kind
+
+
+def test_the_floor_times_our_decode_and_the_cold_start_reads_a_fresh_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perf.dedup_vs_imagededup import timing
+
+    truth = generate_corpus(tmp_path / "c", seed=2, bases=3, workers=1, mix="sensor")
+    calls: list[str] = []
+    real = timing._decode_one
+    monkeypatch.setattr(timing, "_decode_one", lambda path: (calls.append(path), real(path))[1])
+    assert timing.decode_floor_seconds(truth.paths(), workers=2) > 0
+    assert sorted(calls) == sorted(truth.paths())
+    cold = timing.first_call(truth.paths(), workers=1, processes=1)
+    assert cold["process_seconds"] > cold["import_seconds"] + cold["first_call_seconds"] > 0
+    assert cold["first_call_overhead_seconds"] == pytest.approx(cold["first_call_seconds"] - cold["warm_call_seconds"])
+    helped = timing.help_seconds(repeats=1)
+    assert helped["median_seconds"] > 0 and len(helped["runs"]) == 1

@@ -39,6 +39,18 @@ def test_html_served_as_an_image() -> None:
     assert error.error == "not_an_image" and "HTML" in error.detail
 
 
+@pytest.mark.parametrize(
+    "body", [b"<html><body>403</body></html>", b"<!doctype html><title>x</title>", b'{"error": "gone"}', b"<?xml?>"]
+)
+def test_a_tiny_error_page_is_not_an_image_rather_than_too_small(body: bytes) -> None:
+    """Below min_bytes, what the bytes are decides first: a short HTML/JSON/XML body is no image at all."""
+    assert len(body) < ImageLimits().min_bytes
+    error = rejected(body)
+    assert error.error == "not_an_image" and "served as an image" in error.detail
+    # A short body that starts like an image is still too small, not mistaken for text.
+    assert rejected(b"\x89PNG\r\n\x1a\n" + b"{" * 10).error == "too_small"
+
+
 def test_unknown_bytes_are_not_an_image() -> None:
     assert rejected(bytes(range(256)) * 4).error == "not_an_image"
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import collectors.importer
 from curation.catalog import build_catalog
-from curation.image_hashing import pixel_sha256
+from curation.image_thumbnails import pixel_sha256
 from curation.validate import validate_benchmark
 from data import reference
 from data.schemas import CATALOG, COPIES, IMAGE_DEDUP, RQ2_SLOTS, STATUS_OK

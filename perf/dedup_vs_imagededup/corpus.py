@@ -10,10 +10,17 @@ noise. A family holds:
   realisation and different object shapes and colours, i.e. another photo shot the same way. Each sibling is its
   own group, and about half of them get one transformed copy.
 
-Everything is drawn from `numpy.random.default_rng([seed, family, ...])`, so a seed gives the same files byte for
-byte, whatever the number of workers. File names are a seeded permutation, so they say nothing about the truth.
+A *mix* (`MIXES`) sets what a corpus is made of: the share of PNG originals, the range of image sizes, the sensor
+noise and the number of copies per base. `tuned` is the corpus the dedup thresholds were chosen on; the others were
+never used for tuning: `web` (JPEG-dominant, about 1 MP), `png-small` (40% PNG, 320-480 px), `sensor` (a new user's
+corpus: 480x360, heavy sensor noise, 17% PNG) and `large` (about 2 MP).
 
-    .venv/bin/python -m perf.dedup_vs_imagededup.corpus OUT_DIR [--seed 0] [--bases 240] [--examples PNG]
+Everything is drawn from `numpy.random.default_rng([seed, family, ...])`, so a seed and a mix give the same files
+byte for byte, whatever the number of workers. File names are a seeded permutation, so they say nothing about the
+truth.
+
+    .venv/bin/python -m perf.dedup_vs_imagededup.corpus OUT_DIR [--seed 0] [--bases 240] [--mix tuned]
+                                                               [--examples PNG]
 """
 
 from __future__ import annotations
@@ -45,11 +52,35 @@ MARKER_FILE = ".dedup-corpus"
 # Share of bases with siblings, and of siblings with one copy of their own.
 SIBLING_SHARE = 0.5
 SIBLING_COPY_SHARE = 0.5
-PNG_SHARE = 0.15
 ASPECTS = (4 / 3, 3 / 2, 16 / 9, 1.0, 5 / 4, 2.0)
 OBJECT_KINDS = ("ellipse", "rect", "polygon", "line", "text")
 OBJECT_WEIGHTS = (0.3, 0.22, 0.25, 0.1, 0.13)
 WATERMARKS = ("© {} photo", "{}.com", "stock {}", "@{}", "© {} 2024", "SAMPLE {}")
+
+
+@dataclass(frozen=True)
+class Mix:
+    """What a corpus is made of. Ranges are inclusive."""
+
+    name: str
+    png_share: float  # of originals; copies keep their source's format except the `jpeg` and `lossless` kinds
+    long_side: tuple[int, int]  # pixels
+    aspects: tuple[float, ...]  # long side / short side
+    noise: tuple[float, float]  # sensor noise, standard deviation in grey levels
+    copies: tuple[int, int]  # transformed copies per base
+
+
+MIXES = {
+    mix.name: mix
+    for mix in (
+        Mix("tuned", 0.15, (480, 1024), ASPECTS, (1.0, 3.0), (2, 4)),
+        Mix("web", 0.05, (1150, 1350), ASPECTS, (1.0, 3.0), (1, 3)),
+        Mix("png-small", 0.40, (320, 480), (4 / 3, 3 / 2, 1.0, 5 / 4), (1.0, 3.0), (1, 3)),
+        Mix("sensor", 0.17, (480, 480), (4 / 3,), (4.0, 8.0), (1, 3)),
+        Mix("large", 0.20, (1600, 1800), (4 / 3, 3 / 2, 16 / 9), (1.0, 4.0), (1, 3)),
+    )
+}
+DEFAULT_MIX = "tuned"
 
 
 @dataclass(frozen=True)
@@ -67,6 +98,7 @@ class CorpusTruth:
     seed: int
     bases: int
     files: dict[str, FileTruth]
+    mix: Mix = MIXES[DEFAULT_MIX]
 
     @property
     def sibling_groups(self) -> frozenset[int]:
@@ -93,6 +125,7 @@ class CorpusTruth:
         doc = {
             "seed": self.seed,
             "bases": self.bases,
+            "mix": asdict(self.mix),
             "image_dir": IMAGE_DIR,
             "files": {name: asdict(t) for name, t in sorted(self.files.items())},
         }
@@ -102,7 +135,9 @@ class CorpusTruth:
     def load(cls, path: Path) -> CorpusTruth:
         doc = json.loads(path.read_text())
         files = {name: FileTruth(**t) for name, t in doc["files"].items()}
-        return cls(image_dir=path.parent / doc["image_dir"], seed=doc["seed"], bases=doc["bases"], files=files)
+        mix = doc.get("mix")
+        mix = Mix(**{k: tuple(v) if isinstance(v, list) else v for k, v in mix.items()}) if mix else MIXES[DEFAULT_MIX]
+        return cls(path.parent / doc["image_dir"], doc["seed"], doc["bases"], files, mix)
 
 
 # -- planning: which files exist, cheap and serial ---------------------------------------------------------------
@@ -121,11 +156,11 @@ class _Item:
     name: str = ""
 
 
-def _plan_family(seed: int, family: int, next_group: int) -> list[_Item]:
+def _plan_family(seed: int, family: int, next_group: int, mix: Mix) -> list[_Item]:
     rng = np.random.default_rng([seed, family, 7])
 
     def fmt_original() -> str:
-        return "png" if rng.random() < PNG_SHARE else "jpeg"
+        return "png" if rng.random() < mix.png_share else "jpeg"
 
     def copy(index: int, kind: str, original: _Item) -> _Item:
         fmt = original.fmt
@@ -137,7 +172,7 @@ def _plan_family(seed: int, family: int, next_group: int) -> list[_Item]:
 
     base = _Item(0, next_group, "base", fmt_original())
     items = [base]
-    kinds = rng.choice(COPY_KINDS, size=int(rng.integers(2, 5)), replace=False)
+    kinds = rng.choice(COPY_KINDS, size=int(rng.integers(mix.copies[0], mix.copies[1] + 1)), replace=False)
     items += [copy(len(items) + i, str(k), base) for i, k in enumerate(kinds)]
     if rng.random() < SIBLING_SHARE:
         for s in range(int(rng.integers(1, 3))):
@@ -148,10 +183,10 @@ def _plan_family(seed: int, family: int, next_group: int) -> list[_Item]:
     return items
 
 
-def _plan(seed: int, bases: int) -> list[list[_Item]]:
+def _plan(seed: int, bases: int, mix: Mix = MIXES[DEFAULT_MIX]) -> list[list[_Item]]:
     families, group = [], 0
     for family in range(bases):
-        items = _plan_family(seed, family, group)
+        items = _plan_family(seed, family, group, mix)
         group = max(i.group for i in items) + 1
         families.append(items)
     total = sum(len(f) for f in families)
@@ -188,6 +223,7 @@ class _Style:
     light: tuple[float, float]  # unit vector the light comes from; shading and shadows follow it
     shadow: float
     blur: float
+    noise: tuple[float, float]
 
 
 def _colour(rng: np.random.Generator, sat: tuple[float, float], val: tuple[float, float]) -> np.ndarray:
@@ -197,9 +233,9 @@ def _colour(rng: np.random.Generator, sat: tuple[float, float], val: tuple[float
     return (v - v * s * np.clip(np.minimum(k, 4 - k), 0, 1)).astype(np.float32)
 
 
-def _draw_style(rng: np.random.Generator) -> _Style:
-    long_side = int(rng.integers(480, 1025))
-    aspect = float(rng.choice(ASPECTS))
+def _draw_style(rng: np.random.Generator, mix: Mix) -> _Style:
+    long_side = int(rng.integers(mix.long_side[0], mix.long_side[1] + 1))
+    aspect = float(rng.choice(mix.aspects))
     short_side = round(long_side / aspect)
     width, height = (long_side, short_side) if rng.random() < 0.7 else (short_side, long_side)
     horizon = (float(rng.uniform(0.42, 0.75)), float(rng.uniform(-0.06, 0.06))) if rng.random() < 0.6 else None
@@ -237,6 +273,7 @@ def _draw_style(rng: np.random.Generator) -> _Style:
         light=(float(np.cos(angle)), float(np.sin(angle))),
         shadow=float(rng.uniform(0.15, 0.4)),
         blur=float(rng.uniform(0.5, 1.2)),
+        noise=mix.noise,
     )
 
 
@@ -381,7 +418,9 @@ def _render(style: _Style, rng: np.random.Generator) -> Image.Image:
     img += grain[..., None]
     img = np.clip(img * 255 + 0.5, 0, 255)
     pic = Image.fromarray(img.astype(np.uint8)).filter(ImageFilter.GaussianBlur(style.blur))
-    noise = rng.standard_normal((style.height, style.width, 3), dtype=np.float32) * np.float32(rng.uniform(1.0, 3.0))
+    noise = rng.standard_normal((style.height, style.width, 3), dtype=np.float32) * np.float32(
+        rng.uniform(*style.noise)
+    )
     noise += np.asarray(pic, np.float32) + 0.5
     return Image.fromarray(np.clip(noise, 0, 255, out=noise).astype(np.uint8))
 
@@ -494,9 +533,9 @@ def _make_copy(item: _Item, original: _Item, data: bytes, rng: np.random.Generat
 # -- writing ----------------------------------------------------------------------------------------------------
 
 
-def _write_family(job: tuple[int, int, list[_Item], str]) -> dict[str, FileTruth]:
-    seed, family, items, image_dir = job
-    style = _draw_style(np.random.default_rng([seed, family, 0]))
+def _write_family(job: tuple[int, int, list[_Item], str, Mix]) -> dict[str, FileTruth]:
+    seed, family, items, image_dir, mix = job
+    style = _draw_style(np.random.default_rng([seed, family, 0]), mix)
     by_index = {i.index: i for i in items}
     data: dict[int, bytes] = {}
     truth = {}
@@ -515,12 +554,15 @@ def _write_family(job: tuple[int, int, list[_Item], str]) -> dict[str, FileTruth
     return truth
 
 
-def generate_corpus(out_dir: Path, seed: int = 0, bases: int = 240, workers: int = 2) -> CorpusTruth:
+def generate_corpus(
+    out_dir: Path, seed: int = 0, bases: int = 240, workers: int = 2, mix: str | Mix = DEFAULT_MIX
+) -> CorpusTruth:
     """Write the corpus into `out_dir/images` and its truth into `out_dir/truth.json`.
 
     An `out_dir` that already holds a corpus (marked by MARKER_FILE, even a half-written one) is regenerated; any
     other non-empty images folder is refused rather than deleted.
     """
+    mix = MIXES[mix] if isinstance(mix, str) else mix
     out_dir = Path(out_dir)
     image_dir = out_dir / IMAGE_DIR
     if image_dir.exists() and any(image_dir.iterdir()):
@@ -529,7 +571,7 @@ def generate_corpus(out_dir: Path, seed: int = 0, bases: int = 240, workers: int
         shutil.rmtree(image_dir)
     image_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MARKER_FILE).write_text("written by perf.dedup_vs_imagededup.corpus\n")
-    jobs = [(seed, family, items, str(image_dir)) for family, items in enumerate(_plan(seed, bases))]
+    jobs = [(seed, family, items, str(image_dir), mix) for family, items in enumerate(_plan(seed, bases, mix))]
     files: dict[str, FileTruth] = {}
     if workers <= 1:
         parts: Iterable[dict[str, FileTruth]] = map(_write_family, jobs)
@@ -540,7 +582,7 @@ def generate_corpus(out_dir: Path, seed: int = 0, bases: int = 240, workers: int
         files.update(part)
     if workers > 1:
         pool.shutdown()
-    truth = CorpusTruth(image_dir=image_dir, seed=seed, bases=bases, files=files)
+    truth = CorpusTruth(image_dir=image_dir, seed=seed, bases=bases, files=files, mix=mix)
     truth.save(out_dir / TRUTH_FILE)
     return truth
 
@@ -593,10 +635,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bases", type=int, default=240)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--mix", choices=sorted(MIXES), default=DEFAULT_MIX)
     parser.add_argument("--examples", type=Path, help="also write a montage of two families to this PNG")
     args = parser.parse_args()
     start = time.perf_counter()
-    truth = generate_corpus(args.out_dir, seed=args.seed, bases=args.bases, workers=args.workers)
+    truth = generate_corpus(args.out_dir, seed=args.seed, bases=args.bases, workers=args.workers, mix=args.mix)
     seconds = time.perf_counter() - start
     print(f"{len(truth.files)} files in {seconds:.1f} s: {dict(sorted(truth.kind_counts().items()))}")
     if args.examples:
