@@ -2,7 +2,9 @@
 
 Runs an aiohttp.web server either in a background thread (`FakeImageHost`, for tests) or in its own process
 (`FakeImageHostProcess`, for the benchmark, so that it does not share a GIL with the measured client). Every
-request is counted per path and timestamped; `latency_s` delays every response.
+request is counted per path and timestamped; `latency_s` delays every response. `cpu_ms_per_request` makes the
+host CPU-bound, as a slow real host is: each request first burns that much CPU synchronously in the event loop
+(`burn_cpu`), so requests are served one at a time and the host competes for the same cores as its clients.
 
 Routes (`<n>` picks a corpus image, modulo the corpus size; `<tag>` only makes URLs distinct; `?unique=1` on a
 route that serves a corpus image makes its bytes distinct per path, with a JPEG comment):
@@ -38,8 +40,8 @@ route that serves a corpus image makes its bytes distinct per path, with a JPEG 
 Each request's headers are kept per path (`FakeImageHost.request_headers`). The two site files are counted apart, in
 `meta_counts`, and not in `counts` nor `max_in_flight`, so that those mean image requests only.
 
-Run as a script to serve in the foreground: `python tests/fake_image_host.py --corpus 300 --latency 0.05`
-prints `PORT <n>` on stdout once it listens.
+Run as a script to serve in the foreground: `python tests/fake_image_host.py --corpus 300 --latency 0.05
+[--cpu-ms-per-request 2]` prints `PORT <n>` on stdout once it listens.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import hashlib
 import io
 import json
 import struct
@@ -137,6 +140,17 @@ def compression_bomb(mib: int, encoding: str = "gzip") -> bytes:
     return b"".join(parts)
 
 
+def burn_cpu(ms: float) -> None:
+    """Busy for `ms` milliseconds of this thread's CPU time (hashing), without yielding to anything."""
+    if ms <= 0:
+        return
+    end = time.thread_time() + ms / 1000
+    digest = b"burn"
+    while time.thread_time() < end:
+        for _ in range(64):
+            digest = hashlib.sha256(digest).digest()
+
+
 META_PATHS = ("/robots.txt", "/.well-known/tdmrep.json")  # the site files of `collectors.optout`, counted apart
 
 HTML_PAGE = b"<!DOCTYPE html><html><head><title>Not found</title></head><body>" + b"x" * 2048 + b"</body></html>"
@@ -156,9 +170,11 @@ class _App:
         robots_delay_s: float = 0.0,
         tdmrep_json: str | None = None,
         tdmrep_status: int = 200,
+        cpu_ms_per_request: float = 0.0,
     ) -> None:
         self.corpus = list(corpus) or [make_jpeg(0, size=(320, 240))]
         self.latency_s = latency_s
+        self.cpu_ms_per_request = cpu_ms_per_request
         self.retry_after_s = retry_after_s
         self.slow_s = slow_s
         self.robots_txt = robots_txt
@@ -215,6 +231,8 @@ class _App:
     ) -> web.StreamResponse:
         if request.path.startswith("/_"):
             return await handler(request)
+        # Blocks the event loop: the single-threaded host serves nothing else meanwhile.
+        burn_cpu(self.cpu_ms_per_request)
         if request.path in META_PATHS:
             self.meta_counts[request.path] += 1
             self.times[request.path].append(time.monotonic())
@@ -393,10 +411,11 @@ class FakeImageHost:
         latency_s: float = 0.0,
         retry_after_s: int = 1,
         slow_s: float = 5.0,
+        cpu_ms_per_request: float = 0.0,
         **site_files: Any,
     ) -> None:
         """`site_files`: robots_txt, robots_status, robots_delay_s, tdmrep_json, tdmrep_status (see `_App`)."""
-        self.app = _App(corpus, latency_s, retry_after_s, slow_s, **site_files)
+        self.app = _App(corpus, latency_s, retry_after_s, slow_s, cpu_ms_per_request=cpu_ms_per_request, **site_files)
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -472,12 +491,20 @@ class FakeImageHost:
 class FakeImageHostProcess:
     """The server in a child process (its own GIL), started with this file as a script."""
 
-    def __init__(self, corpus_size: int = 300, seed: int = 0, latency_s: float = 0.05, retry_after_s: int = 1) -> None:
+    def __init__(
+        self,
+        corpus_size: int = 300,
+        seed: int = 0,
+        latency_s: float = 0.05,
+        retry_after_s: int = 1,
+        cpu_ms_per_request: float = 0.0,
+    ) -> None:
         self.args = [
             f"--corpus={corpus_size}",
             f"--seed={seed}",
             f"--latency={latency_s}",
             f"--retry-after={retry_after_s}",
+            f"--cpu-ms-per-request={cpu_ms_per_request}",
         ]
         self.port = 0
         self._proc: subprocess.Popen[str] | None = None
@@ -538,7 +565,13 @@ class FakeImageHostProcess:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    app = _App(make_corpus(args.corpus, args.seed), args.latency, args.retry_after, args.slow)
+    app = _App(
+        make_corpus(args.corpus, args.seed),
+        args.latency,
+        args.retry_after,
+        args.slow,
+        cpu_ms_per_request=args.cpu_ms_per_request,
+    )
 
     async def main() -> None:
         runner = web.AppRunner(app.build(), access_log=None, handler_cancellation=True)
@@ -561,4 +594,10 @@ if __name__ == "__main__":
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--retry-after", type=int, default=1)
     parser.add_argument("--slow", type=float, default=5.0)
+    parser.add_argument(
+        "--cpu-ms-per-request",
+        type=float,
+        default=0.0,
+        help="CPU milliseconds burnt per request in the event loop: a single-threaded, CPU-bound host.",
+    )
     _serve(parser.parse_args())
