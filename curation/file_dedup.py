@@ -35,7 +35,7 @@ def dedup_files(paths: Sequence[str], config: ImageDedupConfig | None = None, wo
     """Cluster `paths` (one scope: everything is compared with everything)."""
     config = config or ImageDedupConfig()
     paths = [str(p) for p in paths]
-    batch = hash_batch([lambda path=path: _read(path) for path in paths], workers, keep_align=True, pixel_hash=True)
+    batch = hash_batch([lambda path=path: _read(path) for path in paths], workers, keep_align=True)
     hashed = np.array([e is None for e in batch.errors], dtype=bool)
     n = len(paths)
 

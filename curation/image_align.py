@@ -60,38 +60,9 @@ def fit_alignment(template: np.ndarray, image: np.ndarray) -> tuple[float, np.nd
     return float(correlation), warp
 
 
-def aligned_correlation(template: np.ndarray, image: np.ndarray) -> float:
-    """ECC correlation after an affine alignment of `image` onto `template` (prepared thumbnails); 0 if it fails."""
-    return fit_alignment(template, image)[0]
-
-
-def chroma_correlation(a: np.ndarray, b: np.ndarray, warp: np.ndarray | None = None) -> float | None:
-    """Correlation of two (2, 32, 32) chroma thumbnails, `b` warped onto `a` by an alignment warp found at 64x64
-    (None: as they are); None when either has too little colour to say, or the overlap is too small."""
-    a = np.asarray(a, dtype=np.float32).transpose(1, 2, 0)
-    b = np.asarray(b, dtype=np.float32).transpose(1, 2, 0)
-    if warp is None or np.array_equal(warp, IDENTITY):
-        valid = np.ones((CHROMA_SIDE, CHROMA_SIDE), dtype=bool)
-    else:
-        cv2 = _cv2()
-        scaled = np.array(warp, dtype=np.float32)
-        scaled[:, 2] *= CHROMA_SIDE / ALIGN_SIDE
-        flags = cv2.WARP_INVERSE_MAP
-        size = (CHROMA_SIDE, CHROMA_SIDE)
-        b = cv2.warpAffine(b, scaled, size, flags=flags | cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-        ones = np.ones((CHROMA_SIDE, CHROMA_SIDE), dtype=np.float32)
-        valid = cv2.warpAffine(ones, scaled, size, flags=flags | cv2.INTER_NEAREST) > 0.5
-    if valid.sum() < valid.size // 4:
-        return None
-    x, y = a[valid], b[valid]  # (pixels, 2)
-    x, y = x - x.mean(axis=0), y - y.mean(axis=0)
-    if min(x.std(axis=0).max(), y.std(axis=0).max()) < CHROMA_MIN_STD:
-        return None
-    return float((x * y).sum() / max(float(np.sqrt((x * x).sum() * (y * y).sum())), 1e-6))
-
-
-def unaligned_chroma_correlations(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """`chroma_correlation` without a warp, for (N, 2, 32, 32) stacks at once; NaN where there is no colour to say."""
+def chroma_correlations(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Correlation of the Cb and Cr planes of each pair of a stack, (N, 2, ...) against (N, 2, ...), pixel by
+    pixel; NaN where either image has too little colour to say."""
     x = a.reshape(len(a), 2, -1).astype(np.float32)
     y = b.reshape(len(b), 2, -1).astype(np.float32)
     x -= x.mean(axis=2, keepdims=True)
@@ -102,6 +73,22 @@ def unaligned_chroma_correlations(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     correlation = num / np.maximum(den, 1e-6)
     correlation[colourless] = np.nan
     return correlation
+
+
+def aligned_chroma_correlation(a: np.ndarray, b: np.ndarray, warp: np.ndarray) -> float:
+    """`chroma_correlations` of two (2, 32, 32) chroma thumbnails, `b` warped onto `a` by an alignment warp found
+    at 64x64, over the pixels the warp covers; NaN when that overlap is too small or there is no colour to say."""
+    cv2 = _cv2()
+    scaled = np.array(warp, dtype=np.float32)
+    scaled[:, 2] *= CHROMA_SIDE / ALIGN_SIDE
+    size, flags = (CHROMA_SIDE, CHROMA_SIDE), cv2.WARP_INVERSE_MAP
+    planes = np.asarray(b, dtype=np.float32).transpose(1, 2, 0)
+    warped = cv2.warpAffine(planes, scaled, size, flags=flags | cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    ones = np.ones((CHROMA_SIDE, CHROMA_SIDE), dtype=np.float32)
+    valid = cv2.warpAffine(ones, scaled, size, flags=flags | cv2.INTER_NEAREST) > 0.5
+    if valid.sum() < valid.size // 4:
+        return float("nan")
+    return float(chroma_correlations(np.asarray(a)[:, valid][None], warped.transpose(2, 0, 1)[:, valid][None])[0])
 
 
 class AlignedScorer:
@@ -167,11 +154,11 @@ class AlignedScorer:
         if self._chroma is None or len(i) == 0:
             return np.ones(len(i), dtype=bool)
         if warps is None:
-            correlation = unaligned_chroma_correlations(
+            correlation = chroma_correlations(
                 np.stack([self._chroma(r) for r in i.tolist()]), np.stack([self._chroma(r) for r in j.tolist()])
             )
         else:
             pairs = zip(i.tolist(), j.tolist(), warps, strict=True)
-            found = [chroma_correlation(self._chroma(a), self._chroma(b), warp) for a, b, warp in pairs]
-            correlation = np.array([np.nan if c is None else c for c in found], dtype=np.float32)
+            found = [aligned_chroma_correlation(self._chroma(a), self._chroma(b), warp) for a, b, warp in pairs]
+            correlation = np.array(found, dtype=np.float32)
         return np.isnan(correlation) | (correlation >= minimum)

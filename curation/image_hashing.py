@@ -4,9 +4,9 @@ Each image is decoded once, at reduced scale where the format allows it (curatio
 are then computed for a whole batch with numpy (one matrix product for every DCT, one comparison for every median),
 not image by image.
 
-The exact-pixel tier needs the full decode; it is computed lazily, only for the pairs that can have identical
-pixels (`pixel_sha256`, used by curation/image_dedup.py), except where the stage asks for it and the format was
-decoded in full anyway.
+The exact-pixel tier needs the full decode: formats decoded in full anyway (PNG, ...) get their pixel sha256 here;
+JPEGs get theirs lazily, only for the pairs that can have identical pixels (`pixel_sha256`, used by
+curation/image_dedup.py).
 
 Decoding runs in a thread pool: Pillow's decoders and resamplers release the GIL, so threads use every core
 without the start-up and pickling cost of processes. Only numpy and Pillow are imported at module level, so that
@@ -81,7 +81,7 @@ class HashedBatch:
     chroma: np.ndarray | None = None  # (N, 2, 32, 32) int8 with `align`; zeros where a row failed
 
 
-def _try_thumbnails(load: Callable[[], bytes], pixel_hash: bool) -> tuple[str | None, Thumbnails | str]:
+def _try_thumbnails(load: Callable[[], bytes]) -> tuple[str | None, Thumbnails | str]:
     """(sha256 of the bytes, thumbnails or an error); reading happens here too, so I/O overlaps in the pool."""
     try:
         data = load()
@@ -89,22 +89,20 @@ def _try_thumbnails(load: Callable[[], bytes], pixel_hash: bool) -> tuple[str | 
         return None, error_text(exc)
     digest = hashlib.sha256(data).hexdigest()
     try:
-        return digest, thumbnails(data, pixel_hash)
+        return digest, thumbnails(data, pixel_hash=True)
     except Exception as exc:  # any decoder failure is a row, not a crash of the batch
         return digest, error_text(exc)
 
 
-def hash_batch(
-    loaders: Sequence[Callable[[], bytes]], workers: int = 2, keep_align: bool = False, pixel_hash: bool = True
-) -> HashedBatch:
+def hash_batch(loaders: Sequence[Callable[[], bytes]], workers: int = 2, keep_align: bool = False) -> HashedBatch:
     """Decode in a thread pool, then hash the whole batch at once; optionally keep the alignment and chroma
-    thumbnails. `pixel_hash=False` skips the free pixel sha256 of fully decoded formats (a caller that computes it
-    lazily saves hashing every PNG's pixels)."""
+    thumbnails. Formats decoded in full give their pixel sha256 too (hashing it in place costs far less than
+    decoding again for the exact-pixel tier)."""
     if workers > 1 and len(loaders) > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            outcomes = list(pool.map(lambda load: _try_thumbnails(load, pixel_hash), loaders))
+            outcomes = list(pool.map(_try_thumbnails, loaders))
     else:
-        outcomes = [_try_thumbnails(load, pixel_hash) for load in loaders]
+        outcomes = [_try_thumbnails(load) for load in loaders]
     digests = [digest for digest, _ in outcomes]
     results = [result for _, result in outcomes]
     n = len(results)
