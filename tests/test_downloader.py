@@ -11,18 +11,18 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
+from download_helpers import by_id, tag
+from download_helpers import download_config as config
 from fake_image_host import FakeImageHost, compress, make_corpus
 
 from collectors.downloader import (
     DownloadJournal,
-    HttpDownloadConfig,
     _Failure,
     _Inflater,
     download_hits,
@@ -30,7 +30,6 @@ from collectors.downloader import (
 )
 from collectors.image_check import ImageLimits
 from collectors.ssrf import AddressPolicy, BlockedAddressError, GuardedResolver, UrlRefused, check_url
-from data.retry import RetryPolicy
 from data.schemas import IMAGES
 from data.workspace import BlobStore, Storage, sha256_bytes
 
@@ -52,28 +51,6 @@ def storage(tmp_path: Path) -> Storage:
 @pytest.fixture
 def blobs(storage: Storage) -> BlobStore:
     return BlobStore(storage, "blobs")
-
-
-def config(**overrides: object) -> HttpDownloadConfig:
-    """Small timeouts and quick backoffs keep the module fast; loopback is allowed unless a test says not."""
-    base: dict = {
-        "allow_private_addresses": True,
-        "connect_timeout_s": 2.0,
-        "read_timeout_s": 0.4,
-        "request_timeout_s": 10.0,
-        "limits": ImageLimits(min_side=32, max_bytes=256 * 1024),
-        "retry": RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05),
-    }
-    base.update(overrides)
-    return HttpDownloadConfig(**base)
-
-
-def tag() -> str:
-    return uuid.uuid4().hex[:8]
-
-
-def by_id(table) -> dict[str, dict]:
-    return {row["image_id"]: row for row in table.to_pylist()}
 
 
 # -- every failure class ----------------------------------------------------------------------------------------

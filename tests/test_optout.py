@@ -8,19 +8,18 @@ import json
 import re
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from download_helpers import by_id, download_config, tag
 from fake_image_host import FakeImageHost, make_corpus
 from multidict import CIMultiDict
 from pydantic import ValidationError
 from yarl import URL
 
 from collectors.downloader import DownloadJournal, HttpDownloadConfig, HttpFetcher, download_hits
-from collectors.image_check import ImageLimits
 from collectors.optout import (
     HostFile,
     HostFileCache,
@@ -35,7 +34,6 @@ from collectors.optout import (
     x_robots_refusal,
 )
 from data.provenance import redact
-from data.retry import RetryPolicy
 from data.workspace import BlobStore, Storage, Workspace
 
 CORPUS = make_corpus(4, seed=5, min_kib=8, max_kib=16)
@@ -303,24 +301,7 @@ def test_checker_decisions_without_a_network() -> None:
 
 
 def config(**overrides: object) -> HttpDownloadConfig:
-    base: dict = {
-        "allow_private_addresses": True,
-        "connect_timeout_s": 2.0,
-        "read_timeout_s": 2.0,
-        "request_timeout_s": 10.0,
-        "limits": ImageLimits(min_side=32, max_bytes=256 * 1024),
-        "retry": RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05),
-    }
-    base.update(overrides)
-    return HttpDownloadConfig(**base)
-
-
-def tag() -> str:
-    return uuid.uuid4().hex[:8]
-
-
-def by_id(table) -> dict[str, dict]:
-    return {row["image_id"]: row for row in table.to_pylist()}
+    return download_config(**{"read_timeout_s": 2.0, **overrides})
 
 
 @pytest.fixture

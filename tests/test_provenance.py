@@ -10,11 +10,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import tarfile
 import threading
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -117,38 +119,50 @@ class FakeDuckDuckGo:
         return body([{**item, "title": "picture", "thumbnail": "", "width": 320, "height": 240} for item in items])
 
 
-def test_every_released_3xcm_image_row_carries_its_provenance(tmp_path: Path) -> None:
-    from unittest import mock
-
-    from ddgs.engines.duckduckgo_images import DuckduckgoImages
-
-    corpus = [make_jpeg(i, size=(320, 240)) for i in range(80)]
-    config = Build3XCMConfig.model_validate(
+def ddgs_build_config(tmp_path: Path, search: dict | None = None, release: dict | None = None) -> Build3XCMConfig:
+    """A production-shaped 3XCM build: the real `ddgs` searcher (see `faked_ddgs`) and the HTTP downloader on the
+    loopback host; `search` and `release` add to those sections."""
+    return Build3XCMConfig.model_validate(
         {
             "workspace_root": str(tmp_path / "ws"),
             "countries": COUNTRIES,
             "concepts": {"backend": "shipped", "include": CONCEPTS},
             "search": {
                 "backend": "ddgs",
-                "license_filter": "ShareCommercially",
                 "requests_per_second": 1000.0,
                 "concurrency": 1,
                 "prefect_concurrency_limit": None,
                 "retry": FAST_RETRY.model_dump(),
+                **(search or {}),
             },
             "download": {"backend": "http", "allow_private_addresses": True, "retry": FAST_RETRY.model_dump()},
             "review": {"backend": "label_studio_files", "when_unreviewed": "auto_accept"},
-            "release": {"root": str(tmp_path / "rel"), "version": "1.0.0"},
+            "release": {"root": str(tmp_path / "rel"), "version": "1.0.0", **(release or {})},
         }
     )
-    with FakeImageHost(corpus=corpus) as host:
-        ddg = FakeDuckDuckGo(host)
-        with (
-            mock.patch.object(DuckduckgoImages, "_get_vqd", return_value="fake-vqd"),
-            mock.patch.object(DuckduckgoImages, "request", new=lambda engine, *a, **kw: ddg.request(*a, **kw)),
-        ):
-            summary = build_locally(config)
-            again = build_locally(config)
+
+
+@contextlib.contextmanager
+def faked_ddgs(host: FakeImageHost) -> Iterator[FakeDuckDuckGo]:
+    """The `ddgs` client's network layer answered by a FakeDuckDuckGo on `host`, for the duration."""
+    from unittest import mock
+
+    from ddgs.engines.duckduckgo_images import DuckduckgoImages
+
+    ddg = FakeDuckDuckGo(host)
+    with (
+        mock.patch.object(DuckduckgoImages, "_get_vqd", return_value="fake-vqd"),
+        mock.patch.object(DuckduckgoImages, "request", new=lambda engine, *a, **kw: ddg.request(*a, **kw)),
+    ):
+        yield ddg
+
+
+def test_every_released_3xcm_image_row_carries_its_provenance(tmp_path: Path) -> None:
+    corpus = [make_jpeg(i, size=(320, 240)) for i in range(80)]
+    config = ddgs_build_config(tmp_path, search={"license_filter": "ShareCommercially"})
+    with FakeImageHost(corpus=corpus) as host, faked_ddgs(host) as ddg:
+        summary = build_locally(config)
+        again = build_locally(config)
     release = Path(summary.release_path)
     assert again.release_status == "unchanged"  # the card, its figure and the rows rebuild byte for byte
 

@@ -11,14 +11,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from unittest import mock
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from fake_image_host import FakeImageHost, make_jpeg
-from test_provenance import CONCEPTS, COUNTRIES, FakeDuckDuckGo
-from test_search_ddgs import FAST_RETRY
+from test_provenance import ddgs_build_config, faked_ddgs
 from typer.testing import CliRunner
 
 from collectors import search_ddgs
@@ -36,33 +34,11 @@ def fresh_canary() -> None:
 
 
 def url_only_config(tmp_path: Path) -> Build3XCMConfig:
-    return Build3XCMConfig.model_validate(
-        {
-            "workspace_root": str(tmp_path / "ws"),
-            "countries": COUNTRIES,
-            "concepts": {"backend": "shipped", "include": CONCEPTS},
-            "search": {
-                "backend": "ddgs",
-                "requests_per_second": 1000.0,
-                "concurrency": 1,
-                "prefect_concurrency_limit": None,
-                "retry": FAST_RETRY.model_dump(),
-            },
-            "download": {"backend": "http", "allow_private_addresses": True, "retry": FAST_RETRY.model_dump()},
-            "review": {"backend": "label_studio_files", "when_unreviewed": "auto_accept"},
-            "release": {"root": str(tmp_path / "rel"), "version": "1.0.0", "mode": "urls"},
-        }
-    )
+    return ddgs_build_config(tmp_path, release={"mode": "urls"})
 
 
 def build(config: Build3XCMConfig, host: FakeImageHost) -> Path:
-    from ddgs.engines.duckduckgo_images import DuckduckgoImages
-
-    ddg = FakeDuckDuckGo(host)
-    with (
-        mock.patch.object(DuckduckgoImages, "_get_vqd", return_value="fake-vqd"),
-        mock.patch.object(DuckduckgoImages, "request", new=lambda engine, *a, **kw: ddg.request(*a, **kw)),
-    ):
+    with faked_ddgs(host):
         return Path(build_locally(config).release_path)
 
 
