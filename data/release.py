@@ -22,20 +22,11 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import webdataset as wds
-from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field
 
+from data.release_format import MANIFEST, SEMVER
+from data.text_safety import csv_cell
 from data.workspace import Storage, sha256_bytes
-
-MANIFEST = "manifest.json"
-# semver.org 2.0.0: dot-separated pre-release identifiers, each non-empty and numeric ones without leading zeros.
-_PRERELEASE_ID = r"(?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)"
-_BUILD_ID = r"[0-9A-Za-z-]+"
-SEMVER = (
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    rf"(?:-{_PRERELEASE_ID}(?:\.{_PRERELEASE_ID})*)?(?:\+{_BUILD_ID}(?:\.{_BUILD_ID})*)?$"
-)
 
 
 class ReleaseConfig(BaseModel):
@@ -85,6 +76,8 @@ def to_release_jpeg(data: bytes, source_format: str, quality: int = 95) -> bytes
     """JPEG bytes for the release: originals already in JPEG pass unchanged, others are converted once."""
     if source_format == "JPEG":
         return data
+    from PIL import Image
+
     with Image.open(io.BytesIO(data)) as image:
         rgb = image.convert("RGB")
         profile = image.info.get("icc_profile")  # colours mean what the original meant
@@ -169,7 +162,7 @@ class ReleaseWriter:
         writer = csv.writer(text, lineterminator="\n")
         writer.writerow(columns)
         for row in table.select(columns).to_pylist():
-            writer.writerow([row[c] for c in columns])
+            writer.writerow([csv_cell(row[c]) for c in columns])  # no cell runs as a spreadsheet formula
         self.write_bytes(rel, text.getvalue().encode())
 
     def write_images(
@@ -314,6 +307,8 @@ class _TarShards:
         if shard != self._shard:
             self._flush()
             self._shard, self._buffer = shard, io.BytesIO()
+            import webdataset as wds  # imports torch: only when a release writes tars
+
             self._current = wds.TarWriter(
                 self._buffer, mtime=0, user="culturebench", group="culturebench", encoder=False
             )

@@ -17,6 +17,7 @@ from data.datasheet import datasheet_section
 from data.figures import heatmap_png
 from data.image_sources import DOMAINS_FIGURE, domains_png, sources_section
 from data.release import ImageRow, ReleaseConfig, ReleaseResult, ReleaseWriter, to_release_jpeg
+from data.release_format import ReleaseReadError
 from data.schemas import CATALOG, XCM_BENCH_CSV_COLUMNS
 from data.workspace import BlobStore, StageStats
 
@@ -33,10 +34,6 @@ AUTHOR_IMAGE_FIELDS = (
     "title",
 )
 FIGURE = "figures/images_per_concept_country.png"
-
-
-class ReleaseReadError(ValueError):
-    """A release folder's table that cannot be read: the message names the file."""
 
 
 def read_parquet_files(files: list[Path], columns: list[str] | None = None) -> pa.Table:

@@ -1,0 +1,44 @@
+"""Where a command may write: never onto or into one of its inputs, and never inside a release or result folder.
+
+Releases and evaluation results are immutable (`data/release.py`): a folder holding `manifest.json`, at the output
+or above it, is one of them. Paths are compared resolved (symlinks followed, `..` removed), so another spelling of
+an input is still that input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from data.release_format import MANIFEST
+
+
+class OutputPathError(ValueError):
+    """An output path that would overwrite an input or land in an immutable folder: the message says which."""
+
+
+def enclosing_release(path: Path) -> Path | None:
+    """The release or result folder `path` is, or lies in (the nearest folder with a manifest), else None."""
+    resolved = path.resolve()
+    for folder in (resolved, *resolved.parents):
+        if (folder / MANIFEST).is_file():
+            return folder
+    return None
+
+
+def check_output(out: Path, inputs: Iterable[Path] = (), *, option: str = "--out") -> Path:
+    """`out`, resolved, when writing it cannot touch an input or an immutable folder; else OutputPathError."""
+    target = out.resolve()
+    for given in inputs:
+        source = given.resolve()
+        if target == source:
+            raise OutputPathError(f"{option} {out} is the input {given}: choose another path, inputs are never written")
+        if source.is_dir() and source in target.parents:
+            raise OutputPathError(f"{option} {out} lies inside the input {given}: choose a path outside it")
+    release = enclosing_release(target)
+    if release is not None:
+        raise OutputPathError(
+            f"{option} {out} lies inside {release}, a release or result folder ({MANIFEST}), which is immutable: "
+            "choose a path outside it"
+        )
+    return target
