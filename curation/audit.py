@@ -15,8 +15,9 @@ taken as its own (ties: the first in file order, row by row, slot by slot) and e
 
 from __future__ import annotations
 
+import io
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +29,12 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from data import reference
+from data.concept_names import invalid_name
+from data.output_paths import OutputPathError, check_output
 from data.release_3xcm import ReleaseReadError, read_parquet_files
 from data.schemas import RQ2_SLOTS, XCM_BENCH_CSV_COLUMNS
+from data.text_safety import csv_safe_table
+from data.workspace import Storage
 
 #: Default cap on how often one image may be a candidate. Each query has three candidates and a full build has
 #: about one query per image, so the mean is about 3; the project's balanced assembler reaches 4 at paper scale
@@ -176,8 +181,20 @@ def check_benchmark_table(table: pa.Table, where: str) -> pa.Table:
         at = np.flatnonzero(empty.to_numpy(zero_copy_only=False))
         if len(at):
             raise AuditInputError(f"{where}: column {name} has {len(at)} empty value(s), the first in data row {at[0]}")
+        if name.endswith("concept"):
+            _check_concept_names(column, f"{where}: column {name}")
         columns.append(column)
     return pa.table(columns, names=names)
+
+
+def _check_concept_names(column: pa.ChunkedArray | pa.Array, where: str) -> None:
+    """Every value a concept name (`data/concept_names.py`): a file whose concept cells are formulas, markup or
+    control characters is refused, not carried into the CSVs and cards written from it."""
+    for value in pc.unique(column).to_pylist():
+        why = None if value is None else invalid_name(value)
+        if why is not None:
+            row = pc.index(column, value).as_py()
+            raise AuditInputError(f"{where}: {str(value)[:40]!r} in data row {row}: {why}")
 
 
 def read_benchmark_file(path: Path) -> pa.Table:
@@ -253,6 +270,7 @@ def check_metadata_table(table: pa.Table, where: str) -> pa.Table:
         if not check(table[name].type):
             raise AuditInputError(f"{where}: image_metadata column {name} has the unexpected type {table[name].type}")
     table = table.select(METADATA.names).cast(METADATA)
+    _check_concept_names(table["concept"].drop_null(), f"{where}: image_metadata column concept")
     for name in ("index_in_dataset", "image_id", "concept_id", "sha256"):
         if table[name].null_count:
             raise AuditInputError(f"{where}: image_metadata column {name} has {table[name].null_count} empty value(s)")
@@ -795,19 +813,29 @@ def audit_path(path: Path, metadata: Path | None = None, max_reuse: int = DEFAUL
     return audit_benchmark(inputs.benchmark, inputs.metadata, max_reuse, inputs.source, inputs.metadata_source)
 
 
-def check_out_path(path: Path) -> None:
+def check_out_path(path: Path, inputs: Iterable[Path] = ()) -> None:
+    """A violations file name ending in .csv or .parquet that is none of the `inputs`, lies in none of them and in
+    no release folder."""
     if path.suffix.lower() not in (".csv", ".parquet"):
         raise AuditInputError(f"{path}: --out must end in .csv or .parquet")
+    try:
+        check_output(path, inputs)
+    except OutputPathError as exc:
+        raise AuditInputError(str(exc)) from None
 
 
 def write_violations(violations: pa.Table, path: Path) -> None:
-    """CSV or Parquet by the extension, with the VIOLATIONS schema (an empty file when there are none)."""
+    """CSV or Parquet by the extension, with the VIOLATIONS schema (an empty file when there are none), written
+    atomically. CSV cells a spreadsheet would run as formulas start with `'` (`data/text_safety.py`)."""
     check_out_path(path)
     table = violations.cast(VIOLATIONS)
+    buffer = io.BytesIO()
     if path.suffix.lower() == ".csv":
-        pacsv.write_csv(table, path)
+        pacsv.write_csv(csv_safe_table(table), buffer)
     else:
-        pq.write_table(table, path)
+        pq.write_table(table, buffer)
+    folder = path.resolve().parent
+    Storage(str(folder)).write_bytes(str(folder / path.name), buffer.getvalue())
 
 
 def read_violations(path: Path) -> pa.Table:

@@ -101,12 +101,22 @@ def pool_from(benchmark: pa.Table, metadata: pa.Table | None) -> Pool:
         table = table.set_column(0, CATALOG.field("index_in_dataset"), positions)
         return Pool(table.cast(POOL), original, tagged=True)
     images: dict[str, tuple[int, str, str]] = {}  # image id -> (index, concept name, country), first seen
+    ids_at: dict[int, str] = {}  # index -> image id
     for _, prefix in SLOT_PREFIXES:
         ids = benchmark[f"{prefix}image_id" if prefix != "query_" else "query_image_id"].to_pylist()
         columns = (benchmark[f"{prefix}index"].to_pylist(), benchmark[f"{prefix}concept"].to_pylist(),
                    benchmark[f"{prefix}country"].to_pylist())  # fmt: skip
-        for image_id, index, concept, country in zip(ids, *columns, strict=True):
-            images.setdefault(image_id, (int(index), concept, country))
+        for row, (image_id, index, concept, country) in enumerate(zip(ids, *columns, strict=True)):
+            first = images.setdefault(image_id, (int(index), concept, country))
+            named = ids_at.setdefault(int(index), image_id)
+            # The pool is the images the file names, each at one index: an image under two indexes (or an index
+            # naming two images) leaves no pool to rebuild from (`audit` lists every such row).
+            if first[0] != index or named != image_id:
+                clash = f"image {image_id!r} at index {first[0]}" if first[0] != index else f"image {named!r}"
+                raise AuditInputError(
+                    f"{prefix}index {index} in data row {row} names {image_id!r}, but {clash} elsewhere in the file: "
+                    "one image id per index is needed to rebuild its pool; `culturebench audit` lists every such row"
+                )
     ordered = sorted(images.items(), key=lambda item: item[1][0])
     ids = pa.array([image_id for image_id, _ in ordered], pa.string())
     parts = pc.extract_regex(ids, IMAGE_ID)
@@ -204,7 +214,11 @@ def reassemble(path: Path, seed: int = 0, max_reuse: int = 5, metadata: Path | N
     inputs = load_input(path, metadata)
     benchmark = inputs.benchmark
     before = audit_benchmark(benchmark, inputs.metadata, max_reuse, inputs.source, inputs.metadata_source)
-    pool = pool_from(benchmark, _catalog_of(path, metadata))
+    try:
+        pool = pool_from(benchmark, _catalog_of(path, metadata))
+    except AuditInputError as exc:
+        message = str(exc)
+        raise AuditInputError(message if message.startswith(inputs.source) else f"{inputs.source}: {message}") from None
     catalog = Catalog.from_table(pool.table)
     position = {int(index): row for row, index in enumerate(pool.original_index.tolist())}
     rows = np.array(

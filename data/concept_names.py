@@ -17,3 +17,26 @@ def normalize(name: str) -> str:
     text = re.sub(r"[\W_]+", " ", text).strip()
     words = [w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in text.split()]
     return " ".join(words)
+
+
+#: What a concept name may be: letters, marks and digits (any script), spaces and the punctuation names use
+#: (apostrophe, hyphen, ampersand, slash, period, comma, parentheses), at most 100 characters, starting with a letter
+#: or digit; so no name is a spreadsheet formula (`=`, `+`, `-`, `@`) or holds a control character.
+NAME_PUNCTUATION = frozenset(" '’&/().,-")
+MAX_LENGTH = 100
+
+
+def invalid_name(name: object) -> str | None:
+    """Why `name` is not a concept name, or None when it is one."""
+    if not isinstance(name, str):
+        return f"not text ({type(name).__name__})"
+    if len(name) > MAX_LENGTH:
+        return f"longer than {MAX_LENGTH} characters"
+    word = lambda c: unicodedata.category(c)[0] in "LMN"  # noqa: E731
+    if (
+        not name
+        or unicodedata.category(name[0])[0] not in "LN"
+        or not all(word(c) or c in NAME_PUNCTUATION for c in name)
+    ):
+        return "not a concept name: letters and digits, spaces and ' - & / . , ( ), starting with a letter or digit"
+    return None

@@ -26,8 +26,13 @@ def enclosing_release(path: Path) -> Path | None:
     return None
 
 
-def check_output(out: Path, inputs: Iterable[Path] = (), *, option: str = "--out") -> Path:
-    """`out`, resolved, when writing it cannot touch an input or an immutable folder; else OutputPathError."""
+def check_output(
+    out: Path, inputs: Iterable[Path] = (), *, option: str = "--out", immutable_target: bool = False
+) -> Path:
+    """`out`, resolved, when writing it cannot touch an input or an immutable folder; else OutputPathError.
+    `immutable_target`: `out` is itself a folder written by `ReleaseWriter` (a result, a reassembled benchmark),
+    which may exist already (an identical rewrite is `unchanged`, another is refused by the writer): only the
+    folders above it must not be releases."""
     target = out.resolve()
     for given in inputs:
         source = given.resolve()
@@ -35,7 +40,7 @@ def check_output(out: Path, inputs: Iterable[Path] = (), *, option: str = "--out
             raise OutputPathError(f"{option} {out} is the input {given}: choose another path, inputs are never written")
         if source.is_dir() and source in target.parents:
             raise OutputPathError(f"{option} {out} lies inside the input {given}: choose a path outside it")
-    release = enclosing_release(target)
+    release = enclosing_release(target.parent if immutable_target else target)
     if release is not None:
         raise OutputPathError(
             f"{option} {out} lies inside {release}, a release or result folder ({MANIFEST}), which is immutable: "

@@ -27,3 +27,19 @@ def markdown_text(value: Any) -> str:
     """`value` as literal text in Markdown (and in the HTML it renders to), on one line."""
     text = " ".join(str(value).split())
     return _MARKDOWN.sub(r"\\\1", html.escape(text, quote=True))
+
+
+def csv_safe_table(table: Any) -> Any:
+    """A pyarrow table whose string cells that a spreadsheet would run as formulas start with `'` (see `csv_cell`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    pattern = "^[" + "".join("\\" + p if p in "-" else p for p in FORMULA_PREFIXES) + "]"
+    for at, field in enumerate(table.schema):
+        if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+            column = table.column(at)
+            formula = pc.fill_null(pc.match_substring_regex(column, pattern), False)
+            if pc.any(formula).as_py():
+                quoted = pc.binary_join_element_wise("'", column, "")
+                table = table.set_column(at, field, pc.if_else(formula, quoted, column))
+    return table

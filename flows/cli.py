@@ -267,7 +267,7 @@ def audit_command(
     started = time.perf_counter()
     try:
         if out is not None:
-            check_out_path(out)  # before the work, so a typo costs nothing
+            check_out_path(out, [file, *([metadata] if metadata else [])])  # before the work: a typo costs nothing
         audit = audit_path(file, metadata, max_reuse or DEFAULT_MAX_REUSE)
     except AuditInputError as exc:
         console.print(str(exc), style="red", markup=False, soft_wrap=True)  # one line, whatever the path holds
@@ -329,13 +329,15 @@ def reassemble_command(
 
     from curation.audit import AuditInputError
     from curation.reassemble import reassemble
+    from data.output_paths import OutputPathError, check_output
     from data.release import ReleaseExistsError
     from data.release_reassembled import write_reassembled
 
     started = time.perf_counter()
     try:
+        check_output(out, [pool], immutable_target=True)
         result = reassemble(pool, seed=seed, max_reuse=max_reuse)
-    except AuditInputError as exc:
+    except (AuditInputError, OutputPathError) as exc:
         console.print(str(exc), style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
     console.print(
