@@ -222,15 +222,17 @@ def config_command(
 
 @app.command("validate")
 def validate_command(release_dir: Annotated[Path, typer.Argument(exists=True, file_okay=False)]) -> None:
-    """Check a 3XCM release folder against the benchmark rules; exit 1 when any row breaks one."""
-    from data.release_3xcm import ReleaseReadError
+    """Check a release folder (3XCM or MixCuBe): every file against its manifest, then the benchmark's rules; exit
+    1 when a file differs or a row breaks a rule, 2 when the folder is not a readable release."""
+    from data.release_format import ReleaseReadError
+    from flows.release_check import check_release
 
     try:
-        report = benchmarks.get("3xcm").validate_release(release_dir)  # type: ignore[misc]
+        manifest, report = check_release(release_dir)
     except ReleaseReadError as exc:
         console.print(str(exc), style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    console.print(report.summary())
+    console.print(f"{manifest.name} {manifest.version}: {report.summary()}", markup=False, soft_wrap=True)
     if not report.ok:
         raise typer.Exit(1)
 

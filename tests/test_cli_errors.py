@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from release_tamper import rehash_manifest
 from typer.testing import CliRunner
 
 import flows.cli
@@ -123,6 +124,10 @@ def test_a_truncated_parquet_in_a_release(small_demo_config: Build3XCMConfig) ->
     release = Path(build_locally(small_demo_config).release_path)
     part = next((release / "benchmark").glob("*.parquet"))
     part.write_bytes(part.read_bytes()[:100])
+    result = CliRunner().invoke(app, ["validate", str(release)])
+    assert result.exit_code == 1  # the file is not the one the manifest lists
+    assert "benchmark/" in _error_line(result.output, "has 100 bytes, the manifest says")
+    rehash_manifest(release)  # listed as it is now: the table itself cannot be read
     result = CliRunner().invoke(app, ["validate", str(release)])
     assert result.exit_code == 2
     assert str(part) in _error_line(result.output, "not a readable Parquet file")

@@ -7,14 +7,20 @@ like 3XCM's duplicate review does.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from prefect import flow
 
 from curation.synthesis_filters import resolve_brisque_weights
+from curation.validate import ValidationReport
+from curation.validate_mixcube import shipped_masks, validate_quintets
 from data import release_mixcube
 from data.provenance import code_version, reference_data_sha256
 from data.release import ReleaseResult, with_phash
+from data.release_3xcm import read_parquet_parts
+from data.release_format import ReleaseReadError
+from data.schemas import MIXCUBE_ROWS
 from flows.engine.benchmark import Benchmark
 from flows.engine.graph import Build, Progress
 from flows.engine.runner import BuildSummary
@@ -99,6 +105,14 @@ def release(build: Build[BuildMixCubeConfig]) -> ReleaseResult:
     return release_mixcube.write_mixcube_release(build.config.release, ws.blobs, rows, provenance(build))
 
 
+def validate_release(folder: Path) -> ValidationReport:
+    """Every quintet rule on a MixCuBe release folder; ReleaseReadError when its table is missing or unreadable."""
+    rows = read_parquet_parts(folder / "default", list(MIXCUBE_ROWS.names))
+    if rows is None:
+        raise ReleaseReadError(f"{folder} has no default/*.parquet")
+    return validate_quintets(rows, shipped_masks(folder))
+
+
 def build_locally(
     config: BuildMixCubeConfig, progress: Progress | None = None, close_reviews: bool = False
 ) -> BuildSummary:
@@ -128,4 +142,5 @@ MIXCUBE: Benchmark[BuildMixCubeConfig] = Benchmark(
     flow=build_mixcube,
     provenance=provenance,
     nothing_released=NothingToRelease,
+    validate_release=validate_release,
 )
