@@ -24,6 +24,14 @@ only asks two questions: may this URL be requested (`OptOutChecker.before_reques
   it applies the first matching rule rather than the longest, has no `*`/`$` wildcards, matches agent names as
   substrings and treats 401/403 as "disallow everything".
 
+Both site files are hostile input, parsed in bounded time and memory and never raising. A robots.txt is read to its
+last whole line within `MAX_FILE_BYTES` (RFC 9309 lets crawlers ignore the rest); a tdmrep.json longer than that, or
+nested deeper than `MAX_JSON_DEPTH`, is not parsed at all (no rules, like any other non-JSON file). Either keeps its
+first `MAX_RULES` rules and ignores any rule whose pattern is longer than `MAX_PATTERN_CHARS`: "no rules" for what is
+ignored, as for a missing file. Patterns are matched by `PathPattern` in linear time, never by a backtracking regex
+(with one, `Disallow: /*a*a*a*a*a*a*a*a*a*a*Z` took 22 s to decide a 40-character path, about 15x more for every two
+more wildcards).
+
 Both files are fetched once per origin per run (`HostFileCache`, one fetch in flight per origin whatever the thread
 or event loop), through their own aiohttp session, so that waiting for them never holds a download slot.
 """
@@ -38,7 +46,7 @@ import string
 import threading
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 import aiohttp
@@ -55,6 +63,16 @@ ROBOTS_PATH = "/robots.txt"
 TDMREP_PATH = "/.well-known/tdmrep.json"
 #: Bytes of robots.txt or tdmrep.json read; the rest is ignored (RFC 9309 asks crawlers to parse at least 500 KiB).
 MAX_FILE_BYTES = 512 * 1024
+#: Rules kept per robots.txt (Allow/Disallow lines with a path, all groups together) or tdmrep.json (array items with
+#: a location); later ones are ignored. A bound on the work of every URL's decision (each is matched against at most
+#: this many patterns), far above what sites write by hand.
+MAX_RULES = 10_000
+#: Characters of a normalised pattern: a longer rule is ignored. Google's robots.txt parser truncates lines at
+#: 2083 * 8 bytes (`kMaxLineLen` in google/robotstxt robots.cc: eight times the longest URL browsers accept); we drop
+#: such a rule instead of truncating it, since a truncated Allow would allow more than it says.
+MAX_PATTERN_CHARS = 2083 * 8
+#: Nesting depth of a tdmrep.json (a valid one is 2: an array of flat objects); deeper is not parsed (no rules).
+MAX_JSON_DEPTH = 32
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _UNREACHABLE = "unreachable (fail closed)"
 
@@ -168,7 +186,8 @@ def _quote(value: str, safe: str) -> str:
         if char in safe or char in _UNRESERVED:
             out.append(char)
         else:
-            out.extend(f"%{b:02X}" for b in char.encode("utf-8"))
+            # surrogatepass: a lone surrogate (a JSON "\\ud800" escape) is encoded, not a UnicodeEncodeError.
+            out.extend(f"%{b:02X}" for b in char.encode("utf-8", "surrogatepass"))
     return "".join(out)
 
 
@@ -182,12 +201,57 @@ def normalize_target(path_qs: str) -> str:
     return _unescape_unreserved(_quote(path_qs or "/", _KEEP.replace("*", "").replace("$", "")))
 
 
-def compile_pattern(pattern: str) -> re.Pattern[str]:
-    """A normalised pattern as a prefix match: `*` any run of characters, a final `$` the end of the path."""
+@dataclass(frozen=True, slots=True)
+class PathPattern:
+    """A normalised robots.txt/TDMRep pattern, matched as a prefix of a normalised target in linear time.
+
+    `*` is any run of characters and a final `$` the end of the target, nothing else is special. Such a pattern is
+    its literal pieces (between the `*`s) in order: the first must be a prefix of the target, every other one found
+    after the one before it. Taking the leftmost occurrence of each is always optimal (it leaves the most room for the
+    rest), so there is no backtracking: one `str.find` per piece. With `$`, the last piece must also end the target,
+    after what the others consumed.
+    """
+
+    pieces: tuple[str, ...]  # at least one; every piece but the first and the last non-empty
+    anchored: bool
+
+    def match(self, target: str) -> bool:
+        pieces = self.pieces
+        first = pieces[0]
+        if len(pieces) == 1:
+            return target == first if self.anchored else target.startswith(first)
+        if not target.startswith(first):
+            return False
+        pos = len(first)
+        for piece in pieces[1:-1]:
+            found = target.find(piece, pos)
+            if found < 0:
+                return False
+            pos = found + len(piece)
+        last = pieces[-1]
+        if self.anchored:
+            return len(target) - pos >= len(last) and target.endswith(last)
+        return target.find(last, pos) >= 0
+
+
+def compile_pattern(pattern: str) -> PathPattern:
+    """A normalised pattern as a prefix matcher: `*` any run of characters, a final `$` the end of the path."""
     anchored = pattern.endswith("$")
-    body = pattern[:-1] if anchored else pattern
-    regex = ".*".join(re.escape(part) for part in body.split("*"))
-    return re.compile(regex + (r"\Z" if anchored else ""), re.S)
+    pieces = (pattern[:-1] if anchored else pattern).split("*")
+    if len(pieces) > 2:  # `**` is `*`: empty middle pieces match anywhere
+        pieces = [pieces[0], *(p for p in pieces[1:-1] if p), pieces[-1]]
+    return PathPattern(tuple(pieces), anchored)
+
+
+def _bounded_text(text: str) -> str:
+    """The first `MAX_FILE_BYTES` characters of a site file, cut after its last whole line (as RFC 9309's 500 KiB
+    minimum allows); a leading byte-order mark dropped."""
+    text = text.removeprefix("\ufeff")
+    if len(text) <= MAX_FILE_BYTES:
+        return text
+    text = text[:MAX_FILE_BYTES]
+    cut = max(text.rfind("\n"), text.rfind("\r"))
+    return text[: cut + 1] if cut >= 0 else ""
 
 
 # -- robots.txt (RFC 9309) ---------------------------------------------------------------------------------------
@@ -197,7 +261,7 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
 class RobotsRule:
     allow: bool
     pattern: str  # normalised
-    regex: re.Pattern[str]
+    matcher: PathPattern
 
 
 @dataclass(frozen=True)
@@ -209,6 +273,20 @@ class RobotsGroup:
 @dataclass(frozen=True)
 class RobotsTxt:
     groups: tuple[RobotsGroup, ...] = ()
+    _rules: dict[str, tuple[RobotsRule, ...] | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def rules_for(self, agent: str) -> tuple[RobotsRule, ...] | None:
+        """The rules of every group naming `agent` (a lower-case token or `*`), the best first (longest pattern, Allow
+        before Disallow, then in file order), or None when no group names it. Worked out once per agent, so that a
+        URL's decision neither scans every group nor sorts; not for every agent at parse time, since a file of many
+        User-agent lines over many rules would make that agents x rules."""
+        if agent not in self._rules:
+            groups = [g for g in self.groups if agent in g.agents]
+            rules = [r for g in groups for r in g.rules]
+            self._rules[agent] = tuple(sorted(rules, key=lambda r: (-len(r.pattern), not r.allow))) if groups else None
+        return self._rules[agent]
 
 
 def _agent_of(value: str) -> str:
@@ -218,11 +296,14 @@ def _agent_of(value: str) -> str:
 
 
 def parse_robots(text: str) -> RobotsTxt:
+    """The groups of a robots.txt; never raises. Lines it cannot read are ignored (RFC 9309 2.2), and so are the text
+    past `MAX_FILE_BYTES`, the rules past the `MAX_RULES`th and those longer than `MAX_PATTERN_CHARS`."""
     groups: list[RobotsGroup] = []
     agents: list[str] = []
     rules: list[RobotsRule] = []
+    kept = 0
     in_rules = False  # a rule line was seen since the last User-agent line: the next one starts a group
-    for raw in text.splitlines():
+    for raw in _bounded_text(text).splitlines():
         line = raw.split("#", 1)[0].strip()
         key, sep, value = line.partition(":")
         if not sep:
@@ -238,9 +319,11 @@ def parse_robots(text: str) -> RobotsTxt:
             if not agents:
                 continue  # a rule before any User-agent line belongs to no group
             in_rules = True
-            if value:  # an empty Disallow (or Allow) matches nothing
+            if value and kept < MAX_RULES:  # an empty Disallow (or Allow) matches nothing
                 pattern = normalize_pattern(value)
-                rules.append(RobotsRule(key == "allow", pattern, compile_pattern(pattern)))
+                if len(pattern) <= MAX_PATTERN_CHARS:
+                    rules.append(RobotsRule(key == "allow", pattern, compile_pattern(pattern)))
+                    kept += 1
         # Sitemap, Crawl-delay and unknown lines neither end a group nor matter here.
     if agents:
         groups.append(RobotsGroup(tuple(agents), tuple(rules)))
@@ -251,18 +334,13 @@ def robots_refusal(robots: RobotsTxt, agent: str, path_qs: str) -> str | None:
     """The Disallow rule that refuses `path_qs` (a URL's raw path and query) to `agent`, as a row detail, or None."""
     me = agent.lower()
     label = me
-    groups = [g for g in robots.groups if me in g.agents]
-    if not groups:
+    rules = robots.rules_for(me)
+    if rules is None:  # no group names us: the `*` groups
         label = "*"
-        groups = [g for g in robots.groups if "*" in g.agents]
+        rules = robots.rules_for("*") or ()
     target = normalize_target(path_qs)
-    best: RobotsRule | None = None
-    for rule in (r for g in groups for r in g.rules):
-        if not rule.regex.match(target):
-            continue
-        # The longest pattern wins; of two as long, Allow.
-        if best is None or (len(rule.pattern), rule.allow) > (len(best.pattern), best.allow):
-            best = rule
+    # The longest pattern wins; of two as long, Allow (`rules_for` has them best first).
+    best = next((rule for rule in rules if rule.matcher.match(target)), None)
     if best is None or best.allow:
         return None
     return f"robots.txt: Disallow {best.pattern} for {label}"
@@ -276,24 +354,62 @@ class TdmRule:
     location: str  # as written
     reservation: int | None  # 0, 1, or None for a protocol error (unset)
     policy: str | None
-    regex: re.Pattern[str]
+    matcher: PathPattern
+
+
+_JSON_MARK = re.compile(r'[\[\]{}"]')
+_JSON_STRING_REST = re.compile(r'(?:[^"\\]|\\.)*+"', re.S)  # possessive: one pass, no backtracking
+
+
+def _json_depth_within(text: str, limit: int) -> bool:
+    """Whether no array or object of this JSON text is nested deeper than `limit` (brackets inside strings do not
+    count); False also for an unterminated string, which is no JSON. One pass, no recursion: `json.loads` recurses
+    once per level, and a file of `[[[[...` would exhaust the stack."""
+    depth = 0
+    pos = 0
+    while mark := _JSON_MARK.search(text, pos):
+        pos = mark.end()
+        char = mark.group()
+        if char == '"':
+            rest = _JSON_STRING_REST.match(text, pos)
+            if rest is None:
+                return False
+            pos = rest.end()
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        else:
+            depth -= 1
+            if depth < 0:
+                return False  # a `]` or `}` closing nothing: no JSON either
+    return True
 
 
 def parse_tdmrep(text: str) -> tuple[TdmRule, ...]:
-    """The rules of a tdmrep.json; none when it is not a JSON array (the origin does not use TDMRep)."""
+    """The rules of a tdmrep.json; none when it is not a JSON array (the origin does not use TDMRep), nor when it is
+    longer than `MAX_FILE_BYTES` characters or nested deeper than `MAX_JSON_DEPTH`. Never raises. Keeps the first
+    `MAX_RULES` rules, ignoring those whose location is longer than `MAX_PATTERN_CHARS`."""
+    text = text.removeprefix("\ufeff")
+    if len(text) > MAX_FILE_BYTES or not _json_depth_within(text, MAX_JSON_DEPTH):
+        return ()
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a backstop, MAX_JSON_DEPTH is far below the stack's limit
         return ()
     if not isinstance(data, list):
         return ()
-    rules = []
+    rules: list[TdmRule] = []
     for item in data:
+        if len(rules) >= MAX_RULES:
+            break
         if not isinstance(item, dict) or not isinstance(item.get("location"), str):
             continue
         location = item["location"].strip()
         path = location.split("://", 1)[1].partition("/")[2] if "://" in location else location
         pattern = normalize_pattern(path if path.startswith(("/", "*")) else "/" + path)
+        if len(pattern) > MAX_PATTERN_CHARS:
+            continue
         value = item.get("tdm-reservation")
         valid = not isinstance(value, bool) and value in (0, 1, "0", "1")
         policy = item.get("tdm-policy") if isinstance(item.get("tdm-policy"), str) else None
@@ -304,7 +420,7 @@ def parse_tdmrep(text: str) -> tuple[TdmRule, ...]:
 def tdmrep_refusal(rules: Iterable[TdmRule], path_qs: str) -> str | None:
     target = normalize_target(path_qs)
     for rule in rules:
-        if rule.regex.match(target):
+        if rule.matcher.match(target):
             if rule.reservation != 1:
                 return None
             policy = f" (tdm-policy {rule.policy})" if rule.policy else ""
@@ -486,6 +602,7 @@ class OptOutChecker:
             got = await fetch(origin.with_path(path))
             if got.status == "unreachable":
                 return _Loaded(parse(""), got.reason)
-            return _Loaded(parse(got.text))  # absent: no rules
+            # Bounded (a few tenths of a second for a file at every cap), but off the event loop all the same.
+            return _Loaded(await asyncio.to_thread(parse, got.text))  # absent: no rules
 
         return await self.cache.get(f"{path} {origin}", load)

@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -15,16 +18,26 @@ from pathlib import Path
 import pytest
 from download_helpers import by_id, download_config, tag
 from fake_image_host import FakeImageHost, make_corpus
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from multidict import CIMultiDict
 from pydantic import ValidationError
 from yarl import URL
 
 from collectors.downloader import DownloadJournal, HttpDownloadConfig, HttpFetcher, download_hits
 from collectors.optout import (
+    MAX_FILE_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_PATTERN_CHARS,
+    MAX_RULES,
     HostFile,
     HostFileCache,
     OptOutChecker,
     OptOutPolicy,
+    PathPattern,
+    RobotsTxt,
+    compile_pattern,
+    normalize_target,
     parse_robots,
     parse_tdmrep,
     product_token,
@@ -189,6 +202,257 @@ def test_tdmrep_that_is_not_an_array_has_no_rules() -> None:
         assert parse_tdmrep(text) == ()
     # true is not 1
     assert tdmrep_refusal(parse_tdmrep('[{"location": "/", "tdm-reservation": true}]'), "/x") is None
+
+
+# -- hostile site files (issue 27): bounded work, never an exception -------------------------------------------------
+
+# 14 wildcards before a `Z` the path lacks: a backtracking regex (`.*a.*a...Z`) tries every way of placing the `a`s,
+# some C(n, 14) of them. The regex this matcher replaced took 1.5 s for 8 wildcards and 22.5 s for 10 on a 40-character
+# path, about 15x per two more wildcards: 14 on 60 characters extrapolates to hours. The linear matcher takes
+# microseconds.
+PATHOLOGICAL = "/" + "*a" * 14 + "*Z"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def reference(pattern: str) -> re.Pattern[str]:
+    """The backtracking translation the linear matcher replaced (right, but exponential on some patterns)."""
+    anchored = pattern.endswith("$")
+    body = pattern[:-1] if anchored else pattern
+    return re.compile(".*".join(re.escape(part) for part in body.split("*")) + (r"\Z" if anchored else ""), re.S)
+
+
+def test_pathological_wildcards_are_decided_at_once_for_robots_and_tdmrep() -> None:
+    # In a fresh interpreter: a regex stuck in a backtracking search cannot be interrupted from another thread of
+    # ours (it holds the GIL), only killed with its process. 60 s covers a slow interpreter start many times over.
+    script = f"""
+import json
+from collectors.optout import parse_robots, parse_tdmrep, robots_refusal, tdmrep_refusal
+robots = parse_robots("User-agent: *\\nDisallow: " + {PATHOLOGICAL!r} + "\\n")
+rules = parse_tdmrep(json.dumps([{{"location": {PATHOLOGICAL!r}, "tdm-reservation": 1}}]))
+for n in (40, 50, 60):
+    for path in ("/" + "a" * n, "/" + "a" * n + "Z"):
+        print(json.dumps([robots_refusal(robots, "culturebench", path), tdmrep_refusal(rules, path)]))
+"""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("a robots.txt/tdmrep.json pattern with 14 wildcards took over 60 s to match (backtracking)")
+    assert done.returncode == 0, done.stderr
+    no_z = [None, None]
+    with_z = [f"robots.txt: Disallow {PATHOLOGICAL} for *", f"tdmrep.json: location {PATHOLOGICAL} reserved"]
+    assert [json.loads(line) for line in done.stdout.splitlines()] == [no_z, with_z] * 3
+
+
+def test_robots_and_tdmrep_share_the_linear_matcher() -> None:
+    robots = parse_robots(f"User-agent: *\nDisallow: {PATHOLOGICAL}\n")
+    tdm = parse_tdmrep(json.dumps([{"location": PATHOLOGICAL, "tdm-reservation": 1}]))
+    matchers = [rule.matcher for rule in robots.rules_for("*") or ()] + [rule.matcher for rule in tdm]
+    assert len(matchers) == 2 and all(type(m) is PathPattern for m in matchers)
+    assert matchers[0] == matchers[1] == compile_pattern(PATHOLOGICAL)
+
+
+def test_linear_matcher_agrees_with_the_regex_on_every_small_case() -> None:
+    # Every pattern of up to 5 characters over `a`, `b`, `*`, `$` (a `$` inside is a literal) against every target of
+    # up to 4 over `a`, `b`, `$`: empty pieces, `**`, a final `$` after a `*`, a pattern longer than its target.
+    patterns = ["".join(p) for n in range(6) for p in itertools.product("ab*$", repeat=n)]
+    targets = ["".join(t) for n in range(5) for t in itertools.product("ab$", repeat=n)]
+    for pattern in patterns:
+        linear, regex = compile_pattern(pattern), reference(pattern)
+        for target in targets:
+            assert linear.match(target) == bool(regex.match(target)), (pattern, target)
+
+
+_PIECES = st.lists(st.text(alphabet="ab/$%", max_size=4), min_size=1, max_size=5)  # at most 4 `*`s: the regex is fast
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=_PIECES, anchored=st.booleans(), target=st.text(alphabet="ab/$%", max_size=24))
+def test_linear_matcher_agrees_with_the_regex(pieces: list[str], anchored: bool, target: str) -> None:
+    pattern = "*".join(pieces) + ("$" if anchored else "")
+    assert compile_pattern(pattern).match(target) == bool(reference(pattern).match(target)), (pattern, target)
+
+
+def reference_refusal(robots: RobotsTxt, agent: str, path_qs: str) -> str | None:
+    """robots_refusal as it was: every group naming us (or else `*`), every rule by the regex, the longest wins."""
+    label, groups = agent, [g for g in robots.groups if agent in g.agents]
+    if not groups:
+        label, groups = "*", [g for g in robots.groups if "*" in g.agents]
+    target = normalize_target(path_qs)
+    best = None
+    for rule in (r for g in groups for r in g.rules):
+        if reference(rule.pattern).match(target) and (
+            best is None or (len(rule.pattern), rule.allow) > (len(best.pattern), best.allow)
+        ):
+            best = rule
+    return None if best is None or best.allow else f"robots.txt: Disallow {best.pattern} for {label}"
+
+
+_RULE = st.tuples(st.sampled_from(["Allow", "Disallow"]), _PIECES.map(lambda p: "/" + "*".join(p)), st.booleans())
+_GROUP = st.tuples(st.lists(st.sampled_from(["*", AGENT, "otherbot"]), min_size=1, max_size=2), st.lists(_RULE))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(groups=st.lists(_GROUP, max_size=4), paths=st.lists(st.text(alphabet="ab/$%", max_size=16), min_size=1))
+def test_robots_decisions_agree_with_the_regex_implementation(
+    groups: list[tuple[list[str], list[tuple[str, str, bool]]]], paths: list[str]
+) -> None:
+    text = "".join(
+        "".join(f"User-agent: {a}\n" for a in agents)
+        + "".join(f"{k}: {p}{'$' if end else ''}\n" for k, p, end in rules)
+        for agents, rules in groups
+    )
+    robots = parse_robots(text)
+    for path in paths:
+        for agent in (AGENT, "somebot"):
+            assert robots_refusal(robots, agent, "/" + path) == reference_refusal(robots, agent, "/" + path), text
+
+
+def test_robots_rules_past_the_cap_are_ignored() -> None:
+    text = (
+        "User-agent: *\n"
+        + "".join(f"Disallow: /r{i}/\n" for i in range(MAX_RULES - 1))
+        + "Disallow: /last/\nDisallow:\nDisallow: /over/\n"  # an empty Disallow is no rule: not counted
+        + "User-agent: culturebench\nDisallow: /ours/\n"  # a group past the cap keeps its agents, not its rules
+    )
+    robots = parse_robots(text)
+    assert len(robots.rules_for("*") or ()) == MAX_RULES
+    assert verdict(text, "/last/a", agent="somebot") == "robots.txt: Disallow /last/ for *"
+    assert verdict(text, "/over/a", agent="somebot") is None
+    assert robots.rules_for(AGENT) == () and verdict(text, "/ours/a") is None
+
+
+def test_robots_patterns_past_the_length_cap_are_ignored() -> None:
+    at_cap, over = "/" + "a" * (MAX_PATTERN_CHARS - 1), "/" + "b" * MAX_PATTERN_CHARS
+    # The cap is on the normalised pattern: each `é` is six characters once percent-encoded.
+    encoded = "/" + "é" * (MAX_PATTERN_CHARS // 6 + 1)  # 2,780 characters as written
+    text = f"User-agent: *\nDisallow: {at_cap}\nDisallow: {over}\nDisallow: {encoded}\n"
+    assert verdict(text, at_cap) == f"robots.txt: Disallow {at_cap} for *"
+    assert verdict(text, over) is None
+    assert verdict(text, encoded) is None
+
+
+def test_robots_text_past_the_size_cap_is_ignored_by_whole_lines() -> None:
+    head = "User-agent: *\nDisallow: /early/\n"
+    cut = "Disallow: /late"  # where MAX_FILE_BYTES falls: read as `/late`, it would refuse /latex too
+    pad = "#" * (MAX_FILE_BYTES - len(head) - len(cut) - 1) + "\n"
+    text = head + pad + cut + "/and/long\nDisallow: /after/\n"
+    assert verdict(text, "/early/a") == "robots.txt: Disallow /early/ for *"
+    for path in ("/latex", "/late/and/long", "/after/a"):
+        assert verdict(text, path) is None
+    # A line running past the cap is not read at all.
+    assert parse_robots("User-agent: *\nDisallow: /" + "a" * MAX_FILE_BYTES).rules_for("*") == ()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "User-agent: *\x00\nDisallow: /a\x00/\n\x00\x00\x00\n",  # NUL bytes
+        b"User-agent: *\nDisallow: /\xff\xfe\xc3/\n".decode("utf-8-sig", "replace"),  # not UTF-8, as fetched
+        "User-agent: *\nDisallow: /\ud800/\n",  # a lone surrogate
+        "User-agent: *\nDisallow: /" + "a" * 400_000 + "\n",  # a very long line
+        "User-agent: *\n" + "Disallow: /x\n" * 100_000,  # over the size cap
+        "\r".join(["User-agent: *", "Disallow: /c\x1c/"]),  # old Mac line ends, a separator character
+    ],
+    ids=["nul", "not-utf8", "surrogate", "long-line", "huge", "odd-line-ends"],
+)
+def test_hostile_robots_txt_never_raises(text: str) -> None:
+    robots = parse_robots(text)
+    assert robots_refusal(robots, AGENT, "/other/page") is None
+
+
+def test_robots_txt_byte_order_mark_is_skipped() -> None:
+    assert verdict("\ufeffUser-agent: *\nDisallow: /a\n", "/a") == "robots.txt: Disallow /a for *"
+
+
+def test_tdmrep_rules_past_the_caps_are_ignored() -> None:
+    items: list[dict[str, object]] = [{"location": f"/r{i}/"} for i in range(MAX_RULES - 1)]
+    items += [{"location": "/last/", "tdm-reservation": 1}, {"location": "/over/", "tdm-reservation": 1}]
+    rules = parse_tdmrep(json.dumps(items, separators=(",", ":")))
+    assert len(rules) == MAX_RULES
+    assert tdmrep_refusal(rules, "/last/a") == "tdmrep.json: location /last/ reserved"
+    assert tdmrep_refusal(rules, "/over/a") is None
+    # A location over the length cap is no rule: the next one decides.
+    long = "/img/" + "a" * MAX_PATTERN_CHARS
+    rules = parse_tdmrep(
+        json.dumps([{"location": long, "tdm-reservation": 0}, {"location": "/img/", "tdm-reservation": 1}])
+    )
+    assert [r.location for r in rules] == ["/img/"]
+    # A file over the size cap is not read at all.
+    small = json.dumps([{"location": "/", "tdm-reservation": 1}])
+    assert parse_tdmrep(small + " " * (MAX_FILE_BYTES - len(small))) != ()
+    assert parse_tdmrep(small + " " * (MAX_FILE_BYTES - len(small) + 1)) == ()
+
+
+def nested(depth: int) -> str:
+    """A valid tdmrep.json reserving everything, with an extra member nested to `depth` in all."""
+    inner = "[" * (depth - 2) + "]" * (depth - 2)
+    return '[{"location": "/", "tdm-reservation": 1, "extension": ' + inner + "}]"
+
+
+def test_tdmrep_nesting_is_capped() -> None:
+    assert len(parse_tdmrep(nested(MAX_JSON_DEPTH))) == 1
+    assert parse_tdmrep(nested(MAX_JSON_DEPTH + 1)) == ()
+    # Brackets inside strings are no nesting, escaped quotes do not end a string.
+    deep_string = json.dumps([{"location": "/[{" * 2000 + '\\"]' * 100, "tdm-reservation": 1}])
+    assert len(parse_tdmrep(deep_string)) == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100_000,
+        '{"a":' * 5000,
+        "[" * 5000 + "]" * 5000,  # deeply nested, and valid
+        nested(1000),  # a valid rule list, nested deep inside
+        '"' + '\\"' * 100_000,  # a string that never ends
+        '"[' * 50_000,
+        "]" * 100 + "[" * 100,
+        "1" * 100_000,  # past the interpreter's limit on int digits
+        b"\xff\xfe[\x00\x80{]".decode("utf-8-sig", "replace"),  # not UTF-8, as fetched
+        '[{"location": "/a\x00", "tdm-reservation": 1}]',  # a raw control character in a string
+        json.dumps([{"location": "/", "tdm-reservation": 1}]) + " " * MAX_FILE_BYTES,  # a huge body
+    ],
+    ids=[
+        "brackets",
+        "objects",
+        "nested-valid",
+        "nested-in-rules",
+        "unterminated",
+        "quotes",
+        "unbalanced",
+        "digits",
+        "not-utf8",
+        "control",
+        "huge",
+    ],
+)
+def test_hostile_tdmrep_json_has_no_rules(text: str) -> None:
+    assert parse_tdmrep(text) == ()
+
+
+def test_tdmrep_lone_surrogate_is_a_location_like_any_other() -> None:
+    # `\ud800` is valid JSON, and json.loads makes it a lone surrogate, which UTF-8 cannot encode.
+    rules = parse_tdmrep(
+        '[{"location": "/\\ud800", "tdm-reservation": 1}, {"location": "/img/", "tdm-reservation": 1}]'
+    )
+    assert len(rules) == 2
+    assert tdmrep_refusal(rules, "/img/a") == "tdmrep.json: location /img/ reserved"
+
+
+_FUZZ = st.lists(
+    st.sampled_from([*'[]{}":,\\ #\n\r\x00a/*$%é\ud800\ufeff', "User-agent:", "Disallow:", "Allow:", "\\u"])
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_FUZZ | st.text(), path=st.text(max_size=20))
+def test_site_file_parsers_never_raise(text: str, path: str) -> None:
+    robots_refusal(parse_robots(text), AGENT, "/" + path)
+    robots_refusal(parse_robots("User-agent: *\nDisallow: " + text), AGENT, "/" + path)
+    tdmrep_refusal(parse_tdmrep(text), "/" + path)
+    tdmrep_refusal(parse_tdmrep('[{"location": ' + json.dumps(text) + ', "tdm-reservation": 1}]'), "/" + path)
 
 
 # -- the policy in the config and the manifest ------------------------------------------------------------------
@@ -471,6 +735,29 @@ def test_unreachable_site_files_fail_open_or_closed(failing: str, blobs: BlobSto
         assert all(server.counts[URL(h["url"]).path] == 1 for h in hits)
         path = "/robots.txt" if failing == "robots" else "/.well-known/tdmrep.json"
         assert server.meta_counts[path] == 2  # once per run, not once per URL
+
+
+def test_hostile_site_files_neither_abort_nor_stall_the_download(blobs: BlobStore) -> None:
+    # One origin whose tdmrep.json nests 100,000 arrays (a RecursionError once) and whose robots.txt holds NUL bytes
+    # and a wildcard pattern that backtracks for seconds; another whose tdmrep.json has a lone surrogate (a
+    # UnicodeEncodeError once). Each is "no rules" where unreadable, and the rest of its rules still hold.
+    robots = "\x00\x00\nUser-agent: *  # \x00\nDisallow: /" + "*a" * 10 + "*Z\nDisallow: /img/1/\n"
+    surrogate = '[{"location": "/\\ud800", "tdm-reservation": 1}, {"location": "/img/2/", "tdm-reservation": 1}]'
+    with (
+        FakeImageHost(corpus=CORPUS, robots_txt=robots, tdmrep_json="[" * 100_000) as nested,
+        FakeImageHost(corpus=CORPUS, tdmrep_json=surrogate) as odd,
+    ):
+        t = tag()
+        hits = [
+            {"image_id": "ok", "url": nested.url(f"/img/0/{'a' * 40}{t}")},
+            {"image_id": "robots", "url": nested.url(f"/img/1/{t}")},
+            {"image_id": "odd-ok", "url": odd.url(f"/img/0/{t}")},
+            {"image_id": "tdm", "url": odd.url(f"/img/2/{t}")},
+        ]
+        rows = by_id(download_hits(hits, blobs, config(opt_out={"unreachable_policy": "closed"})))
+    assert rows["ok"]["status"] == "ok" and rows["odd-ok"]["status"] == "ok"
+    assert_refused(rows["robots"], "robots.txt: Disallow /img/1/ for *")
+    assert_refused(rows["tdm"], "tdmrep.json: location /img/2/ reserved")
 
 
 def test_a_missing_site_file_means_no_rules_even_fail_closed(blobs: BlobStore) -> None:
