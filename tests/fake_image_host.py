@@ -129,8 +129,10 @@ BOMB_HEAD = b"\xff\xd8\xff\xe0"  # a JPEG signature: the body looks like an imag
 
 
 @functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)
 def compression_bomb(mib: int, encoding: str = "gzip") -> bytes:
-    """BOMB_HEAD then `mib` MiB of zeros, compressed (about 1 KiB per MiB), built a block at a time."""
+    """BOMB_HEAD then `mib` MiB of zeros, compressed (about 1 KiB per MiB), built a block at a time; once per size
+    and encoding (building 64 MiB takes longer than a test's read timeout on a busy machine)."""
     wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
     packer = zlib.compressobj(9, zlib.DEFLATED, wbits)
     block = bytes(1 << 20)
