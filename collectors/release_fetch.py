@@ -12,13 +12,29 @@ checked against its released `sha256`. The report has one row per image:
 
 With `write_images`, the release's image table is written again under `out` with the verified images' bytes in its
 HF `Image` column (converted to JPEG as an images-mode release would), so `datasets.load_dataset` reads it.
+
+The release is untrusted input, read before anything is fetched or written: its manifest strictly
+(`data.release_integrity.read_manifest`: `name` and `version` are plain tokens, so the default output
+`fetched/<name>/<version>` stays where it says), its image config's Parquet files against the manifest's sha256,
+and each part's columns (`url`, `sha256` and the id as text, `image` an image struct) and ids (none null, none
+twice). The output may be neither the release, nor inside it, nor inside any release or result folder
+(`data.output_paths.check_output`).
+
+Crash safety: the downloads go to `<out>/.fetch-state/` (`blobs/`, content-addressed, and `journal/`, the
+downloader's own `DownloadJournal`), so a killed run resumes where it stopped: a rerun with the same `out` requests
+only the URLs the journal does not hold yet (the journal's reuse rules apply: a download config with other limits or
+another opt-out policy fetches again). A complete run removes `.fetch-state/`, so the next run into the same `out`
+checks every URL afresh. The report and the image table are written atomically (temporary sibling, fsync, rename):
+a crash never leaves a partial file under either name, nor replaces a complete one from an earlier run. One fetch
+per output folder at a time.
 """
 
 from __future__ import annotations
 
-import json
-import tempfile
+import re
+import shutil
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,16 +42,21 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.downloader import HttpDownloadConfig, download_hits
+from collectors.downloader import DownloadJournal, HttpDownloadConfig, download_hits
 from collectors.optout import OPTED_OUT
-from data.release import MANIFEST, hf_image_schema, to_release_jpeg
-from data.release_3xcm import read_parquet_files
+from data.output_paths import check_output
+from data.release_format import MANIFEST, ReleaseReadError
+from data.release_integrity import IMAGE_CONFIGS, Manifest, ReleaseIntegrityError, read_manifest, verify_files
 from data.schemas import STATUS_OK
 from data.workspace import BlobStore, Storage
 
 REPORT = "fetch_report.parquet"
-#: A release's image config and its id column, per benchmark.
-IMAGE_CONFIGS = {"3xcm": ("image_metadata", "image_id"), "mixcube": ("default", "sample_id")}
+#: The image table `write_images` writes under `<out>/<config>/`.
+IMAGE_PART = "train-00000-of-00001.parquet"
+#: Under `out`: the blobs and the download journal of a fetch that has not completed (removed when it does).
+STATE = ".fetch-state"
+#: The progress stage the download reports (`progress(stage, done, total)`).
+STAGE = "fetching images"
 OK, GONE, CHANGED = "ok", "gone", "changed"
 FETCH_REPORT = pa.schema(
     [
@@ -51,10 +72,16 @@ FETCH_REPORT = pa.schema(
 ROW_GROUP = 100
 #: An image the release names by no URL (a local file's row): nothing to fetch.
 NO_URL = {"status": "failed", "error": "no_url", "detail": "the release has no URL for this image", "sha256": None}
+#: The journal writes a batch this often (results, seconds): a kill loses at most one batch of downloads.
+JOURNAL_FLUSH = (32, 1.0)
+#: A temporary file `Storage.open_atomic` left behind when a run was killed while writing an output.
+_STALE_TMP = re.compile(rf"^\.tmp-[0-9a-f]{{32}}-({re.escape(REPORT)}|{re.escape(IMAGE_PART)})$")
+
+Progress = Callable[[str, int, int], None]
 
 
-class FetchReleaseError(ValueError):
-    """A folder that is not a URL-only release (the message says why)."""
+class FetchReleaseError(ReleaseReadError):
+    """A folder that is not a URL-only release, or whose image table cannot be fetched (the message says why)."""
 
 
 @dataclass
@@ -70,47 +97,180 @@ class FetchSummary:
         return f"{self.benchmark} {self.version}: {sum(self.counts.values())} images: {parts}"
 
 
-def fetch_release(
-    folder: Path, out: Path, config: HttpDownloadConfig | None = None, write_images: bool = False
-) -> FetchSummary:
-    """Fetch and verify every image `folder` (a URL-only release) names by URL; write the report (and the image
-    table) under `out`."""
-    manifest_path = folder / MANIFEST
-    if not manifest_path.is_file():
-        raise FetchReleaseError(f"{folder} is not a release folder (no {MANIFEST})")
-    manifest = json.loads(manifest_path.read_text())
-    name, mode = manifest.get("name"), manifest.get("mode", "images")
-    if name not in IMAGE_CONFIGS:
-        raise FetchReleaseError(f"{folder}: unknown benchmark {name!r} in {MANIFEST}")
+@dataclass
+class ReleaseImages:
+    """A URL-only release's image table, read and checked: one dict per row (without `image`)."""
+
+    manifest: Manifest
+    config: str  # the image config's folder: image_metadata (3XCM), default (MixCuBe)
+    id_column: str
+    table: pa.Table
+    rows: list[dict[str, Any]]
+    embedded: list[bool]  # the row carries its bytes (a MixCuBe swap): nothing to fetch
+
+    @property
+    def wanted(self) -> list[int]:
+        return [i for i, done in enumerate(self.embedded) if not done]
+
+
+def default_out(manifest: Manifest) -> Path:
+    """`fetched/<name>/<version>`, from the manifest's validated name and version (plain tokens, no separator)."""
+    return Path("fetched") / manifest.name / manifest.version
+
+
+def read_release(folder: Path, hf_features: bool = False) -> ReleaseImages:
+    """The image table of the URL-only release `folder`; ReleaseReadError names the file and field that is wrong.
+    `hf_features`: every column must also have an HF datasets feature (the image table is to be written)."""
+    manifest = read_manifest(folder)
+    mode = manifest.data.get("mode", "images")
+    if manifest.name not in IMAGE_CONFIGS:
+        known = ", ".join(IMAGE_CONFIGS)
+        raise FetchReleaseError(f"{folder / MANIFEST}: unknown benchmark {manifest.name!r} (known: {known})")
     if mode != "urls":
         raise FetchReleaseError(f"{folder} is a release with its images (mode {mode!r}), not a URL-only one")
-    config_name, id_column = IMAGE_CONFIGS[name]
-    files = sorted(p for p in (folder / config_name).glob("*.parquet") if p.is_file())
+    config, id_column = IMAGE_CONFIGS[manifest.name]
+    problems = verify_files(manifest, [config])
+    if problems:
+        raise ReleaseIntegrityError(folder, problems)
+    files = sorted(p for p in (folder / config).glob("*.parquet") if p.is_file())
     if not files:
-        raise FetchReleaseError(f"{folder} has no {config_name}/*.parquet")
-    table = read_parquet_files(files).replace_schema_metadata(None)
+        raise FetchReleaseError(f"{folder} has no {config}/*.parquet")
+    parts = [_read_part(file, manifest.name, id_column, hf_features) for file in files]
+    _check_ids(files, parts, id_column)
+    try:
+        table = pa.concat_tables(parts, promote_options="permissive").replace_schema_metadata(None)
+    except pa.ArrowException as exc:
+        raise FetchReleaseError(f"{folder / config}: parts with different schemas ({_one_line(exc)})") from None
     has_image = "image" in table.column_names
-    meta_columns = [c for c in table.column_names if c != "image"]
-    rows = table.select(meta_columns).to_pylist()
+    rows = table.select([c for c in table.column_names if c != "image"]).to_pylist()
     embedded = [bool(v and v.get("bytes")) for v in table["image"].to_pylist()] if has_image else [False] * len(rows)
-    wanted = [i for i, done in enumerate(embedded) if not done]  # a MixCuBe swap carries its bytes
+    return ReleaseImages(manifest, config, id_column, table, rows, embedded)
 
-    out.mkdir(parents=True, exist_ok=True)
-    config = config or HttpDownloadConfig()
-    with tempfile.TemporaryDirectory(dir=out, prefix=".blobs-") as scratch:
-        blobs = BlobStore(Storage(scratch), "blobs")  # the downloads, until they are checked and written
-        with_url = [i for i in wanted if rows[i].get("url")]
-        hits = [{"image_id": rows[i][id_column], "url": rows[i]["url"]} for i in with_url]
-        fetched = dict(zip(with_url, download_hits(hits, blobs, config).to_pylist() if hits else [], strict=True))
-        report = [_verdict(rows[i], id_column, fetched.get(i, NO_URL)) for i in wanted]
-        report_path = out / REPORT
-        pq.write_table(pa.Table.from_pylist(report, schema=FETCH_REPORT), report_path, compression="zstd")
-        images_path = None
-        if write_images:
-            verified = {r["image_id"] for r in report if r["status"] == OK}
-            images_path = _write_image_table(out / config_name, table, rows, id_column, embedded, verified, blobs)
+
+def _read_part(path: Path, benchmark: str, id_column: str, hf_features: bool) -> pa.Table:
+    # ParquetFile, not pq.read_table: that goes through pyarrow.dataset, which imports pandas.
+    try:
+        reader = pq.ParquetFile(path)
+        schema = reader.schema_arrow
+    except (pa.ArrowException, OSError) as exc:
+        raise FetchReleaseError(f"{path}: not a readable Parquet file ({_one_line(exc)})") from None
+    for column in (id_column, "url", "sha256"):
+        if column not in schema.names:
+            raise FetchReleaseError(
+                f"{path}: no column {column!r} (a URL-only {benchmark} table has {id_column}, url and sha256)"
+            )
+    for column in (id_column, "url", "sha256", "format"):
+        if column in schema.names and not _is_text(schema.field(column).type):
+            raise FetchReleaseError(f"{path}: column {column!r} holds {schema.field(column).type}, not text")
+    if "image" in schema.names and not _is_image(schema.field("image").type):
+        raise FetchReleaseError(
+            f"{path}: column 'image' holds {schema.field('image').type}, not an image (struct of bytes and path)"
+        )
+    if hf_features:
+        _check_hf_features(path, schema)
+    try:
+        return reader.read()
+    except (pa.ArrowException, OSError) as exc:
+        raise FetchReleaseError(f"{path}: not a readable Parquet file ({_one_line(exc)})") from None
+
+
+def _check_hf_features(path: Path, schema: pa.Schema) -> None:
+    """Each column (but `image`) has an HF datasets feature, so the image table can be written."""
+    from datasets import Features
+
+    for field in schema:
+        if field.name == "image":
+            continue
+        try:
+            Features.from_arrow_schema(pa.schema([field]))
+        except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
+            raise FetchReleaseError(
+                f"{path}: column {field.name!r} holds {field.type}, which an HF datasets table cannot hold "
+                f"({_one_line(exc)}); fetch without --write-images"
+            ) from None
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)
+
+
+def _is_image(kind: pa.DataType) -> bool:
+    if pa.types.is_null(kind):
+        return True
+    if not pa.types.is_struct(kind) or kind.get_field_index("bytes") < 0:
+        return False
+    data = kind.field("bytes").type
+    return pa.types.is_binary(data) or pa.types.is_large_binary(data) or pa.types.is_null(data)
+
+
+def _check_ids(files: list[Path], parts: list[pa.Table], id_column: str) -> None:
+    """Every row has an id, and no id is on two rows: the report and the image table name each image by it."""
+    seen: dict[str, tuple[Path, int]] = {}
+    for file, part in zip(files, parts, strict=True):
+        for row, key in enumerate(part[id_column].to_pylist(), start=1):
+            if key is None:
+                raise FetchReleaseError(f"{file}: row {row} has a null {id_column!r}; every image needs an id")
+            if key in seen:
+                first, at = seen[key]
+                where = f"rows {at} and {row}" if first == file else f"row {row}, and on {first} row {at}"
+                raise FetchReleaseError(f"{file}: {id_column} {key!r} is on {where}; each image needs an id of its own")
+            seen[key] = (file, row)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+def fetch_release(
+    folder: Path,
+    out: Path | None = None,
+    config: HttpDownloadConfig | None = None,
+    write_images: bool = False,
+    progress: Progress | None = None,
+) -> FetchSummary:
+    """Fetch and verify every image `folder` (a URL-only release) names by URL; write the report (and the image
+    table) under `out` (default `fetched/<name>/<version>`). Everything is checked before the first request."""
+    release = read_release(folder, hf_features=write_images)
+    schema = _image_schema(release) if write_images else None
+    option = "--out" if out is not None else "the default --out"
+    out = out if out is not None else default_out(release.manifest)
+    target = check_output(out, inputs=[folder], option=option)
+    rows, id_column, wanted = release.rows, release.id_column, release.wanted
+
+    for stale in target.glob(".blobs-*"):  # the scratch folders of fetches before .fetch-state
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale)
+    target.mkdir(parents=True, exist_ok=True)
+    storage = Storage(str(target))
+    for parent in (target, target / release.config):  # what a run killed while writing left behind
+        for path in parent.glob(".tmp-*") if parent.is_dir() else []:
+            if _STALE_TMP.match(path.name) and path.is_file():
+                path.unlink(missing_ok=True)
+    blobs = BlobStore(storage, f"{STATE}/blobs")  # kept until the run completes: a rerun resumes from them
+    journal = DownloadJournal(storage, f"{STATE}/journal", *JOURNAL_FLUSH)
+
+    with_url = [i for i in wanted if rows[i].get("url")]
+    hits = [{"image_id": rows[i][id_column], "url": rows[i]["url"]} for i in with_url]
+    fetched: dict[int, dict[str, Any]] = {}
+    if hits:
+        on_item = None
+        if progress is not None:
+            progress(STAGE, 0, len(hits))
+            on_item = lambda done, total: progress(STAGE, done, total)  # noqa: E731
+        table = download_hits(hits, blobs, config or HttpDownloadConfig(), journal=journal, on_item=on_item)
+        fetched = dict(zip(with_url, table.to_pylist(), strict=True))
+    report = [_verdict(rows[i], id_column, fetched.get(i, NO_URL)) for i in wanted]
+
+    images_path = None
+    if write_images:
+        # By row, not by id: each row's image is the blob fetched for that row.
+        verified = {i: fetched[i]["sha256"] for i, got in zip(wanted, report, strict=True) if got["status"] == OK}
+        _write_image_table(storage, storage.path(release.config, IMAGE_PART), release, schema, verified, blobs)
+        images_path = str(out / release.config / IMAGE_PART)
+    storage.write_parquet(storage.path(REPORT), pa.Table.from_pylist(report, schema=FETCH_REPORT))
+    storage.rm(storage.path(STATE))  # complete: the next run checks every URL afresh
     counts = Counter(r["status"] for r in report)
-    return FetchSummary(name, manifest.get("version", "?"), dict(counts), str(report_path), images_path)
+    return FetchSummary(release.manifest.name, release.manifest.version, dict(counts), str(out / REPORT), images_path)
 
 
 def _verdict(row: dict[str, Any], id_column: str, got: dict[str, Any]) -> dict[str, Any]:
@@ -125,38 +285,44 @@ def _verdict(row: dict[str, Any], id_column: str, got: dict[str, Any]) -> dict[s
     return {**out, "status": status, "error": got["error"], "detail": got["detail"]}
 
 
+def _image_schema(release: ReleaseImages) -> pa.Schema:
+    """The written image table's schema: the release's columns and an HF `Image` column (before any download)."""
+    from data.release import hf_image_schema  # datasets: only with --write-images
+
+    try:
+        return hf_image_schema(pa.schema([f for f in release.table.schema if f.name != "image"]))
+    except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
+        where = release.manifest.folder / release.config
+        raise FetchReleaseError(f"{where}: no HF datasets schema for its columns ({_one_line(exc)})") from None
+
+
 def _write_image_table(
-    folder: Path,
-    table: pa.Table,
-    rows: list[dict[str, Any]],
-    id_column: str,
-    embedded: list[bool],
-    verified: set[str],
+    storage: Storage,
+    path: str,
+    release: ReleaseImages,
+    schema: pa.Schema,
+    verified: dict[int, str],
     blobs: BlobStore,
-) -> str:
+) -> None:
     """The release's image table with an HF `Image` column: the released bytes (MixCuBe swaps), the verified
-    downloads (JPEG as released), null for the rest."""
-    schema = hf_image_schema(pa.schema([f for f in table.schema if f.name != "image"]))
+    downloads (JPEG as released), null for the rest; `verified` maps a row's position to its fetched blob. Written
+    atomically: a failure leaves an earlier table as it was."""
+    from data.release import to_release_jpeg
+
+    table, rows = release.table, release.rows
     images = table["image"].to_pylist() if "image" in table.column_names else [None] * len(rows)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "train-00000-of-00001.parquet"
-    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+    with storage.open_atomic(path) as handle, pq.ParquetWriter(handle, schema, compression="zstd") as writer:
         for start in range(0, len(rows), ROW_GROUP):
             records = []
             for i in range(start, min(len(rows), start + ROW_GROUP)):
-                row, key = rows[i], rows[i][id_column]
-                if embedded[i]:
+                row, key = rows[i], rows[i][release.id_column]
+                if release.embedded[i]:
                     image = images[i]
-                elif key in verified:
-                    data = to_release_jpeg(blobs.get(row["sha256"]), row.get("format") or _format(blobs, row))
-                    image = {"bytes": data, "path": f"{key}.jpg"}
+                elif i in verified:
+                    data = blobs.get(verified[i])
+                    fmt = row.get("format") or ("JPEG" if data[:3] == b"\xff\xd8\xff" else "PNG")
+                    image = {"bytes": to_release_jpeg(data, fmt), "path": f"{key}.jpg"}
                 else:
                     image = None
                 records.append({**row, "image": image})
             writer.write_table(pa.Table.from_pylist(records, schema=schema))
-    return str(path)
-
-
-def _format(blobs: BlobStore, row: dict[str, Any]) -> str:
-    """A MixCuBe row has no `format`: JPEG by its signature, else converted."""
-    return "JPEG" if blobs.get(row["sha256"])[:3] == b"\xff\xd8\xff" else "PNG"

@@ -1,16 +1,28 @@
 """`culturebench fetch-release DIR [--out OUT] [--write-images]`: download the images of a URL-only release with the
 HTTP downloader, check each against its sha256 and report what is gone, changed or opted out
-(`collectors/release_fetch.py`). Heavy imports wait until the command runs."""
+(`collectors/release_fetch.py`). Heavy imports wait until the command runs, and stay light then: no torch,
+matplotlib, OpenCV or pandas (`datasets` only with --write-images, for the HF Image schema).
+
+Bad input (a release or table that cannot be read, an output onto or inside a release, a download config that is
+not a valid mapping) is one red line naming the file or field, exit 2, before any request; an OS error is one line,
+exit 1. A killed run resumes from `OUT/.fetch-state/` when rerun with the same output."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from flows.cli_output import console, os_error_line
+from flows.cli_output import console, os_error_line, progress_bars
+
+if TYPE_CHECKING:
+    from collectors.downloader import HttpDownloadConfig
+
+
+class DownloadConfigError(ValueError):
+    """A --download-config that cannot be used: one line naming the file and the field."""
 
 
 def fetch_release_command(
@@ -39,23 +51,20 @@ def fetch_release_command(
     ] = False,
 ) -> None:
     """Download every image DIR names by URL, verify it against its sha256 and report each as ok, changed (other
-    bytes), gone (no image) or opted_out (the source refuses us now). Exit 2 when DIR is not a URL-only release."""
-    import yaml
-    from pydantic import ValidationError
+    bytes), gone (no image) or opted_out (the source refuses us now). Exit 2 when DIR is not a URL-only release,
+    or OUT is DIR, inside it or inside any release. A killed run resumes when rerun with the same OUT."""
+    from collectors.release_fetch import fetch_release
+    from data.output_paths import OutputPathError
+    from data.release_format import ReleaseReadError
 
-    from collectors.downloader import HttpDownloadConfig
-    from collectors.release_fetch import FetchReleaseError, fetch_release
-
+    bar = _LazyBar()
     try:
-        raw = yaml.safe_load(download_config.read_text()) if download_config else {}
-        raw = {k: v for k, v in (raw or {}).items() if k != "backend"}
-        if allow_private_addresses:
-            raw["allow_private_addresses"] = True
-        config = HttpDownloadConfig.model_validate(raw)
-        manifest = json.loads((release / "manifest.json").read_text()) if (release / "manifest.json").is_file() else {}
-        target = out or Path("fetched") / str(manifest.get("name", "release")) / str(manifest.get("version", "0"))
-        summary = fetch_release(release, target, config, write_images=write_images)
-    except (FetchReleaseError, ValidationError, yaml.YAMLError) as exc:
+        config = read_download_config(download_config, allow_private_addresses)
+        try:
+            summary = fetch_release(release, out, config, write_images=write_images, progress=bar)
+        finally:
+            bar.close()
+    except (ReleaseReadError, OutputPathError, DownloadConfigError) as exc:
         console.print(str(exc), style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except OSError as exc:
@@ -66,3 +75,60 @@ def fetch_release_command(
     if summary.images:
         console.print(f"images: {summary.images}", markup=False, soft_wrap=True)
     typer.echo(json.dumps({"counts": summary.counts, "report": summary.report, "images": summary.images}))
+
+
+def read_download_config(path: Path | None, allow_private_addresses: bool = False) -> HttpDownloadConfig:
+    """The downloader's settings from a YAML or JSON mapping (`backend` ignored); DownloadConfigError is one line,
+    `<file>: <field>: <what is wrong>`, never pydantic's multi-line report."""
+    import yaml
+    from pydantic import ValidationError
+
+    from collectors.downloader import HttpDownloadConfig
+
+    raw: Any = {}
+    if path is not None:
+        data = path.read_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DownloadConfigError(
+                f"{path}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); save it as UTF-8"
+            ) from None
+        try:
+            raw = yaml.safe_load(text)
+        except (yaml.YAMLError, RecursionError) as exc:
+            raise DownloadConfigError(f"{path}: not valid YAML or JSON ({' '.join(str(exc).split())[:300]})") from None
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise DownloadConfigError(
+                f"{path}: a YAML {type(raw).__name__}, not a mapping of the downloader's settings (concurrency: 8, ...)"
+            )
+    raw = {k: v for k, v in raw.items() if k != "backend"}
+    if allow_private_addresses:
+        raw["allow_private_addresses"] = True
+    try:
+        return HttpDownloadConfig.model_validate(raw)
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = errors[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(settings)"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise DownloadConfigError(f"{path or '--download-config'}: {where}: {first['msg']}{more}") from None
+
+
+class _LazyBar:
+    """`progress_bars`, started by the first report: a refusal before any download prints its line alone."""
+
+    def __init__(self) -> None:
+        self.bars: progress_bars | None = None
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if self.bars is None:
+            self.bars = progress_bars().__enter__()
+        self.bars(stage, done, total)
+
+    def close(self) -> None:
+        if self.bars is not None:
+            self.bars.__exit__(None, None, None)
+            self.bars = None
