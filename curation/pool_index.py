@@ -36,11 +36,14 @@ class PoolIndex:
         image_of_priority[priority] = np.arange(n)
         self.image_of_priority: list[int] = image_of_priority.tolist()
         countries = max(1, len(catalog.country_names))
-        cells, self.cell_of = np.unique(catalog.concept * countries + catalog.country, return_inverse=True)
+        # int64 throughout, also for an empty catalog (every image taken down): no cells, and every query of an
+        # empty pool answers NO_IMAGE.
+        cell_keys = np.asarray(catalog.concept, dtype=np.int64) * countries + np.asarray(catalog.country, np.int64)
+        cells, self.cell_of = np.unique(cell_keys, return_inverse=True)
         self.cells = len(cells)
         self.cell_concept = cells // countries
         self.cell_country = cells % countries
-        self.cell_group: list[int] = (catalog.country_group[self.cell_country] if self.cells else []).tolist()
+        self.cell_group: list[int] = np.asarray(catalog.country_group, np.int64)[self.cell_country].tolist()
         self.cell_concept_of: list[int] = self.cell_concept.tolist()
         self.cell_index = {int(c): i for i, c in enumerate(cells)}
         self.country_group: list[int] = catalog.country_group.tolist()

@@ -13,13 +13,25 @@ Builds read the denylist of their `release.root` (`flows/takedown_filter.py`):
   a denylisted URL.
 The denylist's digest is part of those stages' fingerprints (nothing changes while there is no denylist), so a
 rebuild of the same config redoes them and everything after.
+
+Takedowns on one release root may run at the same time: each merges its entries under an exclusive lock,
+`denylist.json.lock` next to the denylist (created with O_EXCL on a local disk, with exclusive create `xb` on an
+object store, as `ReleaseWriter._publish` does), and reads the denylist again under it. A lock left by a crashed
+takedown is not broken by age or pid (neither is reliable across machines and object stores, and a live holder
+may be slow): a writer waits `LOCK_TIMEOUT_S` and then fails with a line naming the lock and saying to delete it if
+no takedown is running.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+import os
+import socket
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -30,11 +42,19 @@ from data.schemas import IMAGES, STATUS_FAILED, blank_row, from_rows
 from data.workspace import BlobStore, Storage
 
 FILE = "denylist.json"
+LOCK = f"{FILE}.lock"
+#: How long a takedown waits for another one's lock on the denylist before it gives up (a merge of a 20 MB denylist
+#: takes a few seconds; a lock older than this is most likely a crashed takedown's).
+LOCK_TIMEOUT_S = 60.0
 TAKEN_DOWN = "taken_down"  # the `error` of a denylisted image in a build, the `reason` of a dropped query
 
 
 class DenylistError(ValueError):
     """A denylist file that cannot be read: the message names it."""
+
+
+class DenylistLockError(RuntimeError):
+    """The denylist's lock stayed taken for `LOCK_TIMEOUT_S`: the message names the lock file."""
 
 
 class DenylistEntry(BaseModel):
@@ -97,6 +117,12 @@ def denylist_path(storage: Storage, benchmark: str) -> str:
     return storage.path(benchmark, FILE)
 
 
+def denylist_location(root: str, benchmark: str) -> str:
+    """How messages name the denylist of `<root>/<benchmark>/`."""
+    storage = Storage(root)
+    return storage.display(denylist_path(storage, benchmark))
+
+
 def read_denylist(root: str, benchmark: str) -> Denylist:
     """The denylist of `<root>/<benchmark>/`, empty when there is none."""
     storage = Storage(root)
@@ -105,7 +131,7 @@ def read_denylist(root: str, benchmark: str) -> Denylist:
         return Denylist(benchmark=benchmark)
     try:
         denylist = Denylist.model_validate(storage.read_json(path))
-    except (ValueError, ValidationError) as exc:
+    except (ValueError, ValidationError, RecursionError) as exc:
         reason = " ".join(str(exc).split())[:300]
         raise DenylistError(f"{storage.display(path)}: not a culturebench denylist ({reason})") from None
     if denylist.benchmark != benchmark:
@@ -114,12 +140,73 @@ def read_denylist(root: str, benchmark: str) -> Denylist:
 
 
 def write_denylist(root: str, benchmark: str, entries: Iterable[DenylistEntry]) -> tuple[str, Denylist]:
-    """Merge `entries` into the denylist of `<root>/<benchmark>/` (atomically); returns its path and content."""
+    """Merge `entries` into the denylist of `<root>/<benchmark>/` (atomically, under its lock, reading it again
+    there: a concurrent takedown's entries are kept); returns its path and content."""
     storage = Storage(root)
-    merged = read_denylist(root, benchmark).merged(entries)
+    entries = list(entries)
     path = denylist_path(storage, benchmark)
-    storage.write_json(path, merged.model_dump(mode="json"))
+    with _locked(storage, storage.path(benchmark, LOCK), path):
+        merged = read_denylist(root, benchmark).merged(entries)
+        storage.write_json(path, merged.model_dump(mode="json"))
     return storage.display(path), merged
+
+
+@contextmanager
+def _locked(storage: Storage, lock: str, path: str) -> Iterator[None]:
+    """Hold `lock` (created exclusively) while the block runs; wait for another holder at most `LOCK_TIMEOUT_S`."""
+    storage.fs.makedirs(lock.rsplit("/", 1)[0], exist_ok=True)
+    holder = f"pid {os.getpid()} on {socket.gethostname()} since {datetime.now(UTC).isoformat(timespec='seconds')}\n"
+    deadline = time.monotonic() + LOCK_TIMEOUT_S
+    pause = 0.01
+    while not _try_lock(storage, lock, holder.encode()):
+        if time.monotonic() >= deadline:
+            raise DenylistLockError(
+                f"{storage.display(lock)} exists{_held_by(storage, lock)}: another takedown is updating "
+                f"{storage.display(path)}, or one crashed while it held the lock; waited {LOCK_TIMEOUT_S:g} s. If no "
+                f"takedown is running, delete {storage.display(lock)} and rerun"
+            )
+        time.sleep(pause)
+        pause = min(pause * 2, 0.25)
+    try:
+        yield
+    finally:
+        if storage.local:
+            with suppress(FileNotFoundError):
+                os.remove(lock)
+        else:
+            storage.rm(lock)
+
+
+def _try_lock(storage: Storage, lock: str, holder: bytes) -> bool:
+    """Create `lock` exclusively; False when it exists."""
+    if storage.local:
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            with suppress(OSError):  # who holds it is for a message only: a full disk must not leave a lock behind
+                os.write(fd, holder)
+        finally:
+            os.close(fd)
+        return True
+    try:
+        with storage.fs.open(lock, "xb") as handle:
+            handle.write(holder)
+    except FileExistsError:
+        return False
+    return True
+
+
+def _held_by(storage: Storage, lock: str) -> str:
+    """` (held by <what its holder wrote>)`, best effort, one line."""
+    try:
+        with storage.fs.open(lock, "rb") as handle:
+            text = handle.read(200).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return f" (held by {text})" if text else ""
 
 
 # -- what builds do with it -------------------------------------------------------------------------------------------

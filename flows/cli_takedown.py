@@ -45,14 +45,17 @@ def takedown_command(
 ) -> None:
     """Write the next patch version of RELEASE without the named images: 3XCM repairs only the rows that used them,
     MixCuBe drops their quintets. The card gets a CHANGELOG, the release root's denylist the images, which every
-    later build honours. Exit 2 on bad input (an id, sha256 or URL the release lacks), 1 when the version exists
-    with other content."""
+    later build honours. Everything is checked before anything is written. Exit 2 on bad input (an id, sha256 or
+    URL the release lacks, a date that is not YYYY-MM-DD, an unreadable manifest or denylist), 1 when the version
+    exists with other content, when the patch would break a benchmark rule (a takedown of every image included),
+    or when the patch was written but the denylist could not be (the line says so; the same command completes
+    it)."""
     from curation.takedown import TakedownInputError, TakedownRequest
     from data.denylist import DenylistError
     from data.release import ReleaseExistsError
     from data.release_3xcm import ReleaseReadError
     from data.release_patch import PatchInputError
-    from flows.takedown import TakedownRefused, take_down
+    from flows.takedown import DenylistNotUpdated, TakedownRefused, take_down
 
     try:
         if not release.is_dir():
@@ -62,7 +65,7 @@ def takedown_command(
     except (TakedownInputError, PatchInputError, ReleaseReadError, DenylistError) as exc:
         console.print(str(exc), style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    except (TakedownRefused, ReleaseExistsError) as exc:
+    except (TakedownRefused, ReleaseExistsError, DenylistNotUpdated) as exc:
         console.print(str(exc), style="red", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except OSError as exc:

@@ -14,10 +14,13 @@ from typing import Any
 import pyarrow as pa
 
 from curation.takedown import TakedownRequest, take_down_mixcube, take_down_xcm
+from data.denylist import DenylistError, DenylistLockError, denylist_location, read_denylist
 from data.release import ReleaseResult
 from data.release_patch import (
     ParentRelease,
     PatchInputError,
+    checked_date,
+    code_span,
     is_later,
     next_patch_version,
     record_denylist,
@@ -31,6 +34,10 @@ from data.schemas import UNASSEMBLED
 
 class TakedownRefused(RuntimeError):
     """The patch would break a benchmark rule: nothing was written."""
+
+
+class DenylistNotUpdated(RuntimeError):
+    """The patch was written but the denylist could not be: the message says both, and how a rerun completes it."""
 
 
 @dataclass
@@ -50,15 +57,20 @@ def take_down(
     date: str | None = None,
 ) -> TakedownSummary:
     """Write the patch of the release at `folder` without the images `request` names, then add them to the release
-    root's denylist. Raises `TakedownInputError` / `PatchInputError` for bad input, `TakedownRefused` when the result
-    breaks a rule, `ReleaseExistsError` when the version exists with other content."""
+    root's denylist. Everything is checked before anything is written: the parent release, the version, the
+    reason, the date, the denylist and the request. Raises `TakedownInputError` / `PatchInputError` /
+    `ReleaseReadError` / `DenylistError` for bad input, `TakedownRefused` when the result breaks a rule,
+    `ReleaseExistsError` when the version exists with other content, `DenylistNotUpdated` when the patch was
+    written but the denylist could not be (the same call again completes it)."""
     parent = ParentRelease.open(folder)
     version = version or next_patch_version(parent.version)
     if not is_later(version, parent.version):
         raise PatchInputError(f"version {version} does not come after {parent.version}; a patch is a later version")
     if not reason.strip():
         raise PatchInputError("--reason is empty: say why the images are taken down (it goes into the changelog)")
-    date = date or utc_today()
+    date = checked_date(date) if date is not None else utc_today()
+    parent.release_config(version)  # the parent's release settings, usable for the patch
+    read_denylist(parent.root, parent.name)  # a denylist that cannot be read refuses the takedown before the patch
     images = parent.images()
     requested = {"image_ids": list(request.image_ids), "sha256": list(request.sha256s), "urls": list(request.urls)}
     if parent.name == "3xcm":
@@ -75,6 +87,7 @@ def take_down(
             max_reuse=config.get("max_candidate_reuse"),
             released_sha256=images.released_sha256,
         )
+        _refuse_an_empty_patch(parent, catalog.num_rows, result.images.num_rows)
         if not result.validation.ok:
             raise TakedownRefused(f"the patch would break the benchmark rules:\n{result.validation.summary()}")
         removed = [image.as_dict() for image in result.removed]
@@ -96,6 +109,7 @@ def take_down(
     else:
         rows_table = parent.table("default")
         cut = take_down_mixcube(rows_table, request, released_sha256=images.released_sha256)
+        _refuse_an_empty_patch(parent, rows_table.num_rows, cut.rows.num_rows)
         removed = [image.as_dict() for image in cut.removed]
         rows = {
             "quintets": {original: named for original, named in cut.quintets.items()},
@@ -104,15 +118,40 @@ def take_down(
         }
         record = takedown_record(parent, version, date, reason, requested, removed, rows)
         written = write_mixcube_patch(parent, images, record, cut.rows)
-    denylist = record_denylist(parent, record)
+    try:
+        denylist = record_denylist(parent, record)
+    except (OSError, DenylistError, DenylistLockError) as exc:
+        raise DenylistNotUpdated(
+            f"the patch {written.path} was written ({written.status}), but the denylist "
+            f"{denylist_location(parent.root, parent.name)} was not updated: {_why(exc)}. Rerun the same takedown "
+            f"with --version {version} --date {date} to add its entries (the patch is then unchanged)"
+        ) from None
     return TakedownSummary(release=written, parent=parent.version, removed=removed, rows=rows, denylist=denylist)
+
+
+def _refuse_an_empty_patch(parent: ParentRelease, before: int, after: int) -> None:
+    """A release without images is no benchmark (the validator refuses an empty 3XCM: "no RQ2 triplet could be
+    assembled"; a MixCuBe without quintets has no item): refused before anything is written."""
+    if before and not after:
+        raise TakedownRefused(
+            f"the takedown would remove every image of {parent.folder} ({before} images), leaving a {parent.name} "
+            "release without images, which is no benchmark; nothing was written. Withdraw the release instead of "
+            "patching it"
+        )
+
+
+def _why(exc: Exception) -> str:
+    """One line for what stopped the denylist write."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror + (f" ({exc.filename})" if exc.filename else "")
+    return " ".join(str(exc).split())
 
 
 def _xcm_summary(changes: dict[str, Any]) -> str:
     names = {"rq2": "RQ2 triplets", "rq3": "RQ3 sextets"}
     parts = []
     for task, change in changes.items():
-        repaired = f" ({', '.join(f'`{q}`' for q in change.repaired)})" if change.repaired else ""
+        repaired = f" ({', '.join(code_span(q) for q in change.repaired)})" if change.repaired else ""
         parts.append(
             f"{names[task]}: {change.kept} kept as they were, {len(change.repaired)} given a new candidate for the "
             f"removed one{repaired}, {len(change.dropped)} dropped (their query image was taken down), "
@@ -128,7 +167,9 @@ def _xcm_summary(changes: dict[str, Any]) -> str:
 
 
 def _mixcube_summary(quintets: dict[str, list[str]], rows: pa.Table) -> str:
-    listed = "; ".join(f"`{o}` (named: {', '.join(f'`{s}`' for s in named)})" for o, named in quintets.items())
+    listed = "; ".join(
+        f"{code_span(o)} (named: {', '.join(code_span(s) for s in named)})" for o, named in quintets.items()
+    )
     return (
         f"{len(quintets)} quintet(s) removed: {listed}. Removing an image removes its whole quintet, the original and "
         "its 4 swaps: a swap named alone takes its original and the other swaps with it, since a swap without its "
