@@ -1,11 +1,14 @@
 """A published release folder as an evaluation reads it: its identity (name, version, manifest sha256), its
-tables by config name, and its image bytes loaded lazily, one Parquet row group at a time."""
+tables by config name, and its image bytes loaded lazily, one Parquet row group at a time.
+
+The manifest is read strictly (`data.release_integrity.read_manifest`: UTF-8 JSON, a plain name, a semantic version,
+files confined to the folder); `verify` checks the files of the configs a reader needs against it, so numbers are
+never computed from tables the manifest (and so the results card, which cites its sha256) does not describe."""
 
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,9 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data.release_3xcm import ReleaseReadError, read_parquet_parts
-from data.workspace import file_sha256
+from data.release_format import MANIFEST
+from data.release_integrity import ReleaseIntegrityError, read_manifest, verified
 
-MANIFEST = "manifest.json"
+__all__ = ["MANIFEST", "ImageLocation", "Release", "ReleaseReadError", "ReleasedImages"]
 
 
 @dataclass(frozen=True)
@@ -61,18 +65,21 @@ class Release:
 
     @classmethod
     def open(cls, path: str | Path) -> Release:
-        folder = Path(path)
-        manifest_file = folder / MANIFEST
-        if not manifest_file.is_file():
-            raise ReleaseReadError(f"{folder}: no {MANIFEST}; not a release folder")
+        """The folder's identity from its manifest, read strictly; ReleaseReadError names the file and the field."""
+        manifest = read_manifest(Path(path))
+        return cls(manifest.folder, manifest.name, manifest.version, manifest.sha256, manifest.data)
+
+    def verify(self, configs: Iterable[str]) -> None:
+        """The files of `configs` (folders of Parquet parts) are those the manifest lists, byte for byte, and the
+        manifest is still the one this release was opened with; ReleaseIntegrityError (a ReleaseReadError) names
+        each mismatch."""
         try:
-            manifest = json.loads(manifest_file.read_text())
-        except (OSError, ValueError) as exc:
-            raise ReleaseReadError(f"{manifest_file}: not readable JSON ({exc})") from None
-        for key in ("name", "version"):
-            if not isinstance(manifest.get(key), str):
-                raise ReleaseReadError(f"{manifest_file}: no {key!r}")
-        return cls(folder, manifest["name"], manifest["version"], file_sha256(manifest_file), manifest)
+            manifest = verified(self.path, only=list(configs))
+        except ReleaseIntegrityError as exc:
+            exc.args = (f"{exc.args[0]}; these are not the published tables: restore the release (fetch it again)",)
+            raise
+        if manifest.sha256 != self.manifest_sha256:
+            raise ReleaseReadError(f"{self.path / MANIFEST}: changed while it was read; evaluate again")
 
     def has(self, config: str) -> bool:
         return any((self.path / config).glob("*.parquet"))

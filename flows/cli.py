@@ -14,7 +14,7 @@ from rich.table import Table
 from flows import benchmarks
 from flows.cli_evaluate import evaluate_app
 from flows.cli_fetch_release import fetch_release_command
-from flows.cli_output import console, os_error_line, progress_bars
+from flows.cli_output import InputFileError, console, os_error_line, progress_bars, read_mapping, validation_line
 from flows.cli_takedown import takedown_command
 from flows.engine.config import ConfigError, build_config, load_config
 
@@ -380,14 +380,17 @@ def concepts_generate_command(
     model: Annotated[str | None, typer.Option(help="Gemini model id.")] = None,
 ) -> None:
     """Ask Gemini for candidate concepts (paper App. H); new ones are added to the review file as pending."""
-    import yaml
     from pydantic import ValidationError
 
     from collectors.concept_generation import GeminiConceptGenerationConfig
     from data.gemini import GeminiConfigError
     from flows.generate_concepts import generate_concepts
 
-    raw: dict[str, Any] = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}) if config else {}
+    try:
+        raw = read_mapping(config, "concept generation settings (count: 100, ...)") if config else {}
+    except InputFileError as exc:
+        console.print(str(exc), style="red", markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     if count is not None:
         raw["count"] = count
     if model is not None:
@@ -395,8 +398,11 @@ def concepts_generate_command(
     try:
         cfg = GeminiConceptGenerationConfig.model_validate(raw)
         summary = generate_concepts(cfg, review_file)
-    except (ValidationError, GeminiConfigError) as exc:
-        console.print(f"[red]{exc}[/red]")
+    except ValidationError as exc:
+        console.print(validation_line(exc, str(config or "options")), style="red", markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except GeminiConfigError as exc:
+        console.print(str(exc), style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
     for failure in summary.failures:
         console.print(f"[red]generation failed ({failure['error']}): {failure['detail']}[/red]")

@@ -1,5 +1,9 @@
 """`culturebench evaluate 3xcm|mixcube|compare`: a model on a release, from the command line, without Prefect (the
-`evaluate` deployment runs the same code on a worker). Heavy imports wait until a command runs."""
+`evaluate` deployment runs the same code on a worker). Heavy imports wait until a command runs.
+
+Every refusal is one red line naming the file or field: exit 2 for bad input (a config, a release whose tables are
+not its manifest's, a result path inside a release or result folder), 1 for a result folder that exists with other
+content. Everything cheap is checked before a model is loaded or asked anything."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from flows.cli_output import console, os_error_line, progress_bars
+from flows.cli_output import InputFileError, console, os_error_line, progress_bars, read_mapping, validation_line
 
 evaluate_app = typer.Typer(help="Evaluate a model on a release, as the papers do.", no_args_is_help=True)
 
@@ -46,20 +50,21 @@ DeviceOption = Annotated[str | None, typer.Option(help="auto, cpu or cuda.")]
 PrecisionOption = Annotated[str | None, typer.Option(help="fp32, or fp16 (CUDA only).")]
 
 
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    """Print one red line (whatever the message holds) and give the exit to raise."""
+    console.print(" ".join(str(message).split()), style="red", markup=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
 def _read_config(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
-    import yaml
-
     try:
-        data = yaml.safe_load(path.read_text())  # YAML reads JSON too
-    except yaml.YAMLError as exc:
-        console.print(f"{path}: not JSON or YAML ({exc})", style="red", markup=False)
-        raise typer.Exit(2) from None
-    if not isinstance(data, dict):
-        console.print(f"{path}: an evaluation config is a mapping", style="red", markup=False)
-        raise typer.Exit(2)
-    return data
+        return read_mapping(path, "evaluation settings (model: ...)")
+    except InputFileError as exc:
+        raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(os_error_line(exc)) from None
 
 
 def _model_section(base: dict[str, Any], backend: str | None, options: dict[str, Any]) -> dict[str, Any]:
@@ -90,18 +95,18 @@ def _place(data: dict[str, Any], release: Path, results_root: Path, out: Path | 
         data["out"] = str(out)
 
 
-def _validate(model: type, data: dict[str, Any]) -> Any:
+def _validate(model: type, data: dict[str, Any], config: Path | None) -> Any:
     from pydantic import ValidationError
 
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        console.print("invalid evaluation config:\n  " + "\n  ".join(lines), style="red", markup=False)
-        raise typer.Exit(2) from None
+        raise _fail(validation_line(exc, str(config) if config else "invalid evaluation options")) from None
 
 
 def _run(config: Any) -> None:
+    from pydantic import ValidationError
+
     from curation.evaluation.results import headline_rows
     from curation.evaluation.run import evaluate_and_write
     from data.release import ReleaseExistsError
@@ -111,19 +116,21 @@ def _run(config: Any) -> None:
         with progress_bars() as progress:
             written = evaluate_and_write(config, progress)
     except ReleaseExistsError as exc:
-        console.print(f"{exc} (pass --out to write elsewhere)", style="red", markup=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        raise _fail(f"{exc} (pass --out to write elsewhere)", 1) from None
+    except ValidationError as exc:  # a config section a backend validates itself
+        raise _fail(validation_line(exc, "cannot evaluate")) from None
     except (ReleaseReadError, KeyError, ValueError, FileNotFoundError, ImportError) as exc:
-        # a release that cannot be read, vectors missing for its rows, a model that cannot load
+        # a release that cannot be read or differs from its manifest, a result path that may not be written,
+        # vectors missing or degenerate, a model that cannot load
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        console.print(f"cannot evaluate: {message}", style="red", markup=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+        raise _fail(f"cannot evaluate: {message}") from None
     except OSError as exc:
-        console.print(os_error_line(exc), style="red", markup=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        raise _fail(os_error_line(exc), 1) from None
     result = written.result
     if result.demo:
         console.print("random demo model: the numbers are meaningless", style="yellow")
+    for warning in result.warnings:
+        console.print(" ".join(warning.split()), style="yellow", markup=False, soft_wrap=True)
     for row in headline_rows(result.benchmark, result.metrics):
         console.print(f"  {row['metric']:>16}  {row['value']:>7}  {row['95% CI']}", markup=False)
     for reason in result.skipped:
@@ -184,7 +191,7 @@ def evaluate_3xcm_command(
     top = {"query": query, "bootstrap_resamples": bootstrap_resamples, "seed": seed, "embedding_cache": embedding_cache}
     data.update({k: v for k, v in top.items() if v is not None})
     _place(data, release, results_root, out)
-    _run(_validate(Evaluate3XCMConfig, data))
+    _run(_validate(Evaluate3XCMConfig, data, config))
 
 
 @evaluate_app.command("mixcube")
@@ -237,7 +244,7 @@ def evaluate_mixcube_command(
     if workers is not None:
         data["workers"] = workers
     _place(data, release, results_root, out)
-    _run(_validate(EvaluateMixCubeConfig, data))
+    _run(_validate(EvaluateMixCubeConfig, data, config))
 
 
 @evaluate_app.command("compare")
@@ -245,20 +252,31 @@ def compare_command(
     results: Annotated[list[Path], typer.Argument(help="Result folders of one benchmark (each has metrics.json).")],
     out: Annotated[Path | None, typer.Option(help="Write comparison.parquet, .md and .png here.")] = None,
 ) -> None:
-    """Several models side by side: one table (printed as Markdown) and one figure."""
+    """Several models side by side: one table (printed as Markdown) and one figure. --out is checked before anything
+    is read: never a file, an input, or a folder inside a release or result folder (those are immutable)."""
     from curation.evaluation.results import compare
+    from data.output_paths import OutputPathError, check_output
 
+    if out is not None:
+        try:
+            if out.exists() and not out.is_dir():
+                raise OutputPathError(f"--out {out} is a file: compare writes a folder of three files; choose a folder")
+            check_output(out, inputs=results, option="--out")
+        except OutputPathError as exc:
+            raise _fail(str(exc)) from None
     try:
         table, figure, markdown = compare(results)
     except (FileNotFoundError, ValueError, KeyError) as exc:
-        console.print(f"cannot compare: {exc}", style="red", markup=False)
-        raise typer.Exit(2) from None
+        raise _fail(f"cannot compare: {exc}") from None
     typer.echo(markdown)
     if out is not None:
         import pyarrow.parquet as pq
 
-        out.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, out / "comparison.parquet")
-        (out / "comparison.md").write_text(markdown)
-        (out / "comparison.png").write_bytes(figure)
-        console.print(f"written: {out}/comparison.{{parquet,md,png}}", markup=False)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, out / "comparison.parquet")
+            (out / "comparison.md").write_text(markdown)
+            (out / "comparison.png").write_bytes(figure)
+        except OSError as exc:
+            raise _fail(os_error_line(exc), 1) from None
+        console.print(f"written: {out}/comparison.{{parquet,md,png}}", markup=False, soft_wrap=True)

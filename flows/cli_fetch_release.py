@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from flows.cli_output import console, os_error_line, progress_bars
+from flows.cli_output import InputFileError, console, os_error_line, progress_bars, read_mapping, validation_line
 
 if TYPE_CHECKING:
     from collectors.downloader import HttpDownloadConfig
-
-
-class DownloadConfigError(ValueError):
-    """A --download-config that cannot be used: one line naming the file and the field."""
 
 
 def fetch_release_command(
@@ -64,7 +60,7 @@ def fetch_release_command(
             summary = fetch_release(release, out, config, write_images=write_images, progress=bar)
         finally:
             bar.close()
-    except (ReleaseReadError, OutputPathError, DownloadConfigError) as exc:
+    except (ReleaseReadError, OutputPathError, InputFileError) as exc:
         console.print(str(exc), style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except OSError as exc:
@@ -78,43 +74,20 @@ def fetch_release_command(
 
 
 def read_download_config(path: Path | None, allow_private_addresses: bool = False) -> HttpDownloadConfig:
-    """The downloader's settings from a YAML or JSON mapping (`backend` ignored); DownloadConfigError is one line,
+    """The downloader's settings from a YAML or JSON mapping (`backend` ignored); InputFileError is one line,
     `<file>: <field>: <what is wrong>`, never pydantic's multi-line report."""
-    import yaml
     from pydantic import ValidationError
 
     from collectors.downloader import HttpDownloadConfig
 
-    raw: Any = {}
-    if path is not None:
-        data = path.read_bytes()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise DownloadConfigError(
-                f"{path}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); save it as UTF-8"
-            ) from None
-        try:
-            raw = yaml.safe_load(text)
-        except (yaml.YAMLError, RecursionError) as exc:
-            raise DownloadConfigError(f"{path}: not valid YAML or JSON ({' '.join(str(exc).split())[:300]})") from None
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, dict):
-            raise DownloadConfigError(
-                f"{path}: a YAML {type(raw).__name__}, not a mapping of the downloader's settings (concurrency: 8, ...)"
-            )
+    raw = read_mapping(path, "the downloader's settings (concurrency: 8, ...)") if path is not None else {}
     raw = {k: v for k, v in raw.items() if k != "backend"}
     if allow_private_addresses:
         raw["allow_private_addresses"] = True
     try:
         return HttpDownloadConfig.model_validate(raw)
     except ValidationError as exc:
-        errors = exc.errors()
-        first = errors[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(settings)"
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise DownloadConfigError(f"{path or '--download-config'}: {where}: {first['msg']}{more}") from None
+        raise InputFileError(validation_line(exc, str(path or "--download-config"))) from None
 
 
 class _LazyBar:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -44,3 +45,38 @@ class progress_bars:
 
     def __exit__(self, *exc: object) -> None:
         self.bar.__exit__(*exc)
+
+
+class InputFileError(ValueError):
+    """A file given on the command line that cannot be used: one line naming it."""
+
+
+def read_mapping(path: Path, what: str) -> dict[str, Any]:
+    """A YAML (or JSON) file holding a mapping, for `what` (a config); InputFileError names the file and why."""
+    import yaml
+
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputFileError(
+            f"{path}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); save it as UTF-8"
+        ) from None
+    try:
+        value = yaml.safe_load(text)  # YAML reads JSON too
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise InputFileError(f"{path}: not valid YAML or JSON ({' '.join(str(exc).split())[:300]})") from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputFileError(f"{path}: a YAML {type(value).__name__}, not a mapping of {what}")
+    return value
+
+
+def validation_line(exc: Any, source: str) -> str:
+    """A pydantic ValidationError as `source: field: message` of its first error, and how many others there are."""
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": str(exc)}
+    field = ".".join(str(part) for part in first["loc"])
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return " ".join(f"{source}: {field + ': ' if field else ''}{first['msg']}{more}".split())

@@ -38,7 +38,8 @@ def publish_artifacts(written: Written) -> None:
         key=f"{key}-headline",
         table=headline_rows(result.benchmark, {**result.metrics}),
         description=f"{result.benchmark} {result.release.version}, {result.model_id}"
-        + (": random demo model, the numbers are meaningless" if result.demo else ""),
+        + (": random demo model, the numbers are meaningless" if result.demo else "")
+        + "".join(f". Warning: {w}" for w in result.warnings),
     )
     for name, table in sorted(result.tables.items()):
         if table.num_rows <= 500 and name != "per_query_rq3" and name != "similarity_drift":

@@ -21,6 +21,7 @@ Every encoder carries a `ModelIdentity`: the results card records it, and `embed
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import os
@@ -38,6 +39,7 @@ import pyarrow.parquet as pq
 from PIL import Image, ImageOps
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from curation.evaluation.metrics_3xcm import COSINE_EPS
 from curation.image_embeddings import register_model_configs, resolve_device, resolve_weights
 from data.model_ids import MODEL_ID_PATTERN, folder_sha256, slug
 from data.stage import BackendConfig, require
@@ -654,9 +656,51 @@ class _Lookup:
     matrix: np.ndarray
 
 
+#: Every Parquet file starts and ends with these four bytes.
+PARQUET_MAGIC = b"PAR1"
+#: A Parquet footer (schema and row-group index) larger than this is not an embeddings file's: refused unread.
+MAX_PARQUET_FOOTER_BYTES = 64 << 20
+_HASH_CHUNK = 8 << 20
+
+
+def _parquet_reader(handle: Any, size: int, where: str) -> pq.ParquetFile:
+    """The file as a ParquetFile, from its magic bytes and its footer only (no data page is read): a file that is
+    not Parquet, however large, is refused from its first and last bytes."""
+    if size < 12:
+        raise ValueError(f"{where} is not a readable Parquet file: {size} bytes, fewer than any Parquet file has.")
+    head = handle.read(4)
+    handle.seek(size - 8)
+    tail = handle.read(8)
+    if head != PARQUET_MAGIC or tail[4:] != PARQUET_MAGIC:
+        raise ValueError(
+            f"{where} is not a readable Parquet file: it does not start and end with {PARQUET_MAGIC.decode()} "
+            f"(it starts with {head!r})."
+        )
+    footer = int.from_bytes(tail[:4], "little")
+    if not 0 < footer <= min(size - 12, MAX_PARQUET_FOOTER_BYTES):
+        raise ValueError(
+            f"{where} is not a readable Parquet file: its footer claims {footer} bytes of a {size}-byte file "
+            f"(at most {MAX_PARQUET_FOOTER_BYTES >> 20} MB are read)."
+        )
+    handle.seek(0)
+    try:
+        return pq.ParquetFile(handle)
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"{where} is not a readable Parquet file: {' '.join(str(exc).split())}") from None
+
+
+def _file_sha256(handle: Any) -> str:
+    handle.seek(0)
+    digest = hashlib.sha256()
+    while chunk := handle.read(_HASH_CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _read_embeddings(path: str, key: str, field: str) -> _Lookup:
-    """Read and check one file: the two columns and their types, no nulls or non-finite values, no duplicate
-    keys, one dimension. Each error names the file and the problem."""
+    """Read and check one file: the two columns and their types, no nulls, non-finite values or zero vectors, no
+    duplicate keys, one dimension. The magic bytes, footer and schema are checked before any data is read. Each
+    error names the file and the problem."""
     import fsspec
 
     where = f"{STAGE}: {field} {path!r}"
@@ -667,17 +711,19 @@ def _read_embeddings(path: str, key: str, field: str) -> _Lookup:
     if not fs.isfile(fs_path):
         raise FileNotFoundError(f"{where} does not exist.")
     with fs.open(fs_path, "rb") as handle:
-        data = handle.read()
-    try:
-        table = pq.read_table(pa.BufferReader(data))
-    except (pa.ArrowException, OSError) as exc:
-        raise ValueError(f"{where} is not a readable Parquet file: {exc}") from exc
-    missing = [name for name in (key, "embedding") if name not in table.column_names]
-    if missing:
-        raise ValueError(
-            f"{where} lacks column(s) {', '.join(missing)}; it has {', '.join(table.column_names) or 'none'} "
-            f"(expected {key}: string, embedding: list of float)."
-        )
+        reader = _parquet_reader(handle, int(fs.size(fs_path)), where)
+        names = reader.schema_arrow.names
+        missing = [name for name in (key, "embedding") if name not in names]
+        if missing:
+            raise ValueError(
+                f"{where} lacks column(s) {', '.join(missing)}; it has {', '.join(names) or 'none'} "
+                f"(expected {key}: string, embedding: list of float)."
+            )
+        try:
+            table = reader.read(columns=[key, "embedding"])
+        except (pa.ArrowException, OSError) as exc:
+            raise ValueError(f"{where} is not a readable Parquet file: {' '.join(str(exc).split())}") from None
+        digest = _file_sha256(handle)
     if table.num_rows == 0:
         raise ValueError(f"{where} has no rows.")
     keys, vectors = table[key].combine_chunks(), table["embedding"].combine_chunks()
@@ -710,6 +756,14 @@ def _read_embeddings(path: str, key: str, field: str) -> _Lookup:
         raise ValueError(
             f"{where}: {len(bad)} embedding(s) hold NaN or infinite values (e.g. {key} {keys[int(bad[0])].as_py()!r})."
         )
+    # A zero vector has no direction: its cosine with anything is 0, so every candidate ties and the slot order
+    # would decide (M_cr = 1, SP = 0 from nothing measured).
+    zero = np.flatnonzero(np.linalg.norm(matrix.astype(np.float64), axis=1) <= COSINE_EPS)
+    if len(zero):
+        raise ValueError(
+            f"{where}: {len(zero)} embedding(s) have zero norm (all zeros, e.g. {key} "
+            f"{keys[int(zero[0])].as_py()!r}); a vector without a direction cannot be scored."
+        )
     names = keys.to_pylist()
     rows = {name: i for i, name in enumerate(names)}
     if len(rows) != len(names):
@@ -718,7 +772,7 @@ def _read_embeddings(path: str, key: str, field: str) -> _Lookup:
         raise ValueError(
             f"{where}: {len(dupes)} {key} value(s) occur more than once, e.g. {', '.join(map(repr, dupes[:3]))}."
         )
-    return _Lookup(path, sha256_bytes(data), rows, matrix)
+    return _Lookup(path, digest, rows, matrix)
 
 
 def _take(lookup: _Lookup, keys: Sequence[str], what: str) -> np.ndarray:

@@ -12,6 +12,11 @@ model runs here.
   (`torch.argmax` over `[score_a, score_b, score_c]`, and numpy `argmax` in `summarize_scores_with_metadata`; both
   return the first maximal index): an exact tie goes to the earlier slot, correct before language-biased before
   irrelevant. RQ3 keeps the same rule over its six slots (the authors published no RQ3 evaluator).
+- A tie decides a winner when another candidate scores within `TIE_TOLERANCE` of the maximum (`tied_winners`):
+  float32 embeddings cannot order such scores, so the slot order, not the model, chose. The winner rule is not
+  changed by it; the evaluation counts such queries and says so when they decide most winners (degenerate vectors:
+  one vector for every image gives M_cr = 1 and SP = 0 from ties alone).
+- A zero (or non-finite) vector has no direction: `degenerate_rows` finds them, and the evaluation refuses them.
 - M_k is micro-averaged: wins of k over the queries of the group (Eq. 3), as the authors' counts divided by their
   total; SP = M_lb / M_cr (Eq. 4), undefined (None) when M_cr = 0.
 - Confidence intervals are percentile bootstraps over queries. Every statistic here is a function of the category
@@ -36,6 +41,10 @@ from data.schemas import RQ2_SLOTS, RQ3_SLOTS
 
 #: torch.nn.CosineSimilarity's eps in the authors' evaluator: each norm is clamped at it.
 COSINE_EPS = 1e-6
+#: Scores closer than this are a tie: a cosine of float32 unit vectors carries a rounding error of a few float32
+#: ulps at 1.0 (2**-23 = 1.2e-7) from the vectors and their dot product; 1e-6 is about 8 of them, far below the
+#: score gaps a model's ranking rests on.
+TIE_TOLERANCE = 1e-6
 #: Slot order = tie order. RQ2: (i) correct, (ii) language-biased, (iii) totally irrelevant (§3.2.2).
 RQ2_CATEGORIES: tuple[str, ...] = tuple(name for name, _ in RQ2_SLOTS)
 #: RQ3: (i) correct ... (vi) totally irrelevant (§3.2.3, Table 3's column order).
@@ -213,6 +222,26 @@ def first_argmax(scores: np.ndarray) -> np.ndarray:
     if not np.isfinite(scores).all():
         raise ValueError("non-finite scores")
     return np.argmax(scores, axis=1)
+
+
+def tied_winners(scores: ArrayLike, tolerance: float = TIE_TOLERANCE) -> np.ndarray:
+    """Per row, whether another candidate scores within `tolerance` of the maximum: the first-maximum rule, not the
+    model, chose that row's winner."""
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 2 or s.shape[1] < 2:
+        return np.zeros(s.shape[0] if s.ndim else 0, dtype=bool)
+    return ((s.max(axis=1, keepdims=True) - s) <= tolerance).sum(axis=1) > 1
+
+
+def degenerate_rows(matrix: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """(rows holding a NaN or an infinity, finite rows of zero norm): vectors no cosine can be taken of. A norm
+    at or below `COSINE_EPS` counts as zero (the cosine clamps it there, so the scores would be shrunk to ~0)."""
+    m = np.asarray(matrix, dtype=np.float64)
+    if m.ndim != 2 or m.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    finite = np.isfinite(m).all(axis=1)
+    norms = np.linalg.norm(np.where(finite[:, None], m, 0.0), axis=1)
+    return np.flatnonzero(~finite), np.flatnonzero(finite & (norms <= COSINE_EPS))
 
 
 # --- per-query scores ----------------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 written once and then immutable like a release (an identical rerun is `unchanged`, a different one is refused).
 
 The card names what makes a number reproducible: the release's manifest sha256, the model and its weights' hash,
-and the code version. `compare` reads several result folders back into one table and one figure."""
+and the code version, and warns where the numbers are not what they seem (ties that decided most winners, questions
+without a scored answer). `compare` reads several result folders back into one table and one figure; a
+`metrics.json` it cannot read is named, field by field."""
 
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ from curation.evaluation.figures import compare_png
 from data.card import front_matter, markdown_table
 from data.provenance import code_version, redact
 from data.release import ReleaseConfig, ReleaseResult, ReleaseWriter
-from data.released import Release
+from data.release_format import MANIFEST
+from data.release_integrity import read_manifest
+from data.released import Release, ReleaseReadError
 
 METRICS = "metrics.json"
 PER_QUERY = "per_query.parquet"
@@ -45,6 +49,7 @@ class EvaluationResult:
     settings: dict[str, Any]  # what else decided the numbers (bootstrap, seed, judge, prompts' version ...)
     skipped: list[str] = field(default_factory=list)
     demo: bool = False
+    warnings: list[str] = field(default_factory=list)  # shown in the card (and by the CLI), not in metrics.json
 
     @property
     def model_id(self) -> str:
@@ -54,6 +59,42 @@ class EvaluationResult:
 def default_out(root: str | Path, benchmark: str, release: Release, model_id: str) -> str:
     """`<root>/<benchmark>/<release version>/<model id>/`."""
     return str(Path(root) / benchmark / release.version / model_id)
+
+
+def existing_result_conflict(
+    out: str, benchmark: str, release: Release, model: dict[str, Any], settings: dict[str, Any]
+) -> str | None:
+    """Why the folder at `out` cannot take this evaluation's result, from what it says (its manifest and metrics),
+    before anything is computed; None when there is no folder, or one that may be this same result (the writer
+    then compares it file by file and finds it `unchanged`, or refuses it)."""
+    if "://" in out and not out.startswith("file://"):
+        return None  # an object store: the writer compares
+    folder = Path(out.removeprefix("file://"))
+    if not folder.exists():
+        return None
+    what = f"{out} exists and is not this evaluation's result"
+    immutable = "result folders are immutable and never written into (remove it to redo it)"
+    if not (folder / MANIFEST).is_file():
+        return f"{what} (it has no {MANIFEST}); {immutable}"
+    try:
+        manifest = read_manifest(folder)
+        written = json.loads((folder / METRICS).read_text(encoding="utf-8"))
+    except (ReleaseReadError, OSError, ValueError) as exc:
+        return f"{what} (unreadable: {' '.join(str(exc).split())[:300]}); {immutable}"
+    expected = json.loads(json.dumps(_finite(redact(settings)), ensure_ascii=False))
+    differs = [
+        label
+        for label, same in (
+            (f"not a {benchmark} evaluation ({manifest.name})", manifest.name == f"evaluation-{benchmark}"),
+            ("another release", manifest.data.get("release_manifest_sha256") == release.manifest_sha256),
+            ("another model", manifest.data.get("model") == model),
+            ("other settings", isinstance(written, dict) and written.get("settings") == expected),
+        )
+        if not same
+    ]
+    if differs:
+        return f"{out} already holds an evaluation of {', '.join(differs)}; {immutable}"
+    return None
 
 
 def _finite(value: Any) -> Any:
@@ -149,6 +190,8 @@ def render_card(result: EvaluationResult, document: dict[str, Any]) -> str:
     ]
     if result.demo:
         lines.append(DEMO_WARNING + "\n")
+    for warning in result.warnings:
+        lines.append(f"> **Warning.** {warning}\n")
     lines += [
         "## What was evaluated\n",
         markdown_table(
@@ -247,11 +290,59 @@ def detail_sections(result: EvaluationResult) -> list[str]:
 # --- compare ------------------------------------------------------------------------------------------------------
 
 
+#: A metrics.json is a few kB (a few MB with per-country tables); a bigger one is not ours.
+MAX_METRICS_BYTES = 64 << 20
+
+
+class MetricsReadError(ValueError):
+    """A metrics.json that `compare` cannot read: the message names the file and the field."""
+
+
 def read_metrics(folder: str | Path) -> dict[str, Any]:
+    """A result folder's metrics.json, with the fields `compare` reads checked (MetricsReadError names them)."""
     path = Path(folder) / METRICS
     if not path.is_file():
         raise FileNotFoundError(f"{folder}: no {METRICS}; not an evaluation result folder")
-    return json.loads(path.read_text())
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_METRICS_BYTES + 1)
+    except OSError as exc:
+        raise MetricsReadError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_METRICS_BYTES:
+        raise MetricsReadError(f"{path}: larger than {MAX_METRICS_BYTES >> 20} MB; not an evaluation's {METRICS}")
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise MetricsReadError(f"{path}: not UTF-8 text") from None
+    except (ValueError, RecursionError) as exc:
+        raise MetricsReadError(f"{path}: not valid JSON ({' '.join(str(exc).split())[:200]})") from None
+    if not isinstance(document, dict):
+        raise MetricsReadError(f"{path}: a JSON {type(document).__name__}, not an object")
+    _check_metrics(path, document)
+    return document
+
+
+def _check_metrics(path: Path, document: dict[str, Any]) -> None:
+    def bad(field: str, wanted: str, value: Any) -> MetricsReadError:
+        return MetricsReadError(f"{path}: field {field!r} must be {wanted}, not {repr(value)[:80]}")
+
+    benchmark = document.get("benchmark")
+    if not isinstance(benchmark, str) or benchmark not in HEADLINE:
+        raise bad("benchmark", f"one of {', '.join(HEADLINE)}", benchmark)
+    for section, keys in (("release", ("version", "manifest_sha256")), ("model", ("model_id",))):
+        value = document.get(section)
+        if not isinstance(value, dict) or not all(isinstance(value.get(k), str) for k in keys):
+            raise bad(section, f"an object with {' and '.join(repr(k) for k in keys)} (text)", value)
+    number = lambda v: v is None or (isinstance(v, int | float) and not isinstance(v, bool))  # noqa: E731
+    ci = document.get("ci95", {})
+    if not isinstance(ci, dict):
+        raise bad("ci95", "an object of [low, high] pairs", ci)
+    for name in HEADLINE[benchmark]:
+        if not number(document.get(name)):
+            raise bad(name, "a number or null", document.get(name))
+        pair = ci.get(name, [None, None])
+        if not isinstance(pair, list) or len(pair) != 2 or not all(number(v) for v in pair):
+            raise bad(f"ci95.{name}", "a [low, high] pair of numbers or nulls", pair)
 
 
 COMPARISON = pa.schema(

@@ -1,6 +1,11 @@
 """One evaluation, from its config to its result folder: the typed configs the CLI, the `evaluate` flow and its
 deployment share, and the two runners (3XCM retrieval, MixCuBe VLM questions). Model calls hold the `gpu` slot
-when the model runs here; precomputed vectors and remote APIs hold none."""
+when the model runs here; precomputed vectors and remote APIs hold none.
+
+`evaluate_and_write` refuses whatever it can refuse cheaply before any model works: the release's manifest (read
+strictly) and the tables the benchmark reads (hashed against it), the result path (never an input, never inside a
+release or result folder), the model's config (built, which checks its files, not run), and an existing result at
+the path that holds another release, model or settings (an identical rerun stays `unchanged`)."""
 
 from __future__ import annotations
 
@@ -16,10 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 from curation.evaluation import mixcube as mx
 from curation.evaluation.embedding_cache import CachedEncoder
 from curation.evaluation.encoders import EncoderConfig, TextImageEncoder
-from curation.evaluation.results import EvaluationResult, default_out, write_results
-from curation.evaluation.vlm import VlmConfig
+from curation.evaluation.results import EvaluationResult, default_out, existing_result_conflict, write_results
+from curation.evaluation.vlm import VisionLanguageModel, VlmConfig
 from curation.evaluation.xcm import Progress, evaluate_3xcm
-from data.release import ReleaseResult
+from data.output_paths import OutputPathError, check_output
+from data.release import ReleaseExistsError, ReleaseResult
 from data.released import Release
 from data.retry import prefect_slot
 
@@ -77,6 +83,8 @@ class EvaluateMixCubeConfig(_Common):
 EvaluationConfig = Annotated[Evaluate3XCMConfig | EvaluateMixCubeConfig, Field(discriminator="benchmark")]
 log = logging.getLogger(__name__)
 LOCAL_ENCODERS = ("open_clip", "transformers", "sentence-transformers")
+#: The tables (config folders) each benchmark's evaluation reads: checked against the release manifest first.
+READS: dict[str, tuple[str, ...]] = {"3xcm": ("benchmark", "benchmark_cd", "image_metadata"), "mixcube": ("default",)}
 
 
 @dataclass
@@ -101,13 +109,50 @@ def demo_vlm(root: str) -> VlmConfig:
     return TypeAdapter(VlmConfig).validate_python({"backend": "transformers", "model": str(folder), "device": "cpu"})
 
 
-def run_3xcm(config: Evaluate3XCMConfig, progress: Progress | None = None) -> EvaluationResult:
+def open_release(config: Evaluate3XCMConfig | EvaluateMixCubeConfig) -> Release:
+    """The release, its manifest read strictly and the tables the benchmark reads hashed against it: numbers are
+    never computed from tables other than those the manifest (cited by the results card) lists."""
     release = Release.open(config.release)
+    release.verify(READS[config.benchmark])
+    return release
+
+
+def build_encoder(config: Evaluate3XCMConfig) -> TextImageEncoder:
+    """The configured (or demo) encoder, built: its files checked and its identity known, nothing embedded yet."""
     model = config.model or demo_encoder(config.demo_models)
     encoder: TextImageEncoder = model.build()
     if config.embedding_cache and model.backend != "embeddings":
         encoder = CachedEncoder(encoder, config.embedding_cache)
-    holds_gpu = model.backend in LOCAL_ENCODERS
+    return encoder
+
+
+def build_vlms(config: EvaluateMixCubeConfig) -> tuple[VisionLanguageModel, VisionLanguageModel | None]:
+    """The configured (or demo) model and its judge, built: config errors raised, nothing asked yet."""
+    model = config.model or demo_vlm(config.demo_models)
+    judge_config = config.judge or (model if config.model is None else None)  # the demo model judges itself
+    vlm = model.build()
+    judge = judge_config.build() if judge_config is not None else None
+    return vlm, judge
+
+
+def settings_3xcm(config: Evaluate3XCMConfig) -> dict[str, Any]:
+    return {"query": config.query, "bootstrap_resamples": config.bootstrap_resamples, "seed": config.seed}
+
+
+def settings_mixcube(judge: VisionLanguageModel | None) -> dict[str, Any]:
+    return {"judge": judge.identity.model_dump(mode="json") if judge is not None else None}
+
+
+def run_3xcm(
+    config: Evaluate3XCMConfig,
+    progress: Progress | None = None,
+    *,
+    release: Release | None = None,
+    encoder: TextImageEncoder | None = None,
+) -> EvaluationResult:
+    release = release or open_release(config)
+    encoder = encoder or build_encoder(config)
+    holds_gpu = encoder.identity.backend in LOCAL_ENCODERS
     with prefect_slot(config.gpu_concurrency_limit if holds_gpu else None):
         evaluation = evaluate_3xcm(
             release,
@@ -125,18 +170,22 @@ def run_3xcm(config: Evaluate3XCMConfig, progress: Progress | None = None) -> Ev
         tables=evaluation.tables,
         metrics=evaluation.metrics,
         figures=evaluation.figures,
-        settings={"query": config.query, "bootstrap_resamples": config.bootstrap_resamples, "seed": config.seed},
+        settings=settings_3xcm(config),
         skipped=evaluation.skipped,
         demo=config.demo,
+        warnings=evaluation.warnings,
     )
 
 
-def run_mixcube(config: EvaluateMixCubeConfig, progress: Progress | None = None) -> EvaluationResult:
-    release = Release.open(config.release)
-    model = config.model or demo_vlm(config.demo_models)
-    judge_config = config.judge or (model if config.model is None else None)  # the demo model judges itself
-    vlm = model.build()
-    judge = judge_config.build() if judge_config is not None else None
+def run_mixcube(
+    config: EvaluateMixCubeConfig,
+    progress: Progress | None = None,
+    *,
+    release: Release | None = None,
+    models: tuple[VisionLanguageModel, VisionLanguageModel | None] | None = None,
+) -> EvaluationResult:
+    release = release or open_release(config)
+    vlm, judge = models or build_vlms(config)
     files = sorted((release.path / "default").glob("*.parquet"))
     if not files:
         raise ValueError(f"{release.path}: the release has no default table")
@@ -150,7 +199,7 @@ def run_mixcube(config: EvaluateMixCubeConfig, progress: Progress | None = None)
             progress("ask the model", done, total)
 
     parts = []
-    holds_gpu = "transformers" in (model.backend, judge_config.backend if judge_config else None)
+    holds_gpu = "transformers" in (vlm.identity.backend, judge.identity.backend if judge is not None else None)
     with prefect_slot(config.gpu_concurrency_limit if holds_gpu else None):
         for file in files:  # a batch of rows (with their image bytes) at a time, not the whole release
             for batch in pq.ParquetFile(file).iter_batches(batch_size=config.batch_rows):
@@ -168,18 +217,32 @@ def run_mixcube(config: EvaluateMixCubeConfig, progress: Progress | None = None)
     }
     if judge is not None:  # the paper's Fig. 8b: the same bars for Cultural Marker Identification
         figures["marker_accuracy_bars.png"] = mx.fig3_bars_png(per_image, task="marker")
+    metrics = _with_intervals(mx.summary(per_image), per_image)
     return EvaluationResult(
         benchmark="mixcube",
         release=release,
         model=vlm.identity.model_dump(mode="json"),
         per_query=per_image,
         tables={"accuracy": mx.accuracy_table(per_image), "swap_drops": mx.swap_drops(per_image)},
-        metrics=_with_intervals(mx.summary(per_image), per_image),
+        metrics=metrics,
         figures=figures,
-        settings={"judge": judge.identity.model_dump(mode="json") if judge is not None else None},
+        settings=settings_mixcube(judge),
         skipped=skipped,
         demo=config.demo,
+        warnings=_failure_warnings(metrics),
     )
+
+
+def _failure_warnings(metrics: dict[str, Any]) -> list[str]:
+    """What the accuracy rests on when some questions got no scored answer (an empty list when all did)."""
+    failed = metrics["failed"]
+    if not failed:
+        return []
+    classes = ", ".join(f"`{error}`: {count}" for error, count in metrics["failures"].items())
+    return [
+        f"{failed} of {metrics['images']} images have no scored answer ({classes}): they are counted as failed and "
+        "kept out of every accuracy and its interval, whose denominators are the answered images."
+    ]
 
 
 def wilson_interval(successes: int, trials: int) -> list[float | None]:
@@ -208,6 +271,37 @@ def run(config: Evaluate3XCMConfig | EvaluateMixCubeConfig, progress: Progress |
 
 
 def evaluate_and_write(config: Evaluate3XCMConfig | EvaluateMixCubeConfig, progress: Progress | None = None) -> Written:
-    result = run(config, progress)
-    out = config.out or default_out(config.results_root, result.benchmark, result.release, result.model_id)
+    """Check everything cheap (release, tables, result path, model config, an existing result there), then run the
+    model and write the result folder: a refusal never comes after the model has worked."""
+    release = open_release(config)
+    if config.out is not None:
+        check_result_path(config.out, release, "--out")
+    if isinstance(config, Evaluate3XCMConfig):
+        encoder = build_encoder(config)
+        identity, settings = encoder.identity, settings_3xcm(config)
+    else:
+        models = build_vlms(config)
+        identity, settings = models[0].identity, settings_mixcube(models[1])
+    out = config.out or default_out(config.results_root, config.benchmark, release, identity.model_id)
+    if config.out is None:
+        check_result_path(out, release, "--results-root")
+    conflict = existing_result_conflict(out, config.benchmark, release, identity.model_dump(mode="json"), settings)
+    if conflict is not None:
+        raise ReleaseExistsError(conflict)
+    if isinstance(config, Evaluate3XCMConfig):
+        result = run_3xcm(config, progress, release=release, encoder=encoder)
+    else:
+        result = run_mixcube(config, progress, release=release, models=models)
     return Written(result, out, write_results(result, out))
+
+
+def check_result_path(out: str, release: Release, option: str) -> None:
+    """A result folder may be written at `out`: not a file, not the release nor inside it, not inside a release or
+    result folder (`data.output_paths.check_output`). An earlier result at exactly `out` is allowed here: it is
+    compared with (`existing_result_conflict`, then the writer), so an identical rerun is `unchanged`."""
+    if "://" in out and not out.startswith("file://"):
+        return  # an object store: no local folder to compare paths with; the writer never overwrites
+    path = Path(out.removeprefix("file://"))
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{option} {out} is a file: a result is a folder; choose another path")
+    check_output(path, inputs=[release.path], option=option, immutable_target=True)

@@ -13,11 +13,20 @@ Rules shared by the three:
   reason class (`ERROR_CLASSES`). Only a config error raises (a missing extra, a model folder that does not exist,
   `device="cuda"` without a GPU, no Gemini key), and `build()` checks those before any image is processed.
 - Transient errors (429, 5xx, timeouts, dropped connections) are retried by the shared `RetryPolicy` of
-  `data/retry.py`, honouring Retry-After; the SDKs' own retries are off, so one policy counts the attempts. Remote
-  backends share a process-wide rate limiter per endpoint and model (`shared_limiter`).
+  `data/retry.py`, honouring Retry-After up to its `max_retry_after_s`; a longer Retry-After fails the question at
+  once as `rate_limited` (waiting less than asked would only be refused again), as the downloader does. The SDKs'
+  own retries are off, so one policy counts the attempts. Remote backends share a process-wide rate limiter per
+  endpoint and model (`shared_limiter`).
+- `openai`: `timeout_s` is a deadline for the whole HTTP request (connect, sending, headers and body together), not
+  for each read: a server that trickles its answer a byte at a time is cut off there (`timeout`). The body is read
+  as a stream and its decoded size capped (`max_response_bytes`): a bigger answer is a `response_too_large` failure,
+  never read whole. A body that is JSON but not a chat completion's shape (`choices` not a list, a message whose
+  content is not text) is a `malformed_response` failure.
 - Answers are cached on disk when `cache_dir` is set: one JSON file per question, keyed by the sha256 of (backend,
   model, endpoint, weights, prompt, image sha256, generation settings); a rerun asks nothing again. Transport
-  failures are never cached; "refused" and "empty" are the model's own answers at these settings, so they are.
+  failures (malformed, oversized and late answers among them) are never cached and never scored; "refused" and
+  "empty" are the model's own answers at these settings, so they are. A cache entry whose fields are not text is
+  asked again.
 - The API key is read from the environment (or a Prefect Secret block for Gemini) when the first question is asked
   and is kept only inside the client: it is scrubbed from every detail, answer and cache record, and it is never
   logged, never part of the identity and never part of a cache key.
@@ -40,6 +49,7 @@ import os
 import re
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,6 +59,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from curation.evaluation.http_limits import (
+    ResponseTooLarge,
+    bound_by_deadlines,
+    read_capped,
+    request_deadline,
+)
 from data import provenance
 from data.gemini import GeminiClient, GeminiConfigError, GeminiSettings, StructuredAnswer, resolve_api_key
 from data.model_ids import MODEL_ID_PATTERN, folder_sha256, slug
@@ -66,7 +82,9 @@ ERROR_CLASSES: tuple[str, ...] = (
     "connection_error",  # the endpoint could not be reached after the retries
     "auth_error",  # 401/403: the key is missing or wrong
     "bad_request",  # another 4xx: the endpoint rejected the request (model name, image size, ...)
-    "bad_response",  # the endpoint answered with something that is not a chat completion
+    "bad_response",  # the endpoint answered with something that is not a chat completion (not JSON, no choices)
+    "malformed_response",  # JSON of the wrong shape: choices not a list, a message content that is not text, ...
+    "response_too_large",  # the answer's body exceeded max_response_bytes; the rest was not read
     "refused",  # the model declined to answer (a refusal, a safety stop)
     "empty",  # the model answered with no text
     "bad_image",  # the image bytes could not be read; nothing was asked
@@ -190,13 +208,15 @@ class AnswerCache:
             return None
         try:
             record = self.storage.read_json(path)
-            text, error = record["text"], record.get("error")
+            text, error, detail = record["text"], record.get("error"), record.get("detail")
+            if not all(value is None or isinstance(value, str) for value in (text, error, detail)):
+                raise TypeError("a field that is not text")
         except (KeyError, TypeError, ValueError) as exc:  # a damaged entry is asked again, not trusted
             logger.info("vlm cache entry %s ignored: %s", key[:12], type(exc).__name__)
             return None
         if error is not None and error not in MODEL_OUTCOMES:
             return None
-        return Answer(text, error, record.get("detail"), 0, True)
+        return Answer(text, error, detail, 0, True)
 
     def put(self, key: str, prompt: str, image_sha256: str | None, params: dict[str, Any], answer: Answer) -> None:
         self.storage.write_json(
@@ -268,6 +288,11 @@ def _http_error_class(code: int) -> tuple[str, bool]:
     return "bad_request", False
 
 
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number" if isinstance(value, int | float) else type(value).__name__)
+
+
 # -- openai ----------------------------------------------------------------------------------------------------------
 class OpenAIChatConfig(BackendConfig["VisionLanguageModel"]):
     """An OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, SGLang, ...), asked with the image as a
@@ -284,11 +309,21 @@ class OpenAIChatConfig(BackendConfig["VisionLanguageModel"]):
     max_tokens: int = Field(default=120, ge=1, description="Answer length cap (App. C.2: 120).")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="0 = greedy (App. C.2 used 0.3).")
     top_p: float | None = Field(default=None, gt=0.0, le=1.0, description="None = the server's default (C.2: 0.6).")
-    timeout_s: float = Field(default=120.0, gt=0, description="Per HTTP request.")
+    timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Deadline of one HTTP request, whole: connect, send, headers and body together (not per read).",
+    )
+    max_response_bytes: int = Field(
+        default=1 << 20,
+        ge=1024,
+        description="Cap on one answer's body (decoded); beyond it the question fails as response_too_large, unread.",
+    )
     rate_per_s: float | None = Field(default=None, gt=0, description="Requests per second, process-wide; None: no cap.")
     retry: RetryPolicy = Field(
         default_factory=lambda: RetryPolicy(max_attempts=6, base_delay_s=2.0, max_delay_s=60.0),
-        description="Transient errors only (429, 5xx, timeouts).",
+        description="Transient errors only (429, 5xx, timeouts); a Retry-After beyond its max_retry_after_s fails "
+        "the question at once.",
     )
     cache_dir: str | None = Field(default=None, description="fsspec folder of cached answers; None: no cache.")
 
@@ -332,8 +367,18 @@ class OpenAIChatVlm(_CachedVlm):
                 if not key:
                     logger.info("openai vlm: %s is not set; sending a placeholder key", self.config.api_key_env)
                 self._key = key or PLACEHOLDER_API_KEY
+                http_client = self._openai.DefaultHttpxClient(timeout=self.config.timeout_s)
+                if not bound_by_deadlines(http_client):
+                    logger.warning(
+                        "openai vlm: the HTTP client has no connection pool we know; timeout_s bounds each read "
+                        "and the pauses of the body only"
+                    )
                 self._client = self._openai.OpenAI(
-                    api_key=self._key, base_url=self.config.base_url, max_retries=0, timeout=self.config.timeout_s
+                    api_key=self._key,
+                    base_url=self.config.base_url,
+                    max_retries=0,
+                    timeout=self.config.timeout_s,
+                    http_client=http_client,
                 )
             return self._client
 
@@ -359,13 +404,27 @@ class OpenAIChatVlm(_CachedVlm):
             if retry_after is None and headers.get("retry-after-ms", "").strip().isdigit():
                 retry_after = int(headers["retry-after-ms"]) / 1000.0
             return error, detail, retry_after, transient
-        if isinstance(exc, errors.APITimeoutError):
+        if exc.__cause__ is not None and str(exc.__cause__) not in detail:  # the SDK's "Request timed out." says less
+            detail = _short(f"{detail} ({exc.__cause__})")
+        # The body is read after the SDK returns: its errors are the HTTP client's own (httpx or httpx2).
+        bases = {cls.__name__ for cls in type(exc).__mro__}
+        if isinstance(exc, errors.APITimeoutError | TimeoutError) or "TimeoutException" in bases:
             return "timeout", detail, None, True
-        if isinstance(exc, errors.APIConnectionError):
+        if isinstance(exc, errors.APIConnectionError) or "TransportError" in bases:
             return "connection_error", detail, None, True
-        if isinstance(exc, errors.APIResponseValidationError | ValueError):  # a body that is not JSON
+        if isinstance(exc, errors.APIResponseValidationError | ValueError | zlib.error) or "DecodingError" in bases:
             return "bad_response", detail, None, False
         return "api_error", detail, None, False
+
+    def _request(self, client: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> bytes:
+        """One request, its body read as a stream under the size cap, all of it within the request deadline."""
+        request = client.chat.completions.with_streaming_response.create
+        headers = {"Accept-Encoding": "gzip, deflate"}  # what read_capped inflates under its cap
+        with (
+            request_deadline(self.config.timeout_s),
+            request(model=self.config.model, messages=messages, extra_headers=headers, **kwargs) as response,
+        ):
+            return read_capped(response.http_response, self.config.max_response_bytes)
 
     def _ask(self, prompt: str, image: bytes | None) -> Answer:
         client = self._connect()
@@ -373,18 +432,26 @@ class OpenAIChatVlm(_CachedVlm):
         if self.config.top_p is not None:
             kwargs["top_p"] = self.config.top_p
         messages = self._messages(prompt, image)
+        retry = self.config.retry
         attempts = failures = 0
         while True:
             attempts += 1
             self._limiter.acquire()
             try:
-                response = client.chat.completions.create(model=self.config.model, messages=messages, **kwargs)
+                body = self._request(client, messages, kwargs)
+            except ResponseTooLarge as exc:  # the model's answer is not what max_tokens allows: not retried
+                logger.warning("openai vlm %s: response_too_large (%s)", self.identity.model_id, exc)
+                return Answer(None, "response_too_large", _short(str(exc)), attempts, False)
             except Exception as exc:  # classified below; only transient classes are retried
                 error, detail, retry_after, transient = self._classify(exc)
                 detail = provenance.scrub(detail, [self._secret()]) or ""
-                if transient and self.config.retry.may_retry(failures + 1):
+                # A Retry-After beyond the cap: waiting less than asked would only be refused again.
+                too_long = retry_after is not None and retry_after > retry.max_retry_after_s
+                if too_long:
+                    detail = f"{detail}; Retry-After {retry_after:g} s > max_retry_after_s {retry.max_retry_after_s:g}"
+                if transient and not too_long and retry.may_retry(failures + 1):
                     failures += 1
-                    delay = self.config.retry.delay(failures, retry_after)
+                    delay = retry.delay(failures, retry_after)
                     logger.warning(
                         "openai vlm %s: %s (%s); retry %d in %.1fs",
                         self.identity.model_id,
@@ -399,22 +466,43 @@ class OpenAIChatVlm(_CachedVlm):
                     "openai vlm %s: %s after %d attempt(s) (%s)", self.identity.model_id, error, attempts, detail
                 )
                 return Answer(None, error, detail, attempts, False)
-            return _completion_answer(response, attempts)
+            return _completion_answer(body, attempts)
 
 
-def _completion_answer(response: Any, attempts: int) -> Answer:
-    """An Answer from a chat completion: its text, or why there is none."""
-    choices = getattr(response, "choices", None)
-    if choices is None:
-        return Answer(None, "bad_response", f"not a chat completion: {type(response).__name__}", attempts, False)
+def _completion_answer(body: bytes, attempts: int) -> Answer:
+    """An Answer from a chat completion's body: its text, or why there is none. Its shape is checked field by field
+    (the SDK's models are not validated): anything but text where text belongs is `malformed_response`, never
+    an empty answer."""
+
+    def malformed(what: str) -> Answer:
+        return Answer(None, "malformed_response", _short(what), attempts, False)
+
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        return Answer(None, "bad_response", _short(f"the body is not JSON: {exc}"), attempts, False)
+    if not isinstance(data, dict):
+        return malformed(f"not a chat completion: {_json_type(data)}")
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        return malformed(f"not a chat completion: 'choices' is {_json_type(choices)}, not an array")
     if not choices:
         return Answer(None, "bad_response", "a chat completion without choices", attempts, False)
     choice = choices[0]
-    message = getattr(choice, "message", None)
-    content = getattr(message, "content", None)
-    refusal = getattr(message, "refusal", None)
-    finish = getattr(choice, "finish_reason", None)
-    if isinstance(content, str) and content.strip():
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        where = "choices[0]" if not isinstance(choice, dict) else "choices[0].message"
+        return malformed(f"{where} is {_json_type(message if isinstance(choice, dict) else choice)}, not an object")
+    content, refusal, finish = message.get("content"), message.get("refusal"), choice.get("finish_reason")
+    fields = {
+        "choices[0].message.content": content,
+        "choices[0].message.refusal": refusal,
+        "choices[0].finish_reason": finish,
+    }
+    for name, value in fields.items():
+        if value is not None and not isinstance(value, str):
+            return malformed(f"{name} is {_json_type(value)}, not text")
+    if content and content.strip():
         return Answer(content, None, None, attempts, False)
     if refusal or finish == "content_filter":
         return Answer(None, "refused", _short(refusal or f"finish_reason: {finish}"), attempts, False)

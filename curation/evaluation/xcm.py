@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from curation.evaluation import metrics_3xcm as m
@@ -26,6 +27,7 @@ class XcmEvaluation:
     metrics: dict[str, Any]
     figures: dict[str, bytes]  # PNG by file name
     skipped: list[str] = field(default_factory=list)  # what was not computed, and why
+    warnings: list[str] = field(default_factory=list)  # what makes the numbers not what they seem (ties)
 
 
 def _candidate_ids(table: pa.Table, prefixes: Sequence[str]) -> list[str]:
@@ -73,7 +75,26 @@ def image_vectors(
             progress("embed images", done, len(refs))
 
     matrix = encoder.image_vectors(refs, advance)
-    return m.Vectors.from_arrays([r.image_id for r in refs], matrix)
+    keys = [r.image_id for r in refs]
+    _refuse_degenerate(encoder, keys, matrix, "image")
+    return m.Vectors.from_arrays(keys, matrix)
+
+
+def _refuse_degenerate(encoder: TextImageEncoder, keys: Sequence[str], matrix: Any, what: str) -> None:
+    """A vector with a NaN or an infinity, or of zero norm, has no direction to compare: refused, naming the model
+    and how many, rather than scored (zero vectors tie everywhere and would publish M_cr = 1, SP = 0)."""
+    array = np.asarray(matrix)
+    if array.ndim != 2 or array.shape[0] != len(keys):
+        return  # Vectors.from_arrays names the shape
+    nonfinite, zero = m.degenerate_rows(array)
+    model = encoder.identity.model_id
+    for rows, problem in ((nonfinite, "holding NaN or infinite values"), (zero, "of zero norm")):
+        if len(rows):
+            raise ValueError(
+                f"3XCM evaluation: model {model} returned {len(rows)} {what} vector(s) {problem} (of {len(keys)}, "
+                f"e.g. {what} {keys[int(rows[0])]!r}): such a vector has no direction and no cosine; check the model "
+                "and its inputs"
+            )
 
 
 def _loader(store: Any, image_id: str) -> Callable[[], bytes]:
@@ -92,7 +113,9 @@ def _no_bytes(release: Release, image_id: str) -> Callable[[], bytes]:
 
 def text_vectors(texts: Sequence[str], encoder: TextImageEncoder) -> m.Vectors:
     unique = list(dict.fromkeys(texts))
-    return m.Vectors.from_arrays(unique, encoder.text_vectors(unique))
+    matrix = encoder.text_vectors(unique)
+    _refuse_degenerate(encoder, unique, matrix, "text")
+    return m.Vectors.from_arrays(unique, matrix)
 
 
 def evaluate_3xcm(
@@ -146,7 +169,32 @@ def evaluate_3xcm(
                 figures["delta_sim.png"] = delta_sim_png(means)
                 metrics["delta_sim"] = [d.model_dump(mode="json") for d in means]
     metrics["skipped"] = skipped
-    return XcmEvaluation(per_query, tables, metrics, figures, skipped)
+    scored = {"rq2": (per_query, m.RQ2_CATEGORIES)}
+    if "per_query_rq3" in tables:
+        scored["rq3"] = (tables["per_query_rq3"], m.RQ3_CATEGORIES)
+    ties = {task: _ties(table, categories) for task, (table, categories) in scored.items()}
+    warnings = []
+    if any(ties.values()):  # only then: a result without ties reads exactly as before
+        metrics["ties"] = {**ties, "tolerance": m.TIE_TOLERANCE}
+        numbers = {"rq2": "M_cr, M_lb, M_ti and SP", "rq3": "the RQ3 M_k and the App. P tests"}
+        for task, count in ties.items():
+            n = scored[task][0].num_rows
+            if count * 2 > n:
+                warnings.append(
+                    f"Ties decided {count} of {n} {task.upper()} winners: their top scores were equal within "
+                    f"{m.TIE_TOLERANCE:g}, so the slot order (correct first) chose them, not the model; "
+                    f"{numbers[task]} are not measured. Check the vectors (one vector for every image ties "
+                    "everywhere)."
+                )
+    return XcmEvaluation(per_query, tables, metrics, figures, skipped, warnings)
+
+
+def _ties(per_query: pa.Table, categories: Sequence[str]) -> int:
+    """Queries whose winner a tie decided (`metrics_3xcm.tied_winners`)."""
+    if per_query.num_rows == 0:
+        return 0
+    scores = np.column_stack([per_query.column(f"score_{c}").to_numpy() for c in categories])
+    return int(m.tied_winners(scores).sum())
 
 
 def _headline(report: m.WinRateReport) -> dict[str, Any]:
