@@ -1,20 +1,37 @@
 """`culturebench validate`: a release folder checked whole, whichever benchmark it holds.
 
-First its files against its manifest (`data/release_integrity.py`: every file's size and sha256, no file unlisted,
-each image's bytes against its `sha256` where the release kept the source's bytes); a mismatch is a violation of
-the rule `integrity`, and the benchmark's rules are then not checked (the tables are not the release's). Then the
-benchmark's own rules (`Benchmark.validate_release`: 3XCM's `curation/validate.py`, MixCuBe's
-`curation/validate_mixcube.py`). Which checks run depends on nothing the manifest says but the benchmark's name.
+1. Its files against its manifest (`data/release_integrity.py`: every file's size and sha256, no file unlisted,
+   each image's bytes against its `sha256` where the release kept the source's bytes). A mismatch is a violation of
+   the rule `integrity`, and nothing else is checked: the tables are not the release's.
+2. The benchmark's own rules (`Benchmark.validate_release`: 3XCM's `curation/validate.py`, MixCuBe's
+   `curation/validate_mixcube.py`).
+3. A takedown patch (a manifest naming a `parent` or `takedowns`) is derived again from its parent, which must sit
+   beside it and be valid itself, and must equal that derivation table by table. Its rows kept from the parent
+   were chosen least-used over the parent's pool, so the patch alone cannot replay the balance; the parent can.
+
+What the manifest says decides no check away: a manifest that claims a patch gets the stricter check, not a
+weaker one.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
+
+from curation.takedown import TakedownRequest, XcmTakedown
 from curation.validate import ValidationReport, Violation
-from data.release_format import ReleaseReadError
+from data.release_format import SEMVER, ReleaseReadError
 from data.release_integrity import Manifest, read_manifest, verify_files, verify_image_bytes
 from flows import benchmarks
+
+#: The tables a patch is compared on, per benchmark: what `derive_patch` decides them to be.
+PATCH_TABLES = {
+    "3xcm": ("image_metadata", "benchmark", "benchmark_cd", "unassembled"),
+    "mixcube": ("default",),
+}
 
 
 def check_release(folder: Path) -> tuple[Manifest, ValidationReport]:
@@ -32,6 +49,93 @@ def check_release(folder: Path) -> tuple[Manifest, ValidationReport]:
     validate = benchmarks.get(manifest.name).validate_release
     if validate is None:
         raise ReleaseReadError(f"{folder}: no rule checker for {manifest.name}")
-    report = validate(folder)
+    patch = declares_patch(manifest.data)
+    report = validate(folder, patch)
+    if patch:
+        report.violations += replay_patch(manifest)
     report.rows_checked = {"files": len(manifest.files), **report.rows_checked}
     return manifest, report
+
+
+def declares_patch(manifest: dict[str, Any]) -> bool:
+    return "parent" in manifest or "takedowns" in manifest
+
+
+def _violation(rule: str, detail: str) -> Violation:
+    return Violation(table="manifest", row=None, rule=f"patch.{rule}", detail=detail)
+
+
+def replay_patch(manifest: Manifest) -> list[Violation]:
+    """A patch against its parent: the parent beside it, valid, the one the patch names (by its manifest's sha256),
+    and the patch's tables exactly what taking the last takedown's request down from it gives."""
+    from data.release_patch import ParentRelease, PatchInputError
+    from flows.takedown import derive_patch
+
+    parent, takedowns = manifest.data.get("parent"), manifest.data.get("takedowns")
+    if not isinstance(parent, dict) or not isinstance(takedowns, list) or not takedowns:
+        return [_violation("manifest", "a patch names its parent ({version, manifest_sha256}) and its takedowns")]
+    version, record = parent.get("version"), takedowns[-1]
+    if not isinstance(version, str) or not re.match(SEMVER, version) or not isinstance(record, dict):
+        return [_violation("manifest", f"parent version {str(version)[:40]!r} or the last takedown is malformed")]
+    folder = manifest.folder.parent / version
+    if not (folder / "manifest.json").is_file():
+        return [
+            _violation(
+                "parent",
+                f"the parent release {version} is not beside the patch ({folder}): a patch is checked by deriving "
+                "it again from its parent; put the parent there",
+            )
+        ]
+    try:
+        parent_manifest, parent_report = check_release(folder)
+    except ReleaseReadError as exc:
+        return [_violation("parent", f"the parent release cannot be read: {exc}")]
+    if not parent_report.ok:
+        return [_violation("parent", f"the parent release {version} is not valid: {parent_report.summary(3)}")]
+    if parent_manifest.sha256 != parent.get("manifest_sha256"):
+        return [_violation("parent", f"{folder}/manifest.json is not the parent manifest the patch names")]
+    if [*parent_manifest.data.get("takedowns", []), record] != takedowns:
+        return [_violation("manifest", "the patch's takedowns are not its parent's followed by its own")]
+    requested = record.get("requested")
+    if not isinstance(requested, dict) or not all(isinstance(v, list) for v in requested.values()):
+        return [_violation("manifest", "the last takedown has no `requested` image ids, sha256 and URLs")]
+    request = TakedownRequest(
+        image_ids=tuple(map(str, requested.get("image_ids", []))),
+        sha256s=tuple(map(str, requested.get("sha256", []))),
+        urls=tuple(map(str, requested.get("urls", []))),
+    )
+    try:
+        derived = derive_patch(ParentRelease.open(folder), request)
+    except (PatchInputError, ValueError) as exc:
+        return [_violation("replay", f"the takedown cannot be derived again from {version}: {exc}")]
+    if isinstance(derived, XcmTakedown):
+        made = (derived.images, derived.benchmark, derived.benchmark_cd, derived.unassembled)
+        tables = dict(zip(PATCH_TABLES["3xcm"], made, strict=True))
+    else:
+        tables = {"default": derived.rows}
+    patch = ParentRelease.open(manifest.folder)
+    return [
+        _violation(
+            "replay",
+            f"{name} is not what taking the requested images down from {version} gives",
+        )
+        for name, expected in tables.items()
+        if not _same_rows(_patch_table(patch, name), expected)
+    ]
+
+
+def _patch_table(patch: Any, name: str) -> pa.Table | None:
+    try:
+        return patch.table(name)
+    except ValueError:
+        return None
+
+
+def _same_rows(found: pa.Table | None, expected: pa.Table) -> bool:
+    """The same rows, the columns compared by name (the writer orders a table's columns its own way)."""
+    if found is None:
+        return expected.num_rows == 0
+    columns = [c for c in expected.column_names if c in found.column_names]
+    if found.num_rows != expected.num_rows or len(columns) != len(found.column_names):
+        return False
+    return all(found[c].to_pylist() == expected[c].to_pylist() for c in columns)

@@ -13,12 +13,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from curation.takedown import TakedownRequest, take_down_mixcube, take_down_xcm
+from curation.takedown import MixcubeTakedown, TakedownRequest, XcmTakedown, take_down_mixcube, take_down_xcm
 from data.denylist import DenylistError, DenylistLockError, denylist_location, read_denylist
 from data.release import ReleaseResult
+from data.release_integrity import verified
 from data.release_patch import (
     ParentRelease,
     PatchInputError,
+    ReleasedImages,
     checked_date,
     code_span,
     is_later,
@@ -63,6 +65,7 @@ def take_down(
     `ReleaseExistsError` when the version exists with other content, `DenylistNotUpdated` when the patch was
     written but the denylist could not be (the same call again completes it)."""
     parent = ParentRelease.open(folder)
+    verified(folder, images=True)  # a patch carries its parent's bytes: they must be the published ones
     version = version or next_patch_version(parent.version)
     if not is_later(version, parent.version):
         raise PatchInputError(f"version {version} does not come after {parent.version}; a patch is a later version")
@@ -73,51 +76,37 @@ def take_down(
     read_denylist(parent.root, parent.name)  # a denylist that cannot be read refuses the takedown before the patch
     images = parent.images()
     requested = {"image_ids": list(request.image_ids), "sha256": list(request.sha256s), "urls": list(request.urls)}
-    if parent.name == "3xcm":
-        catalog = parent.table("image_metadata")
-        unassembled = parent.table("unassembled") if (folder / "unassembled").is_dir() else UNASSEMBLED.empty_table()
-        config = parent.manifest.get("config", {}).get("assembly", {})
-        result = take_down_xcm(
-            catalog,
-            parent.table("benchmark"),
-            parent.table("benchmark_cd"),
-            unassembled,
-            request,
-            seed=int(parent.manifest.get("seeds", {}).get("assembly") or 0),
-            max_reuse=config.get("max_candidate_reuse"),
-            released_sha256=images.released_sha256,
-        )
-        _refuse_an_empty_patch(parent, catalog.num_rows, result.images.num_rows)
-        if not result.validation.ok:
-            raise TakedownRefused(f"the patch would break the benchmark rules:\n{result.validation.summary()}")
-        removed = [image.as_dict() for image in result.removed]
-        rows: dict[str, Any] = {task: change.counts() for task, change in result.changes.items()}
-        rows["repaired"] = {task: change.repaired for task, change in result.changes.items()}
-        rows["summary"] = _xcm_summary(result.changes)
+    derived = derive_patch(parent, request, images)
+    if isinstance(derived, XcmTakedown):
+        _refuse_an_empty_patch(parent, len(derived.index_map), derived.images.num_rows)
+        if not derived.validation.ok:
+            raise TakedownRefused(f"the patch would break the benchmark rules:\n{derived.validation.summary()}")
+        removed = [image.as_dict() for image in derived.removed]
+        rows: dict[str, Any] = {task: change.counts() for task, change in derived.changes.items()}
+        rows["repaired"] = {task: change.repaired for task, change in derived.changes.items()}
+        rows["summary"] = _xcm_summary(derived.changes)
         record = takedown_record(parent, version, date, reason, requested, removed, rows)
         written = write_3xcm_patch(
             parent,
             images,
             record,
-            result.images,
-            result.benchmark,
-            result.benchmark_cd,
-            result.unassembled,
-            result.validation.summary(),
-            result.reuse,
+            derived.images,
+            derived.benchmark,
+            derived.benchmark_cd,
+            derived.unassembled,
+            derived.validation.summary(),
+            derived.reuse,
         )
     else:
-        rows_table = parent.table("default")
-        cut = take_down_mixcube(rows_table, request, released_sha256=images.released_sha256)
-        _refuse_an_empty_patch(parent, rows_table.num_rows, cut.rows.num_rows)
-        removed = [image.as_dict() for image in cut.removed]
+        _refuse_an_empty_patch(parent, derived.rows.num_rows + len(derived.removed), derived.rows.num_rows)
+        removed = [image.as_dict() for image in derived.removed]
         rows = {
-            "quintets": {original: named for original, named in cut.quintets.items()},
-            "kept_rows": cut.rows.num_rows,
-            "summary": _mixcube_summary(cut.quintets, cut.rows),
+            "quintets": {original: named for original, named in derived.quintets.items()},
+            "kept_rows": derived.rows.num_rows,
+            "summary": _mixcube_summary(derived.quintets, derived.rows),
         }
         record = takedown_record(parent, version, date, reason, requested, removed, rows)
-        written = write_mixcube_patch(parent, images, record, cut.rows)
+        written = write_mixcube_patch(parent, images, record, derived.rows)
     try:
         denylist = record_denylist(parent, record)
     except (OSError, DenylistError, DenylistLockError) as exc:
@@ -127,6 +116,30 @@ def take_down(
             f"with --version {version} --date {date} to add its entries (the patch is then unchanged)"
         ) from None
     return TakedownSummary(release=written, parent=parent.version, removed=removed, rows=rows, denylist=denylist)
+
+
+def derive_patch(
+    parent: ParentRelease, request: TakedownRequest, images: ReleasedImages | None = None
+) -> XcmTakedown | MixcubeTakedown:
+    """What taking `request` down from `parent` gives, table by table, decided and not written: `take_down` writes
+    it, and `validate` derives a patch again from its parent to check that its rows are exactly these."""
+    images = images or parent.images()
+    if parent.name == "3xcm":
+        unassembled = (
+            parent.table("unassembled") if (parent.folder / "unassembled").is_dir() else UNASSEMBLED.empty_table()
+        )
+        config = parent.manifest.get("config", {}).get("assembly", {})
+        return take_down_xcm(
+            parent.table("image_metadata"),
+            parent.table("benchmark"),
+            parent.table("benchmark_cd"),
+            unassembled,
+            request,
+            seed=int(parent.manifest.get("seeds", {}).get("assembly") or 0),
+            max_reuse=config.get("max_candidate_reuse"),
+            released_sha256=images.released_sha256,
+        )
+    return take_down_mixcube(parent.table("default"), request, released_sha256=images.released_sha256)
 
 
 def _refuse_an_empty_patch(parent: ParentRelease, before: int, after: int) -> None:

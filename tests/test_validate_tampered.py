@@ -203,3 +203,72 @@ def test_mixcube_rules_are_checked(releases: dict[str, Path], tmp_path: Path) ->
     rehash_manifest(folder)  # the files agree with the manifest: only the rules can object
     code, output = _validate(folder)
     assert code == 1 and "quintet_order" in output, output
+
+
+# -- takedown patches: derived again from their parent --------------------------------------------------------------
+
+
+@pytest.fixture
+def patched(releases: dict[str, Path], tmp_path: Path) -> Path:
+    """A copy of the 3XCM release root with a genuine patch 0.0.2 (one correct candidate taken down)."""
+    root = tmp_path / "releases"
+    shutil.copytree(releases["3xcm"].parent.parent, root, ignore=shutil.ignore_patterns("mixcube"))
+    parent = root / "3xcm" / "0.0.1"
+    candidate = pq.read_table(next((parent / "benchmark").glob("*.parquet")))[
+        "semantically_relevant_candidate_image_id"
+    ][0].as_py()
+    args = ["takedown", str(parent), "--image-id", candidate, "--reason", "asked", "--date", "2026-05-01"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return root / "3xcm" / "0.0.2"
+
+
+def test_a_genuine_patch_is_derived_again_from_its_parent(patched: Path) -> None:
+    code, output = _validate(patched)
+    assert code == 0, output
+
+
+def test_a_forged_patch_row_is_found_by_the_replay(patched: Path) -> None:
+    """Rows swapped between two queries' irrelevant candidates break no per-row rule a patch alone can check with
+    its balance replay off; deriving the patch again from its parent finds them."""
+    path = next((patched / "benchmark").glob("*.parquet"))
+    table = pq.read_table(path)
+    rows = table.to_pylist()
+    prefix = "non_relevant_candidate_"
+    a, b = next(
+        (i, j)
+        for i in range(len(rows))
+        for j in range(i + 1, len(rows))
+        if rows[i]["query_concept"] == rows[j]["query_concept"]
+        and rows[i]["query_country"] == rows[j]["query_country"]
+        and rows[i][f"{prefix}index"] != rows[j][f"{prefix}index"]
+    )
+    for column in (c for c in table.column_names if c.startswith(prefix)):
+        rows[a][column], rows[b][column] = rows[b][column], rows[a][column]
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+    rehash_manifest(patched)
+    code, output = _validate(patched)
+    assert code == 1 and "patch.replay" in output and "benchmark is not what" in output, output
+
+
+def test_a_patch_without_its_parent_or_with_another_parent_is_invalid(patched: Path) -> None:
+    parent = patched.parent / "0.0.1"
+    card = parent / "README.md"
+    card.write_text(card.read_text() + "\nedited\n")
+    rehash_manifest(parent)  # a valid release, but not the one the patch names
+    code, output = _validate(patched)
+    assert code == 1 and "is not the parent manifest the patch names" in output, output
+    shutil.rmtree(parent)
+    code, output = _validate(patched)
+    assert code == 1 and "patch.parent" in output and "not beside the patch" in output, output
+
+
+def test_a_takedown_refuses_a_tampered_parent_and_writes_nothing(releases: dict[str, Path], tmp_path: Path) -> None:
+    folder = _copy(releases["3xcm"], tmp_path)
+    _replace_text(folder, "README.md", "cc-by-nc-sa-4.0", "cc0-1.0")
+    image = pq.read_table(next((folder / "image_metadata").glob("*.parquet")), columns=["image_id"])[0][0].as_py()
+    args = ["takedown", str(folder), "--image-id", image, "--reason", "asked", "--date", "2026-05-01"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "differ from manifest.json: README.md has" in result.output
+    assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]

@@ -33,8 +33,9 @@ class Benchmark(Generic[ConfigT]):
     provenance: Callable[[Build[ConfigT]], dict[str, Any]]  # what the manifest records of the build
     nothing_released: type[Exception]  # raised when the build's tables must not (or cannot) be released
     flow: Callable[..., BuildSummary]  # the Prefect flow: (config, close_reviews) -> BuildSummary
-    # Checks a release folder against the benchmark's rules; None where the benchmark has no rule checker.
-    validate_release: Callable[[Path], Any] | None = None
+    # Checks a release folder against the benchmark's rules, (folder, patch) -> ValidationReport; None where the
+    # benchmark has no rule checker. `patch`: a takedown patch, which `flows/release_check.py` also replays.
+    validate_release: Callable[[Path, bool], Any] | None = None
 
     def build(self, config: ConfigT) -> Build[ConfigT]:
         return self.graph.build(config)

@@ -105,8 +105,9 @@ def release(build: Build[BuildMixCubeConfig]) -> ReleaseResult:
     return release_mixcube.write_mixcube_release(build.config.release, ws.blobs, rows, provenance(build))
 
 
-def validate_release(folder: Path) -> ValidationReport:
-    """Every quintet rule on a MixCuBe release folder; ReleaseReadError when its table is missing or unreadable."""
+def validate_release(folder: Path, patch: bool = False) -> ValidationReport:
+    """Every quintet rule on a MixCuBe release folder; ReleaseReadError when its table is missing or unreadable. A
+    takedown `patch` keeps the same rules (removing a quintet breaks none)."""
     rows = read_parquet_parts(folder / "default", list(MIXCUBE_ROWS.names))
     if rows is None:
         raise ReleaseReadError(f"{folder} has no default/*.parquet")

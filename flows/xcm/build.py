@@ -16,7 +16,6 @@ from data import release_3xcm
 from data.provenance import code_version, reference_data_sha256
 from data.release import ReleaseResult, with_phash
 from data.release_3xcm import ReleaseReadError, read_parquet_parts, read_released_catalog
-from data.release_patch import is_patch
 from flows.engine.benchmark import Benchmark
 from flows.engine.config import ConfigError
 from flows.engine.graph import Build, Progress
@@ -100,9 +99,11 @@ def release(build: Build[Build3XCMConfig]) -> ReleaseResult:
     )
 
 
-def validate_release(folder: Path) -> ValidationReport:
+def validate_release(folder: Path, patch: bool = False) -> ValidationReport:
     """Every benchmark rule on a 3XCM release folder. Raises `ReleaseReadError` when a table is missing or
-    unreadable (releases older than `unassembled` are checked without it)."""
+    unreadable (releases older than `unassembled` are checked without it). A takedown `patch` is checked without
+    the balance replay (its kept rows were chosen least-used over its parent's pool): `flows/release_check.py`
+    derives it again from its parent instead."""
     images = read_released_catalog(folder / "image_metadata")  # the image bytes are not needed
     tables = {name: read_parquet_parts(folder / name) for name in ("benchmark", "benchmark_cd", "unassembled")}
     missing = [name for name, table in (("image_metadata", images), *tables.items()) if table is None]
@@ -113,7 +114,7 @@ def validate_release(folder: Path) -> ValidationReport:
         tables["benchmark"],
         tables["benchmark_cd"],
         unassembled=tables["unassembled"],
-        balance=not is_patch(folder),  # a takedown's kept rows were chosen least-used over the parent's pool
+        balance=not patch,
     )
 
 
