@@ -540,7 +540,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         ),
         ((tmp_path,), tmp_path, "not a 3XCM release folder"),
         ((good, "--out", tmp_path / "v.json"), tmp_path / "v.json", "--out must end in .csv or .parquet"),
-        ((good, "--out", tmp_path / "no" / "v.csv"), tmp_path / "no" / "v.csv", "cannot write the violations"),
+        ((good, "--out", good / "v.csv"), good / "v.csv", "cannot write the violations"),  # a folder that is a file
         ((good, "--metadata", tmp_path / "no.parquet"), tmp_path / "no.parquet", "no such file or folder"),
         ((good, "--metadata", good), good, "not a readable Parquet file"),
     ]
