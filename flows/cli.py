@@ -119,8 +119,6 @@ def _check_roots(cfg: Any) -> None:
 
 
 def _run_build(benchmark: Benchmark, cfg: Any, engine: Engine, close_reviews: bool) -> None:
-    if engine is Engine.prefect:
-        _prepare_prefect_environment()
     from annotation.aggregate import MalformedExport
     from annotation.collect import ReviewPending
     from collectors.mixcube_originals import OriginalsInputError
@@ -165,9 +163,12 @@ def _run_build(benchmark: Benchmark, cfg: Any, engine: Engine, close_reviews: bo
     _print_summary(benchmark.name, summary)
 
 
+@app.callback()
 def _prepare_prefect_environment() -> None:
-    """Without PREFECT_API_URL, Prefect starts a temporary local server: give it time to migrate a fresh
-    database on a small machine, and create PREFECT_HOME (Prefect does not create missing parents)."""
+    """Before any command imports Prefect (a benchmark's flow does; Prefect reads its settings once, at import):
+    without PREFECT_API_URL, Prefect starts a temporary local server, so give it time to migrate a fresh database
+    on a small machine (Prefect's 20 s is not enough on 2 busy cores), and create PREFECT_HOME (Prefect does not
+    create missing parents)."""
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     home = os.environ.get("PREFECT_HOME")
