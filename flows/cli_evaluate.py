@@ -107,10 +107,10 @@ def _validate(model: type, data: dict[str, Any], config: Path | None) -> Any:
 def _run(config: Any) -> None:
     from pydantic import ValidationError
 
-    from curation.evaluation.results import headline_rows
-    from curation.evaluation.run import evaluate_and_write
     from data.release import ReleaseExistsError
     from data.release_3xcm import ReleaseReadError
+    from evaluation.results import headline_rows
+    from evaluation.run import evaluate_and_write
 
     try:
         with progress_bars() as progress:
@@ -171,7 +171,7 @@ def evaluate_3xcm_command(
 ) -> None:
     """Text-to-image retrieval on a 3XCM release: per-query winners, M_cr/M_lb/M_ti/SP with 95% CIs, RQ3's six
     M_k and App. P.2 tests, and Δsim. Exit 2 on bad input, 1 if the result folder exists with other content."""
-    from curation.evaluation.run import Evaluate3XCMConfig
+    from evaluation.run import Evaluate3XCMConfig
 
     data = _read_config(config)
     options = {
@@ -224,7 +224,7 @@ def evaluate_mixcube_command(
     """Country Identification (App. B.2) on every image of a MixCuBe release, and Cultural Marker Identification
     (App. B.3) on Food with a judge: accuracy per country x category x ethnicity and the drop from original to each
     swap. Exit 2 on bad input, 1 if the result folder exists with other content."""
-    from curation.evaluation.run import EvaluateMixCubeConfig
+    from evaluation.run import EvaluateMixCubeConfig
 
     data = _read_config(config)
     options = {
@@ -254,8 +254,8 @@ def compare_command(
 ) -> None:
     """Several models side by side: one table (printed as Markdown) and one figure. --out is checked before anything
     is read: never a file, an input, or a folder inside a release or result folder (those are immutable)."""
-    from curation.evaluation.results import compare
     from data.output_paths import OutputPathError, check_output
+    from evaluation.results import compare
 
     if out is not None:
         try:

@@ -1,5 +1,5 @@
 """The `evaluate` flow: a release and a model (typed parameters) in, an immutable result folder out, with the
-metrics as table artifacts and the figures linked. The work is `curation.evaluation.run`; this is wiring."""
+metrics as table artifacts and the figures linked. The work is `evaluation.run`; this is wiring."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
-from curation.evaluation.results import HEADLINE, METRICS, headline_rows
-from curation.evaluation.run import EvaluationConfig, Written, evaluate_and_write
+from evaluation.results import HEADLINE, METRICS, headline_rows
+from evaluation.run import EvaluationConfig, Written, evaluate_and_write
 from flows.engine.runner import ProgressArtifact, artifact_key
 
 

@@ -32,6 +32,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 from pydantic import Field
 
+from data.devices import resolve_device
 from data.errors import error_text
 from data.model_ids import folder_sha256
 from data.stage import BackendConfig, require
@@ -338,23 +339,6 @@ def resolve_model(config: SdxlInpaintConfig) -> ResolvedModel:
     return ResolvedModel(str(snapshot), f"{config.model}@{snapshot.name[:12]}")
 
 
-def resolve_device(config: SdxlInpaintConfig) -> tuple[str, str]:
-    """The torch device and the effective precision (fp16 only on CUDA)."""
-    torch = require("torch", "synthesis")
-    has_cuda = torch.cuda.is_available()
-    if config.device == "cuda" and not has_cuda:
-        raise RuntimeError(
-            "inpainting: SdxlInpaintConfig.device is 'cuda' but torch sees no usable CUDA device; "
-            "use device 'auto' or 'cpu'."
-        )
-    device = "cuda" if config.device == "cuda" or (config.device == "auto" and has_cuda) else "cpu"
-    precision = config.precision if config.precision != "auto" else ("fp16" if device == "cuda" else "fp32")
-    if precision == "fp16" and device == "cpu":
-        log.warning("inpainting: precision fp16 needs CUDA; running in fp32 on the CPU")
-        precision = "fp32"
-    return device, precision
-
-
 class _DropEmptyFp32Notice(logging.Filter):
     """diffusers warns on every VAE up/down-cast inside the inpaint pipeline that modules 'should be kept in
     float32: []' (an empty list: nothing to keep); four lines per call would bury real warnings."""
@@ -431,7 +415,9 @@ class SdxlInpainter:
     def __init__(self, config: SdxlInpaintConfig) -> None:
         self.config = config
         self.model = resolve_model(config)
-        self.device, self.precision = resolve_device(config)
+        self.device, self.precision = resolve_device(
+            config.device, config.precision, owner="inpainting: SdxlInpaintConfig", extra="synthesis"
+        )
         self.model_id = self.model.model_id
         self._scheduler: str | None = None
 

@@ -28,6 +28,7 @@ import numpy as np
 from PIL import Image
 from pydantic import Field, field_validator
 
+from data.devices import resolve_device
 from data.stage import BackendConfig, require, required_file
 from data.workspace import file_sha256
 from synthesis.faces import FaceBox, check_rgb
@@ -234,17 +235,6 @@ class GrabCutMasker(_MaskerBase):
         return np.stack([self._one(bgr, b) for b in boxes])
 
 
-def resolve_device(device: str) -> str:
-    """The torch device for a config's `device` field."""
-    torch = require("torch", "synthesis")
-    has_cuda = torch.cuda.is_available()
-    if device == "cuda" and not has_cuda:
-        raise RuntimeError(
-            "masks: SamMaskConfig.device is 'cuda' but torch sees no usable CUDA device; use 'auto' or 'cpu'."
-        )
-    return "cuda" if device == "cuda" or (device == "auto" and has_cuda) else "cpu"
-
-
 def load_sam_checkpoint(sam: Any, path: str | Path) -> Any:
     """Load a state-dict checkpoint into a built `Sam` and return it in eval mode.
 
@@ -297,7 +287,7 @@ class SamMasker(_MaskerBase):
     def __init__(self, config: SamMaskConfig, model_id: str, sam: Any = None, checkpoint: Path | None = None) -> None:
         self.config = config
         self.model_id = f"{model_id}:{self._feather_id}"
-        self.device = resolve_device(config.device)
+        self.device, _ = resolve_device(config.device, owner="masks: SamMaskConfig", extra="synthesis")
         self._sam = sam.to(self.device).eval() if sam is not None else None
         self._checkpoint = checkpoint
         self._predictor: Any = None

@@ -17,8 +17,8 @@ from conftest import SMALL_CONCEPTS, SMALL_COUNTRIES
 from fake_openai import FakeOpenAI, RecordedRequest, text_reply
 from typer.testing import CliRunner
 
-from curation.evaluation import run as evaluation_run
-from curation.evaluation.run import Evaluate3XCMConfig, EvaluateMixCubeConfig
+from evaluation import run as evaluation_run
+from evaluation.run import Evaluate3XCMConfig, EvaluateMixCubeConfig
 from flows.cli import app
 
 ORIGINAL = "original"

@@ -29,13 +29,13 @@ from fake_openai import FakeOpenAI, Reply, completion, error_reply, text_reply
 from typer.testing import CliRunner
 
 import flows.cli_output
-from curation.evaluation import metrics_3xcm as m
-from curation.evaluation import mixcube as mx
-from curation.evaluation.encoders import EmbeddingsEncoder, ImageRef, ModelIdentity
-from curation.evaluation.vlm import OpenAIChatConfig, OpenAIChatVlm
-from curation.evaluation.xcm import evaluate_3xcm
 from data.released import Release
 from data.retry import RetryPolicy
+from evaluation import metrics_3xcm as m
+from evaluation import mixcube as mx
+from evaluation.encoders import EmbeddingsEncoder, ImageRef, ModelIdentity
+from evaluation.vlm import OpenAIChatConfig, OpenAIChatVlm
+from evaluation.xcm import evaluate_3xcm
 from flows.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -621,7 +621,7 @@ def test_a_huge_non_parquet_embeddings_file_is_refused_at_once(tmp_path: Path, k
     pq.write_table(pa.table({"text": ["t"], "embedding": [[1.0, 2.0]]}), text)
     script = (
         "import resource, sys, time\n"
-        "from curation.evaluation.encoders import EmbeddingsEncoderConfig\n"
+        "from evaluation.encoders import EmbeddingsEncoderConfig\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "started = time.monotonic()\n"
         "try:\n"

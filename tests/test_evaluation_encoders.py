@@ -23,9 +23,10 @@ from pydantic import TypeAdapter, ValidationError
 from tiny_models import build_tiny_open_clip
 from tiny_text_image_models import build_tiny_hf_clip, build_tiny_st_image_model, build_tiny_st_text_model
 
-from curation.evaluation import encoders
-from curation.evaluation.embedding_cache import CachedEncoder, cache_folder_name
-from curation.evaluation.encoders import (
+from data.devices import DeviceError
+from evaluation import encoders
+from evaluation.embedding_cache import CachedEncoder, cache_folder_name
+from evaluation.encoders import (
     EmbeddingsEncoderConfig,
     EncoderConfig,
     ImageRef,
@@ -229,7 +230,7 @@ def test_fp16_on_cpu_warns_and_runs_in_fp32(
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cuda_without_a_gpu_is_an_error(backend: str, models: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(RuntimeError, match="device is 'cuda' but torch sees no usable CUDA device"):
+    with pytest.raises(DeviceError, match="device is 'cuda' but torch sees no usable CUDA device"):
         config_for(backend, models, device="cuda").build()
 
 

@@ -1,4 +1,4 @@
-"""MixCuBe evaluation (curation/evaluation/mixcube.py, vlm.py): the paper's prompts and scoring rules, the three VLM
+"""MixCuBe evaluation (evaluation/mixcube.py, vlm.py): the paper's prompts and scoring rules, the three VLM
 backends against a fake OpenAI-compatible server, the fake Gemini server and a tiny random transformers model, and
 the tables and figures. Assertions are about behaviour, never about what a model answers."""
 
@@ -32,8 +32,10 @@ from fake_openai import (
 from PIL import Image
 from pydantic import TypeAdapter, ValidationError
 
-from curation.evaluation import mixcube as m
-from curation.evaluation.vlm import (
+from data.devices import DeviceError
+from data.retry import RetryPolicy
+from evaluation import mixcube as m
+from evaluation.vlm import (
     Answer,
     GeminiVlmConfig,
     OpenAIChatConfig,
@@ -46,7 +48,6 @@ from curation.evaluation.vlm import (
     folder_sha256,
     public_endpoint,
 )
-from data.retry import RetryPolicy
 
 API_KEY = "sk-test-DO-NOT-LEAK-0123456789abcdef"
 KEY_ENV = "CULTUREBENCH_TEST_VLM_KEY"
@@ -616,7 +617,7 @@ def test_transformers_config_errors(tiny_vlm: Path, tmp_path: Path, caplog: pyte
     with pytest.raises(VlmConfigError, match=r"config\.json"):
         TransformersVlmConfig(model=str(tmp_path / "empty")).build()
     if not torch.cuda.is_available():
-        with pytest.raises(VlmConfigError, match="cuda"):
+        with pytest.raises(DeviceError, match="cuda"):
             TransformersVlmConfig(model=str(tiny_vlm), device="cuda").build()
         with caplog.at_level(logging.WARNING):
             vlm = TransformersVlmConfig(model=str(tiny_vlm), precision="fp16").build()

@@ -23,6 +23,7 @@ from tiny_vision_models import (
     make_tiny_sam,
 )
 
+from data.devices import DeviceError
 from synthesis.faces import (
     PAPER_MAX_FACES,
     PAPER_MIN_CONFIDENCE,
@@ -452,5 +453,5 @@ def test_sam_checkpoint_errors_are_clear(tmp_path: Path) -> None:
 def test_sam_cuda_without_a_gpu_is_an_error(tmp_path: Path) -> None:
     checkpoint = tmp_path / "sam_tiny.pth"
     build_tiny_sam(checkpoint)
-    with pytest.raises(RuntimeError, match="cuda"):
+    with pytest.raises(DeviceError, match=r"SamMaskConfig\.device is .cuda."):
         build_masker(SamMaskConfig(checkpoint=str(checkpoint), device="cuda"))

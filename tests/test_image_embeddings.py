@@ -19,6 +19,7 @@ from curation.image_embeddings import (
     OpenClipEmbeddingConfig,
     build_embedder,
 )
+from data.devices import DeviceError
 
 NAME = "tiny-clip-embed-test"
 
@@ -151,7 +152,7 @@ def test_weights_of_another_architecture_fail_loudly(tmp_path: Path) -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
 def test_cuda_without_gpu_is_a_clear_error(tmp_path: Path) -> None:
     configs, weights = build_tiny_open_clip(tmp_path, NAME)
-    with pytest.raises(RuntimeError, match="device is 'cuda'"):
+    with pytest.raises(DeviceError, match="device is 'cuda'"):
         build_embedder(tiny_config(configs, weights, device="cuda"))
 
 

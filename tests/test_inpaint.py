@@ -20,6 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 from tiny_sdxl import build_tiny_sdxl_inpaint
 
 import synthesis.inpaint
+from data.devices import DeviceError
 from data.reference import mixcube
 from data.workspace import Storage, Workspace
 from synthesis.attempts import AttemptPlan, ResultCache, run_attempts
@@ -257,7 +258,7 @@ def test_sdxl_fp16_on_cpu_falls_back_to_fp32(
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without a GPU")
 def test_sdxl_cuda_without_gpu_is_an_error(tmp_path: Path, tiny_folder: Path) -> None:
-    with pytest.raises(RuntimeError, match=r"SdxlInpaintConfig\.device is 'cuda'"):
+    with pytest.raises(DeviceError, match=r"SdxlInpaintConfig\.device is 'cuda'"):
         build_inpainter(SdxlInpaintConfig(model=str(tiny_folder), device="cuda"))
 
 
@@ -358,7 +359,7 @@ def model_folder(tmp_path: Path) -> Path:
 
 def on(monkeypatch: pytest.MonkeyPatch, device: str, precision: str) -> None:
     """Make resolve_device answer as it would on that machine (no GPU here)."""
-    monkeypatch.setattr(synthesis.inpaint, "resolve_device", lambda config: (device, precision))
+    monkeypatch.setattr(synthesis.inpaint, "resolve_device", lambda *args, **kwargs: (device, precision))
 
 
 def test_cache_key_holds_the_effective_device_and_dtype(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,8 +2,9 @@
 
 - `data/` is the shared infrastructure (schemas, workspace, releases, the retry policy, the LLM client, ...): it
   imports no other project package.
-- The domain folders `collectors/`, `curation/`, `synthesis/` and `annotation/` import `data/` and their own
-  folder only, apart from the few imports listed in `EXCEPTIONS`, each with its reason.
+- The domain folders `collectors/`, `curation/`, `synthesis/`, `annotation/` and `evaluation/` (which consumes
+  releases and builds nothing) import `data/` and their own folder only, apart from the few imports listed in
+  `EXCEPTIONS`, each with its reason.
 - `flows/` orchestrates and may import anything; nothing outside `flows/` imports it.
 - No import cycle between project modules. Imports under `if TYPE_CHECKING:` never run, so they count for the
   layering but not for cycles.
@@ -23,8 +24,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("data", "collectors", "curation", "synthesis", "annotation", "flows")
-DOMAINS = ("collectors", "curation", "synthesis", "annotation")
+PACKAGES = ("data", "collectors", "curation", "synthesis", "annotation", "evaluation", "flows")
+DOMAINS = ("collectors", "curation", "synthesis", "annotation", "evaluation")
 INFRASTRUCTURE = "data"
 ORCHESTRATION = "flows"
 

@@ -18,13 +18,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curation.evaluation.figures import compare_png
 from data.card import front_matter, markdown_table
 from data.provenance import code_version, redact
 from data.release import ReleaseConfig, ReleaseResult, ReleaseWriter
 from data.release_format import MANIFEST
 from data.release_integrity import read_manifest
 from data.released import Release, ReleaseReadError
+from evaluation.figures import compare_png
 
 METRICS = "metrics.json"
 PER_QUERY = "per_query.parquet"
@@ -238,7 +238,7 @@ def detail_sections(result: EvaluationResult) -> list[str]:
     (Table 18); MixCuBe's accuracy per ethnicity and the drop from original to each swap (Fig. 3, 4)."""
     metrics = result.metrics
     if result.benchmark == "3xcm":
-        from curation.evaluation.metrics_3xcm import PAPER_SYMBOL
+        from evaluation.metrics_3xcm import PAPER_SYMBOL
 
         out = [
             "## RQ2 per query language\n",

@@ -59,18 +59,19 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from curation.evaluation.http_limits import (
-    ResponseTooLarge,
-    bound_by_deadlines,
-    read_capped,
-    request_deadline,
-)
 from data import provenance
+from data.devices import resolve_device
 from data.gemini import GeminiClient, GeminiConfigError, GeminiSettings, StructuredAnswer, resolve_api_key
 from data.model_ids import MODEL_ID_PATTERN, folder_sha256, slug
 from data.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after, shared_limiter
 from data.stage import BackendConfig, require
 from data.workspace import Storage, sha256_bytes
+from evaluation.http_limits import (
+    ResponseTooLarge,
+    bound_by_deadlines,
+    read_capped,
+    request_deadline,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -672,22 +673,6 @@ def resolve_model_folder(model: str) -> tuple[Path | None, str]:
         return None, model
 
 
-def resolve_device(device: str, precision: str) -> tuple[str, str]:
-    """The torch device and the effective precision (fp16 only on CUDA)."""
-    torch = require("torch", "synthesis")
-    has_cuda = torch.cuda.is_available()
-    if device == "cuda" and not has_cuda:
-        raise VlmConfigError(
-            "transformers vlm: TransformersVlmConfig.device is 'cuda' but torch sees no usable CUDA device; use "
-            "device 'auto' or 'cpu'."
-        )
-    resolved = "cuda" if device == "cuda" or (device == "auto" and has_cuda) else "cpu"
-    if precision == "fp16" and resolved == "cpu":
-        logger.warning("transformers vlm: precision fp16 needs CUDA; running in fp32 on the CPU")
-        precision = "fp32"
-    return resolved, precision
-
-
 _pipelines: dict[tuple, Any] = {}
 _pipelines_lock = threading.Lock()
 
@@ -697,7 +682,9 @@ class TransformersVlm(_CachedVlm):
         self.config = config
         require("transformers", "synthesis")
         self.folder, default_name = resolve_model_folder(config.model)
-        self.device, self.precision = resolve_device(config.device, config.precision)
+        self.device, self.precision = resolve_device(
+            config.device, config.precision, owner="transformers vlm: TransformersVlmConfig", extra="synthesis"
+        )
         name = config.name or default_name
         self.identity = VlmIdentity(
             backend="transformers",

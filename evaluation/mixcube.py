@@ -49,9 +49,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curation.evaluation.vlm import MODEL_OUTCOMES, Answer, VisionLanguageModel
 from data import reference
 from data.workspace import sha256_bytes
+from evaluation.vlm import MODEL_OUTCOMES, Answer, VisionLanguageModel
 
 logger = logging.getLogger(__name__)
 

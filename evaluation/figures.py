@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from curation.evaluation.metrics_3xcm import PAPER_SYMBOL, RQ2_CATEGORIES, RQ3_CATEGORIES, DriftMeans, WinRateReport
 from data.figures import figure_png, plt
+from evaluation.metrics_3xcm import PAPER_SYMBOL, RQ2_CATEGORIES, RQ3_CATEGORIES, DriftMeans, WinRateReport
 
 #: Fig. 7's colours where App. P names them (Blue = object-relevant, Purple = object-relevant language-biased,
 #: Yellow = cultural-descriptor-relevant, Pink = language-biased); green for correct, grey for irrelevant.

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from curation.evaluation import metrics_3xcm as m
-from curation.evaluation.encoders import ImageRef, TextImageEncoder
-from curation.evaluation.figures import delta_sim_png, sp_per_language_png, stacked_win_rates_png
 from data.released import Release
+from evaluation import metrics_3xcm as m
+from evaluation.encoders import ImageRef, TextImageEncoder
+from evaluation.figures import delta_sim_png, sp_per_language_png, stacked_win_rates_png
 
 #: (stage, done, total), as the build's progress callbacks.
 Progress = Callable[[str, int, int], None]

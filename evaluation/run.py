@@ -18,16 +18,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
-from curation.evaluation import mixcube as mx
-from curation.evaluation.embedding_cache import CachedEncoder
-from curation.evaluation.encoders import EncoderConfig, TextImageEncoder
-from curation.evaluation.results import EvaluationResult, default_out, existing_result_conflict, write_results
-from curation.evaluation.vlm import VisionLanguageModel, VlmConfig
-from curation.evaluation.xcm import Progress, evaluate_3xcm
 from data.output_paths import OutputPathError, check_output
 from data.release import ReleaseExistsError, ReleaseResult
 from data.released import Release
 from data.retry import prefect_slot
+from evaluation import mixcube as mx
+from evaluation.embedding_cache import CachedEncoder
+from evaluation.encoders import EncoderConfig, TextImageEncoder
+from evaluation.results import EvaluationResult, default_out, existing_result_conflict, write_results
+from evaluation.vlm import VisionLanguageModel, VlmConfig
+from evaluation.xcm import Progress, evaluate_3xcm
 
 
 class _Common(BaseModel):
@@ -95,7 +95,7 @@ class Written:
 
 
 def demo_encoder(root: str) -> EncoderConfig:
-    from curation.evaluation.demo_models import random_open_clip
+    from evaluation.demo_models import random_open_clip
 
     configs, weights = random_open_clip(Path(root) / "open_clip", name="demo-random-clip")
     model = {"backend": "open_clip", "model_name": "demo-random-clip", "pretrained": str(weights)}
@@ -103,7 +103,7 @@ def demo_encoder(root: str) -> EncoderConfig:
 
 
 def demo_vlm(root: str) -> VlmConfig:
-    from curation.evaluation.demo_models import random_vlm
+    from evaluation.demo_models import random_vlm
 
     folder = random_vlm(Path(root) / "demo-random-vlm")
     return TypeAdapter(VlmConfig).validate_python({"backend": "transformers", "model": str(folder), "device": "cpu"})

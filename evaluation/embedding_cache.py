@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from curation.evaluation.encoders import ImageRef, ModelIdentity, TextImageEncoder, slug
+from evaluation.encoders import ImageRef, ModelIdentity, TextImageEncoder, slug
 
 log = logging.getLogger(__name__)
 

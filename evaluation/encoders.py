@@ -39,11 +39,12 @@ import pyarrow.parquet as pq
 from PIL import Image, ImageOps
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from curation.evaluation.metrics_3xcm import COSINE_EPS
-from curation.image_embeddings import register_model_configs, resolve_device, resolve_weights
+from data.devices import resolve_device
 from data.model_ids import MODEL_ID_PATTERN, folder_sha256, slug
+from data.open_clip_weights import register_model_configs, resolve_weights
 from data.stage import BackendConfig, require
 from data.workspace import file_sha256, sha256_bytes
+from evaluation.metrics_3xcm import COSINE_EPS
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +315,9 @@ class OpenClipEncoder:
                     f"{STAGE}: OpenClipEncoderConfig.preprocess_tag={config.preprocess_tag!r} is not an open_clip "
                     f"pretrained tag of {config.model_name!r} (tags: {', '.join(tags) or 'none'})."
                 )
-        self.device, self.precision = resolve_device(config, STAGE)
+        self.device, self.precision = resolve_device(
+            config.device, config.precision, owner=f"{STAGE}: {type(config).__name__}", extra="embed"
+        )
         self.dim = int(open_clip.get_model_config(config.model_name)["embed_dim"])
         if self.weights.is_file:
             weights_file: Path | None = Path(self.weights.value)
@@ -427,7 +430,9 @@ class TransformersEncoder:
         self.config = config
         require("transformers", "synthesis")
         self.source = _resolve_source(config.model, "TransformersEncoderConfig.model", config.revision, "synthesis")
-        self.device, self.precision = resolve_device(config, STAGE)
+        self.device, self.precision = resolve_device(
+            config.device, config.precision, owner=f"{STAGE}: {type(config).__name__}", extra="embed"
+        )
         self.identity = ModelIdentity(
             backend="transformers",
             model_id=slug("transformers", *self.source.id_parts),
@@ -553,7 +558,9 @@ class SentenceTransformersEncoder:
         self.text_source = _resolve_source(
             config.text_model, "SentenceTransformersEncoderConfig.text_model", None, "embed"
         )
-        self.device, self.precision = resolve_device(config, STAGE)
+        self.device, self.precision = resolve_device(
+            config.device, config.precision, owner=f"{STAGE}: {type(config).__name__}", extra="embed"
+        )
         same = self.image_source.load_from == self.text_source.load_from
         parts = self.image_source.id_parts + (() if same else self.text_source.id_parts)
         hashes = (self.image_source.weights_sha256, self.text_source.weights_sha256)
