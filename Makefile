@@ -14,7 +14,7 @@ CHROMIUM ?= /usr/bin/chromium
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export DO_NOT_TRACK ?= 1
 
-.PHONY: demo test lint lock venv clean label-studio browser
+.PHONY: demo test docs lint lock venv clean label-studio browser
 
 venv: $(STAMP)
 
@@ -46,8 +46,15 @@ demo: $(STAMP)
 	$(BIN)/culturebench evaluate 3xcm releases/3xcm/0.1.0-demo --demo-model
 	$(BIN)/culturebench evaluate mixcube releases/mixcube/0.1.0-demo --demo-model
 
-test: $(STAMP) $(LS_STAMP) browser
+test: $(STAMP) $(LS_STAMP) browser docs
 	$(BIN)/python -m pytest
+
+# The documentation site (mkdocs.yml, docs/) into .site/. Strict: a broken link or anchor, or a page missing from nav,
+# fails the build. Quiet when it passes; its whole log when it fails (mkdocs' own --quiet would also hide the
+# warnings that strict mode turns into errors). NO_MKDOCS_2_WARNING silences mkdocs-material's banner.
+docs: $(STAMP)
+	@log=$$(NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict 2>&1) || { echo "$$log"; echo "docs: mkdocs build --strict failed"; exit 1; }; \
+		echo "docs: built into .site/"
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
