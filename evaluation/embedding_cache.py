@@ -14,8 +14,8 @@ them is the expensive part of evaluating a model. `CachedEncoder` wraps any `Tex
 - Only images that miss are loaded and embedded; their bytes must hash to the `ImageRef.sha256` they came with,
   since that hash is the key a later run trusts without loading the image. An image without a valid sha256 (not
   64 hex digits) cannot be keyed: it is embedded every time and never stored.
-- Text vectors are not cached (queries are few), and the `embeddings` backend, which only looks vectors up, is
-  passed straight through.
+- Text vectors are not cached (queries are few), and an encoder that reads no image bytes (`needs_image_bytes`
+  False: the `embeddings` backend, which only looks vectors up) is passed straight through.
 """
 
 from __future__ import annotations
@@ -63,13 +63,21 @@ class CachedEncoder:
     def __init__(self, encoder: TextImageEncoder, cache_root: str | Path) -> None:
         self.encoder = encoder
         self.stats = CacheStats()
-        self.bypass = encoder.identity.backend == "embeddings"
+        self.bypass = not encoder.needs_image_bytes
         self.folder = Path(cache_root).expanduser() / cache_folder_name(encoder.identity)
         self._dim: int | None = None  # from model.json, or the first vector computed
 
     @property
     def identity(self) -> ModelIdentity:
         return self.encoder.identity
+
+    @property
+    def runs_locally(self) -> bool:
+        return self.encoder.runs_locally
+
+    @property
+    def needs_image_bytes(self) -> bool:
+        return self.encoder.needs_image_bytes
 
     def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
         return self.encoder.text_vectors(texts)

@@ -82,7 +82,6 @@ class EvaluateMixCubeConfig(_Common):
 
 EvaluationConfig = Annotated[Evaluate3XCMConfig | EvaluateMixCubeConfig, Field(discriminator="benchmark")]
 log = logging.getLogger(__name__)
-LOCAL_ENCODERS = ("open_clip", "transformers", "sentence-transformers")
 #: The tables (config folders) each benchmark's evaluation reads: checked against the release manifest first.
 READS: dict[str, tuple[str, ...]] = {"3xcm": ("benchmark", "benchmark_cd", "image_metadata"), "mixcube": ("default",)}
 
@@ -121,7 +120,7 @@ def build_encoder(config: Evaluate3XCMConfig) -> TextImageEncoder:
     """The configured (or demo) encoder, built: its files checked and its identity known, nothing embedded yet."""
     model = config.model or demo_encoder(config.demo_models)
     encoder: TextImageEncoder = model.build()
-    if config.embedding_cache and model.backend != "embeddings":
+    if config.embedding_cache and encoder.needs_image_bytes:  # vectors looked up by id have nothing to cache
         encoder = CachedEncoder(encoder, config.embedding_cache)
     return encoder
 
@@ -152,8 +151,7 @@ def run_3xcm(
 ) -> EvaluationResult:
     release = release or open_release(config)
     encoder = encoder or build_encoder(config)
-    holds_gpu = encoder.identity.backend in LOCAL_ENCODERS
-    with prefect_slot(config.gpu_concurrency_limit if holds_gpu else None):
+    with prefect_slot(config.gpu_concurrency_limit if encoder.runs_locally else None):
         evaluation = evaluate_3xcm(
             release,
             encoder,
@@ -199,7 +197,7 @@ def run_mixcube(
             progress("ask the model", done, total)
 
     parts = []
-    holds_gpu = "transformers" in (vlm.identity.backend, judge.identity.backend if judge is not None else None)
+    holds_gpu = vlm.runs_locally or (judge is not None and judge.runs_locally)
     with prefect_slot(config.gpu_concurrency_limit if holds_gpu else None):
         for file in files:  # a batch of rows (with their image bytes) at a time, not the whole release
             for batch in pq.ParquetFile(file).iter_batches(batch_size=config.batch_rows):

@@ -54,8 +54,7 @@ def image_vectors(
 ) -> m.Vectors:
     """The encoder's vectors of `image_ids`; the bytes are read from the release only if the encoder asks."""
     # Precomputed vectors are looked up by id: reading (and hashing) every image's bytes would be wasted I/O.
-    needs_bytes = encoder.identity.backend != "embeddings"
-    if needs_bytes and release.has("image_metadata") and "image" in release.columns("image_metadata"):
+    if encoder.needs_image_bytes and release.has("image_metadata") and "image" in release.columns("image_metadata"):
         store = release.images("image_metadata", "image_id")
         missing = [i for i in image_ids if i not in store.locations]
         if missing:

@@ -582,6 +582,8 @@ def test_embeddings_file_level_errors(tmp_path: Path) -> None:
 class FakeEncoder:
     """Vectors derived from each image's bytes; records which images it was asked to embed."""
 
+    runs_locally = needs_image_bytes = True
+
     def __init__(self, model_id: str = "fake--model", weights: str | None = "ab" * 32, dim: int = 8) -> None:
         self.identity = ModelIdentity(
             backend="fake", model_id=model_id, name=model_id, weights_sha256=weights, device="cpu", precision="fp32"
