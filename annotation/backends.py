@@ -20,9 +20,8 @@ from annotation.label_configs import SPECS, ReviewKind
 from annotation.label_studio import LabelStudioProject, LabelStudioServerConfig
 from annotation.task_files import TaskFiles
 from annotation.tasks import MediaFolder
+from data.review_labels import AUTO_ACCEPT
 from data.stage import BackendConfig
-
-AUTO_ACCEPT = "auto_accept"
 
 
 # A review's backend is made for one review kind and build (`review_target`), not by `build()`.
@@ -98,7 +97,7 @@ def unreviewed_auto_accept(config: ReviewConfig) -> bool:
     """The files backend without a completed export, set to fall back on auto-accept."""
     return (
         isinstance(config, LabelStudioFilesReviewConfig)
-        and config.when_unreviewed == "auto_accept"
+        and config.when_unreviewed == AUTO_ACCEPT
         and not config.completed_export
     )
 

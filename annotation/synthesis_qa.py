@@ -22,12 +22,13 @@ import pyarrow as pa
 from PIL import Image
 
 from annotation.aggregate import Vote
-from annotation.backends import AUTO_ACCEPT, ReviewConfig, ReviewContext, publisher, review_target
+from annotation.backends import ReviewConfig, ReviewContext, publisher, review_target
 from annotation.backends import unreviewed_auto_accept as _unreviewed_auto_accept
 from annotation.collect import ReviewRound, run_round
 from annotation.label_configs import ACCEPT, FIX_MASK, RETRY_PROMPT, SPECS
 from annotation.tasks import synthesis_qa_tasks
 from data import schemas
+from data.review_labels import AUTO_ACCEPT
 
 AUTO_ACCEPT_POLICY = "accept every attempt that passed BRISQUE and CLIP; no human has looked at these images"
 MAJORITY_POLICY = (

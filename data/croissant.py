@@ -28,13 +28,13 @@ from typing import Any
 import pyarrow as pa
 
 from data.card import LICENSE
+from data.review_labels import AUTO_ACCEPT
 from data.schemas import XCM_BENCH_CSV_COLUMNS
 
 FILE = "croissant.json"
 CONFORMS_TO = ["http://mlcommons.org/croissant/1.1", "http://mlcommons.org/croissant/RAI/1.0"]
 LICENSE_URLS = {"cc-by-nc-sa-4.0": "https://creativecommons.org/licenses/by-nc-sa/4.0/"}
 PARQUET, CSV, TAR, PNG = "application/x-parquet", "text/csv", "application/x-tar", "image/png"
-AUTO_ACCEPT = "auto_accept"  # the reviewer name of the auto-accept policy (annotation/backends.py)
 UNKNOWN_TIMEFRAME = "not recorded"
 
 # The JSON-LD context of Croissant 1.1, as mlcroissant writes it (a different one draws a warning from its validator).

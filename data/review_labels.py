@@ -23,3 +23,7 @@ REJECT_ARTIFACTS = "reject_artifacts"
 REJECT_MARKER = "reject_cultural_marker"
 RETRY_PROMPT = "retry_prompt"
 FIX_MASK = "fix_mask"
+
+# The reviewer name of the auto-accept policy (`annotation/backends.py`): decisions it made are nobody's, and every
+# card, datasheet and deviation list says so. Stored in workspaces and manifests.
+AUTO_ACCEPT = "auto_accept"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from curation.synthesis_filters import BRISQUE_MAX, CLIP_MAX, CLIP_MIN
+from data.review_labels import AUTO_ACCEPT
 from synthesis.faces import PAPER_MAX_FACES, PAPER_MIN_CONFIDENCE
 
 #: 3XCM §3.2.1: concepts merge at BGE-M3 cosine >= 0.92; the top 10 images per query; three annotators per pair.
@@ -18,7 +19,6 @@ ANNOTATORS = 3  # 3XCM §3.2.1 (duplicate review) and MixCuBe §2 (synthesis QA)
 #: MixCuBe App. C.2: 60 diffusion steps at guidance scale 7.0.
 MIXCUBE_STEPS = 60
 MIXCUBE_GUIDANCE = 7.0
-AUTO_ACCEPT = "auto_accept"
 
 
 def review_deviation(what: str, reviewers: list[str], annotators: int | None) -> list[str]:
