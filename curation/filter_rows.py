@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from curation.synthesis_filters import ERROR, KEEP, MAX_ERROR_TEXT, verdict_counts
 from data import schemas
-from data.workspace import StageStats
+from data.stage_stats import StageStats
 
 
 class PairScorer(Protocol):

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
 from data.schemas import STATUS_OK
-from data.workspace import StageStats
+from data.stage_stats import StageStats
 
 B = TypeVar("B", covariant=True)
 

@@ -14,9 +14,13 @@ Layout::
 Every write goes to a temporary name first, is flushed to disk (fsync on a local disk) and renamed into place, so a
 crash never leaves a half-written file under a final name, and a marker is never durable before the data it vouches
 for. A stage whose `_SUCCESS` fingerprint and upstream digests match, and whose files still hash to what the marker
-recorded, is not run again; a stage that crashed keeps its finished parts and resumes from the first missing one.
-Every read of a finished table checks the bytes against the marker, so a damaged or missing file is named, never
-read as data.
+recorded, is current (`is_current`); an attempt that crashed keeps its finished parts for the next attempt with the
+same key. Every read of a finished table checks the bytes against the marker, so a damaged or missing file is named,
+never read as data.
+
+The workspace stores and checks; it runs nothing. The engine (`flows/engine/`) runs the stages and their shards, and
+passes in everything a marker or an attempt records: the stage's fingerprint, the attempt's key, the digests of the
+upstream stages, the stats.
 """
 
 from __future__ import annotations
@@ -28,105 +32,23 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
-    model_serializer,
-    model_validator,
-)
+from pydantic import BaseModel, Field
 
-from data.shards import InOrder, MapShards, ShardPlan
+from data.stage_stats import StageStats
 
 log = logging.getLogger(__name__)
 
 SUCCESS = "_SUCCESS"
 ATTEMPT = "_attempt.json"
 STATS = "_stats.json"
-
-
-class ReviewSummary(BaseModel):
-    """Who decided a review stage's items and how it went: the auto-accept policy gives only `reviewer`; a human
-    round adds its tasks, decisions and agreement, plus backend-specific outcome counts."""
-
-    model_config = ConfigDict(extra="allow")
-
-    reviewer: str
-    location: str | None = None
-    tasks: int | None = None
-    new_tasks: int | None = None
-    decided: int | None = None
-    undecided: int | None = None
-    closed_early: bool | None = None
-    agreement: dict[str, Any] | None = None
-
-
-COUNTS = ("stage", "rows_in", "kept", "dropped", "dropped_by_reason", "extra")
-
-
-class StageStats(BaseModel):
-    """Per-stage counters: rows in, kept, dropped and dropped by reason, plus the stage's details."""
-
-    stage: str
-    rows_in: int = 0
-    kept: int = 0
-    dropped: int = 0
-    dropped_by_reason: dict[str, int] = Field(default_factory=dict)
-    review: ReviewSummary | None = None  # review stages: who reviewed and how it went
-    contact_sheet: str | None = None  # a PNG of what was merged, relative to the workspace
-    summary_table: str | None = None  # a side table the flow publishes as a table artifact
-    repaired_files: dict[str, str] | None = None  # damaged files redone: name -> what was wrong
-    models: list[str] | None = None  # synthesis: the inpainting models used
-    detector: str | None = None  # faces: the detector's model id
-    masker: str | None = None  # masks: the masker's model id
-    reuse: dict[str, Any] | None = None  # assembly: how often images are candidates, per task
-    incomplete: list[Any] | None = None  # quintets: originals left without a full quintet
-    left_over_by_outcome: dict[str, int] | None = None  # quintets
-    cells_below_target: list[dict[str, Any]] | None = None  # quintets: culture x category cells short of target
-    extra: dict[str, Any] = Field(default_factory=dict)  # informative details nobody reads back
-
-    # The typed fields above are the details other code reads back (provenance, the flow summary, the runner). They
-    # are written inside `extra` as they always were, so stats files and release manifests keep their shape.
-
-    @model_validator(mode="before")
-    @classmethod
-    def _lift_typed_details(cls, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("extra"), dict):
-            extra = dict(data["extra"])
-            lifted = {key: extra.pop(key) for key in TYPED_DETAILS if key in extra}
-            data = {**data, **lifted, "extra": extra}
-        return data
-
-    @model_serializer(mode="wrap")
-    def _fold_typed_details(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
-        out = handler(self)
-        extra = dict(out.get("extra", {}))
-        for key in TYPED_DETAILS:
-            value = out.pop(key, None)
-            if key in self.model_fields_set:  # set, even to None: written as it was given
-                if key == "review" and self.review is not None:
-                    value = self.review.model_dump(mode=info.mode, exclude_unset=True)
-                extra[key] = value
-        out["extra"] = extra
-        return out
-
-    def reasons_text(self) -> str:
-        """Drop reasons as one readable cell, e.g. `too_small: 2, not_an_image: 1`."""
-        return ", ".join(f"{k}: {v}" for k, v in self.dropped_by_reason.items()) or "-"
-
-
-# Every field that is not a count: derived, so a new typed detail is one field above.
-TYPED_DETAILS = tuple(name for name in StageStats.model_fields if name not in COUNTS)
 
 
 class FileRecord(BaseModel):
@@ -228,7 +150,7 @@ class Storage:
                     os.fsync(handle.fileno())
             if self.local:
                 os.replace(tmp, path)
-                _fsync_dir(parent)  # ...and the rename itself survives a power cut
+                fsync_dir(parent)  # ...and the rename itself survives a power cut
             else:
                 self.fs.mv(tmp, path)
         except BaseException:
@@ -294,7 +216,8 @@ class Storage:
             self.fs.rm(path, recursive=True)
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
+    """Make a rename (or a new entry) in the local folder `path` durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -343,8 +266,15 @@ class BlobStore:
         return self.storage.exists(self.path(sha256))
 
 
+S = TypeVar("S", bound=StageStats)
+
+
 class Workspace:
-    """The workspace of one build."""
+    """The workspace of one build: its blobs, and per stage its parts, side tables, stats and completion marker.
+
+    It stores and checks; it never runs a stage. What a marker records (the stage's fingerprint, the digests of the
+    inputs it was computed from) and when an attempt is stale are the engine's to say (`flows/engine/`): they are
+    passed in, never remembered here."""
 
     def __init__(self, root: str, build_id: str) -> None:
         if not build_id or "/" in build_id or build_id.startswith("."):
@@ -352,8 +282,6 @@ class Workspace:
         self.build_id = build_id
         self.storage = Storage(f"{root.rstrip('/')}/{build_id}")
         self.blobs = BlobStore(self.storage, "blobs")
-        self._inputs: dict[str, dict[str, str]] = {}
-        self._repaired: dict[str, dict[str, str]] = {}
 
     @property
     def url(self) -> str:
@@ -372,11 +300,6 @@ class Workspace:
         if not self.storage.exists(path):
             return None
         return StageMarker(**self.storage.read_json(path))
-
-    def bind_inputs(self, stage: str, inputs: dict[str, str]) -> None:
-        """The digests of the upstream stages `stage` is about to be computed from (the graph knows them): its
-        marker records them, and an attempt computed from other inputs is stale."""
-        self._inputs[stage] = dict(inputs)
 
     def damage(self, stage: str) -> dict[str, str]:
         """Files of a finished stage that no longer hold what its marker recorded: name -> what is wrong."""
@@ -397,18 +320,16 @@ class Workspace:
                 damaged[name] = "its bytes changed since the stage finished"
         return damaged
 
-    def is_current(self, stage: str, fingerprint: str) -> bool:
-        """Finished with this fingerprint, from the upstream content bound now, and every file intact."""
+    def is_current(self, stage: str, fingerprint: str, inputs: Mapping[str, str] | None = None) -> bool:
+        """Finished with this fingerprint, from these upstream digests (None: whichever it recorded), and every
+        file intact."""
         marker = self.marker(stage)
         return (
             marker is not None
             and marker.fingerprint == fingerprint
-            and marker.inputs == self._inputs.get(stage, marker.inputs)
+            and (inputs is None or marker.inputs == dict(inputs))
             and not self.damage(stage)
         )
-
-    def is_done(self, stage: str, fingerprint: str) -> bool:
-        return self.is_current(stage, fingerprint)
 
     def discard(self, stage: str, files: list[str]) -> None:
         """Forget that `stage` finished, and remove `files` of it: a rerun redoes exactly those (a sharded stage
@@ -419,16 +340,16 @@ class Workspace:
 
     def repair(self, stage: str) -> dict[str, str]:
         """Discard a finished stage whose files are damaged, so that running it redoes them; returns what was
-        wrong (empty: nothing). The stage's next stats say what was repaired."""
+        wrong (empty: nothing), which the caller records in the stage's next stats (`repaired_files`)."""
         damaged = self.damage(stage)
         if damaged:
             log.warning("build %s, stage %s: damaged files, redoing them: %s", self.build_id, stage, damaged)
             self.discard(stage, [name for name in damaged if name != SUCCESS])
-            self._repaired[stage] = damaged
         return damaged
 
-    def stats(self, stage: str) -> StageStats:
-        return StageStats(**self.storage.read_json(f"{self.stage_dir(stage)}/{STATS}"))
+    def stats(self, stage: str, model: type[S] = StageStats) -> S:  # type: ignore[assignment]
+        """The stage's stats, read as `model`: a subclass of StageStats types the stage's own details."""
+        return model(**self.storage.read_json(f"{self.stage_dir(stage)}/{STATS}"))
 
     # -- tables -----------------------------------------------------------------------------------------------
 
@@ -462,29 +383,61 @@ class Workspace:
             raise FileNotFoundError(f"stage {stage!r} of build {self.build_id!r} has no side table {name!r}")
         return self.storage.read_parquet(f"{self.stage_dir(stage)}/{file}", marker.files[file])
 
-    def _parts(self, stage: str) -> list[str]:
+    # -- attempts and parts -----------------------------------------------------------------------------------
+
+    def begin_attempt(self, stage: str, key: str) -> None:
+        """Start or resume an attempt at `stage`: the files of an attempt with another key (the engine's word for
+        its config, cut and inputs) are stale and removed; those of the same attempt are kept."""
+        if self.attempt(stage) == key:
+            return
+        self.storage.rm(self.stage_dir(stage))
+        self.storage.write_json(f"{self.stage_dir(stage)}/{ATTEMPT}", {"stage": stage, "fingerprint": key})
+
+    def attempt(self, stage: str) -> str | None:
+        """The key of the attempt under way (or finished) at `stage`; None: none began."""
+        path = f"{self.stage_dir(stage)}/{ATTEMPT}"
+        if not self.storage.exists(path):
+            return None
+        return self.storage.read_json(path).get("fingerprint")
+
+    def parts(self, stage: str) -> list[str]:
+        """The part files of `stage` on disk now (a fresh listing: other processes may have written some)."""
         return [
             n for n in self.storage.listdir(self.stage_dir(stage)) if n.startswith("part-") and n.endswith(".parquet")
         ]
 
-    def _attempt_key(self, stage: str, key: str) -> str:
-        return f"{key}:inputs={fingerprint(self._inputs.get(stage, {}))[:16]}"
+    def write_part(self, stage: str, index: int, table: pa.Table, schema: pa.Schema) -> FileRecord:
+        """Write part `index` of `stage` atomically, cast to the declared `schema`. Any process that sees the
+        workspace may call it (a Dask worker does)."""
+        return self.storage.write_parquet(f"{self.stage_dir(stage)}/{part_name(index)}", _conform(table, schema))
 
-    def _begin(self, stage: str, key: str) -> None:
-        """Start or resume an attempt: parts from an attempt with another key (config, cut or inputs) are stale."""
-        key = self._attempt_key(stage, key)
-        attempt_path = f"{self.stage_dir(stage)}/{ATTEMPT}"
-        if self.storage.exists(attempt_path) and self.storage.read_json(attempt_path).get("fingerprint") == key:
-            return
-        self.storage.rm(self.stage_dir(stage))
-        self.storage.write_json(attempt_path, {"stage": stage, "fingerprint": key})
+    def collect_parts(self, stage: str, parts: int) -> tuple[pa.Table, dict[str, FileRecord]]:
+        """Parts 0..parts-1 of `stage`, read once: their table and the records a marker keeps of them. A missing
+        part fails the stage; parts beyond them (from a longer item list) are removed."""
+        names = [part_name(index) for index in range(parts)]
+        written = self.parts(stage)
+        missing = sorted(set(names) - set(written))
+        if missing:
+            raise RuntimeError(f"stage {stage!r}: shards {[int(n[5:10]) for n in missing]} have no part after running")
+        for name in set(written) - set(names):
+            self.storage.rm(f"{self.stage_dir(stage)}/{name}")
+        tables, files = [], {}
+        for name in names:
+            table, files[name] = self.storage.read_parquet_recorded(f"{self.stage_dir(stage)}/{name}")
+            tables.append(table)
+        return pa.concat_tables(tables), files
 
-    def _finish(
-        self, stage: str, fingerprint: str, stats: StageStats, files: dict[str, FileRecord], parts: int
+    def finish(
+        self,
+        stage: str,
+        fingerprint: str,
+        stats: StageStats,
+        files: dict[str, FileRecord],
+        parts: int,
+        inputs: Mapping[str, str] | None = None,
     ) -> StageMarker:
-        """Stats, then the marker: written last, and only after every file it vouches for is on disk."""
-        if stage in self._repaired:
-            stats = stats.model_copy(update={"repaired_files": self._repaired.pop(stage)})
+        """Stats, then the marker: written last, and only after every file it vouches for is on disk. `inputs`:
+        the upstream digests the stage was computed from, which the marker records."""
         self.storage.write_json(f"{self.stage_dir(stage)}/{STATS}", stats.model_dump(mode="json"))
         rows = sum(record.rows for name, record in files.items() if name.startswith("part-"))
         marker = StageMarker(
@@ -493,7 +446,7 @@ class Workspace:
             rows=rows,
             parts=parts,
             files=dict(sorted(files.items())),
-            inputs=self._inputs.get(stage, {}),
+            inputs=dict(inputs or {}),
         )
         self.storage.write_json(f"{self.stage_dir(stage)}/{SUCCESS}", marker.model_dump(mode="json"))
         return marker
@@ -506,70 +459,22 @@ class Workspace:
         schema: pa.Schema,
         stats: StageStats,
         extra_tables: dict[str, tuple[pa.Table, pa.Schema]] | None = None,
+        *,
+        inputs: Mapping[str, str] | None = None,
+        attempt: str | None = None,
     ) -> StageMarker:
-        """Write a whole stage output (plus named side tables) in one part and mark the stage complete."""
-        self._begin(stage, fingerprint)
+        """Write a whole stage output (plus named side tables) in one part and mark the stage complete. `attempt`
+        is the key of this attempt (default: the fingerprint); `inputs` as for `finish`."""
+        self.begin_attempt(stage, fingerprint if attempt is None else attempt)
         files = {}
         for name, (side, side_schema) in (extra_tables or {}).items():
             file = f"{name}.parquet"
             files[file] = self.storage.write_parquet(f"{self.stage_dir(stage)}/{file}", _conform(side, side_schema))
-        files[_part_name(0)] = self.storage.write_parquet(
-            f"{self.stage_dir(stage)}/{_part_name(0)}", _conform(table, schema)
-        )
-        return self._finish(stage, fingerprint, stats, files, 1)
-
-    def run_sharded(
-        self,
-        stage: str,
-        fingerprint: str,
-        plan: ShardPlan,
-        on_progress: Callable[[int, int], None] | None = None,
-        map_shards: MapShards | None = None,
-    ) -> StageMarker:
-        """Run a sharded stage: one Parquet part per shard, then the stage's stats and marker.
-
-        Parts that already exist from an attempt with the same fingerprint are kept, so a crashed stage resumes
-        at its unfinished shards and never redoes finished ones. `map_shards` decides where the pending shards run
-        (default: in order, here); `on_progress` gets (items done, items) as shards finish.
-        """
-        self._begin(stage, plan.attempt_key(fingerprint))
-        done = set(self._parts(stage))
-        pending = [index for index in range(plan.shards) if _part_name(index) not in done]
-        items_done = len(plan.items) - sum(len(plan.chunk(index)) for index in pending)
-        if on_progress is not None:
-            on_progress(items_done, len(plan.items))
-        runner = map_shards or InOrder()
-        for index in runner(stage, pending, lambda i: self.write_shard(stage, fingerprint, plan, i)):
-            items_done += len(plan.chunk(index))
-            if on_progress is not None:
-                on_progress(items_done, len(plan.items))
-        parts = [_part_name(index) for index in range(plan.shards)]
-        written = self._parts(stage)
-        missing = sorted(set(parts) - set(written))
-        if missing:
-            raise RuntimeError(f"stage {stage!r}: shards {[int(n[5:10]) for n in missing]} have no part after running")
-        for name in set(written) - set(parts):  # from a longer item list
-            self.storage.rm(f"{self.stage_dir(stage)}/{name}")
-        # The parts are read once: for the stage's counts, and for the records the marker keeps of them.
-        tables, files = [], {}
-        for name in parts:
-            table, files[name] = self.storage.read_parquet_recorded(f"{self.stage_dir(stage)}/{name}")
-            tables.append(table)
-        return self._finish(stage, fingerprint, plan.summarize(pa.concat_tables(tables)), files, plan.shards)
-
-    def write_shard(self, stage: str, fingerprint: str, plan: ShardPlan, index: int) -> int:
-        """Process one shard and write its part; returns its rows. Any process that sees the workspace may call it
-        (a Dask worker does), but only inside the attempt that `run_sharded` began: a shard of an attempt that was
-        since restarted with another config must not land among the new parts."""
-        attempt = self.storage.read_json(f"{self.stage_dir(stage)}/{ATTEMPT}")["fingerprint"]
-        if attempt != self._attempt_key(stage, plan.attempt_key(fingerprint)):
-            raise RuntimeError(f"stage {stage!r} was restarted with another config; shard {index} not written")
-        table = _conform(plan.process(plan.chunk(index)), plan.schema)
-        self.storage.write_parquet(f"{self.stage_dir(stage)}/{_part_name(index)}", table)
-        return table.num_rows
+        files[part_name(0)] = self.write_part(stage, 0, table, schema)
+        return self.finish(stage, fingerprint, stats, files, 1, inputs)
 
 
-def _part_name(index: int) -> str:
+def part_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from data.denylist import TAKEN_DOWN, DenylistFetcher, drop_from_catalog, mark_taken_down, read_denylist, with_denylist
-from data.workspace import StageStats
+from data.stage_stats import StageStats
 from flows.engine.graph import StageContext, StageOutput
 
 

@@ -371,7 +371,7 @@ def test_cli_exits_3_while_reviews_are_open_and_closes_them_on_request(tmp_path:
 
 
 def test_summary_artifact_reports_the_reviewer_and_agreement() -> None:
-    from data.workspace import StageStats
+    from data.stage_stats import StageStats
     from flows.engine.runner import review_markdown
 
     tasks, votes = ["x", "y", "z"], votes_for("x", SAME_SCENE, SAME_SCENE, SAME_SCENE)

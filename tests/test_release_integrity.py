@@ -16,9 +16,9 @@ from moto.server import ThreadedMotoServer
 from pydantic import ValidationError
 
 from data.release import ReleaseConfig, ReleaseExistsError, ReleaseWriter
-from data.shards import ShardPlan
 from data.stage import stats_from_table
 from data.workspace import Storage, Workspace, sha256_bytes
+from flows.engine.shards import ShardPlan, run_sharded, write_shard
 from flows.xcm.config import Build3XCMConfig
 
 FILES = {"a/data.parquet": b"rows", "README.md": b"card"}
@@ -155,10 +155,10 @@ def test_a_sharded_stage_sees_the_parts_other_processes_wrote_to_s3(bucket: str)
 
     def on_workers(stage: str, pending: list[int], run_here: Callable[[int], None]) -> Iterator[int]:
         for index in pending:
-            worker.write_shard(stage, "fp", plan, index)
+            write_shard(worker, stage, "fp", plan, index)
             yield index
 
-    marker = orchestrator.run_sharded("s", "fp", plan, map_shards=on_workers)
+    marker = run_sharded(orchestrator, "s", "fp", plan, map_shards=on_workers)
     assert marker.rows == 10 and marker.parts == 4
     assert orchestrator.read_table("s")["item"].to_pylist() == list(range(10))
     assert worker.is_current("s", "fp")

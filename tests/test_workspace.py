@@ -1,4 +1,5 @@
-"""Workspace: content-addressed blobs, atomic writes, completion markers and shard-level resume."""
+"""Workspace: content-addressed blobs, atomic writes, completion markers; and shard-level resume, which the engine
+runs on the workspace's parts (`flows/engine/shards.py`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from data.shards import ShardPlan
 from data.stage import stats_from_table
 from data.workspace import Workspace, sha256_bytes
+from flows.engine.shards import ShardPlan, run_sharded, write_shard
 
 SCHEMA = pa.schema([pa.field("item", pa.int64(), nullable=False), pa.field("status", pa.string()),
                     pa.field("error", pa.string())])  # fmt: skip
@@ -63,7 +64,7 @@ def test_stage_marker_and_stats(workspace_root: Path) -> None:
     ws = Workspace(str(workspace_root), "b1")
     table = _table(list(range(6)))
     ws.write_stage("s", "fp1", table, SCHEMA, stats_from_table("s", table))
-    assert ws.is_done("s", "fp1") and not ws.is_done("s", "fp2")
+    assert ws.is_current("s", "fp1") and not ws.is_current("s", "fp2")
     stats = ws.stats("s")
     assert (stats.rows_in, stats.kept, stats.dropped, stats.dropped_by_reason) == (6, 4, 2, {"bad": 2})
     assert ws.read_table("s").equals(table)
@@ -89,7 +90,7 @@ def test_sharded_stage_resumes_after_a_crash(workspace_root: Path) -> None:
         return _table(list(chunk))
 
     def run():
-        return ws.run_sharded("s", "fp", plan(items, 3, crash_on_third))
+        return run_sharded(ws, "s", "fp", plan(items, 3, crash_on_third))
 
     with pytest.raises(SimulatedCrash):
         run()
@@ -110,8 +111,8 @@ def test_a_changed_fingerprint_discards_stale_parts(workspace_root: Path) -> Non
         calls.append(chunk[0])
         return _table(list(chunk))
 
-    ws.run_sharded("s", "fp1", plan(list(range(9)), 3, process))
-    ws.run_sharded("s", "fp2", plan(list(range(4)), 3, process))
+    run_sharded(ws, "s", "fp1", plan(list(range(9)), 3, process))
+    run_sharded(ws, "s", "fp2", plan(list(range(4)), 3, process))
     assert calls == [0, 3, 6, 0, 3]
     assert ws.read_table("s")["item"].to_pylist() == [0, 1, 2, 3]
 
@@ -128,10 +129,10 @@ def test_parts_cut_with_another_shard_size_are_not_reused(workspace_root: Path) 
         return _table(list(chunk))
 
     with pytest.raises(SimulatedCrash):
-        ws.run_sharded("s", "fp", plan(list(range(6)), 2, process))
+        run_sharded(ws, "s", "fp", plan(list(range(6)), 2, process))
     calls.clear()
     crash.append(False)
-    ws.run_sharded("s", "fp", plan(list(range(6)), 3, process))
+    run_sharded(ws, "s", "fp", plan(list(range(6)), 3, process))
     assert calls == [[0, 1, 2], [3, 4, 5]]  # the old 2-item part was discarded, not mistaken for shard 0
     assert ws.read_table("s")["item"].to_pylist() == list(range(6))
 
@@ -146,10 +147,15 @@ def test_shards_finishing_out_of_order_give_the_same_table(workspace_root: Path)
 
     progress: list[tuple[int, int]] = []
     items = list(range(10))
-    in_order = Workspace(str(workspace_root), "a").run_sharded("s", "fp", plan(items, 3, lambda c: _table(list(c))))
+    in_order = run_sharded(Workspace(str(workspace_root), "a"), "s", "fp", plan(items, 3, lambda c: _table(list(c))))
     backwards = Workspace(str(workspace_root), "b")
-    marker = backwards.run_sharded(
-        "s", "fp", plan(items, 3, lambda c: _table(list(c))), lambda *p: progress.append(p), reversed_order
+    marker = run_sharded(
+        backwards,
+        "s",
+        "fp",
+        plan(items, 3, lambda c: _table(list(c))),
+        on_progress=lambda *p: progress.append(p),
+        map_shards=reversed_order,
     )
     assert marker == in_order
     assert backwards.read_table("s")["item"].to_pylist() == items
@@ -165,7 +171,7 @@ def test_a_mapper_that_skips_a_shard_fails_the_stage(workspace_root: Path) -> No
             yield index
 
     with pytest.raises(RuntimeError, match=r"shards \[0\] have no part"):
-        ws.run_sharded("s", "fp", plan(list(range(6)), 3, lambda c: _table(list(c))), map_shards=lossy)
+        run_sharded(ws, "s", "fp", plan(list(range(6)), 3, lambda c: _table(list(c))), map_shards=lossy)
     assert ws.marker("s") is None
 
 
@@ -173,8 +179,8 @@ def test_a_shard_of_a_restarted_attempt_is_not_written(workspace_root: Path) -> 
     """A late shard (say, from a Dask worker) of an attempt the stage was since restarted under is refused."""
     ws = Workspace(str(workspace_root), "b1")
     old = plan(list(range(6)), 3, lambda c: _table(list(c)))
-    ws.run_sharded("s", "fp-old", old)
-    ws.run_sharded("s", "fp-new", plan(list(range(4)), 3, lambda c: _table(list(c))))
+    run_sharded(ws, "s", "fp-old", old)
+    run_sharded(ws, "s", "fp-new", plan(list(range(4)), 3, lambda c: _table(list(c))))
     with pytest.raises(RuntimeError, match="restarted with another config"):
-        ws.write_shard("s", "fp-old", old, 1)
+        write_shard(ws, "s", "fp-old", old, 1)
     assert ws.read_table("s")["item"].to_pylist() == [0, 1, 2, 3]

@@ -2,21 +2,33 @@
 sync-reviews deployment and the evaluation (`flows/benchmarks.py` lists them).
 
 A record names the benchmark's config class, its stage graph, the preflight that checks the config before any stage
-runs, how it releases and what its release records, and how a release folder is checked against its rules.
+runs, how it releases and what its release records, and how a release folder is checked against its rules. From
+these it makes its two ways to build: here, without Prefect (`build_locally`), and its Prefect flow (`flow`), which
+the benchmark's module binds under the name its `entrypoint` gives, for `prefect.yaml` and the workers to find.
+
+`run` is the one entry point for a build started here (the CLI): the preflight once, then the local build or a
+flow run that does not check the config again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Generic
+from typing import Any, Generic, Literal
 
+from prefect import Flow
+from prefect import flow as prefect_flow
 from prefect.artifacts import create_markdown_artifact
+from prefect.utilities.hashing import file_hash
 
 from data.release import ReleaseResult
 from flows.engine.graph import Build, BuildGraph, ConfigT, Progress
 from flows.engine.runner import BuildSummary, execute_in_prefect, execute_locally, summary_markdown
+
+Engine = Literal["local", "prefect"]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -24,6 +36,9 @@ class Benchmark(Generic[ConfigT]):
     name: str  # as the CLI names it: 3xcm, mixcube
     title: str  # as cards and summaries name it: 3XCM, MixCuBe
     flow_name: str  # the Prefect flow: build-3xcm
+    # Where prefect.yaml finds the flow, `<module file>:<name>`: that module binds `flow` to that name.
+    entrypoint: str
+    description: str  # the flow's docstring, shown by Prefect
     config: type[ConfigT]
     graph: BuildGraph
     # Fails fast (ConfigError, FileNotFoundError, MissingExtraError) on a config that cannot build: a missing
@@ -32,7 +47,6 @@ class Benchmark(Generic[ConfigT]):
     release: Callable[[Build[ConfigT]], ReleaseResult]  # validate and materialise the release
     provenance: Callable[[Build[ConfigT]], dict[str, Any]]  # what the manifest records of the build
     nothing_released: type[Exception]  # raised when the build's tables must not (or cannot) be released
-    flow: Callable[..., BuildSummary]  # the Prefect flow: (config, close_reviews) -> BuildSummary
     # Checks a release folder against the benchmark's rules, (folder, patch) -> ValidationReport; None where the
     # benchmark has no rule checker. `patch`: a takedown patch, which `flows/release_check.py` also replays.
     validate_release: Callable[[Path, bool], Any] | None = None
@@ -40,17 +54,49 @@ class Benchmark(Generic[ConfigT]):
     def build(self, config: ConfigT) -> Build[ConfigT]:
         return self.graph.build(config)
 
+    def run(
+        self,
+        config: ConfigT,
+        engine: Engine = "local",
+        progress: Progress | None = None,
+        close_reviews: bool = False,
+    ) -> BuildSummary:
+        """One build of `config`: the preflight, once, then the whole build in this process (`local`; open reviews
+        raise `ReviewPending`: rerun when done) or as a run of the Prefect flow (`prefect`; it publishes its own
+        progress artifacts, so `progress` is not used). The flow run does not check the config again."""
+        if engine not in ("local", "prefect"):
+            raise ValueError(f"unknown engine {engine!r}: local or prefect")
+        self.preflight(config)
+        if engine == "local":
+            build = self.build(config)
+            return execute_locally(build, lambda: self.release(build), progress, close_reviews)
+        return self._flow_after_preflight(config, close_reviews=close_reviews)
+
     def build_locally(
         self, config: ConfigT, progress: Progress | None = None, close_reviews: bool = False
     ) -> BuildSummary:
         """The whole build in this process, without Prefect. Open reviews raise `ReviewPending`: rerun when done."""
-        self.preflight(config)
-        build = self.build(config)
-        return execute_locally(build, lambda: self.release(build), progress, close_reviews)
+        return self.run(config, "local", progress, close_reviews)
 
     def build_in_flow(self, config: ConfigT, close_reviews: bool) -> BuildSummary:
-        """The body of the benchmark's flow: a task per stage, a suspend per open review, the release, a summary."""
-        self.preflight(config)
+        """The body of the benchmark's flow: the preflight, a task per stage, a suspend per open review, the
+        release, a summary."""
+        return self._in_flow(config, close_reviews, preflight=True)
+
+    @cached_property
+    def flow(self) -> Flow[..., BuildSummary]:
+        """The benchmark's Prefect flow, `(config, close_reviews) -> BuildSummary`: what deployments run. It checks
+        its config first, since nothing did before a deployment's run."""
+        return self._make_flow(preflight=True)
+
+    @cached_property
+    def _flow_after_preflight(self) -> Flow[..., BuildSummary]:
+        """The same flow (its name and parameters) for `run`, which has checked the config already."""
+        return self._make_flow(preflight=False)
+
+    def _in_flow(self, config: ConfigT, close_reviews: bool, preflight: bool) -> BuildSummary:
+        if preflight:
+            self.preflight(config)
         build = self.build(config)
         summary = execute_in_prefect(build, close_reviews, lambda: self.release(build))
         create_markdown_artifact(
@@ -59,3 +105,23 @@ class Benchmark(Generic[ConfigT]):
             description="Release, counts and validation of this build.",
         )
         return summary
+
+    def _make_flow(self, preflight: bool) -> Flow[..., BuildSummary]:
+        """A flow named `flow_name` whose function looks like one written in the entrypoint's module: its name,
+        module, docstring, typed parameters and the demo config as the default, so Prefect derives the same
+        parameter schema, entrypoint and version."""
+        path, function = self.entrypoint.rsplit(":", 1)
+        module = path.removesuffix(".py").replace("/", ".")
+
+        demo = self.config.demo()  # type: ignore[attr-defined]  # the flow's default config: the offline demo
+
+        def body(config: Any = demo, close_reviews: bool = False) -> BuildSummary:
+            return self._in_flow(config, close_reviews, preflight)
+
+        body.__name__ = body.__qualname__ = function
+        body.__module__ = module
+        body.__doc__ = self.description
+        body.__annotations__ = {"config": self.config, "close_reviews": bool, "return": BuildSummary}
+        source = PROJECT_ROOT / path  # prefect.yaml's entrypoints are relative to the project's root
+        version = file_hash(str(source)) if source.is_file() else None  # as Prefect versions a flow: its file's hash
+        return prefect_flow(name=self.flow_name, log_prints=True, persist_result=True, version=version)(body)

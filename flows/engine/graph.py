@@ -2,6 +2,10 @@
 
 Each stage's fingerprint hashes its name, version, its config section and its upstream fingerprints, so a changed
 config reruns that stage and everything after it, and an unchanged one is skipped.
+
+The build runs the stages; the workspace only stores. Everything a stage's marker records (its fingerprint, the
+digests of the upstream stages it was computed from, the files a rerun repaired) is computed here and passed to the
+workspace explicitly; a whole-table stage is written here, a sharded one by `flows/engine/shards.py`.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ import pyarrow as pa
 from annotation.backends import LabelStudioFilesReviewConfig, ReviewConfig, ReviewContext
 from annotation.label_configs import ReviewKind
 from collectors.concept_generation import review_file_sha256
-from data.shards import MapShards, ShardPlan
 from data.stage import stats_from_table
-from data.workspace import StageMarker, StageStats, Workspace, fingerprint
+from data.stage_stats import StageStats
+from data.workspace import StageMarker, Workspace, fingerprint
+from flows.engine.shards import MapShards, ShardPlan, attempt_key, run_sharded, write_shard
 
 Progress = Callable[[str, int, int], None]
 
@@ -88,6 +93,8 @@ class Stage:
     schema: pa.Schema
     side_schemas: Mapping[str, pa.Schema] = field(default_factory=dict)
     gpu: bool = False  # its shards need a GPU: on Dask they go only to workers that offer one
+    # How its stats are read back: a StageStats subclass types the details this stage reports (a model id, say).
+    stats_model: type[StageStats] = StageStats
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,8 @@ class Build(Generic[ConfigT]):
         self.stages = {stage.name: stage for stage in graph.stages(config)}
         self.ws = Workspace(config.workspace_root, config.resolved_build_id())
         self.fingerprints = self._fingerprints()
+        # Stage -> damaged files discarded before it ran again: its next stats say what was redone.
+        self._repaired: dict[str, dict[str, str]] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Build, (self.graph, self.config))
@@ -143,7 +152,11 @@ class Build(Generic[ConfigT]):
         return self.graph.review(self.config)
 
     def stats(self) -> list[StageStats]:
-        return [self.ws.stats(name) for name in self.stages]
+        """Every stage's stats, each read as its stage's `stats_model`."""
+        return [self.stage_stats(name) for name in self.stages]
+
+    def stage_stats(self, name: str) -> StageStats:
+        return self.ws.stats(name, self.stage(name).stats_model)
 
     def _fingerprints(self) -> dict[str, str]:
         """Each stage's fingerprint from its own settings and its dependencies' fingerprints (transitively)."""
@@ -176,26 +189,55 @@ class Build(Generic[ConfigT]):
         A sharded stage's shards run where `map_shards` puts them (default: in order, here). A review stage raises
         `ReviewPending` while annotators are at work; it writes nothing until they are done."""
         ws, fp, stage = self.ws, self.fingerprints[name], self.stage(name)
-        ws.bind_inputs(name, self.input_digests(name))
-        if ws.is_current(name, fp):
+        inputs = self.input_digests(name)
+        if ws.is_current(name, fp, inputs):
             return ws.marker(name), True  # type: ignore[return-value]
-        ws.repair(name)
+        damaged = ws.repair(name)
+        if damaged:
+            self._repaired[name] = damaged
         context = self.context(name, progress, accept_incomplete)
         result = stage.run(context)
         if isinstance(result, ShardPlan):
-            return ws.run_sharded(name, fp, self._planned(stage, result), context.on_progress(name), map_shards), False
-        return self._write(stage, fp, result), False
+            marker = run_sharded(
+                ws,
+                name,
+                fp,
+                self._planned(stage, result),
+                inputs=inputs,
+                on_progress=context.on_progress(name),
+                map_shards=map_shards,
+                finalize=lambda stats: self._with_repairs(name, stats),
+            )
+        else:
+            marker = self._write(stage, fp, result, inputs)
+        self._repaired.pop(name, None)
+        return marker, False
 
-    def _write(self, stage: Stage, fp: str, output: StageOutput) -> StageMarker:
+    def _with_repairs(self, name: str, stats: StageStats) -> StageStats:
+        """The stats to write for `name`: with the damaged files this run redid, if it redid any."""
+        if name not in self._repaired:
+            return stats
+        return stats.model_copy(update={"repaired_files": self._repaired[name]})
+
+    def _write(self, stage: Stage, fp: str, output: StageOutput, inputs: dict[str, str]) -> StageMarker:
         unknown = set(output.side_tables) ^ set(stage.side_schemas)
         if unknown:
             raise TypeError(
                 f"stage {stage.name!r} returned side tables {sorted(output.side_tables)}, "
                 f"declared {sorted(stage.side_schemas)}"
             )
-        stats = output.stats or stats_from_table(stage.name, output.table)
+        stats = self._with_repairs(stage.name, output.stats or stats_from_table(stage.name, output.table))
         side = {key: (output.side_tables[key], schema) for key, schema in stage.side_schemas.items()}
-        return self.ws.write_stage(stage.name, fp, output.table, stage.schema, stats, extra_tables=side)
+        return self.ws.write_stage(
+            stage.name,
+            fp,
+            output.table,
+            stage.schema,
+            stats,
+            extra_tables=side,
+            inputs=inputs,
+            attempt=attempt_key(fp, inputs),
+        )
 
     @staticmethod
     def _planned(stage: Stage, plan: ShardPlan) -> ShardPlan:
@@ -218,17 +260,17 @@ class Build(Generic[ConfigT]):
         """The stage finished for this config and these upstream bytes, and its files are intact: running it would
         change nothing."""
         try:
-            self.ws.bind_inputs(name, self.input_digests(name))
+            inputs = self.input_digests(name)
         except FileNotFoundError:
             return False
-        return self.ws.is_current(name, self.fingerprints[name])
+        return self.ws.is_current(name, self.fingerprints[name], inputs)
 
     def write_shard(self, name: str, index: int) -> int:
         """Process and write one shard of a sharded stage, in whichever process calls it (a Dask worker does).
         Returns its rows. The plan, and the models it builds at its first shard, are kept for the process's next
         shard of the same stage."""
         ws, fp, stage = self.ws, self.fingerprints[name], self.stage(name)
-        ws.bind_inputs(name, self.input_digests(name))
+        inputs = self.input_digests(name)
         key = (ws.url, name, fp)
         with _plans_lock:
             plan = _plans.get(key)
@@ -238,7 +280,7 @@ class Build(Generic[ConfigT]):
                     raise TypeError(f"stage {name!r} of {self.graph.name} is not sharded")
                 _plans.clear()  # one stage at a time: a new stage frees the last one's models
                 plan = _plans[key] = self._planned(stage, result)
-        return ws.write_shard(name, fp, plan, index)
+        return write_shard(ws, name, fp, plan, index, inputs=inputs)
 
 
 # The shard plan of the stage this process last worked on, by (workspace, stage, fingerprint).

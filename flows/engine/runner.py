@@ -24,13 +24,14 @@ from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE, CachePolicy
 from prefect.context import FlowRunContext
 from prefect.input import RunInput
 from prefect.utilities.hashing import hash_objects
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializeAsAny
 
 from annotation.backends import LabelStudioReviewConfig
 from annotation.collect import ReviewPending
 from data.figures import bars_png
 from data.release import ReleaseResult
-from data.workspace import StageStats, Workspace
+from data.stage_stats import StageStats
+from data.workspace import Workspace
 from flows.engine.graph import Build, Progress
 from flows.engine.retries import RETRY_JITTER, STAGE_RETRIES, retry_delays, transient_failure
 from flows.engine.scale_out import current_shard_map, shard_map
@@ -42,7 +43,7 @@ class BuildSummary(BaseModel):
     release_path: str
     release_version: str
     release_status: str
-    stages: list[StageStats]
+    stages: list[SerializeAsAny[StageStats]]  # each as its stage's stats model, with its typed details
     skipped_stages: list[str] = Field(default_factory=list)
     validation: str = ""
     figures: list[str] = Field(default_factory=list, description="PNG figures in the workspace.")
@@ -217,7 +218,7 @@ def stage_task(build: Build, name: str, close_reviews: bool = False) -> StageRun
         )
         return StageRun(stage=name, status="waiting", detail=str(pending))
     ws = build.ws
-    stats = ws.stats(name)
+    stats = build.stage_stats(name)
     if not skipped and stats.repaired_files:
         get_run_logger().warning("%s: redid damaged files: %s", name, stats.repaired_files)
     get_run_logger().info(

@@ -1,4 +1,5 @@
-"""`build-mixcube`: the Prefect flow, and the same build without Prefect for the CLI.
+"""MixCuBe's benchmark record: the backend check, the release and its provenance; the record makes the
+`build-mixcube` Prefect flow and the same build without Prefect for the CLI (`flows/engine/benchmark.py`).
 
 Wiring only: the backends are checked before anything runs (a missing weights file must not surface after hours
 of inpainting), then one task per stage in graph order, then the release. An open synthesis QA suspends the run
@@ -10,8 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prefect import flow
-
 from curation.synthesis_filters import resolve_brisque_weights
 from curation.validate import ValidationReport
 from curation.validate_mixcube import shipped_masks, validate_quintets
@@ -22,8 +21,7 @@ from data.release_3xcm import read_parquet_parts
 from data.release_format import ReleaseReadError
 from data.schemas import MIXCUBE_ROWS
 from flows.engine.benchmark import Benchmark
-from flows.engine.graph import Build, Progress
-from flows.engine.runner import BuildSummary
+from flows.engine.graph import Build
 from flows.mixcube.config import BuildMixCubeConfig
 from flows.mixcube.stages import GRAPH
 from flows.paper_settings import mixcube_deviations
@@ -114,34 +112,26 @@ def validate_release(folder: Path, patch: bool = False) -> ValidationReport:
     return validate_quintets(rows, shipped_masks(folder))
 
 
-def build_locally(
-    config: BuildMixCubeConfig, progress: Progress | None = None, close_reviews: bool = False
-) -> BuildSummary:
-    """The whole build in this process, without Prefect. Open reviews raise `ReviewPending`: rerun when done."""
-    return MIXCUBE.build_locally(config, progress, close_reviews)
-
-
-@flow(name="build-mixcube", log_prints=True, persist_result=True)
-def build_mixcube(
-    config: BuildMixCubeConfig = BuildMixCubeConfig.demo(),  # noqa: B008
-    close_reviews: bool = False,
-) -> BuildSummary:
-    """Build and release MixCuBe; stages that already finished for this config are skipped. An open synthesis QA
-    suspends the run until the reviewers are done (resume it from the UI, or let the sync-reviews deployment do
-    it). `close_reviews` imports open reviews as they stand: attempts short of annotations stay undecided."""
-    return MIXCUBE.build_in_flow(config, close_reviews)
-
-
 MIXCUBE: Benchmark[BuildMixCubeConfig] = Benchmark(
     name="mixcube",
     title="MixCuBe",
     flow_name="build-mixcube",
+    entrypoint="flows/mixcube/build.py:build_mixcube",
+    description=(
+        "Build and release MixCuBe; stages that already finished for this config are skipped. An open synthesis QA\n"
+        "suspends the run until the reviewers are done (resume it from the UI, or let the sync-reviews deployment do\n"
+        "it). `close_reviews` imports open reviews as they stand: attempts short of annotations stay undecided."
+    ),
     config=BuildMixCubeConfig,
     graph=GRAPH,
     preflight=check_backends,
     release=release,
-    flow=build_mixcube,
     provenance=provenance,
     nothing_released=NothingToRelease,
     validate_release=validate_release,
 )
+
+# The Prefect flow, `(config, close_reviews)`, as prefect.yaml's entrypoint names it; and the same build without
+# Prefect. Both check the backends first (`MIXCUBE.run` is the entry point that checks them once and runs either).
+build_mixcube = MIXCUBE.flow
+build_locally = MIXCUBE.build_locally

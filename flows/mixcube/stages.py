@@ -14,7 +14,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import cache
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -27,11 +27,11 @@ from curation.synthesis_filters import KEEP, build_synthesis_filter
 from data import reference, schemas
 from data.retry import prefect_slot
 from data.schemas import STATUS_OK
-from data.shards import ShardPlan
 from data.stage import stats_from_table
-from data.workspace import StageStats
+from data.stage_stats import StageStats
 from flows.engine.graph import BuildGraph, Stage, StageOutput, review_settings
 from flows.engine.graph import StageContext as GraphContext
+from flows.engine.shards import ShardPlan
 from flows.mixcube.config import BuildMixCubeConfig
 from flows.takedown_filter import fetcher_without_taken_down, originals_settings, originals_without_taken_down
 from synthesis.attempts import AttemptPlan, ResultCache, first_plans, run_attempts
@@ -42,6 +42,27 @@ from synthesis.resynthesis import Outcome, left_over, outcomes, retry_plans
 
 StageContext = GraphContext[BuildMixCubeConfig]
 T = TypeVar("T")
+
+
+# -- the details each stage reports (written inside the stats' `extra`; read back typed, by the provenance) --------
+
+
+class FacesStats(StageStats):
+    detector: str | None = None  # the face detector's model id
+
+
+class MasksStats(StageStats):
+    masker: str | None = None  # the masker's model id
+
+
+class SynthesisStats(StageStats):
+    models: list[str] | None = None  # the inpainting models used
+
+
+class QuintetsStats(StageStats):
+    incomplete: list[Any] | None = None  # originals left without a full quintet
+    left_over_by_outcome: dict[str, int] | None = None
+    cells_below_target: list[dict[str, Any]] | None = None  # culture x category cells short of target
 
 
 def lazily(build: Callable[[], T]) -> Callable[[], T]:
@@ -246,7 +267,7 @@ def _quintets(ctx: StageContext) -> StageOutput:
     for row in leftover.to_pylist():
         by_original.setdefault(row["original_id"], Counter())[row["outcome"]] += 1
     reasons = Counter(min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] for c in by_original.values())
-    stats = StageStats(
+    stats = QuintetsStats(
         stage=ctx.stage,
         rows_in=len(originals),
         kept=quintets.rows.num_rows // 5,
@@ -288,8 +309,10 @@ def _stages(config: BuildMixCubeConfig) -> tuple[Stage, ...]:
         # Version 2: originals are stored upright (EXIF orientation applied) with the received bytes' sha256.
         # Version 3: with their provenance (schemas.SOURCE_FIELDS).
         Stage("originals", 3, (), originals_settings, _originals, schemas.MIXCUBE_ORIGINALS),
-        Stage("faces", 1, ("originals",), lambda c: c.faces, _faces, schemas.MIXCUBE_FACES),
-        Stage("masks", 1, ("faces",), lambda c: c.masks, _masks, schemas.MIXCUBE_MASKS, gpu=True),
+        Stage("faces", 1, ("originals",), lambda c: c.faces, _faces, schemas.MIXCUBE_FACES, stats_model=FacesStats),
+        Stage(
+            "masks", 1, ("faces",), lambda c: c.masks, _masks, schemas.MIXCUBE_MASKS, gpu=True, stats_model=MasksStats
+        ),
     ]
     for n in range(1, config.max_attempts + 1):
         upstream = ("masks",) if n == 1 else ("masks", f"qa_r{n - 1}")
@@ -303,6 +326,7 @@ def _stages(config: BuildMixCubeConfig) -> tuple[Stage, ...]:
                 _synthesis(n),
                 schemas.SYNTHESIS_ATTEMPTS,
                 gpu=True,
+                stats_model=SynthesisStats,
             ),
             Stage(
                 f"filters_r{n}",
@@ -332,6 +356,7 @@ def _stages(config: BuildMixCubeConfig) -> tuple[Stage, ...]:
             _quintets,
             schemas.MIXCUBE_ROWS,
             {"left_over": schemas.MIXCUBE_LEFT_OVER},
+            stats_model=QuintetsStats,
         )
     )
     return tuple(stages)

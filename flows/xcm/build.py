@@ -1,4 +1,5 @@
-"""`build-3xcm`: the Prefect flow, and the same build without Prefect for the CLI.
+"""3XCM's benchmark record: the preflight, the release and its provenance; the record makes the `build-3xcm` Prefect
+flow and the same build without Prefect for the CLI (`flows/engine/benchmark.py`).
 
 The flow is wiring only: one task per stage (named after the stage) in graph order, then the release. Finished
 stages are skipped through the workspace's completion markers, so a rerun of the same config resumes.
@@ -9,8 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prefect import flow
-
 from curation.validate import ValidationReport, validate_benchmark
 from data import release_3xcm
 from data.provenance import code_version, reference_data_sha256
@@ -18,8 +17,7 @@ from data.release import ReleaseResult, with_phash
 from data.release_3xcm import ReleaseReadError, read_parquet_parts, read_released_catalog
 from flows.engine.benchmark import Benchmark
 from flows.engine.config import ConfigError
-from flows.engine.graph import Build, Progress
-from flows.engine.runner import BuildSummary
+from flows.engine.graph import Build
 from flows.paper_settings import xcm_deviations
 from flows.xcm.config import Build3XCMConfig
 from flows.xcm.stages import GRAPH, BuildValidationError, published_tables, validate_tables
@@ -72,7 +70,7 @@ def provenance(build: Build[Build3XCMConfig]) -> dict[str, Any]:
         "deviations": xcm_deviations(config, reviewer),
         "stage_fingerprints": build.fingerprints,
         "stage_stats": [s.model_dump(mode="json") for s in stats],
-        "reuse": by_name["assembly"].reuse or {},
+        "reuse": by_name["assembly"].reuse or {},  # typed: the stage reads its stats back as AssemblyStats
     }
 
 
@@ -118,34 +116,26 @@ def validate_release(folder: Path, patch: bool = False) -> ValidationReport:
     )
 
 
-def build_locally(
-    config: Build3XCMConfig, progress: Progress | None = None, close_reviews: bool = False
-) -> BuildSummary:
-    """The whole build in this process, without Prefect. Open reviews raise `ReviewPending`: rerun when done."""
-    return XCM.build_locally(config, progress, close_reviews)
-
-
-@flow(name="build-3xcm", log_prints=True, persist_result=True)
-def build_3xcm(
-    config: Build3XCMConfig = Build3XCMConfig.demo(),  # noqa: B008
-    close_reviews: bool = False,
-) -> BuildSummary:
-    """Build and release 3XCM; stages that already finished for this config are skipped. An open review suspends
-    the run until the reviewers are done (resume it from the UI, or let the sync-reviews deployment do it).
-    `close_reviews` imports open reviews as they stand: items short of annotations are undecided and reported."""
-    return XCM.build_in_flow(config, close_reviews)
-
-
 XCM: Benchmark[Build3XCMConfig] = Benchmark(
     name="3xcm",
     title="3XCM",
     flow_name="build-3xcm",
+    entrypoint="flows/xcm/build.py:build_3xcm",
+    description=(
+        "Build and release 3XCM; stages that already finished for this config are skipped. An open review suspends\n"
+        "the run until the reviewers are done (resume it from the UI, or let the sync-reviews deployment do it).\n"
+        "`close_reviews` imports open reviews as they stand: items short of annotations are undecided and reported."
+    ),
     config=Build3XCMConfig,
     graph=GRAPH,
     preflight=preflight,
     release=release,
-    flow=build_3xcm,
     provenance=provenance,
     nothing_released=BuildValidationError,
     validate_release=validate_release,
 )
+
+# The Prefect flow, `(config, close_reviews)`, as prefect.yaml's entrypoint names it; and the same build without
+# Prefect. Both check the config first (`XCM.run` is the entry point that checks it once and runs either).
+build_3xcm = XCM.flow
+build_locally = XCM.build_locally

@@ -29,11 +29,12 @@ from curation.validate import ValidationReport, validate_benchmark
 from data import schemas
 from data.retry import prefect_slot
 from data.schemas import STATUS_OK
-from data.shards import ShardPlan
 from data.stage import stats_from_table
-from data.workspace import StageMarker, StageStats, Workspace
+from data.stage_stats import StageStats
+from data.workspace import StageMarker, Workspace
 from flows.engine.graph import BuildGraph, Progress, Stage, StageOutput, review_settings
 from flows.engine.graph import StageContext as GraphContext
+from flows.engine.shards import ShardPlan
 from flows.takedown_filter import catalog_output, catalog_settings
 from flows.xcm.config import Build3XCMConfig
 
@@ -43,6 +44,12 @@ class BuildValidationError(RuntimeError):
 
 
 StageContext = GraphContext[Build3XCMConfig]
+
+
+class AssemblyStats(StageStats):
+    """The assembly's counts, and how often images are candidates, per task (the manifest's `reuse`)."""
+
+    reuse: dict[str, Any] | None = None
 
 
 # -- stage adapters -----------------------------------------------------------------------------------------------
@@ -274,7 +281,7 @@ def _assembly(ctx: StageContext) -> StageOutput:
     for row in unassembled:
         key = f"{row['task']}:{row['reason']}"
         reasons[key] = reasons.get(key, 0) + 1
-    stats = StageStats(
+    stats = AssemblyStats(
         stage=ctx.stage,
         rows_in=images,
         kept=result.benchmark.num_rows,
@@ -413,6 +420,7 @@ STAGES: tuple[Stage, ...] = (
         _assembly,
         schemas.BENCHMARK,
         {"benchmark_cd": schemas.BENCHMARK_CD, "unassembled": schemas.UNASSEMBLED},
+        stats_model=AssemblyStats,
     ),
     Stage("validation", 2, ("assembly",), lambda c: c.assembly.max_candidate_reuse, _validation, schemas.VIOLATIONS),
 )
