@@ -142,3 +142,17 @@ def test_a_malformed_review_export(small_demo_config: Build3XCMConfig, tmp_path:
     code, output = _build(config, tmp_path)
     assert code == 2
     assert "malformed review export" in _error_line(output, "malformed review export")
+
+
+def test_every_domain_error_the_cli_names_exists() -> None:
+    """The CLI names the domain errors it turns into lines by `module.QualName` (it imports none of them until a
+    command needs them): a class moved or renamed would silently stop matching and show a traceback again."""
+    import importlib
+
+    from flows.cli.errors import DOMAIN_ERRORS
+
+    for name in DOMAIN_ERRORS:
+        module, _, qualname = name.rpartition(".")
+        klass = getattr(importlib.import_module(module), qualname)
+        assert isinstance(klass, type) and issubclass(klass, Exception), name
+        assert f"{klass.__module__}.{klass.__qualname__}" == name, name  # defined there, not re-exported

@@ -28,7 +28,7 @@ import pytest
 from fake_openai import FakeOpenAI, Reply, completion, error_reply, text_reply
 from typer.testing import CliRunner
 
-import flows.cli_output
+import flows.cli.output
 from data.released import Release
 from data.retry import RetryPolicy
 from evaluation import metrics_3xcm as m
@@ -48,7 +48,7 @@ NO_RETRY = RetryPolicy(max_attempts=1, base_delay_s=0.0, max_delay_s=0.0)
 @pytest.fixture(autouse=True)
 def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI's messages are one line; a terminal of 80 columns would wrap them."""
-    monkeypatch.setattr(flows.cli_output.console, "width", 1000)
+    monkeypatch.setattr(flows.cli.output.console, "width", 1000)
 
 
 def cli(*args: str) -> tuple[int, str]:
@@ -219,6 +219,8 @@ def test_zero_and_non_finite_precomputed_vectors_are_refused(tmp_path: Path) -> 
 
 class StubEncoder:
     """A model backend that returns what it is told to: random vectors, with some rows zero or NaN."""
+
+    runs_locally = needs_image_bytes = True
 
     def __init__(self, zero_images: int = 0, nan_texts: int = 0) -> None:
         self.identity = ModelIdentity(

@@ -75,7 +75,7 @@ def test_the_cli_reports_it_as_a_config_error(tmp_path: Path, monkeypatch: pytes
     from flows import cli
 
     started: list[object] = []
-    monkeypatch.setattr(cli, "_run_build", lambda *args: started.append(args))  # a build must not even start
+    monkeypatch.setattr("flows.cli.build._run_build", lambda *args: started.append(args))  # a build must not even start
     path = tmp_path / "web.yaml"
     path.write_text(yaml.safe_dump({"search": {"backend": "ddgs"}, "workspace_root": str(tmp_path / "ws")}))
     result = CliRunner().invoke(cli.app, ["build", "3xcm", "--config", str(path), "--engine", "local"])

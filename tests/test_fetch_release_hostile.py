@@ -23,7 +23,7 @@ import pytest
 from fake_image_host import FakeImageHost, make_jpeg
 from typer.testing import CliRunner
 
-import flows.cli_output
+import flows.cli.output
 from collectors import release_fetch
 from collectors.release_fetch import REPORT, fetch_release
 from flows.cli import app
@@ -39,7 +39,7 @@ STATE = getattr(release_fetch, "STATE", ".fetch-state")
 @pytest.fixture(autouse=True)
 def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI's messages are one line; a terminal of 80 columns would wrap them."""
-    monkeypatch.setattr(flows.cli_output.console, "width", 1000)
+    monkeypatch.setattr(flows.cli.output.console, "width", 1000)
 
 
 @pytest.fixture(scope="module")

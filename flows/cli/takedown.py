@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from flows.cli_output import console, os_error_line
+from flows.cli.output import console
 
 
 def takedown_command(
@@ -50,27 +50,16 @@ def takedown_command(
     exists with other content, when the patch would break a benchmark rule (a takedown of every image included),
     or when the patch was written but the denylist could not be (the line says so; the same command completes
     it)."""
-    from curation.takedown import TakedownInputError, TakedownRequest
-    from data.denylist import DenylistError
-    from data.release import ReleaseExistsError
-    from data.release_3xcm import ReleaseReadError
+    from curation.takedown import TakedownRequest
     from data.release_patch import PatchInputError
-    from flows.takedown import DenylistNotUpdated, TakedownRefused, take_down
+    from flows.takedown import take_down
 
-    try:
-        if not release.is_dir():
-            raise PatchInputError(f"{release} is not a release folder")
-        request = TakedownRequest(tuple(image_id or ()), tuple(sha256 or ()), tuple(url or ()))
-        summary = take_down(release, request, reason, version=version, date=date)
-    except (TakedownInputError, PatchInputError, ReleaseReadError, DenylistError) as exc:
-        console.print(str(exc), style="red", markup=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    except (TakedownRefused, ReleaseExistsError, DenylistNotUpdated) as exc:
-        console.print(str(exc), style="red", markup=False, soft_wrap=True)
-        raise typer.Exit(1) from None
-    except OSError as exc:
-        console.print(os_error_line(exc), style="red", markup=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+    # bad input (TakedownInputError, PatchInputError, ReleaseReadError, DenylistError): exit 2; a refusal
+    # (TakedownRefused, ReleaseExistsError, DenylistNotUpdated) or an OSError: exit 1 (`flows.cli.errors`)
+    if not release.is_dir():
+        raise PatchInputError(f"{release} is not a release folder")
+    request = TakedownRequest(tuple(image_id or ()), tuple(sha256 or ()), tuple(url or ()))
+    summary = take_down(release, request, reason, version=version, date=date)
     for image in summary.removed:
         console.print(
             f"removed {image['image_id']} ({image['why']}) sha256 {image['sha256']}", markup=False, soft_wrap=True

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from flows.cli_output import InputFileError, console, os_error_line, progress_bars, read_mapping, validation_line
+from flows.cli.output import InputFileError, console, progress_bars, read_mapping, validation_line
 
 if TYPE_CHECKING:
     from collectors.downloader import HttpDownloadConfig
@@ -50,22 +50,14 @@ def fetch_release_command(
     bytes), gone (no image) or opted_out (the source refuses us now). Exit 2 when DIR is not a URL-only release,
     or OUT is DIR, inside it or inside any release. A killed run resumes when rerun with the same OUT."""
     from collectors.release_fetch import fetch_release
-    from data.output_paths import OutputPathError
-    from data.release_format import ReleaseReadError
 
+    # bad input (ReleaseReadError, OutputPathError, InputFileError): exit 2; an OSError: exit 1 (`flows.cli.errors`)
+    config = read_download_config(download_config, allow_private_addresses)
     bar = _LazyBar()
     try:
-        config = read_download_config(download_config, allow_private_addresses)
-        try:
-            summary = fetch_release(release, out, config, write_images=write_images, progress=bar)
-        finally:
-            bar.close()
-    except (ReleaseReadError, OutputPathError, InputFileError) as exc:
-        console.print(str(exc), style="red", markup=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    except OSError as exc:
-        console.print(os_error_line(exc), style="red", markup=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        summary = fetch_release(release, out, config, write_images=write_images, progress=bar)
+    finally:
+        bar.close()
     console.print(summary.line(), markup=False, soft_wrap=True)
     console.print(f"report: {summary.report}", markup=False, soft_wrap=True)
     if summary.images:

@@ -14,9 +14,10 @@ from typing import Annotated, Any
 
 import typer
 
-from flows.cli_output import InputFileError, console, os_error_line, progress_bars, read_mapping, validation_line
+from flows.cli.errors import BadInput, CliError, CliGroup, Refused
+from flows.cli.output import InputFileError, console, os_error_line, progress_bars, read_mapping, validation_line
 
-evaluate_app = typer.Typer(help="Evaluate a model on a release, as the papers do.", no_args_is_help=True)
+evaluate_app = typer.Typer(cls=CliGroup, help="Evaluate a model on a release, as the papers do.", no_args_is_help=True)
 
 
 class EncoderBackend(StrEnum):
@@ -50,10 +51,9 @@ DeviceOption = Annotated[str | None, typer.Option(help="auto, cpu or cuda.")]
 PrecisionOption = Annotated[str | None, typer.Option(help="fp32, or fp16 (CUDA only).")]
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    """Print one red line (whatever the message holds) and give the exit to raise."""
-    console.print(" ".join(str(message).split()), style="red", markup=False, soft_wrap=True)
-    return typer.Exit(code)
+def _fail(message: object, error: type[CliError] = BadInput) -> CliError:
+    """The error to raise: one line, whatever the message holds (its whitespace, newlines included, collapsed)."""
+    return error(" ".join(str(message).split()))
 
 
 def _read_config(path: Path | None) -> dict[str, Any]:
@@ -83,8 +83,7 @@ def _model_or_demo(data: dict[str, Any], backend: StrEnum | None, options: dict[
     if demo:
         data["demo"] = True
     elif not data.get("model") and backend is None:
-        console.print("name the model: --model-backend (with its options), --config, or --demo-model", style="red")
-        raise typer.Exit(2)
+        raise BadInput("name the model: --model-backend (with its options), --config, or --demo-model")
     if backend is not None or data.get("model"):
         data["model"] = _model_section(data.get("model", {}), backend.value if backend else None, options)
 
@@ -116,7 +115,7 @@ def _run(config: Any) -> None:
         with progress_bars() as progress:
             written = evaluate_and_write(config, progress)
     except ReleaseExistsError as exc:
-        raise _fail(f"{exc} (pass --out to write elsewhere)", 1) from None
+        raise _fail(f"{exc} (pass --out to write elsewhere)", Refused) from None
     except ValidationError as exc:  # a config section a backend validates itself
         raise _fail(validation_line(exc, "cannot evaluate")) from None
     except (ReleaseReadError, KeyError, ValueError, FileNotFoundError, ImportError) as exc:
@@ -125,7 +124,7 @@ def _run(config: Any) -> None:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         raise _fail(f"cannot evaluate: {message}") from None
     except OSError as exc:
-        raise _fail(os_error_line(exc), 1) from None
+        raise _fail(os_error_line(exc), Refused) from None
     result = written.result
     if result.demo:
         console.print("random demo model: the numbers are meaningless", style="yellow")
@@ -278,5 +277,5 @@ def compare_command(
             (out / "comparison.md").write_text(markdown)
             (out / "comparison.png").write_bytes(figure)
         except OSError as exc:
-            raise _fail(os_error_line(exc), 1) from None
+            raise _fail(os_error_line(exc), Refused) from None
         console.print(f"written: {out}/comparison.{{parquet,md,png}}", markup=False, soft_wrap=True)
