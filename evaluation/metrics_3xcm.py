@@ -38,9 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from scipy import stats
 
 from data.schemas import RQ2_SLOTS, RQ3_SLOTS
+from evaluation.vectors import COSINE_EPS
 
-#: torch.nn.CosineSimilarity's eps in the authors' evaluator: each norm is clamped at it.
-COSINE_EPS = 1e-6
 #: Scores closer than this are a tie: a cosine of float32 unit vectors carries a rounding error of a few float32
 #: ulps at 1.0 (2**-23 = 1.2e-7) from the vectors and their dot product; 1e-6 is about 8 of them, far below the
 #: score gaps a model's ranking rests on.
@@ -231,17 +230,6 @@ def tied_winners(scores: ArrayLike, tolerance: float = TIE_TOLERANCE) -> np.ndar
     if s.ndim != 2 or s.shape[1] < 2:
         return np.zeros(s.shape[0] if s.ndim else 0, dtype=bool)
     return ((s.max(axis=1, keepdims=True) - s) <= tolerance).sum(axis=1) > 1
-
-
-def degenerate_rows(matrix: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-    """(rows holding a NaN or an infinity, finite rows of zero norm): vectors no cosine can be taken of. A norm
-    at or below `COSINE_EPS` counts as zero (the cosine clamps it there, so the scores would be shrunk to ~0)."""
-    m = np.asarray(matrix, dtype=np.float64)
-    if m.ndim != 2 or m.shape[0] == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    finite = np.isfinite(m).all(axis=1)
-    norms = np.linalg.norm(np.where(finite[:, None], m, 0.0), axis=1)
-    return np.flatnonzero(~finite), np.flatnonzero(finite & (norms <= COSINE_EPS))
 
 
 # --- per-query scores ----------------------------------------------------------------------------------------

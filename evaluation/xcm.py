@@ -15,6 +15,7 @@ from data.released import Release
 from evaluation import metrics_3xcm as m
 from evaluation.encoders import ImageRef, TextImageEncoder
 from evaluation.figures import delta_sim_png, sp_per_language_png, stacked_win_rates_png
+from evaluation.vectors import degenerate_rows
 
 #: (stage, done, total), as the build's progress callbacks.
 Progress = Callable[[str, int, int], None]
@@ -85,7 +86,7 @@ def _refuse_degenerate(encoder: TextImageEncoder, keys: Sequence[str], matrix: A
     array = np.asarray(matrix)
     if array.ndim != 2 or array.shape[0] != len(keys):
         return  # Vectors.from_arrays names the shape
-    nonfinite, zero = m.degenerate_rows(array)
+    nonfinite, zero = degenerate_rows(array)
     model = encoder.identity.model_id
     for rows, problem in ((nonfinite, "holding NaN or infinite values"), (zero, "of zero norm")):
         if len(rows):

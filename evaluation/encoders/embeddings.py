@@ -22,7 +22,7 @@ from data.model_ids import slug
 from data.stage import BackendConfig
 from data.workspace import sha256_bytes
 from evaluation.encoders.base import STAGE, ImageRef, ModelIdentity, TextImageEncoder
-from evaluation.metrics_3xcm import COSINE_EPS
+from evaluation.vectors import degenerate_rows
 
 
 class EmbeddingsEncoderConfig(BackendConfig[TextImageEncoder]):
@@ -158,15 +158,14 @@ def _read_embeddings(path: str, key: str, field: str) -> _Lookup:
             f"{int(lengths[odd])} values where row 0 has {dim}."
         )
     matrix = values.to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(keys), dim)
-    finite = np.isfinite(matrix).all(axis=1)
-    if not finite.all():
-        bad = np.flatnonzero(~finite)
+    nonfinite, zero = degenerate_rows(matrix)
+    if len(nonfinite):
         raise ValueError(
-            f"{where}: {len(bad)} embedding(s) hold NaN or infinite values (e.g. {key} {keys[int(bad[0])].as_py()!r})."
+            f"{where}: {len(nonfinite)} embedding(s) hold NaN or infinite values "
+            f"(e.g. {key} {keys[int(nonfinite[0])].as_py()!r})."
         )
     # A zero vector has no direction: its cosine with anything is 0, so every candidate ties and the slot order
     # would decide (M_cr = 1, SP = 0 from nothing measured).
-    zero = np.flatnonzero(np.linalg.norm(matrix.astype(np.float64), axis=1) <= COSINE_EPS)
     if len(zero):
         raise ValueError(
             f"{where}: {len(zero)} embedding(s) have zero norm (all zeros, e.g. {key} "

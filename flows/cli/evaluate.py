@@ -14,23 +14,20 @@ from typing import Annotated, Any
 
 import typer
 
+from evaluation.encoders import EncoderConfig
+from evaluation.vlm import VlmConfig
+from flows.cli.backend_options import backend_choice, field_options, plain, with_options
 from flows.cli.errors import BadInput, CliError, CliGroup, Refused
 from flows.cli.output import InputFileError, console, os_error_line, progress_bars, read_mapping, validation_line
 
 evaluate_app = typer.Typer(cls=CliGroup, help="Evaluate a model on a release, as the papers do.", no_args_is_help=True)
 
 
-class EncoderBackend(StrEnum):
-    open_clip = "open_clip"
-    transformers = "transformers"
-    sentence_transformers = "sentence-transformers"
-    embeddings = "embeddings"
-
-
-class VlmBackend(StrEnum):
-    openai = "openai"
-    gemini = "gemini"
-    transformers = "transformers"
+# The backends and their options come from the configs' unions: the CLI keeps no list of its own.
+EncoderBackend = backend_choice("EncoderBackend", EncoderConfig)
+VlmBackend = backend_choice("VlmBackend", VlmConfig)
+#: The judge answers like the model: its few options name the same fields, prefixed (`--judge-model`).
+JUDGE_FIELDS = ("base_url", "model", "api_key_env")
 
 
 ReleaseArgument = Annotated[Path, typer.Argument(help="The release folder (it holds manifest.json).")]
@@ -47,8 +44,6 @@ ConfigFileOption = Annotated[
         help="A JSON or YAML evaluation config (`model`, and any other field); options given here override it.",
     ),
 ]
-DeviceOption = Annotated[str | None, typer.Option(help="auto, cpu or cuda.")]
-PrecisionOption = Annotated[str | None, typer.Option(help="fp32, or fp16 (CUDA only).")]
 
 
 def _fail(message: object, error: type[CliError] = BadInput) -> CliError:
@@ -138,25 +133,9 @@ def _run(config: Any) -> None:
     typer.echo(json.dumps({"out": written.out, "status": written.release.status, "model_id": result.model_id}))
 
 
-@evaluate_app.command("3xcm")
 def evaluate_3xcm_command(
     release: ReleaseArgument,
-    model_backend: Annotated[EncoderBackend | None, typer.Option(help="How the model is run.")] = None,
-    image_embeddings: Annotated[
-        str | None, typer.Option(help="embeddings: Parquet with image_id (string) and embedding (list of float).")
-    ] = None,
-    text_embeddings: Annotated[
-        str | None, typer.Option(help="embeddings: Parquet with text (a benchmark row's exact query text), embedding.")
-    ] = None,
-    model_name: Annotated[str | None, typer.Option(help="open_clip: the architecture, e.g. ViT-B-32.")] = None,
-    pretrained: Annotated[str | None, typer.Option(help="open_clip: a pretrained tag or a local weights file.")] = None,
-    model_config_dir: Annotated[str | None, typer.Option(help="open_clip: folder of extra model configs.")] = None,
-    model: Annotated[str | None, typer.Option(help="transformers: a local folder or a hub id.")] = None,
-    text_model: Annotated[str | None, typer.Option(help="sentence-transformers: the text encoder.")] = None,
-    image_model: Annotated[str | None, typer.Option(help="sentence-transformers: the image encoder.")] = None,
-    device: DeviceOption = None,
-    precision: PrecisionOption = None,
-    batch_size: Annotated[int | None, typer.Option(min=1, help="Images or texts per model call.")] = None,
+    model_backend: Annotated[EncoderBackend | None, typer.Option(help="How the model is run.")] = None,  # type: ignore[valid-type]
     query: Annotated[str | None, typer.Option(help="text (the paper's) or image: what queries the candidates.")] = None,
     bootstrap_resamples: Annotated[int | None, typer.Option(min=0, help="Resamples for the 95% CIs.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the bootstrap.")] = None,
@@ -167,47 +146,29 @@ def evaluate_3xcm_command(
     demo_model: Annotated[
         bool, typer.Option(help="Evaluate a tiny random open_clip model (exercises the pipeline; meaningless).")
     ] = False,
+    **model_options: Any,
 ) -> None:
     """Text-to-image retrieval on a 3XCM release: per-query winners, M_cr/M_lb/M_ti/SP with 95% CIs, RQ3's six
     M_k and App. P.2 tests, and Δsim. Exit 2 on bad input, 1 if the result folder exists with other content."""
     from evaluation.run import Evaluate3XCMConfig
 
     data = _read_config(config)
-    options = {
-        "image_embeddings": image_embeddings,
-        "text_embeddings": text_embeddings,
-        "model_name": model_name,
-        "pretrained": pretrained,
-        "model_config_dir": model_config_dir,
-        "model": model,
-        "text_model": text_model,
-        "image_model": image_model,
-        "device": device,
-        "precision": precision,
-        "batch_size": batch_size,
-    }
-    _model_or_demo(data, model_backend, options, demo_model)
+    _model_or_demo(data, model_backend, plain(model_options), demo_model)
     top = {"query": query, "bootstrap_resamples": bootstrap_resamples, "seed": seed, "embedding_cache": embedding_cache}
-    data.update({k: v for k, v in top.items() if v is not None})
+    data.update(plain(top))
     _place(data, release, results_root, out)
     _run(_validate(Evaluate3XCMConfig, data, config))
 
 
-@evaluate_app.command("mixcube")
+evaluate_app.command("3xcm")(with_options(evaluate_3xcm_command, field_options(EncoderConfig), before="query"))
+
+
 def evaluate_mixcube_command(
     release: ReleaseArgument,
-    model_backend: Annotated[VlmBackend | None, typer.Option(help="How the vision-language model is reached.")] = None,
-    base_url: Annotated[
-        str | None, typer.Option(help="openai/gemini: the endpoint (vLLM, SGLang, a hosted API).")
-    ] = None,
-    model: Annotated[str | None, typer.Option(help="The model name (API) or a local folder (transformers).")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="The environment variable that holds the API key.")] = None,
-    rate_per_s: Annotated[float | None, typer.Option(help="Requests per second at most.")] = None,
-    cache_dir: Annotated[str | None, typer.Option(help="Folder of cached answers (a rerun asks nothing).")] = None,
-    device: DeviceOption = None,
-    precision: PrecisionOption = None,
+    model_backend: Annotated[VlmBackend | None, typer.Option(help="How the vision-language model is reached.")] = None,  # type: ignore[valid-type]
     judge_backend: Annotated[
-        VlmBackend | None, typer.Option(help="The judge of Cultural Marker Identification (Food, App. B.3).")
+        VlmBackend | None,  # type: ignore[valid-type]
+        typer.Option(help="The judge of Cultural Marker Identification (Food, App. B.3)."),
     ] = None,
     judge_base_url: Annotated[str | None, typer.Option(help="The judge's endpoint.")] = None,
     judge_model: Annotated[str | None, typer.Option(help="The judge model.")] = None,
@@ -219,6 +180,7 @@ def evaluate_mixcube_command(
     demo_model: Annotated[
         bool, typer.Option(help="Ask a tiny random local VLM, judged by itself (exercises the pipeline; meaningless).")
     ] = False,
+    **model_options: Any,
 ) -> None:
     """Country Identification (App. B.2) on every image of a MixCuBe release, and Cultural Marker Identification
     (App. B.3) on Food with a judge: accuracy per country x category x ethnicity and the drop from original to each
@@ -226,24 +188,22 @@ def evaluate_mixcube_command(
     from evaluation.run import EvaluateMixCubeConfig
 
     data = _read_config(config)
-    options = {
-        "base_url": base_url,
-        "model": model,
-        "api_key_env": api_key_env,
-        "rate_per_s": rate_per_s,
-        "cache_dir": cache_dir,
-        "device": device,
-        "precision": precision,
-    }
+    options = plain(model_options)
     _model_or_demo(data, model_backend, options, demo_model)
     if judge_backend is not None or data.get("judge"):
-        judge = {"base_url": judge_base_url, "model": judge_model, "api_key_env": judge_api_key_env}
-        judge["cache_dir"] = cache_dir  # one answer cache serves both (its keys name the model)
+        given = {"base_url": judge_base_url, "model": judge_model, "api_key_env": judge_api_key_env}
+        judge = {**plain(given), **({"cache_dir": options["cache_dir"]} if "cache_dir" in options else {})}
+        # one answer cache serves both (its keys name the model)
         data["judge"] = _model_section(data.get("judge") or {}, judge_backend.value if judge_backend else None, judge)
     if workers is not None:
         data["workers"] = workers
     _place(data, release, results_root, out)
     _run(_validate(EvaluateMixCubeConfig, data, config))
+
+
+evaluate_app.command("mixcube")(
+    with_options(evaluate_mixcube_command, field_options(VlmConfig), before="judge_backend")
+)
 
 
 @evaluate_app.command("compare")
