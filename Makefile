@@ -46,7 +46,9 @@ demo: $(STAMP)
 	$(BIN)/culturebench evaluate 3xcm releases/3xcm/0.1.0-demo --demo-model
 	$(BIN)/culturebench evaluate mixcube releases/mixcube/0.1.0-demo --demo-model
 
+# The type checker ([tool.mypy] in pyproject.toml) first: CI runs this target.
 test: $(STAMP) $(LS_STAMP) browser docs
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 # The documentation site (mkdocs.yml, docs/) into .site/. Strict: a broken link or anchor, or a page missing from nav,
@@ -57,7 +59,7 @@ docs: $(STAMP)
 		echo "docs: built into .site/"
 
 lint: $(STAMP)
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
 
 # Re-resolve the pinned set after editing pyproject.toml.
 lock:

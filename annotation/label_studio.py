@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -195,7 +196,7 @@ class LabelStudioProject:
         for batch in _batches(new, self.config.import_batch_size):
             self._call(
                 f"importing {len(batch)} tasks",
-                lambda batch=batch: self._client.projects.import_tasks(id=pid, request=batch, return_task_ids=True),
+                partial(self._client.projects.import_tasks, id=pid, request=batch, return_task_ids=True),
             )
         return len(new), len(existing) + len(new)
 
@@ -220,7 +221,7 @@ class LabelStudioProject:
                         f"{self.config.export_timeout_s:.0f} s (status {snap.status})"
                     )
                 self._sleep(1.0)
-                snap = self._call("polling the export snapshot", lambda pk=snap.id: exports.get(pid, export_pk=pk))
+                snap = self._call("polling the export snapshot", partial(exports.get, pid, export_pk=snap.id))
             raw = self._call(
                 "downloading the export snapshot",
                 lambda: b"".join(exports.download(pid, export_pk=snap.id, export_type="JSON")),

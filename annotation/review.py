@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from annotation.backends import (
     AUTO_ACCEPT,
+    AutoAcceptReviewConfig,
     ReviewConfig,
     ReviewContext,
     publisher,
@@ -82,7 +83,8 @@ def run_review(
     if unreviewed_auto_accept(config):
         backend.export(tasks)
         return ReviewOutput(_auto_accept(decisions, f"{AUTO_ACCEPT_POLICY}; review tasks in {backend.location}"), None)
-    annotators = config.annotators  # type: ignore[union-attr]
+    assert not isinstance(config, AutoAcceptReviewConfig)  # review_target gives it no backend
+    annotators = config.annotators
     round_ = run_round(backend, SPECS["duplicate_review"], tasks, annotators, ctx.accept_incomplete)
     areas = {image_id: image.area for image_id, image in images.items()}
     applied = apply_pair_decisions(decisions, queue, round_, areas, annotators)

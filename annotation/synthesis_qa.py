@@ -22,7 +22,7 @@ import pyarrow as pa
 from PIL import Image
 
 from annotation.aggregate import Vote
-from annotation.backends import ReviewConfig, ReviewContext, publisher, review_target
+from annotation.backends import AutoAcceptReviewConfig, ReviewConfig, ReviewContext, publisher, review_target
 from annotation.backends import unreviewed_auto_accept as _unreviewed_auto_accept
 from annotation.collect import ReviewRound, run_round
 from annotation.label_configs import ACCEPT, FIX_MASK, RETRY_PROMPT, SPECS
@@ -65,7 +65,8 @@ def run_synthesis_qa(
         backend.export(tasks)
         policy = f"{AUTO_ACCEPT_POLICY}; review tasks in {backend.location}"
         return SynthesisQAOutput(_auto_accept(candidates, policy), schemas.empty(schemas.RESYNTHESIS_REQUESTS), None)
-    annotators = config.annotators  # type: ignore[union-attr]
+    assert not isinstance(config, AutoAcceptReviewConfig)  # review_target gives it no backend
+    annotators = config.annotators
     spec = SPECS["synthesis_qa"]
     round_ = run_round(backend, spec, tasks, annotators, ctx.accept_incomplete)
     qa, requests = apply_qa_decisions(

@@ -128,6 +128,7 @@ def generate_concept_candidates(
     )
     if not answer.ok:
         return empty(CONCEPT_CANDIDATES), failures_table([failure_row(STAGE, request_key, config.gemini.model, answer)])
+    assert answer.value is not None  # an ok structured answer holds its validated value
     shipped = {normalize(c.concept): c.concept for c in reference.concepts()}
     rows = []
     for item in answer.value.concepts[: config.count]:  # more than asked: keep the first ones, in answer order

@@ -120,7 +120,8 @@ class ReviewedConcepts:
         accepted = [
             SourcedConcept(Concept(concept_id=r.concept_id, concept=r.concept), "gemini")
             for r in rows
-            if r.review_status == REVIEW_ACCEPTED
+            # (an accepted row has its id: read_review_file refuses one without)
+            if r.review_status == REVIEW_ACCEPTED and r.concept_id is not None
         ]
         return [*(SourcedConcept(c, "shipped") for c in shipped), *sorted(accepted, key=lambda s: s.concept.concept_id)]
 

@@ -650,12 +650,12 @@ async def download_hits_async(
     for url in hits_by_url:
         entry = journaled.get(url)
         action = _plan(entry, key, config, blobs, opt_key)
-        if action == "reuse":
-            results[url] = {**_empty_row(url), **entry["row"], "url": url}  # a column added since: null
-        elif action == "recheck":
-            to_recheck.append((url, {**_empty_row(url), **entry["row"]}))
-        else:
+        if entry is None or action == "fetch":  # (no entry is always "fetch")
             to_fetch.append(url)
+        elif action == "reuse":
+            results[url] = {**_empty_row(url), **entry["row"], "url": url}  # a column added since: null
+        else:
+            to_recheck.append((url, {**_empty_row(url), **entry["row"]}))
     progress.advance(sum(hits_by_url[u] for u in results))
 
     def finish(url: str, row: dict[str, Any]) -> None:

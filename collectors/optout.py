@@ -411,9 +411,11 @@ def parse_tdmrep(text: str) -> tuple[TdmRule, ...]:
         if len(pattern) > MAX_PATTERN_CHARS:
             continue
         value = item.get("tdm-reservation")
-        valid = not isinstance(value, bool) and value in (0, 1, "0", "1")
+        reservation = None
+        if value is not None and not isinstance(value, bool) and value in (0, 1, "0", "1"):
+            reservation = int(value)
         policy = item.get("tdm-policy") if isinstance(item.get("tdm-policy"), str) else None
-        rules.append(TdmRule(location, int(value) if valid else None, policy, compile_pattern(pattern)))
+        rules.append(TdmRule(location, reservation, policy, compile_pattern(pattern)))
     return tuple(rules)
 
 
@@ -539,9 +541,11 @@ class _Loaded:
 
 
 class _Headers(Protocol):
-    def getall(self, key: str, default: Any = ...) -> list[str]: ...
+    """What `after_response` reads of a response's headers (aiohttp's multidict)."""
 
-    def get(self, key: str, default: Any = None) -> Any: ...
+    def getall(self, key: str, default: list[str], /) -> list[str]: ...
+
+    def get(self, key: str, /) -> str | None: ...
 
 
 class OptOutChecker:

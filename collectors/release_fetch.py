@@ -14,7 +14,7 @@ With `write_images`, the release's image table is written again under `out` with
 HF `Image` column (converted to JPEG as an images-mode release would), so `datasets.load_dataset` reads it.
 
 The release is untrusted input, read before anything is fetched or written: its manifest strictly
-(`data.release_integrity.read_manifest`: `name` and `version` are plain tokens, so the default output
+(`data.publish.integrity.read_manifest`: `name` and `version` are plain tokens, so the default output
 `fetched/<name>/<version>` stays where it says), its image config's Parquet files against the manifest's sha256,
 and each part's columns (`url`, `sha256` and the id as text, `image` an image struct) and ids (none null, none
 twice). The output may be neither the release, nor inside it, nor inside any release or result folder
@@ -45,8 +45,8 @@ import pyarrow.parquet as pq
 from collectors.downloader import DownloadJournal, HttpDownloadConfig, download_hits
 from collectors.optout import OPTED_OUT
 from data.output_paths import check_output
-from data.release_format import MANIFEST, ReleaseReadError
-from data.release_integrity import IMAGE_CONFIGS, Manifest, ReleaseIntegrityError, read_manifest, verify_files
+from data.publish.format import IMAGE_CONFIGS, MANIFEST, ReleaseReadError
+from data.publish.integrity import Manifest, ReleaseIntegrityError, read_manifest, verify_files
 from data.schemas import STATUS_OK
 from data.workspace import BlobStore, Storage
 
@@ -287,7 +287,7 @@ def _verdict(row: dict[str, Any], id_column: str, got: dict[str, Any]) -> dict[s
 
 def _image_schema(release: ReleaseImages) -> pa.Schema:
     """The written image table's schema: the release's columns and an HF `Image` column (before any download)."""
-    from data.release import hf_image_schema  # datasets: only with --write-images
+    from data.publish.shards import hf_image_schema  # datasets: only with --write-images
 
     try:
         return hf_image_schema(pa.schema([f for f in release.table.schema if f.name != "image"]))
@@ -307,7 +307,7 @@ def _write_image_table(
     """The release's image table with an HF `Image` column: the released bytes (MixCuBe swaps), the verified
     downloads (JPEG as released), null for the rest; `verified` maps a row's position to its fetched blob. Written
     atomically: a failure leaves an earlier table as it was."""
-    from data.release import to_release_jpeg
+    from data.publish.shards import to_release_jpeg
 
     table, rows = release.table, release.rows
     images = table["image"].to_pylist() if "image" in table.column_names else [None] * len(rows)

@@ -23,7 +23,7 @@ from PIL import Image
 from pydantic import Field, field_validator
 
 from collectors.search_ddgs import DdgsSearchConfig
-from collectors.search_types import SearchError, SearchHit, SearchQuery
+from collectors.search_types import QueryLang, SearchError, SearchHit, SearchQuery
 from collectors.ssrf import storage_refusal
 from data import reference
 from data.image_sources import declared_license, utc_timestamp
@@ -88,7 +88,12 @@ class LocalFolderSearchConfig(BackendConfig[Searcher]):
 
     def url_publisher(self) -> Callable[[str], str]:
         """Local files are published relative to the searched folder, so no machine path leaks into a release."""
-        base = (self.root or self.manifest.rsplit("/", 1)[0]).rstrip("/")
+        if self.root:
+            base = self.root.rstrip("/")
+        elif self.manifest is not None:
+            base = self.manifest.rsplit("/", 1)[0].rstrip("/")
+        else:
+            raise ValueError("the local folder search names neither `root` nor `manifest`")
         base_path = fsspec.core.url_to_fs(base)[1].rstrip("/")
 
         def relative(url: str) -> str:
@@ -128,7 +133,8 @@ def build_queries(
                 # An image without its concept in the country's language can't enter the parallel corpus
                 # (image_metadata.concept_in_native), so neither query runs; both are recorded as failed.
                 reason = f"no {country.language_code} translation of concept {concept_id} ({concept})"
-                for lang, code in (("eng", "en"), ("nav", country.language_code)):
+                languages: tuple[tuple[QueryLang, str], ...] = (("eng", "en"), ("nav", country.language_code))
+                for lang, code in languages:
                     queries.append(
                         SearchQuery(query=english, query_lang=lang, language_code=code, not_searchable=reason, **common)
                     )

@@ -322,7 +322,7 @@ def _hits(results: list[dict[str, Any]], region: str, license_filter: str | None
 
 def _int(value: object) -> int | None:
     try:
-        number = int(value)  # type: ignore[arg-type]
+        number = int(value)  # type: ignore[call-overload]  # any value: what int() refuses is caught below
     except (TypeError, ValueError):
         return None
     return number if 0 < number < 2**31 else None

@@ -270,6 +270,7 @@ class GeminiTranslator:
                     [translation_prompt(code, batch)], TranslationBatch, _batch_validator(ids), request_key
                 )
                 if answer.ok:
+                    assert answer.value is not None  # an ok structured answer holds its validated value
                     answered.update({item.concept_id: item for item in answer.value.translations})
                 else:
                     failures.append(failure_row(STAGE, request_key, self.config.gemini.model, answer))

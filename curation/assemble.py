@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +42,15 @@ class AssemblyConfig(BaseModel):
         ge=1,
         description="When set, the validator fails a build whose candidate reuse exceeds it.",
     )
+
+
+class Texts(Protocol):
+    """Where the query strings come from: (language code, text) of a query. `QueryTexts` from the translations; a
+    takedown's repair reads the texts its release already holds (`curation.takedown.ReleasedTexts`)."""
+
+    def rq2(self, concept_id: int, country: str) -> tuple[str, str]: ...
+
+    def rq3(self, concept_id: int, country: str, descriptor_country: str) -> tuple[str, str]: ...
 
 
 @dataclass
@@ -116,10 +126,11 @@ def assemble_rq2(
     for q in _query_rows(catalog, queries_of):
         c, x = int(catalog.concept[q]), int(catalog.country[q])
         held = keep.get(q) if keep is not None else None
+        picks: list[int]
         if held is not None and None not in held:
-            picks = list(held)
-            for image in picks:  # kept as they are, but they count towards every later choice
-                index.use(image)
+            picks = [image for image in held if image is not None]  # all of them
+            for pick in picks:  # kept as they are, but they count towards every later choice
+                index.use(pick)
         else:
             if (c, x) not in empty_slot:
                 empty_slot[(c, x)] = counts.rq2_empty_slot(c, x)
@@ -252,7 +263,7 @@ def _texts(catalog: Catalog, rows: np.ndarray, text: Callable[..., tuple[str, st
     }
 
 
-def benchmark_table(catalog: Catalog, texts: QueryTexts, result: TaskResult) -> pa.Table:
+def benchmark_table(catalog: Catalog, texts: Texts, result: TaskResult) -> pa.Table:
     columns = _image_columns(catalog, "query_", result.queries, "query_image_id")
     for position, slot in enumerate(RQ2_RULES):
         columns |= _image_columns(catalog, RQ2_PREFIXES[slot.name], result.candidates[:, position])
@@ -260,7 +271,7 @@ def benchmark_table(catalog: Catalog, texts: QueryTexts, result: TaskResult) -> 
     return pa.table(columns, schema=BENCHMARK)
 
 
-def benchmark_cd_table(catalog: Catalog, texts: QueryTexts, result: TaskResult) -> pa.Table:
+def benchmark_cd_table(catalog: Catalog, texts: Texts, result: TaskResult) -> pa.Table:
     columns = _image_columns(catalog, "query_", result.queries, "query_image_id")
     countries = np.array(catalog.country_names, dtype=object)
     columns["descriptor_country"] = pa.array(countries[result.descriptors].tolist(), pa.string())

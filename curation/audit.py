@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +31,8 @@ from pydantic import BaseModel
 from data import reference
 from data.concept_names import invalid_name
 from data.output_paths import OutputPathError, check_output
-from data.release_3xcm import ReleaseReadError, read_parquet_files
+from data.publish.format import ReleaseReadError
+from data.publish.reader import read_parquet_files
 from data.schemas import RQ2_SLOTS, XCM_BENCH_CSV_COLUMNS
 from data.text_safety import csv_safe_table
 from data.workspace import Storage
@@ -386,7 +387,7 @@ class _Found:
     rule: str
     rows: np.ndarray
     slots: np.ndarray
-    images: list[str | None]
+    images: Sequence[str | None]
     details: list[str]
 
 
@@ -404,7 +405,7 @@ class _Auditor:
         checked: int,
         rows: np.ndarray,
         slots: np.ndarray | int,
-        images: list[str | None] | None,
+        images: Sequence[str | None] | None,
         details: list[str],
     ) -> None:
         rows = np.asarray(rows, dtype=np.int64)

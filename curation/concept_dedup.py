@@ -186,7 +186,7 @@ def decide_concept_merges(
     rows_i, cols_j = np.nonzero(np.triu(sim >= threshold, k=1))
     for i, j in zip(rows_i.tolist(), cols_j.tolist(), strict=True):
         groups.union(i, j)
-    keeper = {}
+    keeper: dict[int, int] = {}
     for i in sorted(range(n), key=lambda k: concept_ids[k]):
         keeper.setdefault(groups.find(i), i)
     rows = []

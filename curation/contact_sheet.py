@@ -26,6 +26,7 @@ BACKGROUND = (255, 255, 255)
 TILE_BACKGROUND = (235, 235, 235)  # behind a thumbnail that does not fill its square
 UNREADABLE_COLOUR = (128, 128, 128)
 TEXT_COLOUR = (20, 20, 20)
+Font = ImageFont.ImageFont | ImageFont.FreeTypeFont  # what ImageFont.load_default gives, with or without FreeType
 
 
 @dataclass(frozen=True)
@@ -167,13 +168,13 @@ def _largest_clusters(decisions: pa.Table, max_clusters: int, max_per_cluster: i
     return clusters
 
 
-def _thumbnail(load_image: Callable[[str], bytes], image_id: str, px: int, font: ImageFont.ImageFont) -> Image.Image:
+def _thumbnail(load_image: Callable[[str], bytes], image_id: str, px: int, font: Font) -> Image.Image:
     """The image scaled to fit a px x px square, or a grey 'unreadable' tile when loading or decoding fails."""
     tile = Image.new("RGB", (px, px), TILE_BACKGROUND)
     try:
-        with Image.open(io.BytesIO(load_image(image_id))) as image:
-            image.draft("RGB", (px, px))  # JPEG: decode at a reduced scale, much faster for big photos
-            image = ImageOps.exif_transpose(image)
+        with Image.open(io.BytesIO(load_image(image_id))) as opened:
+            opened.draft("RGB", (px, px))  # JPEG: decode at a reduced scale, much faster for big photos
+            image = ImageOps.exif_transpose(opened)
             image = image.convert("RGBA")  # transparency is shown over the tile colour, not as black
             image = ImageOps.contain(image, (px, px), Image.Resampling.LANCZOS)
     except Exception:  # any failure to read this one image (missing, truncated, not an image, too big)
@@ -192,7 +193,7 @@ def _link_text(method: str | None, score: float | None) -> str:
     return method if score is None else f"{method} {score:.4g}"
 
 
-def _fit_head(draw: ImageDraw.ImageDraw, text: str, font: ImageFont.ImageFont, width: int) -> str:
+def _fit_head(draw: ImageDraw.ImageDraw, text: str, font: Font, width: int) -> str:
     """`text`, cut at the end with '..' if wider than `width`."""
     if draw.textlength(text, font=font) <= width:
         return text
@@ -201,7 +202,7 @@ def _fit_head(draw: ImageDraw.ImageDraw, text: str, font: ImageFont.ImageFont, w
     return text + ".."
 
 
-def _fit_tail(draw: ImageDraw.ImageDraw, text: str, font: ImageFont.ImageFont, width: int) -> str:
+def _fit_tail(draw: ImageDraw.ImageDraw, text: str, font: Font, width: int) -> str:
     """`text`, cut at the start: image ids ({slug}-{concept}-{rank}-{lang}) differ in their tail."""
     if draw.textlength(text, font=font) <= width:
         return text

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +35,9 @@ def dedup_files(paths: Sequence[str], config: ImageDedupConfig | None = None, wo
     """Cluster `paths` (one scope: everything is compared with everything)."""
     config = config or ImageDedupConfig()
     paths = [str(p) for p in paths]
-    batch = hash_batch([lambda path=path: _read(path) for path in paths], workers, keep_align=True)
+    batch = hash_batch([partial(_read, path) for path in paths], workers, keep_align=True)
+    align, chroma = batch.align, batch.chroma
+    assert align is not None and chroma is not None  # keep_align
     hashed = np.array([e is None for e in batch.errors], dtype=bool)
     n = len(paths)
 
@@ -48,7 +50,7 @@ def dedup_files(paths: Sequence[str], config: ImageDedupConfig | None = None, wo
         from curation.embed_images import embed_images
 
         embedder = config.embedding.embedder.build()
-        loaders = [lambda path=path: _read(path) for path in paths]
+        loaders = [partial(_read, path) for path in paths]
         embeddings, _ = embed_images(embedder, loaders, config.embedding.embedder.batch_size)
     inputs = DedupInputs(
         image_ids=paths,
@@ -63,8 +65,8 @@ def dedup_files(paths: Sequence[str], config: ImageDedupConfig | None = None, wo
         hashed=hashed,
         embeddings=embeddings,
         pixel_hash=pixels,
-        align_thumbnail=lambda row: batch.align[row],
-        chroma_thumbnail=lambda row: batch.chroma[row],
+        align_thumbnail=lambda row: align[row],
+        chroma_thumbnail=lambda row: chroma[row],
         draft_decoded=batch.draft_decoded,
         workers=workers,
     )

@@ -245,7 +245,8 @@ def hamming_pairs(
     if not found:
         e = np.empty(0, dtype=np.int64)
         return e, e.copy(), np.empty(0, np.int16)
-    return tuple(np.concatenate(parts) for parts in zip(*found, strict=True))  # type: ignore[return-value]
+    rows_i, rows_j, distances = (np.concatenate(parts) for parts in zip(*found, strict=True))
+    return rows_i, rows_j, distances
 
 
 def collect_pairs(inputs: DedupInputs, config: ImageDedupConfig) -> PairEvidence:
@@ -266,6 +267,7 @@ def collect_pairs(inputs: DedupInputs, config: ImageDedupConfig) -> PairEvidence
 def _perceptual_pairs(
     inputs: DedupInputs, tier: PerceptualTierConfig, scopes: np.ndarray, evidence: PairEvidence
 ) -> None:
+    assert inputs.phash is not None and inputs.dhash is not None  # collect_pairs runs this tier only with both
     valid = inputs.hashed if inputs.hashed is not None else np.ones(len(inputs), bool)
     i, j, d = hamming_pairs(inputs.phash, scopes, valid, max(tier.verify_max_distance, EXACT_PIXEL_WINDOW))
     if inputs.sha256 is not None:  # equal bytes are already the strongest link
@@ -361,8 +363,11 @@ def equal_pixels(inputs: DedupInputs, i: np.ndarray, j: np.ndarray, d: np.ndarra
         return out, {}
     same_size = (inputs.width[i] == inputs.width[j]) & (inputs.height[i] == inputs.height[j])
     candidates = np.flatnonzero(same_size & (d <= EXACT_PIXEL_WINDOW))
-    if inputs.align_thumbnail is not None and inputs.draft_decoded is not None:
-        candidates = np.array([k for k in candidates.tolist() if _thumbnails_allow_equal(inputs, i[k], j[k])], int)
+    align, draft = inputs.align_thumbnail, inputs.draft_decoded
+    if align is not None and draft is not None:
+        candidates = np.array(
+            [k for k in candidates.tolist() if _thumbnails_allow_equal(align, draft, i[k], j[k])], int
+        )
     rows = sorted(set(i[candidates].tolist()) | set(j[candidates].tolist()))
     with ThreadPoolExecutor(max_workers=max(1, inputs.workers)) as pool:  # full decodes release the GIL
         digests = dict(zip(rows, pool.map(inputs.pixel_hash, rows), strict=True))
@@ -371,10 +376,11 @@ def equal_pixels(inputs: DedupInputs, i: np.ndarray, j: np.ndarray, d: np.ndarra
     return out, digests
 
 
-def _thumbnails_allow_equal(inputs: DedupInputs, a: int, b: int) -> bool:
-    ta = inputs.align_thumbnail(a).astype(np.int16)  # type: ignore[misc]
-    tb = inputs.align_thumbnail(b).astype(np.int16)  # type: ignore[misc]
-    if inputs.draft_decoded[a] == inputs.draft_decoded[b]:  # type: ignore[index]
+def _thumbnails_allow_equal(align: Callable[[int], np.ndarray], draft: np.ndarray, a: int, b: int) -> bool:
+    """`align`, `draft`: the inputs' `align_thumbnail` and `draft_decoded`."""
+    ta = align(a).astype(np.int16)
+    tb = align(b).astype(np.int16)
+    if draft[a] == draft[b]:
         return bool(np.array_equal(ta, tb))  # the same decode path is deterministic
     return float(np.abs(ta - tb).mean()) <= EXACT_PIXEL_THUMBNAIL_MAD
 

@@ -19,7 +19,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -107,12 +107,12 @@ def hash_batch(loaders: Sequence[Callable[[], bytes]], workers: int = 2, keep_al
     results = [result for _, result in outcomes]
     n = len(results)
     ok = [i for i, r in enumerate(results) if isinstance(r, Thumbnails)]
+    thumbs = [r for r in results if isinstance(r, Thumbnails)]  # those of `ok`, in its order
     width = np.zeros(n, dtype=np.int32)
     height = np.zeros(n, dtype=np.int32)
     phash = np.zeros(n, dtype=np.uint64)
     dhash = np.zeros(n, dtype=np.uint64)
     if ok:
-        thumbs = [results[i] for i in ok]
         width[ok] = [t.width for t in thumbs]
         height[ok] = [t.height for t in thumbs]
         phash[ok] = phash_bulk(np.stack([t.phash_input for t in thumbs]))
@@ -122,9 +122,9 @@ def hash_batch(loaders: Sequence[Callable[[], bytes]], workers: int = 2, keep_al
     if keep_align:
         align = np.zeros((n, ALIGN_SIDE, ALIGN_SIDE), dtype=np.uint8)
         chroma = np.zeros((n, 2, CHROMA_SIDE, CHROMA_SIDE), dtype=np.int8)
-        for i in ok:
-            align[i] = results[i].align_input
-            chroma[i] = results[i].chroma_input
+        for i, thumb in zip(ok, thumbs, strict=True):
+            align[i] = thumb.align_input
+            chroma[i] = thumb.chroma_input
     draft = np.array([isinstance(r, Thumbnails) and r.draft_decoded for r in results], dtype=bool)
     pixels = [r.pixel_sha256 if isinstance(r, Thumbnails) else None for r in results]
     return HashedBatch(width, height, phash, dhash, errors, draft, digests, pixels, align, chroma)
@@ -134,7 +134,7 @@ def hash_images(items: Sequence[dict], blobs: BlobStore, workers: int = 2) -> pa
     """IMAGE_HASHES rows for stored images (dicts with image_id and sha256)."""
     from data.schemas import IMAGE_HASHES, from_rows
 
-    batch = hash_batch([lambda sha=item["sha256"]: blobs.get(sha) for item in items], workers)
+    batch = hash_batch([partial(blobs.get, item["sha256"]) for item in items], workers)
     rows = [
         {
             "image_id": item["image_id"],
@@ -155,7 +155,9 @@ def hamming_within(
     """All pairs i < j with Hamming distance <= max_distance, in block x block tiles (memory stays bounded)."""
     hashes = np.asarray(hashes, dtype=np.uint64)
     n = len(hashes)
-    out_i, out_j, out_d = [np.empty(0, np.int64)], [np.empty(0, np.int64)], [np.empty(0, np.int16)]
+    out_i: list[np.ndarray] = [np.empty(0, np.int64)]
+    out_j: list[np.ndarray] = [np.empty(0, np.int64)]
+    out_d: list[np.ndarray] = [np.empty(0, np.int16)]
     for r0 in range(0, n, block):
         rows = hashes[r0 : r0 + block]
         for c0 in range(r0, n, block):

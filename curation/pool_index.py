@@ -18,6 +18,7 @@ import bisect
 from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 from sortedcontainers import SortedList
 
 from curation.rules import Catalog, Slot
@@ -26,7 +27,7 @@ NO_IMAGE = -1
 
 
 class PoolIndex:
-    def __init__(self, catalog: Catalog, priority: np.ndarray) -> None:
+    def __init__(self, catalog: Catalog, priority: npt.NDArray[np.integer]) -> None:
         n = len(catalog)
         self.catalog = catalog
         self.stride = n + 1  # keys of one usage level never reach the next

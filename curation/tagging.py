@@ -402,6 +402,7 @@ class GeminiTagger:
         answer = client.generate_structured(contents, TaggingAnswer, answer_validator(len(sent), lookup), request_key)
         if not answer.ok:
             return _BatchResult({}, [*failures, failure_row(STAGE, request_key, model, answer)])
+        assert answer.value is not None  # an ok structured answer holds its validated value
         tags: dict[str, list[int]] = {}
         for item in answer.value.images:  # the validator saw every index 0..len(sent)-1 exactly once
             request, _ = sent[item.index]

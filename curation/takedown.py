@@ -1,6 +1,6 @@
 """Takedown: which images leave a release, and which benchmark rows that changes (`culturebench takedown`).
 
-Decided over the release's own tables; `data/release_patch.py` materialises the result as the next patch version.
+Decided over the release's own tables; the benchmark's `write_patch` (`flows/<benchmark>/patch.py`) writes the patch.
 
 3XCM
 - The requested images (by image id, sha256 or URL) leave, with every byte-identical (sha256) or pixel-identical
@@ -305,10 +305,10 @@ class _Repair:
         queries = np.array(list(keep), dtype=np.int64)  # the parent's order
         if rq3:
             result = assemble_rq3(self.catalog, self.counts, self.seed, queries, keep)
-            chosen = benchmark_cd_table(self.catalog, self.texts, result).to_pylist()  # type: ignore[arg-type]
+            chosen = benchmark_cd_table(self.catalog, self.texts, result).to_pylist()
         else:
             result = assemble_rq2(self.catalog, self.counts, self.seed, keep, queries)
-            chosen = benchmark_table(self.catalog, self.texts, result).to_pylist()  # type: ignore[arg-type]
+            chosen = benchmark_table(self.catalog, self.texts, result).to_pylist()
         rows = []
         for q, row in zip(result.queries.tolist(), chosen, strict=True):
             if None in (keep[q][1] if rq3 else keep[q]):

@@ -192,12 +192,11 @@ class _Checker:
             column = np.array(table.column(key).to_pylist(), dtype=object)
             wrong = in_range & (column != values)
             agree &= ~wrong
-            self.add_rows(
-                name,
-                np.flatnonzero(wrong),
-                f"{key}_matches_index",
-                lambda r, c=column, v=values: f"{c[r]!r} != image_metadata[{index[r]}] {v[r]!r}",
-            )
+
+            def mismatch(r: int, c: np.ndarray = column, v: np.ndarray = values) -> str:
+                return f"{c[r]!r} != image_metadata[{index[r]}] {v[r]!r}"
+
+            self.add_rows(name, np.flatnonzero(wrong), f"{key}_matches_index", mismatch)
         return index, in_range
 
     def check_rows(self, name: str, table: pa.Table, rules: tuple[Slot, ...], prefixes: dict, task: str) -> None:
@@ -234,15 +233,13 @@ class _Checker:
             rows = np.flatnonzero(valid[:, s])
             allowed[rows, s] = in_pool(cat, slot, candidates[rows, s], concept[rows], x[rows], y[rows])
             broken = rows[~allowed[rows, s]]
-            self.add_rows(
-                name,
-                broken,
-                f"{task}.{slot.name}",
-                lambda r, s=s: (
-                    f"{self.describe(candidates[r, s])} breaks the rule for query {self.describe(q[r])}"
-                    + (f", Y={cat.country_names[y[r]]}" if task == "rq3" else "")
-                ),
-            )
+
+            def breaks(r: int, s: int = s) -> str:
+                return f"{self.describe(candidates[r, s])} breaks the rule for query {self.describe(q[r])}" + (
+                    f", Y={cat.country_names[y[r]]}" if task == "rq3" else ""
+                )
+
+            self.add_rows(name, broken, f"{task}.{slot.name}", breaks)
         repeated = np.zeros(n, dtype=bool)
         for a in range(len(rules)):
             for b in range(a + 1, len(rules)):

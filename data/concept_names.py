@@ -32,7 +32,10 @@ def invalid_name(name: object) -> str | None:
         return f"not text ({type(name).__name__})"
     if len(name) > MAX_LENGTH:
         return f"longer than {MAX_LENGTH} characters"
-    word = lambda c: unicodedata.category(c)[0] in "LMN"  # noqa: E731
+
+    def word(c: str) -> bool:
+        return unicodedata.category(c)[0] in "LMN"
+
     if (
         not name
         or unicodedata.category(name[0])[0] not in "LN"

@@ -5,7 +5,7 @@ entries with those already there. Each entry names one removed image by its byte
 when the release knows it) and its addresses (`url`, `final_url`), with the takedown's reason, UTC date, the patch
 version that removed it and the version it was removed from.
 
-Builds read the denylist of their `release.root` (`flows/takedown_filter.py`):
+Builds read the denylist of their `release.root` (each benchmark's `flows/<benchmark>/takedown_filter.py`):
 - 3XCM drops a matching image where images become catalog rows (the `image_metadata` stage). That is after the
   near-duplicate dedup, which still sees the image, so its re-encodes and resizes stay merged into it and leave with
   it instead of taking its place.
@@ -98,7 +98,11 @@ class Denylist(BaseModel):
     def merged(self, new: Iterable[DenylistEntry]) -> Denylist:
         """These entries, then the new ones not already here (an identical entry is kept once)."""
         seen = {e.key() for e in self.entries}
-        added = [e for e in new if e.key() not in seen and not seen.add(e.key())]  # type: ignore[func-returns-value]
+        added: list[DenylistEntry] = []
+        for entry in new:
+            if entry.key() not in seen:
+                seen.add(entry.key())
+                added.append(entry)
         return Denylist(benchmark=self.benchmark, entries=[*self.entries, *added])
 
     def matching(self, table: pa.Table, hash_columns: Sequence[str], url_columns: Sequence[str]) -> pa.Array:
@@ -263,7 +267,7 @@ class DenylistFetcher:
         self.fetcher = fetcher
         self.urls = denylist.urls
 
-    def fetch(self, hits: Sequence[dict], blobs: BlobStore) -> pa.Table:
+    def fetch(self, hits: Sequence[dict[str, Any]], blobs: BlobStore) -> pa.Table:
         refused = [h["url"] in self.urls for h in hits]
         if not any(refused):
             return self.fetcher.fetch(hits, blobs)

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+import numpy.typing as npt
+from matplotlib.figure import Figure
 
 # PNG metadata would otherwise carry the matplotlib version string; keep figures comparable across builds.
 _PNG_METADATA = {"Software": None}
 
 
-def figure_png(figure: plt.Figure) -> bytes:
+def figure_png(figure: Figure) -> bytes:
     """The figure as PNG bytes (closed afterwards), without the version metadata."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight", metadata=_PNG_METADATA)
@@ -22,7 +25,7 @@ def figure_png(figure: plt.Figure) -> bytes:
     return buffer.getvalue()
 
 
-def heatmap_png(matrix: np.ndarray, row_labels: list[str], col_labels: list[str], title: str) -> bytes:
+def heatmap_png(matrix: npt.NDArray[Any], row_labels: list[str], col_labels: list[str], title: str) -> bytes:
     """A count heatmap with the number in each cell (for example images per concept x country)."""
     height = max(2.5, 0.28 * len(row_labels) + 1.5)
     width = max(4.0, 0.5 * len(col_labels) + 2.5)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar, overload
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -83,11 +83,15 @@ class GeminiConfigError(RuntimeError):
     """The client cannot run at all (no key, missing extra); raised, since every request would fail alike."""
 
 
+Answer = TypeVar("Answer", bound=BaseModel)
+Answer_co = TypeVar("Answer_co", bound=BaseModel, covariant=True)
+
+
 @dataclass(frozen=True)
-class StructuredAnswer:
+class StructuredAnswer(Generic[Answer_co]):
     """The outcome of one logical request: a validated value, or an error class with the last raw text kept."""
 
-    value: BaseModel | None
+    value: Answer_co | None  # set exactly when `ok`, for a structured request (always None for text)
     raw_text: str | None
     attempts: int  # HTTP calls made for this answer (0 on a cache hit)
     error: ErrorClass | None
@@ -114,6 +118,12 @@ def resolve_api_key(settings: GeminiSettings) -> str:
     )
 
 
+@overload
+def scrub(text: str, secret: str | None) -> str: ...
+@overload
+def scrub(text: None, secret: str | None) -> None: ...
+@overload
+def scrub(text: str | None, secret: str | None) -> str | None: ...
 def scrub(text: str | None, secret: str | None) -> str | None:
     """Remove the key from a text that may echo the request (error bodies, exception messages)."""
     return provenance.scrub(text, [secret])
@@ -232,17 +242,19 @@ class GeminiClient:
             return self._client
 
     # -- cache ---------------------------------------------------------------------------------------------------
-    def _cache_path(self, sha: str) -> str | None:
-        return self._cache.path(f"{sha}.json") if self._cache else None
+    def _cache_entry(self, sha: str) -> tuple[Storage, str] | None:
+        """The cache and the path of the answer to `sha` in it; None without a cache."""
+        return (self._cache, self._cache.path(f"{sha}.json")) if self._cache else None
 
     def _cached(
-        self, sha: str, schema: type[BaseModel], validate: Callable[[BaseModel], None] | None
-    ) -> StructuredAnswer | None:
-        path = self._cache_path(sha)
-        if path is None or not self._cache.exists(path):
+        self, sha: str, schema: type[Answer], validate: Callable[[Answer], None] | None
+    ) -> StructuredAnswer[Answer] | None:
+        entry = self._cache_entry(sha)
+        if entry is None or not entry[0].exists(entry[1]):
             return None
+        cache, path = entry
         try:
-            raw = self._cache.read_json(path)["raw_text"]
+            raw = cache.read_json(path)["raw_text"]
             value = self._check(raw, schema, validate)
         except (InvalidAnswer, KeyError, TypeError, ValueError) as exc:
             # A cache entry the current rules reject (the validator changed) is asked again, not trusted.
@@ -251,9 +263,10 @@ class GeminiClient:
         return StructuredAnswer(value, raw, 0, None, None, sha, cached=True)
 
     def _store(self, sha: str, request_key: str, raw: str) -> None:
-        path = self._cache_path(sha)
-        if path is not None:
-            self._cache.write_json(
+        entry = self._cache_entry(sha)
+        if entry is not None:
+            cache, path = entry
+            cache.write_json(
                 path,
                 {
                     "model": self.settings.model,
@@ -266,7 +279,7 @@ class GeminiClient:
 
     # -- validation ----------------------------------------------------------------------------------------------
     @staticmethod
-    def _check(raw: str | None, schema: type[BaseModel], validate: Callable[[BaseModel], None] | None) -> BaseModel:
+    def _check(raw: str | None, schema: type[Answer], validate: Callable[[Answer], None] | None) -> Answer:
         if raw is None or not raw.strip():
             raise InvalidAnswer("malformed_output", "empty answer")
         try:
@@ -288,10 +301,10 @@ class GeminiClient:
     def generate_structured(
         self,
         contents: list[Any],
-        schema: type[BaseModel],
-        validate: Callable[[BaseModel], None] | None = None,
+        schema: type[Answer],
+        validate: Callable[[Answer], None] | None = None,
         request_key: str = "",
-    ) -> StructuredAnswer:
+    ) -> StructuredAnswer[Answer]:
         """Ask for JSON following `schema`; `validate` raises ValueError for answers that break the caller's rules.
 
         Never raises for a bad answer or an API failure: those come back as `StructuredAnswer.error`. Raises
@@ -335,6 +348,7 @@ class GeminiClient:
                     "Answer the request above again, returning only JSON that follows the response schema."
                 ]
                 continue
+            assert raw is not None  # _check refuses a missing answer
             self._store(sha, request_key, raw)
             return StructuredAnswer(value, raw, attempts, None, None, sha)
 
@@ -344,7 +358,7 @@ class GeminiClient:
         request_key: str = "",
         max_output_tokens: int | None = None,
         thinking_budget: int | None = None,
-    ) -> StructuredAnswer:
+    ) -> StructuredAnswer[BaseModel]:
         """Ask for free text (no JSON schema), e.g. a question about an image part; the answer is `raw_text`, kept
         verbatim, and `value` is None.
 
@@ -356,10 +370,11 @@ class GeminiClient:
         generation = {"max_output_tokens": max_output_tokens, "thinking_budget": thinking_budget}
         generation = {key: value for key, value in generation.items() if value is not None}
         sha = prompt_sha256(self.settings, contents, None, generation)
-        path = self._cache_path(sha)
-        if path is not None and self._cache.exists(path):
+        entry = self._cache_entry(sha)
+        if entry is not None and entry[0].exists(entry[1]):
+            cache, path = entry
             try:
-                raw = self._cache.read_json(path)["raw_text"]
+                raw = cache.read_json(path)["raw_text"]
             except (KeyError, TypeError, ValueError) as exc:
                 logger.info("gemini cache entry %s ignored: %s", sha[:12], type(exc).__name__)
             else:
@@ -458,7 +473,8 @@ def _blocked(response: Any) -> bool:
 
 def _response_text(response: Any) -> str | None:
     try:
-        return response.text
+        text: str | None = response.text
+        return text
     except (ValueError, AttributeError):  # no candidates, or parts that are not text
         return None
 
@@ -479,7 +495,7 @@ def _short(text: str, limit: int = 1000) -> str:
 
 
 # -- failure rows ------------------------------------------------------------------------------------------------
-def failure_row(stage: str, request_key: str, model: str, answer: StructuredAnswer) -> dict[str, Any]:
+def failure_row(stage: str, request_key: str, model: str, answer: StructuredAnswer[BaseModel]) -> dict[str, Any]:
     """An LLM_FAILURES row for an answer that never validated; the raw text is kept for inspection."""
     if answer.ok:
         raise ValueError("failure_row needs a failed answer")

@@ -1,6 +1,6 @@
 """Where a command may write: never onto or into one of its inputs, and never inside a release or result folder.
 
-Releases and evaluation results are immutable (`data/release.py`): a folder holding `manifest.json`, at the output
+Releases and evaluation results are immutable (`data/publish/`): a folder holding `manifest.json`, at the output
 or above it, is one of them. Paths are compared resolved (symlinks followed, `..` removed), so another spelling of
 an input is still that input.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from data.release_format import MANIFEST
+from data.publish.format import MANIFEST
 
 
 class OutputPathError(ValueError):

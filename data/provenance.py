@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from functools import cache
 from importlib import metadata, resources
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from data.workspace import file_sha256
 
@@ -58,6 +58,12 @@ def _walk(root: Any) -> list[Path]:
     return [p for p in Path(str(root)).rglob("*") if p.is_file()]
 
 
+@overload
+def scrub(text: str, secrets: Iterable[str | None], mask: str = ...) -> str: ...
+@overload
+def scrub(text: None, secrets: Iterable[str | None], mask: str = ...) -> None: ...
+@overload
+def scrub(text: str | None, secrets: Iterable[str | None], mask: str = ...) -> str | None: ...
 def scrub(text: str | None, secrets: Iterable[str | None], mask: str = REDACTED) -> str | None:
     """A text (an error body, an exception message) with every known secret value replaced by `mask`."""
     if text is None:

@@ -250,13 +250,16 @@ def language_pack(code: str) -> LanguagePack:
         }
     else:
         entries = {
-            int(r["concept_id"]): ConceptTranslation(
-                concept_id=int(r["concept_id"]),
-                concept=r["concept"],
-                language_code=code,
-                text=r["text"],
-                descriptor_template=r["descriptor_template"] or None,
-                review_status=r["review_status"],
+            # The CSV's review_status is text until the model validates it against its Literal.
+            int(r["concept_id"]): ConceptTranslation.model_validate(
+                {
+                    "concept_id": int(r["concept_id"]),
+                    "concept": r["concept"],
+                    "language_code": code,
+                    "text": r["text"],
+                    "descriptor_template": r["descriptor_template"] or None,
+                    "review_status": r["review_status"],
+                }
             )
             for r in _csv_rows("i18n", code, "concepts.csv")
         }

@@ -6,6 +6,9 @@ Conventions (README, "Failures are rows"): collection tables carry `status` (ok 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import pyarrow as pa
 
 STATUS_OK = "ok"
@@ -591,7 +594,7 @@ def empty(schema: pa.Schema) -> pa.Table:
     return schema.empty_table()
 
 
-def blank_row(schema: pa.Schema, **values: object) -> dict:
+def blank_row(schema: pa.Schema, **values: object) -> dict[str, Any]:
     """A row of `schema` with every column None except those given (a column not in the schema is an error)."""
     unknown = set(values) - set(schema.names)
     if unknown:
@@ -599,7 +602,7 @@ def blank_row(schema: pa.Schema, **values: object) -> dict:
     return {name: values.get(name) for name in schema.names}
 
 
-def from_rows(rows: list[dict], schema: pa.Schema) -> pa.Table:
+def from_rows(rows: Sequence[Mapping[str, object]], schema: pa.Schema) -> pa.Table:
     """Build a table from row dicts, refusing missing or unexpected columns."""
     names = set(schema.names)
     for row in rows:

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
 
 
 def resolve_secret(secret_block: str | None, env_names: Sequence[str], what: str, error: type[Exception]) -> str:
@@ -17,7 +21,10 @@ def resolve_secret(secret_block: str | None, env_names: Sequence[str], what: str
         from prefect.blocks.system import Secret
 
         try:
-            value = Secret.load(secret_block).get()
+            # Called outside any event loop, load returns the block (its type also allows the coroutine it
+            # returns inside one).
+            block = cast("Secret[JsonValue]", Secret.load(secret_block))
+            value = block.get()
         except Exception as exc:  # the block API raises several types; the name is all the caller needs
             raise error(f"cannot load the Prefect Secret block {secret_block!r}: {type(exc).__name__}") from None
         if not isinstance(value, str) or not value.strip():

@@ -83,7 +83,7 @@ class StageStats(BaseModel):
 
     @model_serializer(mode="wrap")
     def _fold_typed_details(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
-        out = handler(self)
+        out: dict[str, Any] = handler(self)
         extra = dict(out.get("extra", {}))
         for key in type(self).typed_details():
             # A subclass's own details are missing from `out` where it is serialized as a plain StageStats (a field

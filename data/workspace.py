@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, TypeVar, overload
 
 import fsspec
 import pyarrow as pa
@@ -134,7 +134,7 @@ class Storage:
         return path if self.local else self.fs.unstrip_protocol(path)
 
     def exists(self, path: str) -> bool:
-        return self.fs.exists(path)
+        return bool(self.fs.exists(path))
 
     @contextmanager
     def open_atomic(self, path: str) -> Iterator[IO[bytes]]:
@@ -164,7 +164,8 @@ class Storage:
 
     def read_bytes(self, path: str) -> bytes:
         with self.fs.open(path, "rb") as handle:
-            return handle.read()
+            data: bytes = handle.read()
+            return data
 
     def write_json(self, path: str, value: Any) -> None:
         self.write_bytes(path, (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
@@ -347,7 +348,11 @@ class Workspace:
             self.discard(stage, [name for name in damaged if name != SUCCESS])
         return damaged
 
-    def stats(self, stage: str, model: type[S] = StageStats) -> S:  # type: ignore[assignment]
+    @overload
+    def stats(self, stage: str) -> StageStats: ...
+    @overload
+    def stats(self, stage: str, model: type[S]) -> S: ...
+    def stats(self, stage: str, model: type[StageStats] = StageStats) -> StageStats:
         """The stage's stats, read as `model`: a subclass of StageStats types the stage's own details."""
         return model(**self.storage.read_json(f"{self.stage_dir(stage)}/{STATS}"))
 
@@ -398,7 +403,8 @@ class Workspace:
         path = f"{self.stage_dir(stage)}/{ATTEMPT}"
         if not self.storage.exists(path):
             return None
-        return self.storage.read_json(path).get("fingerprint")
+        key: str | None = self.storage.read_json(path).get("fingerprint")
+        return key
 
     def parts(self, stage: str) -> list[str]:
         """The part files of `stage` on disk now (a fresh listing: other processes may have written some)."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import matplotlib.pyplot as plt  # data.figures, imported here too, makes it draw with Agg
 import numpy as np
 
-from data.figures import figure_png, plt
+from data.figures import figure_png
 from evaluation.metrics_3xcm import PAPER_SYMBOL, RQ2_CATEGORIES, RQ3_CATEGORIES, DriftMeans, WinRateReport
 
 #: Fig. 7's colours where App. P names them (Blue = object-relevant, Purple = object-relevant language-biased,
@@ -28,13 +29,13 @@ def _symbol(task: str, category: str) -> str:
 
 def sp_per_language_png(report: WinRateReport) -> bytes:
     """SP (Eq. 4) per query language with its bootstrap interval; the overall SP as a dashed line."""
-    groups = [g for g in report.by_language if g.sp is not None and g.sp.value is not None]
-    labels = [g.group for g in groups]
-    values = np.array([g.sp.value for g in groups], dtype=float)  # type: ignore[union-attr]
-    low = np.array([g.sp.ci_low if g.sp.ci_low is not None else g.sp.value for g in groups], dtype=float)  # type: ignore[union-attr]
-    high = np.array([g.sp.ci_high if g.sp.ci_high is not None else g.sp.value for g in groups], dtype=float)  # type: ignore[union-attr]
+    scored = [(g.group, g.sp) for g in report.by_language if g.sp is not None and g.sp.value is not None]
+    labels = [group for group, _ in scored]
+    values = np.array([sp.value for _, sp in scored], dtype=np.float64)
+    low = np.array([sp.value if sp.ci_low is None else sp.ci_low for _, sp in scored], dtype=np.float64)
+    high = np.array([sp.value if sp.ci_high is None else sp.ci_high for _, sp in scored], dtype=np.float64)
     figure, axes = plt.subplots(figsize=(max(4.0, 0.6 * len(labels) + 2), 3.2))
-    if groups:
+    if scored:
         axes.bar(labels, values, color="#e58fb6", yerr=[values - low, high - values], capsize=3)
     overall = report.overall.sp
     if overall is not None and overall.value is not None:

@@ -355,11 +355,12 @@ def _marker(prompt: str, answer: Answer, labels: str | None, judge: VisionLangua
         return {**out, "marker_correct": False, "marker_error": answer.error, "marker_error_detail": answer.detail}
     if answer.error is not None:
         return {**out, "marker_error": answer.error, "marker_error_detail": answer.detail}
-    if not (labels or "").strip():
+    label = (labels or "").strip()
+    if not label:
         return {**out, "marker_error": "no_label", "marker_error_detail": "the image has no food_label"}
     if judge is None:
         return {**out, "marker_error": "no_judge", "marker_error_detail": "no judge model was given"}
-    verdict = judge.ask(MARKER_JUDGE_PROMPT.format(label=labels.strip(), response=answer.text or ""))
+    verdict = judge.ask(MARKER_JUDGE_PROMPT.format(label=label, response=answer.text or ""))
     out["marker_judge_raw"] = verdict.text
     if verdict.error is not None:
         return {**out, "marker_error": f"judge_{verdict.error}", "marker_error_detail": verdict.detail}

@@ -18,12 +18,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data.card import front_matter, markdown_table
 from data.provenance import code_version, redact
-from data.release import ReleaseConfig, ReleaseResult, ReleaseWriter
-from data.release_format import MANIFEST
-from data.release_integrity import read_manifest
-from data.released import Release, ReleaseReadError
+from data.publish.card import front_matter, markdown_table
+from data.publish.folder import ImmutableFolder, ReleaseResult
+from data.publish.format import MANIFEST, ReleaseReadError
+from data.publish.integrity import read_manifest
+from data.publish.reader import Release
 from evaluation.figures import compare_png
 
 METRICS = "metrics.json"
@@ -132,8 +132,9 @@ def metrics_document(result: EvaluationResult) -> dict[str, Any]:
 
 
 def write_results(result: EvaluationResult, out: str) -> ReleaseResult:
-    """Write the folder through the release writer: staged, published by one rename, never overwritten."""
-    writer = ReleaseWriter(ReleaseConfig(version=result.release.version), f"evaluation-{result.benchmark}", folder=out)
+    """Write the folder as an immutable folder (`data/publish/folder.py`): staged, published by one rename, never
+    overwritten."""
+    writer = ImmutableFolder.at(out, f"evaluation-{result.benchmark}", result.release.version)
     writer.volatile = {CARD}  # it names the code version: the same numbers from a later commit are the same result
     try:
         writer.write_bytes(PER_QUERY, parquet_bytes(result.per_query))

@@ -19,14 +19,14 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from data.output_paths import OutputPathError, check_output
-from data.release import ReleaseExistsError, ReleaseResult
-from data.released import Release
+from data.publish.folder import ReleaseExistsError, ReleaseResult
+from data.publish.reader import Release
 from data.retry import prefect_slot
 from evaluation import mixcube as mx
 from evaluation.embedding_cache import CachedEncoder
-from evaluation.encoders import EncoderConfig, TextImageEncoder
+from evaluation.encoders import EncoderConfig, ModelIdentity, TextImageEncoder
 from evaluation.results import EvaluationResult, default_out, existing_result_conflict, write_results
-from evaluation.vlm import VisionLanguageModel, VlmConfig
+from evaluation.vlm import VisionLanguageModel, VlmConfig, VlmIdentity
 from evaluation.xcm import Progress, evaluate_3xcm
 
 
@@ -274,6 +274,7 @@ def evaluate_and_write(config: Evaluate3XCMConfig | EvaluateMixCubeConfig, progr
     release = open_release(config)
     if config.out is not None:
         check_result_path(config.out, release, "--out")
+    identity: ModelIdentity | VlmIdentity
     if isinstance(config, Evaluate3XCMConfig):
         encoder = build_encoder(config)
         identity, settings = encoder.identity, settings_3xcm(config)

@@ -16,6 +16,6 @@ def degenerate_rows(matrix: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     m = np.asarray(matrix, dtype=np.float64)
     if m.ndim != 2 or m.shape[0] == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    finite = np.isfinite(m).all(axis=1)
+    finite = np.asarray(np.isfinite(m).all(axis=1))  # (an array already: asarray tells the type checker so)
     norms = np.linalg.norm(np.where(finite[:, None], m, 0.0), axis=1)
     return np.flatnonzero(~finite), np.flatnonzero(finite & (norms <= COSINE_EPS))

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from data.released import Release
+from data.publish.reader import Release
 from evaluation import metrics_3xcm as m
 from evaluation.encoders import ImageRef, TextImageEncoder
 from evaluation.figures import delta_sim_png, sp_per_language_png, stacked_win_rates_png

@@ -1,13 +1,15 @@
 """`culturebench validate`: a release folder checked whole, whichever benchmark it holds.
 
-1. Its files against its manifest (`data/release_integrity.py`: every file's size and sha256, no file unlisted,
-   each image's bytes against its `sha256` where the release kept the source's bytes). A mismatch is a violation of
-   the rule `integrity`, and nothing else is checked: the tables are not the release's.
+1. Its files against its manifest (`data/publish/integrity.py`: every file's size and sha256, no file unlisted,
+   each image's bytes against its `sha256` where the release kept the source's bytes, in the config the benchmark's
+   record names, `Benchmark.image_config`). A mismatch is a violation of the rule `integrity`, and nothing else is
+   checked: the tables are not the release's.
 2. The benchmark's own rules (`Benchmark.validate_release`: 3XCM's `curation/validate.py`, MixCuBe's
    `curation/validate_mixcube.py`).
 3. A takedown patch (a manifest naming a `parent` or `takedowns`) is derived again from its parent, which must sit
-   beside it and be valid itself, and must equal that derivation table by table. Its rows kept from the parent
-   were chosen least-used over the parent's pool, so the patch alone cannot replay the balance; the parent can.
+   beside it and be valid itself, and must equal that derivation (`Benchmark.derive_patch`) table by table. Its
+   rows kept from the parent were chosen least-used over the parent's pool, so the patch alone cannot replay the
+   balance; the parent can.
 
 What the manifest says decides no check away: a manifest that claims a patch gets the stricter check, not a
 weaker one.
@@ -21,17 +23,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from curation.takedown import TakedownRequest, XcmTakedown
+from curation.takedown import TakedownRequest
 from curation.validate import ValidationReport, Violation
-from data.release_format import SEMVER, ReleaseReadError
-from data.release_integrity import Manifest, read_manifest, verify_files, verify_image_bytes
+from data.publish.format import SEMVER, ReleaseReadError
+from data.publish.integrity import Manifest, read_manifest, verify_files, verify_image_bytes
 from flows import benchmarks
-
-#: The tables a patch is compared on, per benchmark: what `derive_patch` decides them to be.
-PATCH_TABLES = {
-    "3xcm": ("image_metadata", "benchmark", "benchmark_cd", "unassembled"),
-    "mixcube": ("default",),
-}
 
 
 def check_release(folder: Path) -> tuple[Manifest, ValidationReport]:
@@ -42,11 +38,14 @@ def check_release(folder: Path) -> tuple[Manifest, ValidationReport]:
         raise ReleaseReadError(
             f"{folder}: a release of {manifest.name!r}; validate knows {', '.join(benchmarks.names())}"
         )
-    problems = verify_files(manifest) or verify_image_bytes(manifest)
+    benchmark = benchmarks.get(manifest.name)
+    problems = verify_files(manifest)
+    if not problems and benchmark.image_config is not None:
+        problems = verify_image_bytes(manifest, benchmark.image_config)
     if problems:
         violations = [Violation(table="files", row=None, rule="integrity", detail=p) for p in problems]
         return manifest, ValidationReport(violations=violations, rows_checked={"files": len(manifest.files)})
-    validate = benchmarks.get(manifest.name).validate_release
+    validate = benchmark.validate_release
     if validate is None:
         raise ReleaseReadError(f"{folder}: no rule checker for {manifest.name}")
     patch = declares_patch(manifest.data)
@@ -68,7 +67,7 @@ def _violation(rule: str, detail: str) -> Violation:
 def replay_patch(manifest: Manifest) -> list[Violation]:
     """A patch against its parent: the parent beside it, valid, the one the patch names (by its manifest's sha256),
     and the patch's tables exactly what taking the last takedown's request down from it gives."""
-    from data.release_patch import ParentRelease, PatchInputError
+    from data.publish.patch import ParentRelease, PatchInputError
     from flows.takedown import derive_patch
 
     parent, takedowns = manifest.data.get("parent"), manifest.data.get("takedowns")
@@ -108,18 +107,13 @@ def replay_patch(manifest: Manifest) -> list[Violation]:
         derived = derive_patch(ParentRelease.open(folder), request)
     except (PatchInputError, ValueError) as exc:
         return [_violation("replay", f"the takedown cannot be derived again from {version}: {exc}")]
-    if isinstance(derived, XcmTakedown):
-        made = (derived.images, derived.benchmark, derived.benchmark_cd, derived.unassembled)
-        tables = dict(zip(PATCH_TABLES["3xcm"], made, strict=True))
-    else:
-        tables = {"default": derived.rows}
     patch = ParentRelease.open(manifest.folder)
     return [
         _violation(
             "replay",
             f"{name} is not what taking the requested images down from {version} gives",
         )
-        for name, expected in tables.items()
+        for name, expected in derived.tables.items()
         if not _same_rows(_patch_table(patch, name), expected)
     ]
 

@@ -201,7 +201,8 @@ class YuNetFaceDetector:
         if faces is None:
             return []
         # Rows: x, y, w, h, 5 landmarks (x, y), score. Boxes may reach past the border: clip them.
-        boxes = (box_from_float(*row[:4], row[14], width, height) for row in faces)
+        rows: np.ndarray = faces  # (its stubs type a row of it as a scalar)
+        boxes = (box_from_float(row[0], row[1], row[2], row[3], row[14], width, height) for row in rows)
         return select_faces((b for b in boxes if b is not None), self.config.min_confidence, self.config.max_faces)
 
 
@@ -248,7 +249,9 @@ class HaarFaceDetector:
             )
         # A cascade has no calibrated confidence: every box scores 1.0, so select_faces keeps the largest boxes
         # (the most prominent people, the intent of App. A.4) and min_confidence 0 never drops one.
-        boxes = (box_from_float(*map(float, row), 1.0, width, height) for row in found)  # `()` when none
+        boxes = (  # `found` is `()` when none
+            box_from_float(float(x), float(y), float(w), float(h), 1.0, width, height) for x, y, w, h in found
+        )
         return select_faces((b for b in boxes if b is not None), 0.0, self.config.max_faces)
 
 

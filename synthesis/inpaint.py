@@ -517,5 +517,6 @@ class SdxlInpainter:
                 self._run(loaded, batch, requests, results)
         for index, error in rejected:
             results[index] = self._result(requests[index], None, error, 0.0)
-        assert all(r is not None for r in results)
-        return results  # type: ignore[return-value]
+        complete = [r for r in results if r is not None]
+        assert len(complete) == len(results)  # every request has its result
+        return complete

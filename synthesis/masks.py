@@ -145,7 +145,7 @@ class _MaskerBase:
 
     name: str
     model_id: str
-    config: SamMaskConfig | EllipseMaskConfig | GrabCutMaskConfig
+    config: _FeatheredMask  # each backend's own config (below)
 
     def _masks(self, image: np.ndarray, boxes: list[FaceBox]) -> np.ndarray:
         raise NotImplementedError
@@ -184,6 +184,7 @@ def _ellipse(height: int, width: int, box: FaceBox, scale: float) -> np.ndarray:
 
 class EllipseMasker(_MaskerBase):
     name = "ellipse"
+    config: EllipseMaskConfig
 
     def __init__(self, config: EllipseMaskConfig) -> None:
         self.config = config
@@ -196,6 +197,7 @@ class EllipseMasker(_MaskerBase):
 
 class GrabCutMasker(_MaskerBase):
     name = "grabcut"
+    config: GrabCutMaskConfig
 
     def __init__(self, config: GrabCutMaskConfig) -> None:
         self.config = config
@@ -218,7 +220,7 @@ class GrabCutMasker(_MaskerBase):
         bx, by = box.x - x0, box.y - y0
         seeds[by : by + box.h, bx : bx + box.w] = cv2.GC_PR_FGD
         local = FaceBox(x=bx, y=by, w=box.w, h=box.h, score=box.score)
-        seeds[_ellipse(*seeds.shape, local, 0.5)] = cv2.GC_FGD
+        seeds[_ellipse(seeds.shape[0], seeds.shape[1], local, 0.5)] = cv2.GC_FGD
         out = np.zeros((height, width), dtype=bool)
         if not np.isin(seeds, (cv2.GC_BGD, cv2.GC_PR_BGD)).any():
             # The box fills the whole image: GrabCut has no background to learn from.
@@ -226,7 +228,9 @@ class GrabCutMasker(_MaskerBase):
             return _ellipse(height, width, box, 1.0)
         bgd, fgd = np.zeros((1, 65), np.float64), np.zeros((1, 65), np.float64)
         crop = np.ascontiguousarray(bgr[y0:y1, x0:x1])
-        seeds, _, _ = cv2.grabCut(crop, seeds, None, bgd, fgd, self.config.iterations, cv2.GC_INIT_WITH_MASK)
+        seeds, _, _ = cv2.grabCut(  # type: ignore[call-overload]  # rect None: unused with a mask; stubs want one
+            crop, seeds, None, bgd, fgd, self.config.iterations, cv2.GC_INIT_WITH_MASK
+        )
         out[y0:y1, x0:x1] = (seeds == cv2.GC_FGD) | (seeds == cv2.GC_PR_FGD)
         return out
 
@@ -283,6 +287,7 @@ def _load_sam(model_type: str, path: Path, device: str) -> Any:
 
 class SamMasker(_MaskerBase):
     name = "sam"
+    config: SamMaskConfig
 
     def __init__(self, config: SamMaskConfig, model_id: str, sam: Any = None, checkpoint: Path | None = None) -> None:
         self.config = config

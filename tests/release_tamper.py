@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from data.release_integrity import file_digest
+from data.publish.integrity import file_digest
 
 
 def rehash_manifest(folder: Path) -> None:

@@ -13,7 +13,7 @@ from release_tamper import rehash_manifest
 from typer.testing import CliRunner
 
 import flows.cli
-from data.release import ReleaseWriter
+from data.publish.release import ReleaseWriter
 from data.workspace import Storage, Workspace
 from flows.cli import app
 from flows.xcm.build import build_locally

@@ -33,9 +33,10 @@ from review_inputs import completed_export, verdict
 
 from annotation.collect import ReviewPending
 from annotation.label_configs import DIFFERENT, SAME_SCENE
-from data import croissant
-from data.datasheet import HEADINGS, datasheet_section
+from data.publish import croissant
+from data.publish.datasheet import HEADINGS, datasheet_section
 from data.workspace import Workspace
+from flows.mixcube.release_facts import mixcube_facts
 
 RECORD_SETS = {
     "3xcm": {"image_metadata", "benchmark", "benchmark_cd", "unassembled", "xcm_bench"},
@@ -276,7 +277,7 @@ def test_a_human_synthesis_qa_round_is_reported_with_its_agreement(releases: dic
     stats = [
         {**s, "extra": {**s["extra"], "review": human}} if s["stage"] == "qa_r1" else s for s in manifest["stage_stats"]
     ]
-    facts = croissant.mixcube_facts("0.0.1", rows, {**manifest, "stage_stats": stats})
+    facts = mixcube_facts("0.0.1", rows, {**manifest, "stage_stats": stats})
     analysis = " ".join(facts.rai["rai:dataAnnotationAnalysis"])
     assert "Synthesis QA round 1 (`label_studio`): 16 items, 15 decided" in analysis
     assert "Fleiss' kappa 0.3125 over 16 fully annotated items" in analysis

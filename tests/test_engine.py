@@ -14,7 +14,7 @@ from prefect.flows import load_flow_from_entrypoint
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
-from data.release import ReleaseResult
+from data.publish.folder import ReleaseResult
 from data.stage_stats import ReviewSummary, StageStats
 from flows import benchmarks
 from flows.engine.benchmark import Benchmark

@@ -29,7 +29,7 @@ from fake_openai import FakeOpenAI, Reply, completion, error_reply, text_reply
 from typer.testing import CliRunner
 
 import flows.cli.output
-from data.released import Release
+from data.publish.reader import Release
 from data.retry import RetryPolicy
 from evaluation import metrics_3xcm as m
 from evaluation import mixcube as mx

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 import flows.cli
 from curation.audit import read_violations, write_violations
 from data import reference
-from data.release import ReleaseConfig, ReleaseWriter
+from data.publish.release import ReleaseConfig, ReleaseWriter
 from data.schemas import XCM_BENCH_CSV_COLUMNS
 from data.text_safety import csv_cell, csv_safe_table
 from flows.cli import app

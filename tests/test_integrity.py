@@ -348,7 +348,8 @@ def test_the_production_configs_run_as_the_papers_do() -> None:
     """The `release` deployments (the production configs) differ from the papers in nothing a card would list,
     CLIP filter and human review with three annotators included."""
     from flows.mixcube.config import BuildMixCubeConfig
-    from flows.paper_settings import mixcube_deviations, xcm_deviations
+    from flows.mixcube.deviations import mixcube_deviations
+    from flows.xcm.deviations import xcm_deviations
 
     spec = yaml.safe_load((Path(__file__).resolve().parents[1] / "prefect.yaml").read_text())
     configs = {

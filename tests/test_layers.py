@@ -2,6 +2,9 @@
 
 - `data/` is the shared infrastructure (schemas, workspace, releases, the retry policy, the LLM client, ...): it
   imports no other project package.
+- `data/publish/` is the generic publishing code (immutable folders, shards, Croissant, cards, the release reader,
+  patches): it imports no benchmark's module, neither from `flows/` (each benchmark's release content sits there)
+  nor one named after a benchmark (`*_3xcm`, `*_mixcube`, `xcm`), and none of its modules is named after one.
 - The domain folders `collectors/`, `curation/`, `synthesis/`, `annotation/` and `evaluation/` (which consumes
   releases and builds nothing) import `data/` and their own folder only, apart from the few imports listed in
   `EXCEPTIONS`, each with its reason.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +32,9 @@ PACKAGES = ("data", "collectors", "curation", "synthesis", "annotation", "evalua
 DOMAINS = ("collectors", "curation", "synthesis", "annotation", "evaluation")
 INFRASTRUCTURE = "data"
 ORCHESTRATION = "flows"
+PUBLISHING = "data.publish"
+#: A module named after a benchmark (`data.release_3xcm`, `curation.validate_mixcube`, `flows.xcm.release`).
+BENCHMARK_NAMED = re.compile(r"(^|[._])(3xcm|xcm|mixcube)($|[._])")
 
 #: Imports across domain folders that are allowed, (importing module, imported module) -> why. Keep it short: an
 #: entry here is a dependency a reader cannot guess from the folder names. An entry no import uses fails the test.
@@ -120,10 +127,20 @@ def project_imports(root: Path) -> list[Import]:
     return sorted(found, key=lambda item: (item.path, item.line, item.target))
 
 
+def _publishing(module: str) -> bool:
+    return module == PUBLISHING or module.startswith(f"{PUBLISHING}.")
+
+
 def layer_violations(imports: Iterable[Import], exceptions: dict[tuple[str, str], str]) -> list[str]:
     problems = []
     for item in imports:
         source_top, target_top = item.source.split(".")[0], item.target.split(".")[0]
+        if _publishing(item.source) and (target_top == ORCHESTRATION or BENCHMARK_NAMED.search(item.target)):
+            problems.append(
+                f"{item.where}: {item.source} imports {item.target}, but data/publish/ is generic: it imports no "
+                "benchmark's module (that content goes beside the benchmark, in flows/<benchmark>/)"
+            )
+            continue
         if source_top in (ORCHESTRATION, target_top):
             continue
         if source_top == INFRASTRUCTURE:
@@ -136,6 +153,11 @@ def layer_violations(imports: Iterable[Import], exceptions: dict[tuple[str, str]
                 f"{source_top}/ (or add a reasoned entry to EXCEPTIONS in tests/test_layers.py)"
             )
     return problems
+
+
+def benchmark_named_publishing(modules: Iterable[str]) -> list[str]:
+    """The modules of data/publish/ named after a benchmark."""
+    return [m for m in modules if _publishing(m) and BENCHMARK_NAMED.search(m[len(PUBLISHING) :])]
 
 
 def unused_exceptions(imports: Iterable[Import], exceptions: dict[tuple[str, str], str]) -> list[str]:
@@ -231,6 +253,10 @@ def test_the_checker_finds_planted_violations_and_cycles(tmp_path: Path) -> None
             "synthesis/s.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from synthesis import t\n",
             "synthesis/t.py": "from synthesis import s\n",  # a cycle only through a type-only import: none
             "flows/e.py": "from curation.c import g\nfrom synthesis.d import x\n",
+            "data/release_3xcm.py": "",
+            "data/publish/__init__.py": "",
+            "data/publish/p.py": "from data import release_3xcm\n\ndef f():\n    from flows.e import g\n",
+            "data/publish/card_mixcube.py": "",
         },
     )
     imports = project_imports(tmp_path)
@@ -239,8 +265,13 @@ def test_the_checker_finds_planted_violations_and_cycles(tmp_path: Path) -> None
         "curation/c.py:4: curation.c imports synthesis.d, but curation/ may import only data/ and curation/ "
         "(or add a reasoned entry to EXCEPTIONS in tests/test_layers.py)",
         "data/base.py:2: data.base imports curation.c, but data/ imports no other package",
+        "data/publish/p.py:1: data.publish.p imports data.release_3xcm, but data/publish/ is generic: it imports no "
+        "benchmark's module (that content goes beside the benchmark, in flows/<benchmark>/)",
+        "data/publish/p.py:4: data.publish.p imports flows.e, but data/publish/ is generic: it imports no "
+        "benchmark's module (that content goes beside the benchmark, in flows/<benchmark>/)",
         "synthesis/d.py:3: synthesis.d imports flows.e: only flows/ may import flows",
     ]
+    assert benchmark_named_publishing(project_modules(tmp_path)) == ["data.publish.card_mixcube"]
     assert layer_violations(imports, {("curation.c", "synthesis.d"): "reason"}) == problems[1:]
     assert unused_exceptions(imports, {("curation.c", "annotation.z"): "reason"}) == ["curation.c -> annotation.z"]
     assert sorted(import_cycles(imports)) == [
@@ -260,6 +291,15 @@ def imports() -> list[Import]:
 def test_domains_import_only_data_and_their_own_folder(imports: list[Import]) -> None:
     problems = layer_violations(imports, EXCEPTIONS)
     assert not problems, "imports that break the layering:\n" + "\n".join(problems)
+
+
+def test_publishing_is_generic() -> None:
+    """No module of data/publish/ is named after a benchmark (its imports are checked with the layering above)."""
+    named = benchmark_named_publishing(project_modules(ROOT))
+    assert not named, "data/publish/ modules named after a benchmark (move them to flows/<benchmark>/):\n" + "\n".join(
+        named
+    )
+    assert any(_publishing(m) for m in project_modules(ROOT)), "no data/publish/ package: is ROOT right?"
 
 
 def test_every_allowed_exception_is_still_used(imports: list[Import]) -> None:

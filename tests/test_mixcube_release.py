@@ -18,9 +18,10 @@ from annotation.synthesis_qa import run_synthesis_qa
 from collectors.mixcube_originals import DemoOriginalsConfig, collect_originals
 from curation.quintets import assemble_quintets
 from data import reference, schemas
-from data.release import ReleaseConfig, ReleaseExistsError
-from data.release_mixcube import write_mixcube_release
+from data.publish.folder import ReleaseExistsError
+from data.publish.release import ReleaseConfig
 from data.workspace import Workspace
+from flows.mixcube.release import write_mixcube_release
 from synthesis.attempts import first_plans, run_attempts
 from synthesis.faces import HaarFaceConfig, build_face_detector
 from synthesis.inpaint import PlaceholderInpaintConfig, build_inpainter

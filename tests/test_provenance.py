@@ -37,7 +37,8 @@ from collectors.search import LocalFolderSearchConfig, LocalFolderSearcher, sear
 from collectors.search_ddgs import DdgsSearchConfig, DdgsSearcher
 from curation.demo_corpus import DemoCorpusConfig, country_folder, generate_demo_corpus
 from data import reference
-from data.image_sources import DOMAINS_FIGURE, UNKNOWN_LICENSE, domain, utc_timestamp
+from data.image_sources import UNKNOWN_LICENSE, domain, utc_timestamp
+from data.publish.sources import DOMAINS_FIGURE
 from data.schemas import MIXCUBE_ROWS, SOURCE_FIELDS, XCM_BENCH_CSV_COLUMNS
 from flows.mixcube.build import build_locally as build_mixcube_locally
 from flows.mixcube.config import BuildMixCubeConfig

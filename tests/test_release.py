@@ -15,7 +15,7 @@ from datasets import load_dataset
 from release_tamper import rehash_manifest
 from typer.testing import CliRunner
 
-from data.release import ReleaseExistsError
+from data.publish.folder import ReleaseExistsError
 from data.schemas import XCM_BENCH_CSV_COLUMNS
 from flows.cli import app
 from flows.xcm.build import build_locally

@@ -15,7 +15,8 @@ import s3fs
 from moto.server import ThreadedMotoServer
 from pydantic import ValidationError
 
-from data.release import ReleaseConfig, ReleaseExistsError, ReleaseWriter
+from data.publish.folder import ReleaseExistsError
+from data.publish.release import ReleaseConfig, ReleaseWriter
 from data.stage import stats_from_table
 from data.workspace import Storage, Workspace, sha256_bytes
 from flows.engine.shards import ShardPlan, run_sharded, write_shard

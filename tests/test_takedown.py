@@ -384,7 +384,8 @@ def test_mixcube_takedown_removes_whole_quintets_and_a_rebuild_honours_the_denyl
 
 def test_the_patch_of_an_unchanged_release_writes_the_parents_bytes(xcm_root: Path) -> None:
     """The materialiser alone, with nothing removed: every data file is the parent's, byte for byte."""
-    from data.release_patch import ParentRelease, takedown_record, write_3xcm_patch
+    from data.publish.patch import ParentRelease, takedown_record
+    from flows.xcm.patch import write_3xcm_patch
 
     parent = ParentRelease.open(xcm_root / "3xcm" / "0.0.1")
     record = takedown_record(parent, "0.0.9", DATE, "none", {}, [], {"summary": "nothing removed"})

@@ -206,7 +206,7 @@ def test_a_hostile_reason_is_escaped_in_the_card_and_kept_raw_in_the_data(demo_r
 def test_every_string_of_a_takedown_record_is_escaped_in_the_changelog() -> None:
     """Ids, hashes, URLs, why, version, date, parent and the summary of an earlier takedown (read back from a
     parent's manifest, so anything) cannot open a tag, a link, a new line or a new table cell."""
-    from data.release_patch import render_changelog
+    from data.publish.changelog import render_changelog
 
     hostile = "<img src=x onerror=alert(1)>\n<script>x</script> | `a` [y](javascript:z)"
     record = {
@@ -347,9 +347,9 @@ def url_only_mixcube(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from test_mixcube_release import build_rows
 
     from curation.image_hashing import hash_batch
-    from data.release import ReleaseConfig, with_phash
-    from data.release_mixcube import write_mixcube_release
+    from data.publish.release import ReleaseConfig, with_phash
     from data.workspace import Workspace
+    from flows.mixcube.release import write_mixcube_release
 
     base = tmp_path_factory.mktemp("mixcube-urls")
     ws = Workspace(str(base / "ws"), "mixcube-urls")
@@ -392,9 +392,9 @@ def test_a_url_only_mixcube_takedown_writes_a_url_only_patch(url_only_mixcube: P
 
 def test_a_url_only_3xcm_takedown_writes_a_url_only_patch(tmp_path: Path) -> None:
     """A URL-only 3XCM release (the demo's tables, without bytes) is patched without bytes."""
-    from data.release import ReleaseConfig, with_phash
-    from data.release_3xcm import write_3xcm_release
-    from data.release_patch import ParentRelease
+    from data.publish.patch import ParentRelease
+    from data.publish.release import ReleaseConfig, with_phash
+    from flows.xcm.release import write_3xcm_release
 
     demo = ParentRelease.open(DEMO / "3xcm" / "0.1.0-demo")
     provenance = demo.provenance()

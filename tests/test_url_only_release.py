@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from collectors import search_ddgs
 from collectors.release_fetch import REPORT, FetchReleaseError, fetch_release
-from data import croissant
+from data.publish import croissant
 from data.workspace import sha256_bytes
 from flows.cli import app
 from flows.xcm.build import build_locally
@@ -158,9 +158,9 @@ def test_a_url_only_mixcube_release_keeps_the_swaps_bytes_and_names_the_original
     from test_mixcube_release import build_rows
 
     from curation.image_hashing import hash_batch
-    from data.release import ReleaseConfig, with_phash
-    from data.release_mixcube import GRID, write_mixcube_release
+    from data.publish.release import ReleaseConfig, with_phash
     from data.workspace import Workspace
+    from flows.mixcube.release import GRID, write_mixcube_release
 
     ws = Workspace(str(tmp_path / "ws"), "mixcube-urls")
     rows, incomplete = build_rows(ws)

@@ -68,7 +68,11 @@ class ModelIdentity(BaseModel):
 
 
 class TextImageEncoder(Protocol):
-    identity: ModelIdentity
+    @property
+    def identity(self) -> ModelIdentity:
+        """What names the model in a result (an attribute will do; read only here, so a wrapper may pass its
+        encoder's on)."""
+        ...
 
     # Capability flags: what a caller needs to know of a backend, declared by it (a class attribute will do), so
     # that no caller tests a backend's name.

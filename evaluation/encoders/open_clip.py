@@ -122,9 +122,10 @@ class OpenClipEncoder:
         )
         self.dim = int(open_clip.get_model_config(config.model_name)["embed_dim"])
         if self.weights.is_file:
-            weights_file: Path | None = Path(self.weights.value)
-            weights_name = weights_file.name
-            tail = [weights_file.stem]
+            local = Path(self.weights.value)
+            weights_file: Path | None = local
+            weights_name = local.name
+            tail = [local.stem]
             if config.preprocess_tag:
                 tail.append(f"pp-{config.preprocess_tag}")  # other preprocessing, other vectors: another id
         else:

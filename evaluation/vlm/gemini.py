@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from data.gemini import GeminiClient, GeminiConfigError, GeminiSettings, StructuredAnswer, resolve_api_key
 from data.model_ids import slug
@@ -123,7 +123,7 @@ class GeminiVlm(CachedVlm):
         return Answer(result.raw_text, _gemini_error(result), result.detail, result.attempts, False)
 
 
-def _gemini_error(result: StructuredAnswer) -> str | None:
+def _gemini_error(result: StructuredAnswer[BaseModel]) -> str | None:
     """The VLM reason class of a Gemini client outcome (its classes are coarser: "api_error" covers 5xx, timeouts
     and other 4xx, told apart here by the status code or exception name the detail starts with)."""
     if result.error is None:

@@ -117,7 +117,7 @@ def bound_by_deadlines(http_client: Any) -> bool:
     transports = [getattr(http_client, "_transport", None), *getattr(http_client, "_mounts", {}).values()]
     patched = False
     for transport in transports:
-        pool = getattr(transport, "_pool", None)
+        pool: Any = getattr(transport, "_pool", None)  # httpcore's pool: not None where it has a backend
         backend = getattr(pool, "_network_backend", None)
         if backend is None:
             continue

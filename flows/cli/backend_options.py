@@ -14,7 +14,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from pydantic import BaseModel
@@ -32,10 +32,15 @@ def backend_name(config: type[BaseModel]) -> str:
     return str(config.model_fields["backend"].default)
 
 
+def str_enum(name: str, values: Iterable[str]) -> type[StrEnum]:
+    """An enum of `values` (member names with _ for -), for a choice option. Made by the functional API, which the
+    type checker reads as making an instance: hence the cast."""
+    return cast(type[StrEnum], StrEnum(name, {v.replace("-", "_"): v for v in values}))
+
+
 def backend_choice(name: str, union: Any) -> type[StrEnum]:
     """An enum of the union's backend names, for `--model-backend`."""
-    names = [backend_name(config) for config in backends_of(union)]
-    return StrEnum(name, {n.replace("-", "_"): n for n in names})  # type: ignore[return-value]  # functional API
+    return str_enum(name, [backend_name(config) for config in backends_of(union)])
 
 
 def _scalar(annotation: Any) -> Any | None:
@@ -65,7 +70,7 @@ def field_options(union: Any, skip: Iterable[str] = ()) -> dict[str, Any]:
     options = {}
     for field, kind in kinds.items():
         if isinstance(kind, tuple):
-            kind = StrEnum(f"{field}_choice", {v.replace("-", "_"): v for v in kind})  # type: ignore[misc]
+            kind = str_enum(f"{field}_choice", kind)
         help_text = f"{', '.join(readers[field])}: {helps[field]}".rstrip(": ")
         options[field] = Annotated[kind | None, typer.Option(help=help_text, show_default=False)]
     return options
@@ -89,5 +94,6 @@ def with_options(command: Callable[..., Any], options: dict[str, Any], before: s
         if name not in taken
     ]
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
-    command.__signature__ = signature.replace(parameters=params[:at] + added + params[at:])  # type: ignore[attr-defined]
+    new_signature = signature.replace(parameters=params[:at] + added + params[at:])
+    command.__signature__ = new_signature  # type: ignore[attr-defined]  # read by inspect.signature; not declared
     return command

@@ -108,7 +108,7 @@ def _run_build(benchmark: Benchmark, cfg: Any, engine: Engine, close_reviews: bo
     """Run the build and print its summary. A config that cannot build (found by the preflight), an unusable input
     or review export, pending reviews (exit 3), a full disk or a damaged workspace file are the domain errors
     `flows.cli.errors` turns into one line; what only a build says is raised here."""
-    from data.release import ReleaseExistsError
+    from data.publish.folder import ReleaseExistsError
 
     console.print(f"build id [bold]{cfg.resolved_build_id()}[/bold], workspace {cfg.workspace_root}")
     if engine is Engine.local and cfg.task_runner.kind != "default":
@@ -155,13 +155,16 @@ def _print_summary(benchmark: str, summary: Any) -> None:
     )
 
 
-BenchmarkName = StrEnum("BenchmarkName", {name: name for name in benchmarks.names()})  # type: ignore[misc]
+if TYPE_CHECKING:  # an enum made at run time from the registry (Typer reads it): checked as its base
+    BenchmarkName = StrEnum
+else:
+    BenchmarkName = StrEnum("BenchmarkName", {name: name for name in benchmarks.names()})
 
 
 def config_command(
     demo: Annotated[bool, typer.Option(help="Print the demo config.")] = False,
     schema: Annotated[bool, typer.Option(help="Print the JSON schema instead of a config.")] = False,
-    benchmark: Annotated[BenchmarkName, typer.Option(help="Which build's config.")] = "3xcm",  # type: ignore[assignment]
+    benchmark: Annotated[BenchmarkName, typer.Option(help="Which build's config.")] = "3xcm",  # type: ignore[assignment]  # Typer makes the enum of it
 ) -> None:
     """Print the default (or demo) build config as JSON, to edit and pass with --config. A benchmark without a
     default input (MixCuBe's originals) prints its demo config unless --schema is given."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -20,12 +20,19 @@ from flows.cli.backend_options import backend_choice, field_options, plain, with
 from flows.cli.errors import BadInput, CliError, CliGroup, Refused
 from flows.cli.output import InputFileError, console, os_error_line, progress_bars, read_mapping, validation_line
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
 evaluate_app = typer.Typer(cls=CliGroup, help="Evaluate a model on a release, as the papers do.", no_args_is_help=True)
 
 
 # The backends and their options come from the configs' unions: the CLI keeps no list of its own.
-EncoderBackend = backend_choice("EncoderBackend", EncoderConfig)
-VlmBackend = backend_choice("VlmBackend", VlmConfig)
+if TYPE_CHECKING:  # enums made at run time from the backend unions (Typer reads those): checked as their base
+    EncoderBackend = StrEnum
+    VlmBackend = StrEnum
+else:
+    EncoderBackend = backend_choice("EncoderBackend", EncoderConfig)
+    VlmBackend = backend_choice("VlmBackend", VlmConfig)
 #: The judge answers like the model: its few options name the same fields, prefixed (`--judge-model`).
 JUDGE_FIELDS = ("base_url", "model", "api_key_env")
 
@@ -89,7 +96,7 @@ def _place(data: dict[str, Any], release: Path, results_root: Path, out: Path | 
         data["out"] = str(out)
 
 
-def _validate(model: type, data: dict[str, Any], config: Path | None) -> Any:
+def _validate(model: type[BaseModel], data: dict[str, Any], config: Path | None) -> Any:
     from pydantic import ValidationError
 
     try:
@@ -101,8 +108,8 @@ def _validate(model: type, data: dict[str, Any], config: Path | None) -> Any:
 def _run(config: Any) -> None:
     from pydantic import ValidationError
 
-    from data.release import ReleaseExistsError
-    from data.release_3xcm import ReleaseReadError
+    from data.publish.folder import ReleaseExistsError
+    from data.publish.format import ReleaseReadError
     from evaluation.results import headline_rows
     from evaluation.run import evaluate_and_write
 
@@ -135,7 +142,7 @@ def _run(config: Any) -> None:
 
 def evaluate_3xcm_command(
     release: ReleaseArgument,
-    model_backend: Annotated[EncoderBackend | None, typer.Option(help="How the model is run.")] = None,  # type: ignore[valid-type]
+    model_backend: Annotated[EncoderBackend | None, typer.Option(help="How the model is run.")] = None,
     query: Annotated[str | None, typer.Option(help="text (the paper's) or image: what queries the candidates.")] = None,
     bootstrap_resamples: Annotated[int | None, typer.Option(min=0, help="Resamples for the 95% CIs.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the bootstrap.")] = None,
@@ -165,9 +172,9 @@ evaluate_app.command("3xcm")(with_options(evaluate_3xcm_command, field_options(E
 
 def evaluate_mixcube_command(
     release: ReleaseArgument,
-    model_backend: Annotated[VlmBackend | None, typer.Option(help="How the vision-language model is reached.")] = None,  # type: ignore[valid-type]
+    model_backend: Annotated[VlmBackend | None, typer.Option(help="How the vision-language model is reached.")] = None,
     judge_backend: Annotated[
-        VlmBackend | None,  # type: ignore[valid-type]
+        VlmBackend | None,
         typer.Option(help="The judge of Cultural Marker Identification (Food, App. B.3)."),
     ] = None,
     judge_base_url: Annotated[str | None, typer.Option(help="The judge's endpoint.")] = None,
@@ -224,7 +231,7 @@ def compare_command(
         except OutputPathError as exc:
             raise _fail(str(exc)) from None
     try:
-        table, figure, markdown = compare(results)
+        table, figure, markdown = compare(list(results))
     except (FileNotFoundError, ValueError, KeyError) as exc:
         raise _fail(f"cannot compare: {exc}") from None
     typer.echo(markdown)

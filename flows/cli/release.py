@@ -111,7 +111,7 @@ def reassemble_command(
 
     from curation.reassemble import reassemble
     from data.output_paths import check_output
-    from data.release_reassembled import write_reassembled
+    from flows.xcm.reassembled import write_reassembled
 
     started = time.perf_counter()
     check_output(out, [pool], immutable_target=True)  # an OutputPathError or AuditInputError: exit 2

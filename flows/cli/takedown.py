@@ -51,7 +51,7 @@ def takedown_command(
     or when the patch was written but the denylist could not be (the line says so; the same command completes
     it)."""
     from curation.takedown import TakedownRequest
-    from data.release_patch import PatchInputError
+    from data.publish.patch import PatchInputError
     from flows.takedown import take_down
 
     # bad input (TakedownInputError, PatchInputError, ReleaseReadError, DenylistError): exit 2; a refusal

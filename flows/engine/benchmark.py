@@ -2,9 +2,12 @@
 sync-reviews deployment and the evaluation (`flows/benchmarks.py` lists them).
 
 A record names the benchmark's config class, its stage graph, the preflight that checks the config before any stage
-runs, how it releases and what its release records, and how a release folder is checked against its rules. From
-these it makes its two ways to build: here, without Prefect (`build_locally`), and its Prefect flow (`flow`), which
-the benchmark's module binds under the name its `entrypoint` gives, for `prefect.yaml` and the workers to find.
+runs, how it releases and what its release records, where its releases keep their images, how a release folder is
+checked against its rules, and how a takedown is derived and written as a patch release. The generic publishing
+steps (`flows/takedown.py`, `flows/release_check.py`) ask the record, never test the benchmark's name, and hand
+`data/publish/` what it names.
+From these it makes its two ways to build: here, without Prefect (`build_locally`), and its Prefect flow (`flow`),
+which the benchmark's module binds under the name its `entrypoint` gives, for `prefect.yaml` and the workers to find.
 
 `run` is the one entry point for a build started here (the CLI): the preflight once, then the local build or a
 flow run that does not check the config again.
@@ -16,16 +19,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Generic, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 from prefect import Flow
 from prefect import flow as prefect_flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.utilities.hashing import file_hash
 
-from data.release import ReleaseResult
+from data.publish.folder import ReleaseResult
+from data.publish.format import IMAGE_CONFIGS, ImageConfig
 from flows.engine.graph import Build, BuildGraph, ConfigT, Progress
 from flows.engine.runner import BuildSummary, execute_in_prefect, execute_locally, summary_markdown
+
+if TYPE_CHECKING:
+    from curation.takedown import TakedownRequest
+    from data.publish.images import ReleasedImages
+    from data.publish.patch import DerivedPatch, ParentRelease
+
+    #: (parent, request, the parent's images) -> what taking the request down gives, decided and not written.
+    DerivePatch = Callable[[ParentRelease, TakedownRequest, ReleasedImages], DerivedPatch]
+    #: (parent, its images, the takedown record, the derivation) -> the written patch release.
+    WritePatch = Callable[[ParentRelease, ReleasedImages, dict[str, Any], DerivedPatch], ReleaseResult]
 
 Engine = Literal["local", "prefect"]
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +64,22 @@ class Benchmark(Generic[ConfigT]):
     # Checks a release folder against the benchmark's rules, (folder, patch) -> ValidationReport; None where the
     # benchmark has no rule checker. `patch`: a takedown patch, which `flows/release_check.py` also replays.
     validate_release: Callable[[Path, bool], Any] | None = None
+    # Where its releases keep their images (config and key column): `validate` and `takedown` check each image's
+    # bytes against its sha256, and a patch reads its parent's images from there.
+    image_config: ImageConfig | None = None
+    # Takedowns (`flows/takedown.py`): what removing images from a release gives, and the patch release writing it.
+    # None (both): `culturebench takedown` refuses the benchmark's releases.
+    derive_patch: DerivePatch | None = None
+    write_patch: WritePatch | None = None
+
+    def __post_init__(self) -> None:
+        # `fetch-release` reads a release without its benchmark's code (data/publish/format.py's table): the two agree.
+        listed = IMAGE_CONFIGS.get(self.name)
+        if listed is not None and self.image_config != listed:
+            raise ValueError(
+                f"benchmark {self.name}: image_config {self.image_config} is not IMAGE_CONFIGS[{self.name!r}] "
+                f"{listed} (data/publish/format.py)"
+            )
 
     def build(self, config: ConfigT) -> Build[ConfigT]:
         return self.graph.build(config)

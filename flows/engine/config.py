@@ -4,7 +4,7 @@ with every invalid field reported."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -14,7 +14,6 @@ from data.workspace import fingerprint
 from flows.engine.task_runner import DefaultTaskRunnerConfig, TaskRunnerConfig
 
 BUILD_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
-ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 
 class BuildConfigBase(BaseModel):
@@ -41,8 +40,14 @@ class BuildConfigBase(BaseModel):
         workspace, its task runner, its release root), and with local paths (models, corpora) as their names plus
         the sha256 of a file, so the same config releases the same bytes wherever it ran and no machine path is
         published."""
-        where = {"workspace_root": True, "task_runner": True, "release": {"root"}}
-        return portable_paths(redact(self.model_dump(mode="json", exclude=where)))
+        where: dict[str, bool | set[str]] = {"workspace_root": True, "task_runner": True, "release": {"root"}}
+        released: dict[str, Any] = portable_paths(redact(self.model_dump(mode="json", exclude=where)))
+        return released
+
+    @classmethod
+    def demo(cls, **overrides: Any) -> Self:
+        """The benchmark's offline demo config, `overrides` on top; each benchmark's config defines it."""
+        raise NotImplementedError(f"{cls.__name__} has no demo config")
 
     def resolved_build_id(self) -> str:
         if self.build_id:
@@ -57,6 +62,9 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     for key, value in overrides.items():
         out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
+
+
+ConfigT = TypeVar("ConfigT", bound=BuildConfigBase)
 
 
 class ConfigError(ValueError):
@@ -98,7 +106,7 @@ def build_config(
     """The config of `model` (3XCM or MixCuBe) from a mapping; `demo` starts from the model's demo config."""
     merged = merge(raw, overrides or {})
     try:
-        return model.demo(**merged) if demo else model.model_validate(merged)  # type: ignore[attr-defined]
+        return model.demo(**merged) if demo else model.model_validate(merged)
     except ValidationError as exc:
         lines = [f"invalid {source}:"]
         for error in exc.errors():

@@ -52,9 +52,10 @@ class StageContext(Generic[ConfigT]):
         return self.ws.read_table(stage)
 
     def on_progress(self, stage: str) -> Callable[[int, int], None] | None:
-        if self.progress is None:
+        progress = self.progress
+        if progress is None:
             return None
-        return lambda done, total: self.progress(stage, done, total)  # type: ignore[misc]
+        return lambda done, total: progress(stage, done, total)
 
     def review_context(self) -> ReviewContext:
         storage = self.ws.storage
@@ -89,7 +90,7 @@ class Stage:
     version: int
     deps: tuple[str, ...]
     settings: Callable[[Any], Any]  # the config's share in the stage's fingerprint
-    run: Callable[[StageContext[Any]], StageOutput | ShardPlan]
+    run: Callable[[StageContext[Any]], StageOutput | ShardPlan[Any]]
     schema: pa.Schema
     side_schemas: Mapping[str, pa.Schema] = field(default_factory=dict)
     gpu: bool = False  # its shards need a GPU: on Dask they go only to workers that offer one
@@ -108,7 +109,8 @@ class BuildGraph:
     review_kind: ReviewKind  # which review that is
 
     def review(self, config: BuildConfig) -> ReviewConfig:
-        return getattr(config, self.review_field)
+        review: ReviewConfig = getattr(config, self.review_field)
+        return review
 
     def stages(self, config: BuildConfig) -> tuple[Stage, ...]:
         return self.stages_for(config)
@@ -167,7 +169,9 @@ class Build(Generic[ConfigT]):
             )
         return out
 
-    def context(self, name: str, progress: Progress | None = None, accept_incomplete: bool = False) -> StageContext:
+    def context(
+        self, name: str, progress: Progress | None = None, accept_incomplete: bool = False
+    ) -> StageContext[ConfigT]:
         return StageContext(
             config=self.config,
             ws=self.ws,
@@ -191,7 +195,9 @@ class Build(Generic[ConfigT]):
         ws, fp, stage = self.ws, self.fingerprints[name], self.stage(name)
         inputs = self.input_digests(name)
         if ws.is_current(name, fp, inputs):
-            return ws.marker(name), True  # type: ignore[return-value]
+            current = ws.marker(name)
+            if current is not None:  # is_current read it; gone since only if another process discarded the stage
+                return current, True
         damaged = ws.repair(name)
         if damaged:
             self._repaired[name] = damaged
@@ -240,7 +246,7 @@ class Build(Generic[ConfigT]):
         )
 
     @staticmethod
-    def _planned(stage: Stage, plan: ShardPlan) -> ShardPlan:
+    def _planned(stage: Stage, plan: ShardPlan[Any]) -> ShardPlan[Any]:
         return plan if plan.schema is not None else replace(plan, schema=stage.schema)
 
     def input_digests(self, name: str) -> dict[str, str]:
@@ -284,7 +290,7 @@ class Build(Generic[ConfigT]):
 
 
 # The shard plan of the stage this process last worked on, by (workspace, stage, fingerprint).
-_plans: dict[tuple[str, str, str], ShardPlan] = {}
+_plans: dict[tuple[str, str, str], ShardPlan[Any]] = {}
 _plans_lock = threading.Lock()
 
 

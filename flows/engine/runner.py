@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field, SerializeAsAny
 from annotation.backends import LabelStudioReviewConfig
 from annotation.collect import ReviewPending
 from data.figures import bars_png
-from data.release import ReleaseResult
+from data.publish.folder import ReleaseResult
 from data.stage_stats import StageStats
 from data.workspace import Workspace
 from flows.engine.graph import Build, Progress
@@ -74,7 +74,7 @@ class ReviewsNotFinished(RuntimeError):
 
 
 def execute(
-    build: Build,
+    build: Build[Any],
     run: Callable[[str, bool], StageRun],
     wait: Callable[[StageRun, int], ReviewResume],
     do_release: Callable[[], ReleaseResult],
@@ -124,7 +124,7 @@ def write_figures(ws: Workspace, stats: list[StageStats], result: ReleaseResult)
 
 
 def execute_locally(
-    build: Build,
+    build: Build[Any],
     do_release: Callable[[], ReleaseResult],
     progress: Progress | None = None,
     close_reviews: bool = False,
@@ -205,7 +205,7 @@ class FinishedStage(CachePolicy):
     retry_jitter_factor=RETRY_JITTER,
     retry_condition_fn=transient_failure,
 )
-def stage_task(build: Build, name: str, close_reviews: bool = False) -> StageRun:
+def stage_task(build: Build[Any], name: str, close_reviews: bool = False) -> StageRun:
     shards = current_shard_map()  # Dask, or None: the shards run here
     try:
         marker, skipped = build.run(name, ProgressArtifact(), close_reviews, shards)
@@ -252,7 +252,7 @@ def stage_task(build: Build, name: str, close_reviews: bool = False) -> StageRun
     return StageRun(stage=name, status="skipped" if skipped else "done", workers=workers)
 
 
-def wait_for_reviews(build: Build, outcome: StageRun, waits: int) -> ReviewResume:
+def wait_for_reviews(build: Build[Any], outcome: StageRun, waits: int) -> ReviewResume:
     """Suspend the run (the worker is freed) until it is resumed with a `ReviewResume`.
 
     Suspension needs a deployment: the worker starts the run again on resume, finished stages are skipped, and the
@@ -270,7 +270,7 @@ def wait_for_reviews(build: Build, outcome: StageRun, waits: int) -> ReviewResum
     return answer
 
 
-def execute_in_prefect(build: Build, close_reviews: bool, do_release: Callable[[], ReleaseResult]) -> BuildSummary:
+def execute_in_prefect(build: Build[Any], close_reviews: bool, do_release: Callable[[], ReleaseResult]) -> BuildSummary:
     """Inside a flow: one task per stage (with Dask, one more per shard of a sharded stage), a suspend per open
     review, the release as its own task."""
     release_task = task(name="release", cache_policy=NO_CACHE)(do_release)
@@ -319,10 +319,10 @@ def summary_markdown(title: str, summary: BuildSummary) -> str:
 
 
 def review_markdown(stats: StageStats | None) -> list[str]:
-    info = stats.review if stats else None
-    if info is None:
+    if stats is None or stats.review is None:
         return []
-    lines = ["", f"## Human review ({stats.stage})", "", f"* reviewer: `{info.reviewer}`"]  # type: ignore[union-attr]
+    info = stats.review
+    lines = ["", f"## Human review ({stats.stage})", "", f"* reviewer: `{info.reviewer}`"]
     if info.tasks is not None:
         agreement = info.agreement or {}
         kappa = agreement.get("fleiss_kappa")

@@ -54,7 +54,7 @@ class NoGpuWorkers(RuntimeError):
 @task(
     cache_policy=NO_CACHE, retries=STAGE_RETRIES, retry_jitter_factor=RETRY_JITTER, retry_condition_fn=transient_failure
 )
-def shard_task(build: Build, name: str, index: int) -> ShardDone:
+def shard_task(build: Build[Any], name: str, index: int) -> ShardDone:
     rows = build.write_shard(name, index)
     return ShardDone(stage=name, index=index, rows=rows, worker=_worker_address())
 
@@ -76,7 +76,7 @@ class DaskShards:
     """A `MapShards` that runs a stage's pending shards as Prefect tasks on the runner's Dask cluster, and counts
     where they ran (`placement`: stage -> worker -> shards)."""
 
-    def __init__(self, runner: Any, build: Build, settings: DaskTaskRunnerConfig) -> None:
+    def __init__(self, runner: Any, build: Build[Any], settings: DaskTaskRunnerConfig) -> None:
         self.runner = runner
         self.build = build  # as the workers see it (flows/engine/scale_out.py `for_workers`)
         self.settings = settings
@@ -102,7 +102,7 @@ class DaskShards:
             connected.result()
         return self.runner.client
 
-    def __call__(self, stage: str, pending: list[int], run_here: Callable[[int], None]) -> Iterator[int]:
+    def __call__(self, stage: str, pending: list[int], run_here: Callable[[int], object]) -> Iterator[int]:
         if not pending:
             return
         gpu = self.build.stage(stage).gpu
@@ -160,7 +160,7 @@ class DaskShards:
             time.sleep(0.5)
 
 
-def for_workers(build: Build) -> Build:
+def for_workers(build: Build[Any]) -> Build[Any]:
     """The build the workers get: a local workspace by its absolute path, since a worker's working directory is
     not the flow's. (A remote cluster needs a workspace it can see: a shared disk or an object store.)"""
     config = build.config
@@ -171,7 +171,7 @@ def for_workers(build: Build) -> Build:
 
 
 @contextmanager
-def shard_map(build: Build) -> Iterator[DaskShards | None]:
+def shard_map(build: Build[Any]) -> Iterator[DaskShards | None]:
     """The build's shard mapper for the length of the block: None for the default runner, else a Dask cluster,
     reached in the background when the build has work left, and shut down at the end if the build started it."""
     settings = build.config.task_runner

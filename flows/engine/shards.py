@@ -15,19 +15,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
 from data.stage_stats import StageStats
 from data.workspace import StageMarker, Workspace, fingerprint, part_name
 
+Item = TypeVar("Item")
+
 
 @dataclass(frozen=True)
-class ShardPlan:
-    items: Sequence[Any]
+class ShardPlan(Generic[Item]):
+    items: Sequence[Item]
     shard_size: int
-    process: Callable[[Sequence[Any]], pa.Table]  # one shard's items -> its rows
+    process: Callable[[Sequence[Item]], pa.Table]  # one shard's items -> its rows
     summarize: Callable[[pa.Table], StageStats]  # the whole table -> the stage's counts
     schema: pa.Schema | None = None  # None: the stage's declared schema (the graph fills it in)
 
@@ -40,7 +42,7 @@ class ShardPlan:
         """How many shards; a stage without items still has one (empty) shard, so it writes an empty table."""
         return max(1, -(-len(self.items) // self.shard_size))
 
-    def chunk(self, index: int) -> Sequence[Any]:
+    def chunk(self, index: int) -> Sequence[Item]:
         if not 0 <= index < self.shards:
             raise IndexError(f"shard {index} out of range 0..{self.shards - 1}")
         return self.items[index * self.shard_size : (index + 1) * self.shard_size]
@@ -57,7 +59,7 @@ def attempt_key(key: str, inputs: Mapping[str, str] | None = None) -> str:
 
 
 class MapShards(Protocol):
-    def __call__(self, stage: str, pending: list[int], run_here: Callable[[int], None]) -> Iterable[int]:
+    def __call__(self, stage: str, pending: list[int], run_here: Callable[[int], object]) -> Iterable[int]:
         """Run the `pending` shards of `stage`, yielding each index once its part is written, in any order.
         `run_here(index)` processes and writes one shard in this process."""
         ...
@@ -66,7 +68,7 @@ class MapShards(Protocol):
 class InOrder:
     """The default: the shards one after another, in the stage's own process."""
 
-    def __call__(self, stage: str, pending: list[int], run_here: Callable[[int], None]) -> Iterator[int]:
+    def __call__(self, stage: str, pending: list[int], run_here: Callable[[int], object]) -> Iterator[int]:
         for index in pending:
             run_here(index)
             yield index
@@ -76,7 +78,7 @@ def run_sharded(
     ws: Workspace,
     stage: str,
     fingerprint: str,
-    plan: ShardPlan,
+    plan: ShardPlan[Any],
     *,
     inputs: Mapping[str, str] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
@@ -114,7 +116,7 @@ def write_shard(
     ws: Workspace,
     stage: str,
     fingerprint: str,
-    plan: ShardPlan,
+    plan: ShardPlan[Any],
     index: int,
     *,
     inputs: Mapping[str, str] | None = None,

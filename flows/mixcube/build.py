@@ -8,23 +8,26 @@ like 3XCM's duplicate review does.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from curation.synthesis_filters import resolve_brisque_weights
 from curation.validate import ValidationReport
 from curation.validate_mixcube import shipped_masks, validate_quintets
-from data import release_mixcube
 from data.provenance import code_version, reference_data_sha256
-from data.release import ReleaseResult, with_phash
-from data.release_3xcm import read_parquet_parts
-from data.release_format import ReleaseReadError
+from data.publish.folder import ReleaseResult
+from data.publish.format import ReleaseReadError
+from data.publish.reader import read_parquet_parts
+from data.publish.release import with_phash
 from data.schemas import MIXCUBE_ROWS
 from flows.engine.benchmark import Benchmark
 from flows.engine.graph import Build
+from flows.mixcube import patch
 from flows.mixcube.config import BuildMixCubeConfig
-from flows.mixcube.stages import GRAPH
-from flows.paper_settings import mixcube_deviations
+from flows.mixcube.deviations import mixcube_deviations
+from flows.mixcube.release import IMAGES, write_mixcube_release
+from flows.mixcube.stages import GRAPH, FacesStats, MasksStats, QuintetsStats, SynthesisStats
 
 
 class NothingToRelease(RuntimeError):
@@ -56,8 +59,8 @@ def backends(config: BuildMixCubeConfig) -> dict[str, Any]:
 def provenance(build: Build[BuildMixCubeConfig]) -> dict[str, Any]:
     config, names = build.config, build.names
     stats = {s.stage: s for s in build.stats()}
-    quintets = stats["quintets"]
-    reviewers = sorted({stats[n].review.reviewer if stats[n].review else "?" for n in names if n.startswith("qa_")})
+    quintets = build.ws.stats("quintets", QuintetsStats)
+    reviewers = sorted({review.reviewer if (review := stats[n].review) else "?" for n in names if n.startswith("qa_")})
     return {
         "build_id": build.build_id,
         "demo": config.is_demo,
@@ -68,9 +71,11 @@ def provenance(build: Build[BuildMixCubeConfig]) -> dict[str, Any]:
         "backends": {**backends(config), "qa": reviewers},
         "deviations": mixcube_deviations(config, reviewers),
         "models": {
-            "faces": stats["faces"].detector,
-            "masks": stats["masks"].masker,
-            "inpaint": sorted({m for n in names if n.startswith("synthesis_") for m in stats[n].models or []}),
+            "faces": build.ws.stats("faces", FacesStats).detector,
+            "masks": build.ws.stats("masks", MasksStats).masker,
+            "inpaint": sorted(
+                {m for n in names if n.startswith("synthesis_") for m in build.ws.stats(n, SynthesisStats).models or []}
+            ),
         },
         "incomplete": quintets.incomplete,
         "left_over_by_outcome": quintets.left_over_by_outcome,
@@ -97,18 +102,18 @@ def release(build: Build[BuildMixCubeConfig]) -> ReleaseResult:
         from curation.image_hashing import hash_batch
 
         shas = sorted(set(rows["sha256"].to_pylist()))
-        batch = hash_batch([lambda sha=sha: ws.blobs.get(sha) for sha in shas])
+        batch = hash_batch([partial(ws.blobs.get, sha) for sha in shas])
         phash = {sha: None if batch.errors[i] else int(batch.phash[i]) for i, sha in enumerate(shas)}
         rows = with_phash(rows, phash)
-    return release_mixcube.write_mixcube_release(build.config.release, ws.blobs, rows, provenance(build))
+    return write_mixcube_release(build.config.release, ws.blobs, rows, provenance(build))
 
 
 def validate_release(folder: Path, patch: bool = False) -> ValidationReport:
     """Every quintet rule on a MixCuBe release folder; ReleaseReadError when its table is missing or unreadable. A
     takedown `patch` keeps the same rules (removing a quintet breaks none)."""
-    rows = read_parquet_parts(folder / "default", list(MIXCUBE_ROWS.names))
+    rows = read_parquet_parts(folder / IMAGES.config, list(MIXCUBE_ROWS.names))
     if rows is None:
-        raise ReleaseReadError(f"{folder} has no default/*.parquet")
+        raise ReleaseReadError(f"{folder} has no {IMAGES.config}/*.parquet")
     return validate_quintets(rows, shipped_masks(folder))
 
 
@@ -129,6 +134,9 @@ MIXCUBE: Benchmark[BuildMixCubeConfig] = Benchmark(
     provenance=provenance,
     nothing_released=NothingToRelease,
     validate_release=validate_release,
+    image_config=IMAGES,
+    derive_patch=patch.derive_patch,
+    write_patch=patch.write_patch,
 )
 
 # The Prefect flow, `(config, close_reviews)`, as prefect.yaml's entrypoint names it; and the same build without

@@ -17,7 +17,7 @@ from collectors.mixcube_originals import DemoOriginalsConfig, LocalOriginalsConf
 from collectors.mixcube_search import SearchOriginalsConfig
 from collectors.ssrf import storage_refusal
 from curation.synthesis_filters import SynthesisFilterConfig
-from data.release import ReleaseConfig
+from data.publish.release import ReleaseConfig
 from flows.engine.config import BuildConfigBase, merge
 from synthesis.faces import FaceConfig, HaarFaceConfig
 from synthesis.inpaint import InpaintConfig, PlaceholderInpaintConfig

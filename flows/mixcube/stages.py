@@ -10,10 +10,10 @@ Round 1 inpaints every (original, ethnicity); round N+1 only what round N's filt
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -28,14 +28,16 @@ from data import reference, schemas
 from data.retry import prefect_slot
 from data.schemas import STATUS_OK
 from data.stage import stats_from_table
-from data.stage_stats import StageStats
+from data.stage_stats import ReviewSummary, StageStats
 from flows.engine.graph import BuildGraph, Stage, StageOutput, review_settings
 from flows.engine.graph import StageContext as GraphContext
 from flows.engine.shards import ShardPlan
 from flows.mixcube.config import BuildMixCubeConfig
-from flows.takedown_filter import fetcher_without_taken_down, originals_settings, originals_without_taken_down
+from flows.mixcube.takedown_filter import fetcher_without_taken_down, originals_settings, originals_without_taken_down
 from synthesis.attempts import AttemptPlan, ResultCache, first_plans, run_attempts
 from synthesis.face_rows import faces_table
+from synthesis.faces import build_face_detector
+from synthesis.inpaint import build_inpainter
 from synthesis.mask_rows import masks_table
 from synthesis.prompts import ethnicity_labels
 from synthesis.resynthesis import Outcome, left_over, outcomes, retry_plans
@@ -107,7 +109,7 @@ def _originals(ctx: StageContext) -> StageOutput:
 
 def _faces(ctx: StageContext) -> ShardPlan:
     """App. A.4 and the issue: every original must show at least one detectable face; those without are rows."""
-    detector = lazily(ctx.config.faces.build)
+    detector = lazily(partial(build_face_detector, ctx.config.faces))
     return ShardPlan(
         collected(ctx),
         shard_size=ctx.config.shard_size,
@@ -140,12 +142,12 @@ def _synthesis(round_: int) -> Callable[[StageContext], ShardPlan]:
             requests = ctx.ws.read_extra_table(f"qa_r{round_ - 1}", "requests")
             sha = {o["original_id"]: o["sha256"] for o in originals}
             plans = retry_plans(previous, requests, sha, round_, ctx.config.seed)
-        inpainter = lazily(ctx.config.inpaint.build)
+        inpainter = lazily(partial(build_inpainter, ctx.config.inpaint))
         results = lazily(
             lambda: ResultCache(ctx.ws.storage, ctx.ws.file_path("inpaint_cache"), ctx.config.inpaint, inpainter())
         )
 
-        def process(chunk: list[AttemptPlan]) -> pa.Table:
+        def process(chunk: Sequence[AttemptPlan]) -> pa.Table:
             return run_attempts(inpainter(), chunk, ctx.ws.blobs.get, ctx.ws.blobs.put, results(), gpu_slot(ctx))
 
         def summarize(table: pa.Table) -> StageStats:
@@ -217,14 +219,16 @@ def _qa(round_: int) -> Callable[[StageContext], StageOutput]:
             ctx.ws.blobs.put,
         )
         decisions = Counter(r["decision"] or r["status"] for r in out.qa.to_pylist() if not r["keep"])
+        # Set only when there was a round: published as a table artifact by the flow.
+        published_decisions: dict[str, Any] = {"summary_table": "decisions"} if out.round else {}
         stats = StageStats(
             stage=name,
             rows_in=out.qa.num_rows,
             kept=out.qa.num_rows - sum(decisions.values()),
             dropped=sum(decisions.values()),
             dropped_by_reason=dict(sorted(decisions.items())),
-            review=out.round.stats() if out.round else {"reviewer": _reviewer(out.qa)},
-            **({"summary_table": "decisions"} if out.round else {}),  # published as a table artifact by the flow
+            review=ReviewSummary.model_validate(out.round.stats() if out.round else {"reviewer": _reviewer(out.qa)}),
+            **published_decisions,
             extra={"retry_requests": out.requests.num_rows},
         )
         review_decisions = out.round.decisions if out.round else schemas.empty(schemas.REVIEW_DECISIONS)

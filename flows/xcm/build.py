@@ -11,16 +11,20 @@ from pathlib import Path
 from typing import Any
 
 from curation.validate import ValidationReport, validate_benchmark
-from data import release_3xcm
 from data.provenance import code_version, reference_data_sha256
-from data.release import ReleaseResult, with_phash
-from data.release_3xcm import ReleaseReadError, read_parquet_parts, read_released_catalog
+from data.publish.folder import ReleaseResult
+from data.publish.format import ReleaseReadError
+from data.publish.reader import read_parquet_parts, read_parts_as
+from data.publish.release import with_phash
+from data.schemas import CATALOG
 from flows.engine.benchmark import Benchmark
 from flows.engine.config import ConfigError
 from flows.engine.graph import Build
-from flows.paper_settings import xcm_deviations
+from flows.xcm import patch
 from flows.xcm.config import Build3XCMConfig
-from flows.xcm.stages import GRAPH, BuildValidationError, published_tables, validate_tables
+from flows.xcm.deviations import xcm_deviations
+from flows.xcm.release import IMAGES, write_3xcm_release
+from flows.xcm.stages import GRAPH, AssemblyStats, BuildValidationError, published_tables, validate_tables
 
 
 def backends(config: Build3XCMConfig) -> dict[str, str]:
@@ -70,7 +74,7 @@ def provenance(build: Build[Build3XCMConfig]) -> dict[str, Any]:
         "deviations": xcm_deviations(config, reviewer),
         "stage_fingerprints": build.fingerprints,
         "stage_stats": [s.model_dump(mode="json") for s in stats],
-        "reuse": by_name["assembly"].reuse or {},  # typed: the stage reads its stats back as AssemblyStats
+        "reuse": build.ws.stats("assembly", AssemblyStats).reuse or {},
     }
 
 
@@ -86,7 +90,7 @@ def release(build: Build[Build3XCMConfig]) -> ReleaseResult:
     if config.release.mode == "urls":  # each image is named by its URL, sha256 and pHash (README "Releases")
         hashes = ws.read_table("image_hashes").select(["sha256", "phash"]).to_pylist()
         images = with_phash(images, {h["sha256"]: h["phash"] for h in hashes})
-    return release_3xcm.write_3xcm_release(
+    return write_3xcm_release(
         config.release,
         ws.blobs,
         images,
@@ -102,9 +106,11 @@ def validate_release(folder: Path, patch: bool = False) -> ValidationReport:
     unreadable (releases older than `unassembled` are checked without it). A takedown `patch` is checked without
     the balance replay (its kept rows were chosen least-used over its parent's pool): `flows/release_check.py`
     derives it again from its parent instead."""
-    images = read_released_catalog(folder / "image_metadata")  # the image bytes are not needed
+    # The catalog the validator reads, without the image bytes; releases written before pixel hashes were published
+    # have a null `pixel_sha256`.
+    images = read_parts_as(folder / IMAGES.config, CATALOG, missing_as_null=["pixel_sha256"])
     tables = {name: read_parquet_parts(folder / name) for name in ("benchmark", "benchmark_cd", "unassembled")}
-    missing = [name for name, table in (("image_metadata", images), *tables.items()) if table is None]
+    missing = [name for name, table in ((IMAGES.config, images), *tables.items()) if table is None]
     if set(missing) - {"unassembled"}:
         raise ReleaseReadError(f"{folder} has no {missing[0]}/*.parquet")
     return validate_benchmark(
@@ -133,6 +139,9 @@ XCM: Benchmark[Build3XCMConfig] = Benchmark(
     provenance=provenance,
     nothing_released=BuildValidationError,
     validate_release=validate_release,
+    image_config=IMAGES,
+    derive_patch=patch.derive_patch,
+    write_patch=patch.write_patch,
 )
 
 # The Prefect flow, `(config, close_reviews)`, as prefect.yaml's entrypoint names it; and the same build without

@@ -18,7 +18,7 @@ from curation.demo_corpus import DEMO_CONCEPTS, DEMO_COUNTRIES, DemoCorpusConfig
 from curation.image_dedup import ImageDedupConfig
 from curation.tagging import OwnConceptTaggingConfig, TaggingConfig
 from data import reference
-from data.release import ReleaseConfig
+from data.publish.release import ReleaseConfig
 from flows.engine.config import BuildConfigBase, merge
 
 

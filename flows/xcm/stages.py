@@ -4,6 +4,7 @@ fingerprints and skip-if-done are the shared `flows.engine.graph`."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +36,8 @@ from data.workspace import StageMarker, Workspace
 from flows.engine.graph import BuildGraph, Progress, Stage, StageOutput, review_settings
 from flows.engine.graph import StageContext as GraphContext
 from flows.engine.shards import ShardPlan
-from flows.takedown_filter import catalog_output, catalog_settings
 from flows.xcm.config import Build3XCMConfig
+from flows.xcm.takedown_filter import catalog_output, catalog_settings
 
 
 class BuildValidationError(RuntimeError):
@@ -180,7 +181,7 @@ def _image_embeddings(ctx: StageContext) -> StageOutput | ShardPlan:
         )
     embedder: list[ImageEmbedder] = []  # built at the first shard that needs it: a resumed stage may need none
 
-    def process(chunk: list[dict]) -> pa.Table:
+    def process(chunk: Sequence[dict]) -> pa.Table:
         if not embedder:
             embedder.append(tier.embedder.build())
         loaders = [lambda sha=item["sha256"]: ctx.ws.blobs.get(sha) for item in chunk]
@@ -231,13 +232,15 @@ def _review(ctx: StageContext) -> StageOutput:
         for row in stored_images(ctx)
     }
     out = run_review(ctx.config.review, ctx.table("image_dedup"), queue, images, ctx.review_context())
+    # Set only when there was a round: published as a table artifact by the flow.
+    published_decisions: dict[str, Any] = {"summary_table": "decisions"} if out.round else {}
     stats = stats_from_table(
         ctx.stage,
         out.table,
         review_queue_pairs=queue.num_rows,
         review=out.round.stats() if out.round else {"reviewer": AUTO_ACCEPT},
         disagreements=out.round.agreement.disagreements[:50] if out.round else [],
-        **({"summary_table": "decisions"} if out.round else {}),  # published as a table artifact by the flow
+        **published_decisions,
     )
     decisions = out.round.decisions if out.round else schemas.empty(schemas.REVIEW_DECISIONS)
     return StageOutput(out.table, {"decisions": decisions}, stats)

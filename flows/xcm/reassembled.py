@@ -1,5 +1,5 @@
-"""A reassembled benchmark as a release-shaped folder: the authors' CSV, the Parquet triplets and sextets, a card
-that says what was repaired and why, and a manifest naming the input file's sha256."""
+"""A reassembled 3XCM benchmark as a release-shaped immutable folder: the authors' CSV, the Parquet triplets and
+sextets, a card that says what was repaired and why, and a manifest naming the input file's sha256."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from data.card import front_matter, markdown_table
-from data.release import ReleaseConfig, ReleaseResult, ReleaseWriter
+from data.publish.card import front_matter, markdown_table
+from data.publish.folder import ImmutableFolder, ReleaseResult
+from data.publish.tables import write_csv, write_table
 from data.schemas import XCM_BENCH_CSV_COLUMNS
 
 NAME = "3xcm-reassembled"
+#: How messages and the result name the folder's version (its manifest states none: the input's sha256 names it).
+VERSION = "0.1.0"
 
 
 def write_reassembled(
@@ -19,21 +22,21 @@ def write_reassembled(
 ) -> ReleaseResult:
     """Write `out` (immutable like a release: an identical rerun is `unchanged`, a different one is refused).
     `manifest` is `curation.reassemble.Reassembly.manifest()`: everything the card states comes from it."""
-    writer = ReleaseWriter(ReleaseConfig(), NAME, folder=out)
+    folder = ImmutableFolder.at(out, NAME, VERSION)
     try:
-        writer.write_csv("benchmarks/xcm-bench.csv", benchmark, XCM_BENCH_CSV_COLUMNS)
-        writer.write_table("benchmark", benchmark)
-        writer.write_table("benchmark_cd", benchmark_cd)
-        writer.write_table("unassembled", unassembled)
-        writer.write_bytes("README.md", render_card(manifest).encode())
-        return writer.commit({"name": NAME, **manifest})
+        write_csv(folder, "benchmarks/xcm-bench.csv", benchmark, XCM_BENCH_CSV_COLUMNS)
+        write_table(folder, "benchmark", benchmark)
+        write_table(folder, "benchmark_cd", benchmark_cd)
+        write_table(folder, "unassembled", unassembled)
+        folder.write_bytes("README.md", render_card(manifest).encode())
+        return folder.commit({"name": NAME, **manifest})
     except BaseException:
-        writer.abort()
+        folder.abort()
         raise
 
 
 def render_card(manifest: dict[str, Any]) -> str:
-    configs = [
+    configs: list[dict[str, Any]] = [
         {
             "config_name": "benchmark",
             "default": True,

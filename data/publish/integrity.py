@@ -7,7 +7,8 @@ to build paths, so neither may hold a separator or `..`), and a `files` map whos
 `verify_files` then hashes every listed file again and names each one that is missing, has another size or another
 sha256, and each file on disk that the manifest does not list. `verify_image_bytes` checks each image's released
 bytes against its `sha256` column where the release kept the source's bytes (MixCuBe; 3XCM rows whose source was a
-JPEG: a converted PNG's bytes are not its source's, and are covered by its Parquet file's sha256).
+JPEG: a converted PNG's bytes are not its source's, and are covered by its Parquet file's sha256); the caller names
+the image config (`data.publish.format.ImageConfig`).
 """
 
 from __future__ import annotations
@@ -20,15 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from data.release_format import MANIFEST, SEMVER, ReleaseReadError
+from data.publish.format import MANIFEST, SEMVER, ImageConfig, ReleaseReadError
 
 #: A benchmark or model name as it appears in a path: no separator, no dot-dot, nothing hidden.
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 #: A manifest is a few MB at most (one line per file); a bigger one is not ours.
 MAX_MANIFEST_BYTES = 64 << 20
-#: The image column and the key of each benchmark's image configs.
-IMAGE_CONFIGS = {"3xcm": ("image_metadata", "image_id"), "mixcube": ("default", "sample_id")}
 
 
 class ReleaseIntegrityError(ReleaseReadError):
@@ -50,7 +49,8 @@ class Manifest:
 
     @property
     def files(self) -> dict[str, dict[str, Any]]:
-        return self.data["files"]
+        files: dict[str, dict[str, Any]] = self.data["files"]
+        return files
 
 
 def read_manifest(folder: Path) -> Manifest:
@@ -114,7 +114,10 @@ def verify_files(manifest: Manifest, only: Iterable[str] | None = None) -> list[
     sha256, and a file on disk the manifest does not list. `only`: the folder prefixes (config names) to check,
     for a reader that needs only some tables; None checks everything."""
     prefixes = tuple(f"{p.rstrip('/')}/" for p in only) if only is not None else None
-    wanted = lambda rel: prefixes is None or rel.startswith(prefixes)  # noqa: E731
+
+    def wanted(rel: str) -> bool:
+        return prefixes is None or rel.startswith(prefixes)
+
     folder, problems = manifest.folder, []
     for rel, entry in sorted(manifest.files.items()):
         if not wanted(rel):
@@ -133,13 +136,11 @@ def verify_files(manifest: Manifest, only: Iterable[str] | None = None) -> list[
     return problems
 
 
-def verify_image_bytes(manifest: Manifest) -> list[str]:
-    """Each image whose released bytes do not hash to its `sha256` column, where the release kept the source's
-    bytes (every MixCuBe row; a 3XCM row whose source was a JPEG). A URL-only release's missing bytes are not
-    a mismatch."""
-    config, key = IMAGE_CONFIGS.get(manifest.name, (None, None))
-    if config is None:
-        return []
+def verify_image_bytes(manifest: Manifest, images: ImageConfig) -> list[str]:
+    """Each image of the config `images` whose released bytes do not hash to its `sha256` column, where the release
+    kept the source's bytes (a row whose `format` is JPEG, or every row of a table without `format`: every MixCuBe
+    row, a 3XCM row whose source was a JPEG). A URL-only release's missing bytes are not a mismatch."""
+    config, key = images
     import pyarrow.parquet as pq
 
     problems = []
@@ -164,13 +165,14 @@ def verify_image_bytes(manifest: Manifest) -> list[str]:
     return problems
 
 
-def verified(folder: Path, only: Iterable[str] | None = None, images: bool = False) -> Manifest:
-    """The manifest of a folder whose files (those under `only`, or all) are what it lists; raises
-    ReleaseIntegrityError naming each mismatch."""
+def verified(folder: Path, only: Iterable[str] | None = None, images: ImageConfig | None = None) -> Manifest:
+    """The manifest of a folder whose files (those under `only`, or all) are what it lists, and, with `images`,
+    whose image bytes are what their `sha256` column says (`verify_image_bytes`); raises ReleaseIntegrityError
+    naming each mismatch."""
     manifest = read_manifest(folder)
     problems = verify_files(manifest, only)
-    if images and not problems:
-        problems = verify_image_bytes(manifest)
+    if images is not None and not problems:
+        problems = verify_image_bytes(manifest, images)
     if problems:
         raise ReleaseIntegrityError(folder, problems)
     return manifest

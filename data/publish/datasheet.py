@@ -1,12 +1,14 @@
 """The card's datasheet section (after *Datasheets for Datasets*): the same facts as `croissant.json`, in Markdown.
 
-Pure, like `data/croissant.py`: a rebuild writes the same text.
+Pure, like `data/publish/croissant.py`: a rebuild writes the same text.
 """
 
 from __future__ import annotations
 
-from data.card import LICENSE
-from data.croissant import FILE, LICENSE_URLS, ReleaseFacts
+from collections.abc import Iterable
+
+from data.publish.card import LICENSE
+from data.publish.croissant import FILE, LICENSE_URLS, ReleaseFacts
 
 HEADINGS = ("Motivation", "Composition", "Collection", "Preprocessing", "Uses", "Distribution", "Maintenance")
 
@@ -65,7 +67,7 @@ def _list(value: object) -> list[str]:
         return []
     if isinstance(value, str):
         return [value]
-    return [str(v) for v in value]  # type: ignore[attr-defined]
+    return [str(v) for v in value] if isinstance(value, Iterable) else [str(value)]
 
 
 def _bullets(value: object) -> list[str]:

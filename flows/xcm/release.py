@@ -1,27 +1,34 @@
-"""The 3XCM release: `image_metadata`, `benchmark`, `benchmark_cd`, the authors' CSV, shards, card, manifest."""
+"""The 3XCM release: `image_metadata`, `benchmark`, `benchmark_cd`, `unassembled`, the authors' CSV, shards, figures,
+`croissant.json`, the card and the manifest, written through the generic release writer (`data/publish/`)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from data import croissant, reference
-from data.card import auto_accept_notice, deviations_section, front_matter, markdown_table, url_only_notice
-from data.datasheet import datasheet_section
+from data import reference
 from data.figures import heatmap_png
-from data.image_sources import DOMAINS_FIGURE, domains_png, sources_section
-from data.release import ImageRow, ReleaseConfig, ReleaseResult, ReleaseWriter, to_release_jpeg
-from data.release_format import ReleaseReadError
-from data.schemas import CATALOG, XCM_BENCH_CSV_COLUMNS
-from data.workspace import BlobStore, StageStats
+from data.publish import croissant
+from data.publish.card import auto_accept_notice, deviations_section, front_matter, markdown_table, url_only_notice
+from data.publish.datasheet import datasheet_section
+from data.publish.folder import ReleaseResult
+from data.publish.format import ImageConfig
+from data.publish.release import ReleaseConfig, ReleaseWriter
+from data.publish.shards import ImageRow, to_release_jpeg
+from data.publish.sources import DOMAINS_FIGURE, domains_png, sources_section
+from data.schemas import XCM_BENCH_CSV_COLUMNS
+from data.stage_stats import StageStats
+from data.workspace import BlobStore
+from flows.xcm.release_facts import xcm_facts
 
 NAME = "3xcm"
+#: Where a 3XCM release keeps its images (`Benchmark.image_config`).
+IMAGES = ImageConfig("image_metadata", "image_id")
 #: The authors' image_metadata fields first, in their order; ours follow, the image comes last.
 AUTHOR_IMAGE_FIELDS = (
     "concept_id",
@@ -34,38 +41,6 @@ AUTHOR_IMAGE_FIELDS = (
     "title",
 )
 FIGURE = "figures/images_per_concept_country.png"
-
-
-def read_parquet_files(files: list[Path], columns: list[str] | None = None) -> pa.Table:
-    """Parquet files as one table (only the `columns` each file has); ReleaseReadError names a file that fails."""
-    tables = []
-    for file in files:
-        try:
-            present = [c for c in columns if c in pq.read_schema(file).names] if columns else None
-            tables.append(pq.read_table(file, columns=present))
-        except (pa.ArrowException, OSError) as exc:
-            raise ReleaseReadError(f"{file}: not a readable Parquet file ({' '.join(str(exc).split())})") from None
-    try:
-        return pa.concat_tables(tables, promote_options="permissive")
-    except pa.ArrowException as exc:
-        raise ReleaseReadError(f"{files[0].parent}: parts with different schemas ({exc})") from None
-
-
-def read_parquet_parts(folder: Path, columns: list[str] | None = None) -> pa.Table | None:
-    """The Parquet parts of one config of a release folder, or None when it has none."""
-    files = sorted(p for p in folder.glob("*.parquet") if p.is_file())
-    return read_parquet_files(files, columns) if files else None
-
-
-def read_released_catalog(folder: Path) -> pa.Table | None:
-    """A release's `image_metadata` as the catalog the validator reads (no image bytes). Releases written before
-    pixel hashes were published get a null `pixel_sha256`."""
-    images = read_parquet_parts(folder, CATALOG.names)
-    if images is None:
-        return None
-    if "pixel_sha256" not in images.column_names:
-        images = images.append_column("pixel_sha256", pa.nulls(images.num_rows, pa.string()))
-    return images.select([c for c in CATALOG.names if c in images.column_names])
 
 
 def image_metadata_schema(catalog_schema: pa.Schema) -> pa.Schema:
@@ -93,7 +68,7 @@ def write_3xcm_release(
     load_image: Callable[[dict[str, Any]], bytes] | None = None,
     changelog: str = "",
 ) -> ReleaseResult:
-    """`load_image` and `changelog` are for a patch release (data/release_patch.py): the parent's released bytes
+    """`load_image` and `changelog` are for a patch release (`flows/xcm/patch.py`): the parent's released bytes
     instead of the converted blobs, and the CHANGELOG that ends its card."""
     writer = ReleaseWriter(config, NAME)
     release_bytes = load_image or (lambda meta: to_release_jpeg(blobs.get(meta["sha256"]), meta["format"]))
@@ -107,7 +82,7 @@ def write_3xcm_release(
             ImageRow(
                 key=meta["image_id"],
                 metadata=meta,
-                load=lambda meta=meta: release_bytes(meta),
+                load=partial(release_bytes, meta),
                 embed=not urls,
             )
             for meta in ordered.to_pylist()
@@ -122,9 +97,7 @@ def write_3xcm_release(
         writer.write_bytes(FIGURE, heatmap_png(matrix, concept_names, countries, "Images per concept and country"))
         writer.write_bytes(DOMAINS_FIGURE, domains_png(catalog["url"].to_pylist()))
         # After the data files (their hashes go into it), before the card (its datasheet states the same facts).
-        facts = croissant.xcm_facts(
-            config.version, ordered, benchmark, benchmark_cd, unassembled, provenance, mode=config.mode
-        )
+        facts = xcm_facts(config.version, ordered, benchmark, benchmark_cd, unassembled, provenance, mode=config.mode)
         jsonld = croissant.croissant_jsonld(facts, writer.files, writer.sizes)
         writer.write_bytes(croissant.FILE, croissant.to_bytes(jsonld))
         card = render_card(catalog, benchmark, benchmark_cd, shards, provenance, config.version, mode=config.mode)
@@ -140,12 +113,12 @@ def render_card(
     catalog: pa.Table,
     benchmark: pa.Table,
     benchmark_cd: pa.Table,
-    shards: dict,
+    shards: dict[str, list[str]],
     provenance: dict[str, Any],
     version: str,
     mode: str = "images",
 ) -> str:
-    configs = [
+    configs: list[dict[str, Any]] = [
         {
             "config_name": "image_metadata",
             "default": True,
@@ -247,7 +220,7 @@ Provenance (config, code version, seeds, per-file sha256) is in `manifest.json`.
     return head + body
 
 
-def _where_images(mode: str, shards: dict) -> str:
+def _where_images(mode: str, shards: dict[str, list[str]]) -> str:
     if mode == "urls":
         return (
             "This release has no image bytes: `image_metadata` names each image by its `url`, `sha256` and `phash`.\n"

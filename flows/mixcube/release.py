@@ -11,23 +11,33 @@ from __future__ import annotations
 
 import io
 from collections import Counter
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
 from PIL import Image, ImageDraw
 
-from data import croissant
-from data.card import auto_accept_notice, deviations_section, front_matter, markdown_table, url_only_notice
-from data.datasheet import datasheet_section
-from data.image_sources import DOMAINS_FIGURE, domains_png, sources_section
-from data.release import ImageRow, ReleaseConfig, ReleaseResult, ReleaseWriter, to_release_jpeg
+from data.publish import croissant
+from data.publish.card import auto_accept_notice, deviations_section, front_matter, markdown_table, url_only_notice
+from data.publish.datasheet import datasheet_section
+from data.publish.folder import ReleaseResult
+from data.publish.format import ImageConfig
+from data.publish.release import ReleaseConfig, ReleaseWriter
+from data.publish.shards import BlobSource, ImageRow, to_release_jpeg
+from data.publish.sources import DOMAINS_FIGURE, domains_png, sources_section
 from data.schemas import MIXCUBE_ROWS
-from data.workspace import BlobStore
+from flows.mixcube.release_facts import mixcube_facts
 
 NAME = "mixcube"
+#: Where a MixCuBe release keeps its images (`Benchmark.image_config`).
+IMAGES = ImageConfig("default", "sample_id")
 GRID = "figures/before_after.png"
 GRID_ORIGINALS = 6
 THUMB = 160
+
+
+def _blob_jpeg(blobs: BlobSource, sha256: str) -> bytes:
+    return _jpeg(blobs.get(sha256))
 
 
 def _jpeg(data: bytes) -> bytes:
@@ -54,9 +64,9 @@ def before_after_grid(rows: pa.Table, load: Any, originals: int = GRID_ORIGINALS
 
 
 def write_mixcube_release(
-    config: ReleaseConfig, blobs: BlobStore, rows: pa.Table, provenance: dict[str, Any], *, changelog: str = ""
+    config: ReleaseConfig, blobs: BlobSource, rows: pa.Table, provenance: dict[str, Any], *, changelog: str = ""
 ) -> ReleaseResult:
-    """`changelog` ends the card of a patch release (data/release_patch.py).
+    """`changelog` ends the card of a patch release (`flows/mixcube/patch.py`).
 
     A URL-only release (`config.mode` `urls`) keeps the bytes of the swaps (we made them; they have no URL) and
     publishes each original by its `url`, `sha256` and `phash` (a column `rows` must have), with a null `image`;
@@ -72,7 +82,7 @@ def write_mixcube_release(
             ImageRow(
                 key=meta["sample_id"],
                 metadata=meta,
-                load=lambda sha=meta["sha256"]: _jpeg(blobs.get(sha)),
+                load=partial(_blob_jpeg, blobs, meta["sha256"]),
                 embed=bool(meta["synthesized"]) or not urls,
             )
             for meta in rows.to_pylist()
@@ -92,7 +102,7 @@ def write_mixcube_release(
             writer.write_bytes(GRID, before_after_grid(rows, blobs.get))
         writer.write_bytes(DOMAINS_FIGURE, domains_png(_originals(rows)["url"].to_pylist(), "originals"))
         # After the data files (their hashes go into it), before the card (its datasheet states the same facts).
-        facts = croissant.mixcube_facts(config.version, rows, provenance, mode=config.mode)
+        facts = mixcube_facts(config.version, rows, provenance, mode=config.mode)
         jsonld = croissant.croissant_jsonld(facts, writer.files, writer.sizes)
         writer.write_bytes(croissant.FILE, croissant.to_bytes(jsonld))
         card = render_card(rows, shards, provenance, config.version, config.mode)
@@ -103,8 +113,10 @@ def write_mixcube_release(
         raise
 
 
-def render_card(rows: pa.Table, shards: dict, provenance: dict[str, Any], version: str, mode: str = "images") -> str:
-    configs = [
+def render_card(
+    rows: pa.Table, shards: dict[str, list[str]], provenance: dict[str, Any], version: str, mode: str = "images"
+) -> str:
+    configs: list[dict[str, Any]] = [
         {"config_name": "default", "default": True, "data_files": [{"split": "train", "path": "default/train-*"}]}
     ]
     head = front_matter(configs, pretty_name="MixCuBe (culturebench build)", tags=["cultural-bias", "inpainting"])

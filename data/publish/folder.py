@@ -1,0 +1,146 @@
+"""An immutable folder: a release, a patch, a reassembled benchmark or an evaluation result, written once.
+
+The folder is staged in a hidden sibling (`.staging-<leaf>-<random>`) and renamed into place only when complete.
+The rename is exclusive: on a local disk, renaming a folder onto a non-empty one fails, and on an object store a
+lock object created with exclusive create (`xb`) lets one writer publish at a time. A folder is immutable: writing
+it again succeeds only when every file on disk, hashed again, is byte-identical to what this writer would write
+(the existing folder is then left untouched); otherwise it is refused, naming the files that differ. When the folder
+exists already nothing is staged at all, so checking an identical rewrite needs no write access to its parent.
+
+Every folder ends with `manifest.json`: what the caller states (name, version, provenance) and the sha256 and size
+of every file written.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from data.publish.format import MANIFEST
+from data.workspace import Storage, fsync_dir, sha256_bytes
+
+
+class ReleaseExistsError(FileExistsError):
+    pass
+
+
+class ReleaseBusyError(FileExistsError):
+    """Another writer is publishing the same version right now (or crashed while doing so)."""
+
+
+@dataclass
+class ReleaseResult:
+    path: str
+    version: str
+    status: str  # created | unchanged
+    manifest: dict[str, Any]
+
+
+class ImmutableFolder:
+    """Writes the folder `final` of `storage`; `name` and `version` are how messages and the result name it."""
+
+    def __init__(self, storage: Storage, final: str, name: str, version: str) -> None:
+        self.storage = storage
+        self.final = final
+        self.name = name
+        self.version = version
+        parent, _, leaf = final.rstrip("/").rpartition("/")
+        self.staging = f"{parent}/.staging-{leaf}-{uuid.uuid4().hex[:8]}"
+        self.files: dict[str, str] = {}  # relative path -> sha256
+        self.sizes: dict[str, int] = {}
+        # Files that say how, not what (a card naming the code version): an existing folder that differs only in
+        # them is the same result, and is kept as it is.
+        self.volatile: set[str] = set()
+        # An existing folder is compared with, not written again: nothing needs staging.
+        self.compare_only = self.storage.exists(self.final)
+
+    @classmethod
+    def at(cls, folder: str, name: str, version: str) -> ImmutableFolder:
+        """Exactly the folder `folder` (a path or an fsspec URL)."""
+        parent, _, leaf = folder.rstrip("/").rpartition("/")
+        storage = Storage(parent or ".")
+        return cls(storage, storage.path(leaf), name, version)
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        if not self.compare_only:
+            self.storage.write_bytes(f"{self.staging}/{rel}", data)
+        self.files[rel] = sha256_bytes(data)
+        self.sizes[rel] = len(data)
+
+    def commit(self, manifest: dict[str, Any]) -> ReleaseResult:
+        """Write the manifest and move the staged folder into place, exclusively; or find the folder there already,
+        identical on disk, and leave it untouched."""
+        manifest = {
+            **manifest,
+            "files": {k: {"sha256": v, "bytes": self.sizes[k]} for k, v in sorted(self.files.items())},
+        }
+        if not self.compare_only:
+            self.storage.write_json(f"{self.staging}/{MANIFEST}", manifest)
+            if self._publish():
+                return ReleaseResult(path=self.final, version=self.version, status="created", manifest=manifest)
+            self.abort()  # the folder appeared meanwhile: compare with it instead
+        return self._same_as_existing()
+
+    def abort(self) -> None:
+        self.storage.rm(self.staging)
+
+    def _publish(self) -> bool:
+        """Rename the staging folder to the final one; False when that folder exists already (nothing is moved into
+        it)."""
+        if self.storage.local:
+            try:
+                os.rename(self.staging, self.final)  # fails on a non-empty target: an exclusive publish
+            except OSError as exc:
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    return False
+                raise
+            fsync_dir(self.final.rsplit("/", 1)[0])
+            return True
+        lock = f"{self.final}.publishing"
+        try:
+            with self.storage.fs.open(lock, "xb"):
+                pass
+        except FileExistsError:
+            raise ReleaseBusyError(
+                f"{self.storage.display(lock)} exists: another build is publishing {self.name} "
+                f"{self.version} now; if none is (a crash), delete that object and rerun"
+            ) from None
+        try:
+            if self.storage.exists(self.final):
+                return False
+            # Object stores have no folder rename: copy object by object, the manifest last, so a copy cut short
+            # lacks its manifest and is never taken for a complete folder.
+            fs, prefix = self.storage.fs, self.staging.rstrip("/") + "/"
+            files = sorted(fs.find(self.staging), key=lambda path: path.endswith(f"/{MANIFEST}"))
+            for path in files:
+                fs.copy(path, f"{self.final}/{path[len(prefix) :]}")
+            self.storage.rm(self.staging)
+            return True
+        finally:
+            self.storage.rm(lock)
+
+    def _same_as_existing(self) -> ReleaseResult:
+        """The existing folder, hashed again file by file, against what this writer would write."""
+        ours = {k: v for k, v in self.files.items() if k not in self.volatile}
+        on_disk = {k: v for k, v in self._hash_existing().items() if k not in self.volatile}
+        has_manifest = on_disk.pop(MANIFEST, None) is not None
+        if ours == on_disk and has_manifest:
+            existing = self.storage.read_json(f"{self.final}/{MANIFEST}")
+            return ReleaseResult(path=self.final, version=self.version, status="unchanged", manifest=existing)
+        differing = sorted(k for k in ours.keys() | on_disk.keys() if ours.get(k) != on_disk.get(k))
+        differing += [] if has_manifest else [f"{MANIFEST} (missing)"]
+        where = self.storage.display(self.final)
+        raise ReleaseExistsError(
+            f"release {self.name} {self.version} already exists at {where} with different content "
+            f"({len(differing)} files differ, e.g. {differing[:5]}); versions are immutable, choose a new version"
+        )
+
+    def _hash_existing(self) -> dict[str, str]:
+        prefix = self.final.rstrip("/") + "/"
+        return {
+            path[len(prefix) :]: sha256_bytes(self.storage.read_bytes(path))
+            for path in sorted(self.storage.fs.find(self.final))
+        }

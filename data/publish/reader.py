@@ -1,0 +1,103 @@
+"""A published release folder as its readers see it: its identity (name, version, manifest sha256), its tables by
+config name (the Parquet parts of a config's folder, read with one-line errors), and its image bytes by key.
+
+The manifest is read strictly (`data.publish.integrity.read_manifest`: UTF-8 JSON, a plain name, a semantic version,
+files confined to the folder); `verify` checks the files of the configs a reader needs against it, so numbers are
+never computed from tables the manifest (and so the results card, which cites its sha256) does not describe."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from data.publish.format import MANIFEST, ReleaseReadError
+from data.publish.images import ReleasedImages
+from data.publish.integrity import ReleaseIntegrityError, read_manifest, verified
+
+
+def read_parquet_files(files: list[Path], columns: list[str] | None = None) -> pa.Table:
+    """Parquet files as one table (only the `columns` each file has); ReleaseReadError names a file that fails."""
+    tables = []
+    for file in files:
+        try:
+            present = [c for c in columns if c in pq.read_schema(file).names] if columns else None
+            tables.append(pq.read_table(file, columns=present))
+        except (pa.ArrowException, OSError) as exc:
+            raise ReleaseReadError(f"{file}: not a readable Parquet file ({' '.join(str(exc).split())})") from None
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except pa.ArrowException as exc:
+        raise ReleaseReadError(f"{files[0].parent}: parts with different schemas ({exc})") from None
+
+
+def read_parquet_parts(folder: Path, columns: list[str] | None = None) -> pa.Table | None:
+    """The Parquet parts of one config of a release folder, or None when it has none."""
+    files = sorted(p for p in folder.glob("*.parquet") if p.is_file())
+    return read_parquet_files(files, columns) if files else None
+
+
+def read_parts_as(folder: Path, schema: pa.Schema, missing_as_null: Collection[str] = ()) -> pa.Table | None:
+    """The Parquet parts of one config with the columns of `schema` they have, in its order (no image bytes unless
+    `schema` names them), or None when the config has none. A column of `missing_as_null` that the parts lack (a
+    release written before it existed) is null, typed as `schema` types it."""
+    table = read_parquet_parts(folder, schema.names)
+    if table is None:
+        return None
+    for name in missing_as_null:
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, schema.field(name).type))
+    return table.select([c for c in schema.names if c in table.column_names])
+
+
+@dataclass(frozen=True)
+class Release:
+    path: Path
+    name: str
+    version: str
+    manifest_sha256: str
+    manifest: dict[str, Any]
+
+    @classmethod
+    def open(cls, path: str | Path) -> Release:
+        """The folder's identity from its manifest, read strictly; ReleaseReadError names the file and the field."""
+        manifest = read_manifest(Path(path))
+        return cls(manifest.folder, manifest.name, manifest.version, manifest.sha256, manifest.data)
+
+    def verify(self, configs: Iterable[str]) -> None:
+        """The files of `configs` (folders of Parquet parts) are those the manifest lists, byte for byte, and the
+        manifest is still the one this release was opened with; ReleaseIntegrityError (a ReleaseReadError) names
+        each mismatch."""
+        try:
+            manifest = verified(self.path, only=list(configs))
+        except ReleaseIntegrityError as exc:
+            exc.args = (f"{exc.args[0]}; these are not the published tables: restore the release (fetch it again)",)
+            raise
+        if manifest.sha256 != self.manifest_sha256:
+            raise ReleaseReadError(f"{self.path / MANIFEST}: changed while it was read; evaluate again")
+
+    def has(self, config: str) -> bool:
+        return any((self.path / config).glob("*.parquet"))
+
+    def table(self, config: str, columns: list[str] | None = None) -> pa.Table:
+        table = read_parquet_parts(self.path / config, columns)
+        if table is None:
+            raise ReleaseReadError(f"{self.path}: the release has no {config!r} table")
+        return table
+
+    def columns(self, config: str) -> list[str]:
+        files = sorted((self.path / config).glob("*.parquet"))
+        return list(pq.read_schema(files[0]).names) if files else []
+
+    def images(self, config: str, key: str, image_column: str = "image") -> ReleasedImages:
+        """Where each image of `config` lies, by its `key` column; the bytes come later (`load`), and the sha256 of
+        each image's released bytes when first asked for (`sha256`). ReleaseReadError when a part of `config` has
+        no `image_column`."""
+        for file in sorted((self.path / config).glob("*.parquet")):
+            if image_column not in pq.read_schema(file).names:
+                raise ReleaseReadError(f"{file}: no {image_column!r} column (image bytes)")
+        return ReleasedImages(self.path / config, key, image_column)

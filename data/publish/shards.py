@@ -1,0 +1,161 @@
+"""Image tables in an immutable folder: HF Parquet shards (an HF `Image` column, row groups of a fixed size) and
+WebDataset tars of the same samples, written in one pass over the image bytes.
+
+Shards are planned from the rows' `num_bytes` (a released JPEG is close to its original's size). Images are loaded
+one row group at a time; each finished shard is buffered in memory before it is written.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from data.publish.folder import ImmutableFolder
+from data.publish.tables import hf_schema
+
+
+class BlobSource(Protocol):
+    """Where a writer reads image bytes by sha256: a build's blob store, or a parent release for a patch."""
+
+    def get(self, sha256: str, /) -> bytes: ...
+
+
+@dataclass
+class ImageRow:
+    """One image to materialise: metadata for the tables and the sample JSON, plus its released bytes."""
+
+    key: str
+    metadata: dict[str, Any]
+    load: Callable[[], bytes]
+    #: False: the row is published without its bytes (a URL-only release); its `image` is null.
+    embed: bool = True
+
+
+@dataclass(frozen=True)
+class ShardLimits:
+    row_group_size: int  # rows per Parquet row group
+    max_shard_bytes: int  # upper bound per Parquet and tar shard
+    max_shard_images: int  # images per WebDataset tar
+
+
+def to_release_jpeg(data: bytes, source_format: str, quality: int = 95) -> bytes:
+    """JPEG bytes for the release: originals already in JPEG pass unchanged, others are converted once."""
+    if source_format == "JPEG":
+        return data
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        rgb = image.convert("RGB")
+        profile = image.info.get("icc_profile")  # colours mean what the original meant
+    buffer = io.BytesIO()
+    rgb.save(buffer, format="JPEG", quality=quality, optimize=False, icc_profile=profile)
+    return buffer.getvalue()
+
+
+def hf_image_schema(schema: pa.Schema, image_column: str = "image") -> pa.Schema:
+    """Append the HF `Image` column (struct<bytes, path>) and the `huggingface` features metadata."""
+    from datasets import Features  # heavy import, only when writing a release
+    from datasets import Image as HFImage
+
+    features = Features.from_arrow_schema(schema)
+    features[image_column] = HFImage()
+    return features.arrow_schema
+
+
+def write_image_shards(
+    folder: ImmutableFolder,
+    config_name: str,
+    rows: list[ImageRow],
+    schema: pa.Schema,
+    limits: ShardLimits,
+    split: str = "train",
+    *,
+    image_column: bool = True,
+    tars: bool = True,
+) -> dict[str, list[str]]:
+    """The Parquet shards `<config>/<split>-NNNNN-of-NNNNN.parquet` and the tars `images/NNNNN.tar`; returns the
+    paths of each. A URL-only release writes no tars, and either no `image` column (`image_column=False`) or a null
+    `image` for each row that is not `embed`ded."""
+    full_schema = hf_image_schema(schema) if image_column else hf_schema(schema)
+    sizes = [int(r.metadata.get("num_bytes") or 0) if image_column and r.embed else 0 for r in rows]
+    plan = list(_plan_shards(sizes, limits.max_shard_bytes))
+    tar_shards = _TarShards(folder, list(_plan_shards(sizes, limits.max_shard_bytes, limits.max_shard_images)))
+    parquet_files = []
+    for shard, (start, stop) in enumerate(plan):
+        rel = f"{config_name}/{split}-{shard:05d}-of-{len(plan):05d}.parquet"
+        buffer = io.BytesIO()
+        with pq.ParquetWriter(buffer, full_schema, compression="zstd") as writer:
+            for group_start in range(start, stop, limits.row_group_size):
+                group = rows[group_start : min(stop, group_start + limits.row_group_size)]
+                records = []
+                for position, row in enumerate(group, start=group_start):
+                    if not image_column:
+                        records.append(row.metadata)
+                        continue
+                    if not row.embed:
+                        records.append({**row.metadata, "image": None})
+                        continue
+                    data = row.load()
+                    if tars:
+                        tar_shards.add(position, row.key, data, row.metadata)
+                    records.append({**row.metadata, "image": {"bytes": data, "path": f"{row.key}.jpg"}})
+                writer.write_table(pa.Table.from_pylist(records, schema=full_schema))
+        folder.write_bytes(rel, buffer.getvalue())
+        parquet_files.append(rel)
+    tar_shards.close()
+    return {"parquet": parquet_files, "webdataset": tar_shards.written}
+
+
+@dataclass
+class _TarShards:
+    folder: ImmutableFolder
+    plan: list[tuple[int, int]]
+    written: list[str] = field(default_factory=list)
+    _current: Any = None
+    _buffer: io.BytesIO | None = None
+    _shard: int = -1
+
+    def add(self, position: int, key: str, data: bytes, metadata: dict[str, Any]) -> None:
+        shard = next(i for i, (start, stop) in enumerate(self.plan) if start <= position < stop)
+        if shard != self._shard:
+            self._flush()
+            self._shard, self._buffer = shard, io.BytesIO()
+            import webdataset as wds  # imports torch: only when a release writes tars
+
+            self._current = wds.TarWriter(
+                self._buffer, mtime=0, user="culturebench", group="culturebench", encoder=False
+            )
+        if "." in key:
+            raise ValueError(f"WebDataset keys may not contain dots: {key!r}")
+        sample_json = json.dumps(metadata, sort_keys=True, ensure_ascii=False, default=str).encode()
+        self._current.write({"__key__": key, "jpg": data, "json": sample_json})
+
+    def _flush(self) -> None:
+        if self._current is None or self._buffer is None:
+            return
+        self._current.close()
+        rel = f"images/{self._shard:05d}.tar"
+        self.folder.write_bytes(rel, self._buffer.getvalue())
+        self.written.append(rel)
+        self._current = self._buffer = None
+
+    def close(self) -> None:
+        self._flush()
+
+
+def _plan_shards(sizes: list[int], max_bytes: int, max_count: int | None = None) -> Iterator[tuple[int, int]]:
+    """Contiguous [start, stop) ranges whose summed size stays under max_bytes (and count under max_count)."""
+    start, total = 0, 0
+    for index, size in enumerate(sizes):
+        full = (total + size > max_bytes) or (max_count is not None and index - start >= max_count)
+        if index > start and full:
+            yield start, index
+            start, total = index, 0
+        total += size
+    yield start, len(sizes)

@@ -1,0 +1,335 @@
+"""MixCuBe's Croissant facts: what `croissant.json` and the card's datasheet state of a MixCuBe release (its record
+sets, the RAI texts and the composition notes), from the release's rows and the build's provenance.
+
+Pure (`data/publish/croissant.py` turns the facts into JSON-LD): an identical rebuild states the same facts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from data.publish.croissant import CSV, PNG, TAR, FileGroup, RecordSetSpec, ReleaseFacts, collection_timeframe
+from data.publish.rai import (
+    counts,
+    deviation_lines,
+    maintenance_plan,
+    platforms,
+    reason_counts,
+    review_analysis,
+    source_lines,
+    stage_line,
+    stage_stats,
+    url_only_line,
+)
+from data.review_labels import AUTO_ACCEPT
+
+MIXCUBE_COLUMNS = {
+    "country": "The culture, as an adjective.",
+    "category": "Food, Festival or Clothes.",
+    "ethnicity": "`original`, or the ethnicity the people were inpainted into.",
+    "sample_id": "This image's id (`<original_id>-<ethnicity>`).",
+    "original_id": "The original photo's id.",
+    "attempt_id": "The accepted synthesis attempt (null for the original).",
+    "mask_sha256": "The inpainting mask, `masks/<sha256>.png`.",
+    "prompt": "The inpainting prompt (App. B.1, or the reviewers' retry prompt).",
+    "seed": "The inpainting seed.",
+    "model_id": "The inpainting model.",
+    "brisque": "BRISQUE score (null when the filter was off).",
+    "clip_similarity": "CLIP image-image similarity to the original (null when the filter was off).",
+    "review_decision": "The synthesis QA decision.",
+    "reviewer": "Who decided (`auto_accept`: no human).",
+    "placeholder": "True when the offline placeholder painted the mask instead of a synthesis.",
+    "food_label": "The food's name (Food images).",
+    "sha256": "sha256 of the image bytes before the release's JPEG encoding.",
+    "phash": "64-bit perceptual hash (imagehash pHash) of the image, 16 hex digits (URL-only releases).",
+    "num_bytes": "Size of those bytes.",
+    "image": "The image, JPEG bytes (an HF `Image` feature).",
+    "synthesized": "True for a swap (its source columns are its original's).",
+    "engine": "The search engine that returned the original.",
+    "query": "The search query that returned the original.",
+    "query_language": "The query's language code.",
+    "region": "The search engine's region code.",
+    "rank": "The original's rank among the query's results (1 is the top hit).",
+    "source_page": "The page the original was found on.",
+    "url": "The original's URL (a local file: its path relative to its folder).",
+    "final_url": "The original's URL after redirects.",
+    "retrieved_at": "When the original was retrieved (ISO 8601, UTC).",
+    "http_status": "The HTTP status of the download.",
+    "content_type": "The content type the server declared.",
+    "license": "The original's licence as its source declares it (`unknown` when it declares none).",
+    "license_filter": "The search engine's licence filter, when one was on.",
+    "image_file": "`<sample_id>.jpg`.",
+    "label": "The food's name.",
+}
+
+
+def mixcube_facts(version: str, rows: pa.Table, provenance: Mapping[str, Any], mode: str = "images") -> ReleaseFacts:
+    """The facts of a MixCuBe release: `rows` is the `default` config without the image column. In a URL-only
+    release (`mode` `urls`) only the swaps carry bytes; an original is its `url`, `sha256` and `phash`."""
+    stats, backends = stage_stats(provenance), provenance.get("backends", {})
+    config, models = provenance.get("config", {}), provenance.get("models", {})
+    demo = bool(provenance.get("demo"))
+    n = rows.num_rows
+    ethnicity = Counter(rows["ethnicity"].to_pylist())
+    originals = ethnicity.get("original", 0)
+    swaps = n - originals
+    cultures = Counter(
+        c for c, e in zip(rows["country"].to_pylist(), rows["ethnicity"].to_pylist(), strict=True) if e == "original"
+    )
+    categories = Counter(
+        c for c, e in zip(rows["category"].to_pylist(), rows["ethnicity"].to_pylist(), strict=True) if e == "original"
+    )
+    placeholders = sum(bool(p) for p in rows["placeholder"].to_pylist())
+    reviewers = Counter(r for r in rows["reviewer"].to_pylist() if r)
+    decisions = Counter(d for d in rows["review_decision"].to_pylist() if d)
+    food = rows.filter(pa.compute.equal(rows["category"], "Food")).num_rows
+    originals_only = rows.filter(pa.compute.equal(rows["ethnicity"], "original"))  # a swap repeats its source
+    timeframe, timeframe_note = collection_timeframe(originals_only)
+    sources, unlicensed = source_lines(originals_only, "Originals")
+    qa_rounds = sorted((s for s in stats.values() if s["stage"].startswith("qa_")), key=lambda s: int(s["stage"][4:]))
+    synthesis = [s for s in stats.values() if s["stage"].startswith("synthesis_")]
+    attempts = sum(s.get("rows_in", 0) for s in synthesis)
+    incomplete = provenance.get("incomplete", [])
+    left = provenance.get("left_over_by_outcome", {})
+    short = provenance.get("cells_below_target", [])
+    originals_backend = backends.get("originals", "?")
+    demo_note = (
+        "This is a demonstration build: the originals are composed from a stock portrait, not collected photos."
+        if demo
+        else ""
+    )
+    collection = " ".join(
+        s
+        for s in (
+            f"Originals from the `{originals_backend}` backend: " + stage_line(stats, "originals", "originals"),
+            stage_line(stats, "faces", f"Faces (`{models.get('faces', backends.get('faces', '?'))}`)"),
+            f"Released: {originals} originals from {len(cultures)} cultures ({counts(cultures)}) and "
+            f"{len(categories)} categories ({counts(categories)}), each followed by its swaps: {n} images.",
+            sources,
+            demo_note,
+            timeframe_note,
+        )
+        if s
+    )
+    if demo:
+        collection_type = ["Others: composed from a stock portrait (demonstration), not collected photos"]
+    elif originals_backend == "search":
+        collection_type = ["Web Scraping", "Web API (image search per culture and category)"]
+    elif originals_backend == "local":
+        collection_type = ["Manual Human Curator (a labelled folder of photos, curated by people)"]
+    else:
+        collection_type = [f"Others: originals backend `{originals_backend}`"]
+    collection_type.append("Others: synthetic images, the people inpainted into other ethnicities")
+    inpaint_config = config.get("inpaint", {})
+    settings = ", ".join(
+        f"{k} {inpaint_config[k]}" for k in ("num_inference_steps", "guidance_scale", "strength") if k in inpaint_config
+    )
+    filters = config.get("filters", {})
+    brisque, clip = filters.get("brisque"), filters.get("clip")
+    manipulation = " ".join(
+        s
+        for s in (
+            f"Each original's people are inpainted into {len(ethnicity) - 1} ethnicities "
+            f"({', '.join(sorted(e for e in ethnicity if e != 'original'))}).",
+            f"Faces: `{models.get('faces', '?')}`; masks: `{models.get('masks', '?')}` "
+            "(stored as `masks/<sha256>.png`).",
+            f"Inpainting: `{backends.get('inpaint', '?')}`, models {', '.join(models.get('inpaint', [])) or 'none'}"
+            + (f" ({settings})" if settings else "")
+            + ", the App. B.1 prompt per category and ethnicity, one seed per (original, ethnicity, attempt).",
+            (
+                f"{placeholders} of {swaps} swaps are placeholders: the offline stand-in painted the mask instead "
+                "of synthesizing."
+                if placeholders
+                else ""
+            ),
+            "Filters: BRISQUE "
+            + (f"keeps a score <= {brisque.get('max_score')}" if brisque else "off")
+            + "; CLIP similarity "
+            + (f"keeps [{clip.get('min_similarity')}, {clip.get('max_similarity')}]" if clip else "off")
+            + ".",
+            f"{attempts} synthesis attempts in {len(synthesis)} rounds (at most "
+            f"{config.get('max_attempts', '?')} attempts per pair); a rejected attempt is drawn again, nothing is "
+            "overwritten.",
+            "Originals are stored upright: a photo's EXIF orientation is applied once at ingest.",
+        )
+        if s
+    )
+    preprocessing = [
+        stage_line(stats, "originals", "Ingest (labels, paths, decoding, minimum size)"),
+        stage_line(stats, "faces", "Face detection (an original needs a face)"),
+        stage_line(stats, "masks", "Masks"),
+        *[
+            stage_line(stats, s["stage"], "Automatic filters")
+            for s in sorted(stats.values(), key=lambda s: s["stage"])
+            if s["stage"].startswith("filters_") and s.get("rows_in")
+        ],
+        f"Quintets: each original followed by its latest accepted swap per ethnicity; {len(incomplete)} originals "
+        "left out for lack of an accepted swap"
+        + (f"; swaps never accepted, by last outcome: {reason_counts(left)}." if left else "."),
+        "Images are published as JPEG (quality 95 for those that were not JPEG); `sha256` keeps the hash of the "
+        "stored bytes.",
+    ]
+    annotators = config.get("qa", {}).get("annotators", "?")
+    round_reviewers = [
+        s.get("extra", {}).get("review", {}).get("reviewer", "unknown") for s in qa_rounds if s.get("rows_in")
+    ]
+    human = [r for r in round_reviewers if r != AUTO_ACCEPT]
+    annotation_protocol = [
+        "Synthesis QA (MixCuBe §2): the original (with a brush to fix the mask), the synthesized image and the mask "
+        f"are shown side by side with the filter scores; {annotators} annotators per attempt accept it, reject it "
+        "for artifacts or for a changed cultural marker, ask for a retry with a prompt, or fix the mask. A choice "
+        "wins with more than half of the votes cast.",
+        (
+            "In this build no human reviewed the synthesized images: the auto-accept policy accepted them."
+            if not human
+            else f"In this build the attempts were reviewed through {', '.join(f'`{r}`' for r in sorted(set(human)))}."
+        ),
+        f"Released swaps by decision: {counts(decisions) or 'none'}; by reviewer: {counts(reviewers) or 'none'}.",
+    ]
+    analysis = [
+        review_analysis(s.get("extra", {}).get("review", {}), f"Synthesis QA round {s['stage'][4:]}")
+        for s in qa_rounds
+        if s.get("rows_in")
+    ] or ["No attempt reached synthesis QA, so no agreement was measured."]
+    biases = [
+        f"Originals per culture: {counts(cultures)}; per category: {counts(categories)}.",
+        f"Swaps use {len(ethnicity) - 1} coarse ethnicity labels, rendered by the inpainting model from a prompt: "
+        "the model's own associations shape how each is drawn."
+        if placeholders < swaps
+        else f"Swaps use {len(ethnicity) - 1} coarse ethnicity labels; in this build no model drew them (every swap is "
+        "a placeholder).",
+    ]
+    if short:
+        biases.append(
+            f"Cells short of {short[0]['target']} originals: "
+            + ", ".join(f"{c['country']} {c['category']} {c['originals']}" for c in short)
+            + "."
+        )
+    limitations = [*deviation_lines(provenance)]
+    if placeholders:
+        limitations.append(f"{placeholders} images are placeholders, not syntheses (`placeholder=true`).")
+    if incomplete:
+        limitations.append(
+            f"{len(incomplete)} originals are left out for lack of an accepted swap (manifest `incomplete`)."
+        )
+    limitations += [timeframe_note, unlicensed, url_only_line(mode, "original")]
+    if demo:
+        limitations.append(demo_note + " It checks the pipeline; it measures no model.")
+    sensitive = [
+        "Ethnicity (perceived, and altered by inpainting), culture and geography: every image is labelled with a "
+        "culture and an ethnicity.",
+        (
+            "The demo originals are composed from one stock portrait."
+            if demo
+            else "Every original shows at least one person (the face stage requires a face); faces are not blurred."
+        ),
+        (
+            "The swaps show synthetic people who do not exist, placed in real scenes."
+            if placeholders < swaps
+            else "The swaps are placeholders: the masked people are painted over, no person is drawn."
+        ),
+    ]
+    uses = [
+        f"Testing vision-language models for cultural and ethnic bias: {originals} quintets, questions about an "
+        "image's culture (and its food's name) asked of the original and of its swaps (`culturebench evaluate "
+        "mixcube`).",
+        "Research use only (CC BY-NC-SA 4.0); ethical review is required for production use. Swapped images are "
+        "synthetic and must not be presented as photos of real people.",
+    ]
+    if demo:
+        uses.append("This demo build is for checking the pipeline, not for measuring models.")
+    tools = [
+        f"Face detection: `{models.get('faces', '?')}`.",
+        f"Masks: `{models.get('masks', '?')}`.",
+        f"Inpainting: {', '.join(models.get('inpaint', [])) or 'none'}.",
+        f"BRISQUE: `{backends.get('brisque', '?')}`; CLIP: `{backends.get('clip', '?')}`.",
+    ]
+    rai: dict[str, str | list[str]] = {
+        "rai:dataCollection": collection,
+        "rai:dataCollectionType": collection_type,
+        "rai:dataCollectionTimeframe": timeframe or "",
+        "rai:dataPreprocessingProtocol": preprocessing,
+        "rai:dataManipulationProtocol": manipulation,
+        "rai:dataAnnotationProtocol": annotation_protocol,
+        "rai:dataAnnotationPlatform": platforms(sorted(set(round_reviewers)) or [AUTO_ACCEPT]),
+        "rai:dataAnnotationAnalysis": analysis,
+        "rai:annotationsPerItem": (
+            "0: no human labels (auto-accept)." if not human else f"{annotators} per synthesis attempt."
+        ),
+        "rai:machineAnnotationTools": tools,
+        "rai:personalSensitiveInformation": sensitive,
+        "rai:dataBiases": biases,
+        "rai:dataLimitations": [line for line in limitations if line],
+        "rai:dataUseCases": uses,
+        "rai:dataReleaseMaintenancePlan": maintenance_plan("mixcube", version),
+    }
+    labels_schema = pa.schema([pa.field("image_file", pa.string()), pa.field("label", pa.string())])
+    demo_suffix = f" {demo_note}" if demo else ""
+    return ReleaseFacts(
+        name="MixCuBe (culturebench build)",
+        benchmark="mixcube",
+        version=version,
+        description=(
+            f"{originals} photos of food, festivals and clothing from {len(cultures)} cultures, each followed by "
+            f"{len(ethnicity) - 1} copies whose people were inpainted into another ethnicity ({n} images), following "
+            f"When Tom Eats Kimchi (MixCuBe). culturebench build {provenance.get('build_id', '?')}.{demo_suffix}"
+        ),
+        motivation=(
+            "MixCuBe measures whether vision-language models recognize a culture (its food, festivals and clothing) "
+            "as well when the people in the picture are of another ethnicity: each original is paired with swaps "
+            f"that change only the people.{demo_suffix}"
+        ),
+        keywords=("cultural bias", "inpainting", "vision-language models", "MixCuBe"),
+        cite_as=(
+            "Cite the paper that defines the benchmark, When Tom Eats Kimchi (MixCuBe), and this release as: "
+            f"MixCuBe, culturebench build {version} (build id {provenance.get('build_id', '?')})."
+        ),
+        languages=("en",),
+        record_sets=(
+            RecordSetSpec(
+                "default",
+                "Each original followed by its swaps, one image per row.",
+                "default/*.parquet",
+                rows.schema,
+                n,
+                key=("sample_id",),
+                image_column="image",
+                columns=MIXCUBE_COLUMNS,
+            ),
+            RecordSetSpec(
+                "food_label",
+                "`food_label.csv`: the food images with their food's name.",
+                "food_label.csv",
+                labels_schema,
+                food,
+                encoding=CSV,
+                key=("image_file",),
+                columns=MIXCUBE_COLUMNS,
+            ),
+        ),
+        file_groups=(
+            FileGroup(
+                "webdataset",
+                "A WebDataset shard: `<sample_id>.jpg` and `<sample_id>.json` per image.",
+                "images/*.tar",
+                TAR,
+            ),
+            FileGroup(
+                "masks",
+                "The inpainting masks, each named by its sha256 (`mask_sha256`)",
+                "masks/*.png",
+                PNG,
+                as_set=True,
+            ),
+        ),
+        composition=(
+            f"{n} images: {originals} originals and {swaps} swaps ({counts(ethnicity)}).",
+            f"Cultures: {counts(cultures)} originals; categories: {counts(categories)} originals.",
+            f"{food} Food images carry a food name (`food_label.csv`).",
+        ),
+        rai=rai,
+    )

@@ -1,0 +1,134 @@
+"""3XCM takedowns: what taking images down from a 3XCM release gives (`derive_patch`: `curation/takedown.py` decides
+which images leave and which rows change) and the patch release that materialises it (`write_patch`, through 3XCM's
+own release writer, with the parent's released bytes). `flows/takedown.py` runs them for `culturebench takedown`, and
+`flows/release_check.py` derives a patch again to check it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from curation.takedown import TakedownRequest, TaskChange, XcmTakedown, take_down_xcm
+from data.publish.changelog import code_span, render_changelog
+from data.publish.folder import ReleaseResult
+from data.publish.format import MANIFEST
+from data.publish.images import ReleasedImages
+from data.publish.patch import DerivedPatch, ParentRelease, PatchInputError, patch_provenance
+from data.schemas import UNASSEMBLED
+from flows.xcm.release import IMAGES, write_3xcm_release
+
+TASKS = {"rq2": "RQ2 triplets", "rq3": "RQ3 sextets"}
+
+
+def _assembly_problem(manifest: dict[str, Any]) -> str | None:
+    """What the derivation reads of the parent's assembly (its settings and seed), in the shape it reads it."""
+    if not isinstance(manifest.get("config", {}).get("assembly", {}), dict):
+        return "field 'config.assembly' must be an object"
+    seed = manifest.get("seeds", {}).get("assembly")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        return "field 'seeds.assembly' must be an integer"
+    return None
+
+
+def derive_patch(parent: ParentRelease, request: TakedownRequest, images: ReleasedImages) -> DerivedPatch:
+    """The images `request` names taken down from the 3XCM release `parent`: its tables without them, each triplet
+    or sextet that used one given a new candidate by the balanced assembler (the build's rules and seed), dropped
+    (its query left) or moved to `unassembled`."""
+    problem = _assembly_problem(parent.manifest)
+    if problem:
+        raise PatchInputError(f"{parent.folder / MANIFEST}: {problem}; not a manifest culturebench wrote")
+    unassembled = parent.table("unassembled") if (parent.folder / "unassembled").is_dir() else UNASSEMBLED.empty_table()
+    config = parent.manifest.get("config", {}).get("assembly", {})
+    derived = take_down_xcm(
+        parent.table(IMAGES.config),
+        parent.table("benchmark"),
+        parent.table("benchmark_cd"),
+        unassembled,
+        request,
+        seed=int(parent.manifest.get("seeds", {}).get("assembly") or 0),
+        max_reuse=config.get("max_candidate_reuse"),
+        released_sha256=images.released_sha256,
+    )
+    rows: dict[str, Any] = {task: change.counts() for task, change in derived.changes.items()}
+    rows["repaired"] = {task: change.repaired for task, change in derived.changes.items()}
+    rows["summary"] = _summary(derived.changes)
+    return DerivedPatch(
+        tables={
+            IMAGES.config: derived.images,
+            "benchmark": derived.benchmark,
+            "benchmark_cd": derived.benchmark_cd,
+            "unassembled": derived.unassembled,
+        },
+        removed=[image.as_dict() for image in derived.removed],
+        rows=rows,
+        images_before=len(derived.index_map),
+        images_after=derived.images.num_rows,
+        problems=None if derived.validation.ok else derived.validation.summary(),
+        detail=derived,
+    )
+
+
+def write_patch(
+    parent: ParentRelease, images: ReleasedImages, record: dict[str, Any], derived: DerivedPatch
+) -> ReleaseResult:
+    """The patch `derive_patch` decided, written as the release `record` names."""
+    decided: XcmTakedown = derived.detail
+    return write_3xcm_patch(
+        parent,
+        images,
+        record,
+        decided.images,
+        decided.benchmark,
+        decided.benchmark_cd,
+        decided.unassembled,
+        decided.validation.summary(),
+        decided.reuse,
+    )
+
+
+def write_3xcm_patch(
+    parent: ParentRelease,
+    images: ReleasedImages,
+    record: dict[str, Any],
+    catalog: pa.Table,
+    benchmark: pa.Table,
+    benchmark_cd: pa.Table,
+    unassembled: pa.Table,
+    validation: str,
+    reuse: dict[str, Any],
+) -> ReleaseResult:
+    """The patch of a 3XCM release: `catalog` is its image_metadata without bytes (renumbered), whose images keep
+    the parent's released bytes."""
+    # The rows kept from the parent were chosen least-used over the parent's pool: the balance replay cannot hold.
+    checked = {"summary": validation, "balance_replayed": False}
+    provenance = patch_provenance(parent, record, reuse=reuse, validation=checked)
+    return write_3xcm_release(
+        parent.release_config(record["version"]),
+        None,  # type: ignore[arg-type]  # no blob store: the bytes are the parent's
+        catalog,
+        benchmark,
+        benchmark_cd,
+        unassembled,
+        provenance,
+        load_image=lambda meta: images.get(meta["image_id"]),  # type: ignore[arg-type,return-value]  # None: not embedded
+        changelog=render_changelog(provenance["takedowns"]),
+    )
+
+
+def _summary(changes: dict[str, TaskChange]) -> str:
+    parts = []
+    for task, change in changes.items():
+        repaired = f" ({', '.join(code_span(q) for q in change.repaired)})" if change.repaired else ""
+        parts.append(
+            f"{TASKS[task]}: {change.kept} kept as they were, {len(change.repaired)} given a new candidate for the "
+            f"removed one{repaired}, {len(change.dropped)} dropped (their query image was taken down), "
+            f"{len(change.unassembled)} moved to `unassembled` (no eligible candidate left)."
+        )
+    return (
+        " ".join(parts)
+        + " New candidates were chosen by the balanced assembler under the build's rules and seed. Kept rows keep "
+        "every column but their `*_index` values, which follow their images: `index_in_dataset` is a row position, "
+        "and the images after a removed one moved up. Each removed image is listed in `unassembled` with the reason "
+        "`taken_down` and `query_index` -1."
+    )
