@@ -70,4 +70,4 @@ lock:
 		--output-file requirements-labelstudio.lock
 
 clean:
-	rm -rf $(VENV) $(LS_VENV) workspace releases evaluations .prefect test-artifacts
+	rm -rf $(VENV) $(LS_VENV) workspace releases evaluations .prefect test-artifacts .site .mypy_cache

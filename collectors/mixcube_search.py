@@ -7,9 +7,9 @@ image is too small). The templates are ours, not the paper's (which gives none);
 person, a clear cultural marker) are not judged by a search engine, so the face stage checks the first and
 reviewers the second. Food names cannot come from a search: `food_label` stays empty for these rows.
 
-Every row records its provenance (README "Releases"): the engine, query, its language, region, 1-based rank, source
-page, image URL, licence filter and declared licence (`unknown` for a web hit) from the search, and the final URL,
-HTTP status, content type and retrieval time from the fetch.
+Every row records its provenance (docs/release-managers.md, "Image provenance"): the engine, query, its language,
+region, 1-based rank, source page, image URL, licence filter and declared licence (`unknown` for a web hit) from the
+search, and the final URL, HTTP status, content type and retrieval time from the fetch.
 """
 
 from __future__ import annotations

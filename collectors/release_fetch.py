@@ -122,7 +122,7 @@ def read_release(folder: Path, hf_features: bool = False) -> ReleaseImages:
     """The image table of the URL-only release `folder`; ReleaseReadError names the file and field that is wrong.
     `hf_features`: every column must also have an HF datasets feature (the image table is to be written)."""
     manifest = read_manifest(folder)
-    mode = manifest.data.get("mode", "images")
+    mode = manifest.model.mode
     if manifest.name not in IMAGE_CONFIGS:
         known = ", ".join(IMAGE_CONFIGS)
         raise FetchReleaseError(f"{folder / MANIFEST}: unknown benchmark {manifest.name!r} (known: {known})")

@@ -53,7 +53,8 @@ class SearchHit(BaseModel):
     title: str | None = None
     width: int | None = None
     height: int | None = None
-    # Provenance (README "Releases"): what the engine was asked with, and what the source declares.
+    # Provenance (docs/release-managers.md, "Image provenance"): what the engine was asked with, and what the
+    # source declares.
     region: str | None = None  # the region code the engine searched in; None when it has none (a local folder)
     license_filter: str | None = None  # the engine's licence filter (ddgs `license_image`); None when off
     license: str = UNKNOWN_LICENSE  # as the source declares it (a local manifest's `license` column)

@@ -7,10 +7,10 @@ An image's tags are the concepts it shows: its own, the tagger's, and those of e
 of it found under another concept (`curation/copies.py`), kept or not. A copy of a food picture filed under "dance"
 therefore shows food too, and is never a "not food" distractor.
 
-Each row carries its provenance (README "Releases"): the search hit's engine, query, region, rank, source page,
-licence filter and declared licence (`unknown` when the source declares none), and the fetch's final URL, HTTP status,
-content type and retrieval time. A local corpus's manifest may declare the image's web URL (published as `url`
-instead of the file's path) and its retrieval time, which then stands for the fetch's.
+Each row carries its provenance (docs/release-managers.md, "Image provenance"): the search hit's engine, query, region,
+rank, source page, licence filter and declared licence (`unknown` when the source declares none), and the fetch's final
+URL, HTTP status, content type and retrieval time. A local corpus's manifest may declare the image's web URL (published
+as `url` instead of the file's path) and its retrieval time, which then stands for the fetch's.
 """
 
 from __future__ import annotations

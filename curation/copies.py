@@ -3,8 +3,8 @@
 The near-duplicate dedup is scoped per concept (3XCM paper §3.2.1), so one picture found by the "food" query and
 by the "dance" query keeps a copy under each concept. Tags, though, belong to an image id: without this step the
 "dance" copy would carry no "food" tag, and the assembler could offer a byte-identical food picture as a "not food"
-distractor (README: no distractor carries the query concept). So every image gets the concepts of all its
-exact-byte and exact-pixel copies, across concepts, before assembly (`curation/catalog.py`).
+distractor (docs/researchers.md, "The benchmark rules": no distractor carries the query concept). So every image gets
+the concepts of all its exact-byte and exact-pixel copies, across concepts, before assembly (`curation/catalog.py`).
 
 Equal bytes are grouped by sha256. Equal pixels are only possible between images of the same size whose pHashes
 are within the decoder's rounding, so only those pairs are decoded in full (the same check as the dedup's

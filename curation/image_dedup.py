@@ -16,8 +16,8 @@ correlate at `chroma_unaligned_min` as they stand needs no alignment for this). 
 tier's merge threshold is merged automatically; a pair in the band between the merge and the
 review threshold goes to the review queue (Label Studio, App. J) and is kept apart until a person decides; pairs
 beyond the review threshold are not recorded. Where tiers disagree, the strongest decision wins (merge > review).
-The default thresholds come from the labelled corpus of perf/dedup_vs_imagededup (README, "Choosing the
-dedup thresholds").
+The default thresholds come from the labelled corpus of perf/dedup_vs_imagededup (docs/operators.md, "Choosing
+the dedup thresholds").
 
 Merged images are grouped with union-find. Each cluster keeps one image by this rule, in order:
   1. the highest resolution (width x height);

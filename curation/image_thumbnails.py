@@ -5,7 +5,8 @@ the full-size pixels nor the colour conversion are ever materialised: the luma p
 draft decode gives, and the chroma planes come almost free (the entropy decoding, which dominates, reads them
 anyway). Formats without a reduced decode (PNG, WebP, ...) are decoded in full. Plain 8-bit PNGs (RGB, RGBA,
 grey) are decoded by libpng through imagecodecs, which releases the GIL and decodes about a quarter faster than
-Pillow (perf/dedup_vs_imagededup, README); the pixels are the same, so every other PNG simply goes to Pillow.
+Pillow (perf/dedup_vs_imagededup, docs/performance.md); the pixels are the same, so every other PNG simply goes to
+Pillow.
 
 From that decode come: a 32x32 grey thumbnail for pHash, a 9x8 one for dHash, a 64x64 one for the aligned
 correlation (curation/image_align.py) and a 2x32x32 chroma thumbnail (Cb, Cr) for the colour check of aligned

@@ -1,10 +1,10 @@
 """The candidate rules of the RQ2 triplets and RQ3 sextets, written once for the assembler and the validator.
 
-3XCM paper §3.2.2 (RQ2) and §3.2.3 (RQ3), read more strictly than the released 3XCM (README): the correct and the
-irrelevant candidates never share the query's language group, and no distractor shows the query concept: none
-carries it among its tags, and none has the bytes (sha256) or the decoded pixels (pixel hash) of an image of the
-query concept. The tags already include the concepts of an image's copies (`curation/copies.py`); the hashes are
-checked again here, so the validator holds a release to the rule whatever its tags say.
+3XCM paper §3.2.2 (RQ2) and §3.2.3 (RQ3), read more strictly than the released 3XCM (docs/researchers.md, "The benchmark
+rules"): the correct and the irrelevant candidates never share the query's language group, and no distractor shows the
+query concept: none carries it among its tags, and none has the bytes (sha256) or the decoded pixels (pixel hash) of an
+image of the query concept. The tags already include the concepts of an image's copies (`curation/copies.py`); the
+hashes are checked again here, so the validator holds a release to the rule whatever its tags say.
 
 Each slot is declared, not coded: the images it draws from (one (concept, country) cell, a concept, a country, or
 all), the language groups it leaves out, and whether its candidates must not show the query concept. The same

@@ -1,8 +1,8 @@
 """Where each released image came from: the shared vocabulary of the provenance columns.
 
-Every image row of a release records its source (README "Releases", "Image provenance"): the search engine, query,
-region, language and rank; the source page and the image URL; the final URL after redirects; the retrieval time in
-UTC; the HTTP status and declared content type; the licence the source declares (`unknown` when it declares none)
+Every image row of a release records its source (docs/release-managers.md, "Image provenance"): the search engine,
+query, region, language and rank; the source page and the image URL; the final URL after redirects; the retrieval time
+in UTC; the HTTP status and declared content type; the licence the source declares (`unknown` when it declares none)
 and the licence filter the search used. This module holds what the collectors, the curation and the release cards
 share: the `unknown` licence, how a declared retrieval time is normalised, and the host an image URL names. The
 cards' licence and domain tables and their bar chart are `data/publish/sources.py`.

@@ -1,7 +1,7 @@
 """Explicit pyarrow schemas for every table the pipeline writes.
 
-Conventions (README, "Failures are rows"): collection tables carry `status` (ok | failed) and `error`
-(a short class such as `not_an_image`); decision tables carry `keep` and `reason`.
+Conventions (docs/operators.md, "How a build works": failures are rows): collection tables carry `status` (ok | failed)
+and `error` (a short class such as `not_an_image`); decision tables carry `keep` and `reason`.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ SEARCH_HITS = pa.schema(
         pa.field("status", pa.string(), nullable=False),
         pa.field("error", pa.string()),  # no_results | blocked | engine_error | ...
         pa.field("detail", pa.string()),
-        # Provenance (README "Releases"); null on failed rows.
+        # Provenance (docs/release-managers.md, "Image provenance"); null on failed rows.
         pa.field("region", pa.string()),  # the engine's region code (ddgs `region`); null when the searcher has none
         pa.field("license_filter", pa.string()),  # the engine's licence filter (ddgs `license_image`), null when off
         pa.field("license", pa.string()),  # as the source declares it (a local manifest's `license`), else `unknown`
@@ -305,8 +305,9 @@ RESYNTHESIS_REQUESTS = pa.schema(
     ]
 )
 
-#: Where an original came from (README "Releases"), on every MixCuBe original and, in the release, on its swaps.
-#: Null where it does not apply (no search for a labelled folder, no HTTP for a local file); `license` is always set.
+#: Where an original came from (docs/release-managers.md, "Image provenance"), on every MixCuBe original and, in the
+#: release, on its swaps. Null where it does not apply (no search for a labelled folder, no HTTP for a local file);
+#: `license` is always set.
 SOURCE_FIELDS: tuple[pa.Field, ...] = (
     pa.field("engine", pa.string()),  # the searcher (ddgs:duckduckgo, local); null when nothing was searched
     pa.field("query", pa.string()),
@@ -499,8 +500,9 @@ CATALOG = pa.schema(
 )
 
 #: The image_metadata stage's table: CATALOG (what the validator and the reassembler read), then the provenance columns
-#: CATALOG lacks (README "Releases"). CATALOG's `query`, `query_lang` (with `language_code`: the query's language is
-#: English for `eng`, the country's for `nav`), `rank`, `url` and `source_page` are the rest of an image's provenance.
+#: CATALOG lacks (docs/release-managers.md, "Image provenance"). CATALOG's `query`, `query_lang` (with
+#: `language_code`: the query's language is English for `eng`, the country's for `nav`), `rank`, `url` and
+#: `source_page` are the rest of an image's provenance.
 IMAGE_METADATA = pa.schema(
     [
         *CATALOG,

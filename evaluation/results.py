@@ -23,6 +23,8 @@ from data.publish.card import front_matter, markdown_table
 from data.publish.folder import ImmutableFolder, ReleaseResult
 from data.publish.format import MANIFEST, ReleaseReadError
 from data.publish.integrity import read_manifest
+from data.publish.json_file import read_json_object
+from data.publish.manifest import ResultManifest
 from data.publish.reader import Release
 from evaluation.figures import compare_png
 
@@ -77,7 +79,7 @@ def existing_result_conflict(
     if not (folder / MANIFEST).is_file():
         return f"{what} (it has no {MANIFEST}); {immutable}"
     try:
-        manifest = read_manifest(folder)
+        manifest = read_manifest(folder, ResultManifest)
         written = json.loads((folder / METRICS).read_text(encoding="utf-8"))
     except (ReleaseReadError, OSError, ValueError) as exc:
         return f"{what} (unreadable: {' '.join(str(exc).split())[:300]}); {immutable}"
@@ -86,8 +88,8 @@ def existing_result_conflict(
         label
         for label, same in (
             (f"not a {benchmark} evaluation ({manifest.name})", manifest.name == f"evaluation-{benchmark}"),
-            ("another release", manifest.data.get("release_manifest_sha256") == release.manifest_sha256),
-            ("another model", manifest.data.get("model") == model),
+            ("another release", manifest.model.release_manifest_sha256 == release.manifest_sha256),
+            ("another model", manifest.model.model == model),
             ("other settings", isinstance(written, dict) and written.get("settings") == expected),
         )
         if not same
@@ -134,7 +136,7 @@ def metrics_document(result: EvaluationResult) -> dict[str, Any]:
 def write_results(result: EvaluationResult, out: str) -> ReleaseResult:
     """Write the folder as an immutable folder (`data/publish/folder.py`): staged, published by one rename, never
     overwritten."""
-    writer = ImmutableFolder.at(out, f"evaluation-{result.benchmark}", result.release.version)
+    writer = ImmutableFolder.at(out, f"evaluation-{result.benchmark}", result.release.version, ResultManifest)
     writer.volatile = {CARD}  # it names the code version: the same numbers from a later commit are the same result
     try:
         writer.write_bytes(PER_QUERY, parquet_bytes(result.per_query))
@@ -304,21 +306,9 @@ def read_metrics(folder: str | Path) -> dict[str, Any]:
     path = Path(folder) / METRICS
     if not path.is_file():
         raise FileNotFoundError(f"{folder}: no {METRICS}; not an evaluation result folder")
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_METRICS_BYTES + 1)
-    except OSError as exc:
-        raise MetricsReadError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    if len(raw) > MAX_METRICS_BYTES:
-        raise MetricsReadError(f"{path}: larger than {MAX_METRICS_BYTES >> 20} MB; not an evaluation's {METRICS}")
-    try:
-        document = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise MetricsReadError(f"{path}: not UTF-8 text") from None
-    except (ValueError, RecursionError) as exc:
-        raise MetricsReadError(f"{path}: not valid JSON ({' '.join(str(exc).split())[:200]})") from None
-    if not isinstance(document, dict):
-        raise MetricsReadError(f"{path}: a JSON {type(document).__name__}, not an object")
+    document, _ = read_json_object(
+        path, MAX_METRICS_BYTES, error=MetricsReadError, too_big=f"not an evaluation's {METRICS}"
+    )
     _check_metrics(path, document)
     return document
 

@@ -17,7 +17,6 @@ weaker one.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +24,13 @@ import pyarrow as pa
 
 from curation.takedown import TakedownRequest
 from curation.validate import ValidationReport, Violation
-from data.publish.format import SEMVER, ReleaseReadError
+from data.publish.format import ReleaseReadError
 from data.publish.integrity import Manifest, read_manifest, verify_files, verify_image_bytes
+from data.publish.manifest import ReleaseManifest, TakedownRecord
 from flows import benchmarks
 
 
-def check_release(folder: Path) -> tuple[Manifest, ValidationReport]:
+def check_release(folder: Path) -> tuple[Manifest[ReleaseManifest], ValidationReport]:
     """The release's manifest and its report; ReleaseReadError when it is no readable release of a benchmark we
     know, or a table cannot be read."""
     manifest = read_manifest(folder)
@@ -48,7 +48,7 @@ def check_release(folder: Path) -> tuple[Manifest, ValidationReport]:
     validate = benchmark.validate_release
     if validate is None:
         raise ReleaseReadError(f"{folder}: no rule checker for {manifest.name}")
-    patch = declares_patch(manifest.data)
+    patch = declares_patch(manifest.model)
     report = validate(folder, patch)
     if patch:
         report.violations += replay_patch(manifest)
@@ -56,26 +56,25 @@ def check_release(folder: Path) -> tuple[Manifest, ValidationReport]:
     return manifest, report
 
 
-def declares_patch(manifest: dict[str, Any]) -> bool:
-    return "parent" in manifest or "takedowns" in manifest
+def declares_patch(manifest: ReleaseManifest) -> bool:
+    return bool({"parent", "takedowns"} & manifest.model_fields_set)
 
 
 def _violation(rule: str, detail: str) -> Violation:
     return Violation(table="manifest", row=None, rule=f"patch.{rule}", detail=detail)
 
 
-def replay_patch(manifest: Manifest) -> list[Violation]:
+def replay_patch(manifest: Manifest[ReleaseManifest]) -> list[Violation]:
     """A patch against its parent: the parent beside it, valid, the one the patch names (by its manifest's sha256),
     and the patch's tables exactly what taking the last takedown's request down from it gives."""
     from data.publish.patch import ParentRelease, PatchInputError
     from flows.takedown import derive_patch
 
-    parent, takedowns = manifest.data.get("parent"), manifest.data.get("takedowns")
-    if not isinstance(parent, dict) or not isinstance(takedowns, list) or not takedowns:
+    # The model checked the shapes (a semver parent version, takedown records); what is left is the replay.
+    parent, takedowns = manifest.model.parent, manifest.model.takedowns
+    if parent is None or not takedowns:
         return [_violation("manifest", "a patch names its parent ({version, manifest_sha256}) and its takedowns")]
-    version, record = parent.get("version"), takedowns[-1]
-    if not isinstance(version, str) or not re.match(SEMVER, version) or not isinstance(record, dict):
-        return [_violation("manifest", f"parent version {str(version)[:40]!r} or the last takedown is malformed")]
+    version, record = parent.version, takedowns[-1]
     folder = manifest.folder.parent / version
     if not (folder / "manifest.json").is_file():
         return [
@@ -91,17 +90,17 @@ def replay_patch(manifest: Manifest) -> list[Violation]:
         return [_violation("parent", f"the parent release cannot be read: {exc}")]
     if not parent_report.ok:
         return [_violation("parent", f"the parent release {version} is not valid: {parent_report.summary(3)}")]
-    if parent_manifest.sha256 != parent.get("manifest_sha256"):
+    if parent_manifest.sha256 != parent.manifest_sha256:
         return [_violation("parent", f"{folder}/manifest.json is not the parent manifest the patch names")]
-    if [*parent_manifest.data.get("takedowns", []), record] != takedowns:
+    if _dumped([*(parent_manifest.model.takedowns or []), record]) != _dumped(takedowns):
         return [_violation("manifest", "the patch's takedowns are not its parent's followed by its own")]
-    requested = record.get("requested")
-    if not isinstance(requested, dict) or not all(isinstance(v, list) for v in requested.values()):
+    requested = record.requested
+    if requested is None:
         return [_violation("manifest", "the last takedown has no `requested` image ids, sha256 and URLs")]
     request = TakedownRequest(
-        image_ids=tuple(map(str, requested.get("image_ids", []))),
-        sha256s=tuple(map(str, requested.get("sha256", []))),
-        urls=tuple(map(str, requested.get("urls", []))),
+        image_ids=tuple(requested.get("image_ids", [])),
+        sha256s=tuple(requested.get("sha256", [])),
+        urls=tuple(requested.get("urls", [])),
     )
     try:
         derived = derive_patch(ParentRelease.open(folder), request)
@@ -116,6 +115,10 @@ def replay_patch(manifest: Manifest) -> list[Violation]:
         for name, expected in derived.tables.items()
         if not _same_rows(_patch_table(patch, name), expected)
     ]
+
+
+def _dumped(records: list[TakedownRecord]) -> list[dict[str, Any]]:
+    return [r.model_dump(mode="json", exclude_unset=True) for r in records]
 
 
 def _patch_table(patch: Any, name: str) -> pa.Table | None:

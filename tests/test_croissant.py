@@ -35,6 +35,8 @@ from annotation.collect import ReviewPending
 from annotation.label_configs import DIFFERENT, SAME_SCENE
 from data.publish import croissant
 from data.publish.datasheet import HEADINGS, datasheet_section
+from data.publish.manifest import Provenance
+from data.publish.rai import RaiTexts
 from data.workspace import Workspace
 from flows.mixcube.release_facts import mixcube_facts
 
@@ -222,7 +224,7 @@ def test_the_3xcm_rai_fields_state_the_build_facts(releases: dict[str, Path]) ->
     doc, manifest = _doc(release), _manifest(release)
     images = _parquet(release, "image_metadata")
     triplets, sextets = _parquet(release, "benchmark"), _parquet(release, "benchmark_cd")
-    for name in croissant.RAI_FIELDS:
+    for name in RaiTexts.property_names():
         if name != "rai:dataCollectionTimeframe":
             assert _rai_text(doc, name), f"{name} is empty"
 
@@ -277,12 +279,12 @@ def test_a_human_synthesis_qa_round_is_reported_with_its_agreement(releases: dic
     stats = [
         {**s, "extra": {**s["extra"], "review": human}} if s["stage"] == "qa_r1" else s for s in manifest["stage_stats"]
     ]
-    facts = mixcube_facts("0.0.1", rows, {**manifest, "stage_stats": stats})
-    analysis = " ".join(facts.rai["rai:dataAnnotationAnalysis"])
+    facts = mixcube_facts("0.0.1", rows, Provenance.model_validate({**manifest, "stage_stats": stats}))
+    analysis = " ".join(facts.rai.data_annotation_analysis)
     assert "Synthesis QA round 1 (`label_studio`): 16 items, 15 decided" in analysis
     assert "Fleiss' kappa 0.3125 over 16 fully annotated items" in analysis
-    assert facts.rai["rai:dataAnnotationPlatform"] == ["Label Studio (`label_studio`: a server)."]
-    assert facts.rai["rai:annotationsPerItem"] == f"{manifest['config']['qa']['annotators']} per synthesis attempt."
+    assert facts.rai.data_annotation_platform == ["Label Studio (`label_studio`: a server)."]
+    assert facts.rai.annotations_per_item == f"{manifest['config']['qa']['annotators']} per synthesis attempt."
 
 
 @pytest.mark.parametrize("benchmark", ["3xcm", "mixcube"])
@@ -359,7 +361,7 @@ def test_several_shards_are_one_file_set_and_every_type_reads_back(tmp_path: Pat
         record_sets=(spec,),
         file_groups=(),
         composition=("5 things.",),
-        rai={"rai:dataCollection": "made up for a test"},
+        rai=RaiTexts(data_collection="made up for a test"),
     )
     doc = croissant.croissant_jsonld(facts, files)
     sets = [d for d in doc["distribution"] if d["@type"] == "cr:FileSet"]

@@ -13,7 +13,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SMALL_CONCEPTS, SMALL_COUNTRIES
 from fake_openai import FakeOpenAI, RecordedRequest, text_reply
 from typer.testing import CliRunner
 
@@ -24,29 +23,9 @@ from flows.cli import app
 ORIGINAL = "original"
 
 
-@pytest.fixture(scope="module")
-def releases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A small 3XCM demo release and a small MixCuBe demo release (2 cultures x 2 categories x 1 original)."""
-    from flows.mixcube.build import build_locally as build_mixcube
-    from flows.mixcube.config import BuildMixCubeConfig
-    from flows.xcm.build import build_locally as build_3xcm
-    from flows.xcm.config import Build3XCMConfig
-
-    root = tmp_path_factory.mktemp("evaluate-releases")
-    three = Build3XCMConfig.demo(
-        workspace_root=str(root / "ws3"),
-        countries=SMALL_COUNTRIES,
-        concepts={"include": SMALL_CONCEPTS},
-        demo_corpus={"countries": SMALL_COUNTRIES, "concepts": SMALL_CONCEPTS, "images_per_query": 2},
-        release={"root": str(root / "rel"), "version": "0.0.1"},
-    )
-    mix = BuildMixCubeConfig.demo(
-        workspace_root=str(root / "wsm"),
-        originals={"per_cell": 1, "cultures": ["South Korea", "UK"], "categories": ["Food", "Clothes"]},
-        release={"root": str(root / "rel"), "version": "0.0.1"},
-        shard_size=4,
-    )
-    return {"3xcm": Path(build_3xcm(three).release_path), "mixcube": Path(build_mixcube(mix).release_path)}
+@pytest.fixture
+def releases(small_releases: dict[str, Path]) -> dict[str, Path]:
+    return small_releases  # conftest's, built once per session
 
 
 def _release_rows(release: Path) -> list[dict]:

@@ -15,7 +15,7 @@ import s3fs
 from moto.server import ThreadedMotoServer
 from pydantic import ValidationError
 
-from data.publish.folder import ReleaseExistsError
+from data.publish.folder import ReleaseExistsError, ReleaseResult
 from data.publish.release import ReleaseConfig, ReleaseWriter
 from data.stage import stats_from_table
 from data.workspace import Storage, Workspace, sha256_bytes
@@ -32,6 +32,11 @@ def _write(root: str, version: str = "1.0.0", files: dict[str, bytes] = FILES) -
     return writer
 
 
+def _commit(writer: ReleaseWriter, **more: str) -> ReleaseResult:
+    """Commit with the least manifest the writer accepts: its name and version (`ReleaseManifest`)."""
+    return writer.commit({"name": writer.name, "version": writer.version, **more})
+
+
 def _tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -42,7 +47,7 @@ def test_a_version_that_appears_while_staging_is_never_written_into(tmp_path: Pa
     rival.mkdir(parents=True)
     (rival / "README.md").write_bytes(b"another card")
     with pytest.raises(ReleaseExistsError, match=r"README\.md"):
-        writer.commit({})
+        _commit(writer)
     assert _tree(rival) == {"README.md": b"another card"}  # nothing was moved into it
     assert not list((tmp_path / "x").glob(".staging-*"))
 
@@ -50,29 +55,29 @@ def test_a_version_that_appears_while_staging_is_never_written_into(tmp_path: Pa
 def test_an_identical_version_that_appears_while_staging_is_unchanged(tmp_path: Path) -> None:
     first = _write(str(tmp_path))
     second = _write(str(tmp_path))  # staged before the first one published
-    assert first.commit({"by": "first"}).status == "created"
-    result = second.commit({"by": "second"})
+    assert _commit(first, by="first").status == "created"
+    result = _commit(second, by="second")
     assert result.status == "unchanged" and result.manifest["by"] == "first"
     assert "a" in os.listdir(tmp_path / "x" / "1.0.0") and len(os.listdir(tmp_path / "x")) == 1
 
 
 def test_a_release_whose_files_were_replaced_on_disk_is_not_unchanged(tmp_path: Path) -> None:
     """The manifest still lists the old hashes; the bytes on disk are what counts."""
-    _write(str(tmp_path)).commit({})
+    _commit(_write(str(tmp_path)))
     (tmp_path / "x" / "1.0.0" / "a" / "data.parquet").write_bytes(b"other rows")
     with pytest.raises(ReleaseExistsError, match=r"a/data\.parquet"):
-        _write(str(tmp_path)).commit({})
+        _commit(_write(str(tmp_path)))
     (tmp_path / "x" / "1.0.0" / "a" / "data.parquet").write_bytes(b"rows")
     (tmp_path / "x" / "1.0.0" / "a" / "extra.parquet").write_bytes(b"slipped in")
     with pytest.raises(ReleaseExistsError, match=r"a/extra\.parquet"):
-        _write(str(tmp_path)).commit({})
+        _commit(_write(str(tmp_path)))
 
 
 def test_an_identical_rebuild_writes_nothing_under_the_release_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A read-only release root holding the identical version: the rebuild compares and succeeds."""
-    _write(str(tmp_path)).commit({})
+    _commit(_write(str(tmp_path)))
     before = _tree(tmp_path)
 
     def read_only(self: Storage, path: str, data: bytes) -> None:
@@ -80,7 +85,7 @@ def test_an_identical_rebuild_writes_nothing_under_the_release_root(
 
     monkeypatch.setattr(Storage, "write_bytes", read_only)
     writer = _write(str(tmp_path))
-    assert writer.commit({}).status == "unchanged"
+    assert _commit(writer).status == "unchanged"
     writer.abort()
     assert _tree(tmp_path) == before
 
@@ -167,11 +172,11 @@ def test_a_sharded_stage_sees_the_parts_other_processes_wrote_to_s3(bucket: str)
 
 def test_a_release_on_s3_is_published_once_and_compared_after(bucket: str) -> None:
     root = f"s3://{bucket}/releases"
-    assert _write(root).commit({"by": "first"}).status == "created"
+    assert _commit(_write(root), by="first").status == "created"
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     published = sorted(p.split("/x/1.0.0/", 1)[1] for p in fs.find(f"{bucket}/releases/x/1.0.0"))
     assert published == ["README.md", "a/data.parquet", "manifest.json"]
     assert not fs.exists(f"{bucket}/releases/x/1.0.0.publishing")  # the lock is gone
-    assert _write(root).commit({"by": "second"}).status == "unchanged"
+    assert _commit(_write(root), by="second").status == "unchanged"
     with pytest.raises(ReleaseExistsError, match=r"README\.md"):
-        _write(root, files={**FILES, "README.md": b"another card"}).commit({})
+        _commit(_write(root, files={**FILES, "README.md": b"another card"}))

@@ -207,6 +207,7 @@ def test_every_string_of_a_takedown_record_is_escaped_in_the_changelog() -> None
     """Ids, hashes, URLs, why, version, date, parent and the summary of an earlier takedown (read back from a
     parent's manifest, so anything) cannot open a tag, a link, a new line or a new table cell."""
     from data.publish.changelog import render_changelog
+    from data.publish.manifest import TakedownRecord
 
     hostile = "<img src=x onerror=alert(1)>\n<script>x</script> | `a` [y](javascript:z)"
     record = {
@@ -226,7 +227,7 @@ def test_every_string_of_a_takedown_record_is_escaped_in_the_changelog() -> None
         ],
         "rows": {"summary": hostile + " `kept <b>` and `open"},
     }
-    text = render_changelog([record])
+    text = render_changelog([TakedownRecord.model_validate(record)])
     prose = without_code_spans(text)
     assert "<" not in text and ">" not in text  # no tag, not even inside a code span
     assert not unescaped(prose, "[") and not unescaped(prose, "]")  # no link, no image

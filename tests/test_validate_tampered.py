@@ -14,7 +14,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SMALL_CONCEPTS, SMALL_COUNTRIES
 from release_tamper import rehash_manifest
 from typer.testing import CliRunner
 
@@ -27,28 +26,9 @@ def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(flows.cli.console, "width", 1000)
 
 
-@pytest.fixture(scope="module")
-def releases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from flows.mixcube.build import build_locally as build_mixcube
-    from flows.mixcube.config import BuildMixCubeConfig
-    from flows.xcm.build import build_locally as build_3xcm
-    from flows.xcm.config import Build3XCMConfig
-
-    root = tmp_path_factory.mktemp("validate-releases")
-    three = Build3XCMConfig.demo(
-        workspace_root=str(root / "ws3"),
-        countries=SMALL_COUNTRIES,
-        concepts={"include": SMALL_CONCEPTS},
-        demo_corpus={"countries": SMALL_COUNTRIES, "concepts": SMALL_CONCEPTS, "images_per_query": 2},
-        release={"root": str(root / "rel"), "version": "0.0.1"},
-    )
-    mix = BuildMixCubeConfig.demo(
-        workspace_root=str(root / "wsm"),
-        originals={"per_cell": 1, "cultures": ["South Korea", "UK"], "categories": ["Food", "Clothes"]},
-        release={"root": str(root / "rel"), "version": "0.0.1"},
-        shard_size=4,
-    )
-    return {"3xcm": Path(build_3xcm(three).release_path), "mixcube": Path(build_mixcube(mix).release_path)}
+@pytest.fixture
+def releases(small_releases: dict[str, Path]) -> dict[str, Path]:
+    return small_releases  # conftest's, built once per session
 
 
 def _copy(release: Path, tmp_path: Path) -> Path:
@@ -166,7 +146,18 @@ def test_a_manifest_field_switches_no_check_off(releases: dict[str, Path], tmp_p
     rows were not chosen least-used then validated. Now the patch must be replayed from its parent."""
     folder = _copy(releases["3xcm"], tmp_path)
     manifest = _manifest(folder)
-    manifest["takedowns"] = [{"version": manifest["version"], "removed": []}]
+    # A well-formed claim (a malformed one is refused when the manifest is read): the parent must be replayed.
+    manifest["parent"] = {"version": "0.0.9", "manifest_sha256": "0" * 64}
+    manifest["takedowns"] = [
+        {
+            "version": manifest["version"],
+            "parent": "0.0.9",
+            "date": "2026-05-01",
+            "reason": "x",
+            "rows": {"summary": "x"},
+            "removed": [],
+        }
+    ]
     _write_manifest(folder, manifest)
     code, output = _validate(folder)
     assert code == 1, output

@@ -8,9 +8,11 @@ own summaries, which hold code spans, by `markdown_prose`. None can open a tag, 
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from typing import Any
 
 from data.publish.card import markdown_table
+from data.publish.manifest import TakedownRecord
 from data.text_safety import markdown_text
 
 #: Inside a code span Markdown and HTML are not interpreted; these would end the span, the table cell or the line,
@@ -45,7 +47,7 @@ def markdown_prose(value: Any) -> str:
     return "".join(code_span(p) if i % 2 else _prose_text(p) for i, p in enumerate(parts)) + tail
 
 
-def render_changelog(takedowns: list[dict[str, Any]]) -> str:
+def render_changelog(takedowns: Sequence[TakedownRecord]) -> str:
     """The card's CHANGELOG: every takedown so far, the latest first. Every string in it came from a takedown
     request or a release (the earlier takedowns from the parent's manifest): each is escaped (`markdown_text`,
     `code_span`, `markdown_prose`), so none can open a tag, a link, a line or a table cell."""
@@ -53,22 +55,18 @@ def render_changelog(takedowns: list[dict[str, Any]]) -> str:
     for record in reversed(takedowns):
         removed = [
             {
-                "image id": _cell(image["image_id"]),
-                "sha256": _cell(image["sha256"]),
-                "URL": _cell(image["url"])
-                + (
-                    f" (final: {_cell(image['final_url'])})"
-                    if image.get("final_url") not in (None, image["url"])
-                    else ""
-                ),
-                "why": markdown_text(image["why"]),
+                "image id": _cell(image.image_id),
+                "sha256": _cell(image.sha256),
+                "URL": _cell(image.url)
+                + (f" (final: {_cell(image.final_url)})" if image.final_url not in (None, image.url) else ""),
+                "why": markdown_text(image.why),
             }
-            for image in record["removed"]
+            for image in record.removed
         ]
         parts.append(
-            f"\n### {markdown_text(record['version'])} ({markdown_text(record['date'])}, UTC)\n\n"
-            f"Taken down from {markdown_text(record['parent'])}. Reason: {markdown_text(record['reason'])}\n\n"
-            f"{markdown_table(removed)}\n{markdown_prose(record['rows']['summary'])}\n"
+            f"\n### {markdown_text(record.version)} ({markdown_text(record.date)}, UTC)\n\n"
+            f"Taken down from {markdown_text(record.parent)}. Reason: {markdown_text(record.reason)}\n\n"
+            f"{markdown_table(removed)}\n{markdown_prose(record.rows.summary)}\n"
         )
     parts.append(
         "\nThe sha256 and URLs of every removed image are on the denylist of the release root "

@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from data.publish.card import LICENSE
+from data.publish.rai import RaiTexts
 
 FILE = "croissant.json"
 CONFORMS_TO = ["http://mlcommons.org/croissant/1.1", "http://mlcommons.org/croissant/RAI/1.0"]
@@ -79,25 +80,6 @@ CONTEXT: dict[str, Any] = {
     "transform": "cr:transform",
 }
 
-#: The RAI properties every release states, in this order (the datasheet and the tests read the same list).
-RAI_FIELDS = (
-    "rai:dataCollection",
-    "rai:dataCollectionType",
-    "rai:dataCollectionTimeframe",
-    "rai:dataPreprocessingProtocol",
-    "rai:dataManipulationProtocol",
-    "rai:dataAnnotationProtocol",
-    "rai:dataAnnotationPlatform",
-    "rai:dataAnnotationAnalysis",
-    "rai:annotationsPerItem",
-    "rai:machineAnnotationTools",
-    "rai:personalSensitiveInformation",
-    "rai:dataBiases",
-    "rai:dataLimitations",
-    "rai:dataUseCases",
-    "rai:dataReleaseMaintenancePlan",
-)
-
 
 @dataclass(frozen=True)
 class RecordSetSpec:
@@ -141,7 +123,7 @@ class ReleaseFacts:
     record_sets: tuple[RecordSetSpec, ...]
     file_groups: tuple[FileGroup, ...]
     composition: tuple[str, ...]  # datasheet lines: what the rows are, per country and category
-    rai: dict[str, str | list[str]]
+    rai: RaiTexts
 
 
 # --- the JSON-LD ---------------------------------------------------------------------------------------------------
@@ -208,7 +190,7 @@ def croissant_jsonld(
         "distribution": distribution,
         "recordSet": record_sets,
     }
-    doc.update({key: value for key, value in facts.rai.items() if value not in (None, "", [])})
+    doc.update(facts.rai.as_jsonld())
     return doc
 
 

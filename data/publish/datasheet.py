@@ -16,32 +16,32 @@ HEADINGS = ("Motivation", "Composition", "Collection", "Preprocessing", "Uses", 
 def datasheet_section(facts: ReleaseFacts) -> str:
     """`## Datasheet` with the seven subsections, to append at the end of a card."""
     rai = facts.rai
-    timeframe = rai.get("rai:dataCollectionTimeframe")
+    timeframe = rai.data_collection_timeframe
     parts: dict[str, list[str | list[str]]] = {
         "Motivation": [facts.motivation],
         "Composition": [
             _bullets(facts.composition),
             "Personal and sensitive information:",
-            _bullets(rai.get("rai:personalSensitiveInformation")),
+            _bullets(rai.personal_sensitive_information),
         ],
         "Collection": [
-            str(rai.get("rai:dataCollection", "")),
-            "Collection type: " + "; ".join(_list(rai.get("rai:dataCollectionType"))) + ".",
+            str(rai.data_collection),
+            "Collection type: " + "; ".join(_list(rai.data_collection_type)) + ".",
             f"Timeframe: {timeframe}." if timeframe else "Timeframe: not recorded (see above).",
             "Annotation:",
-            _bullets([*_list(rai.get("rai:dataAnnotationProtocol")), *_list(rai.get("rai:dataAnnotationAnalysis"))]),
-            "Annotation platform: " + " ".join(_list(rai.get("rai:dataAnnotationPlatform"))),
+            _bullets([*_list(rai.data_annotation_protocol), *_list(rai.data_annotation_analysis)]),
+            "Annotation platform: " + " ".join(_list(rai.data_annotation_platform)),
         ],
         "Preprocessing": [
-            _bullets(rai.get("rai:dataPreprocessingProtocol")),
-            f"Manipulation: {rai.get('rai:dataManipulationProtocol', 'none recorded')}",
+            _bullets(rai.data_preprocessing_protocol),
+            f"Manipulation: {rai.data_manipulation_protocol}",
         ],
         "Uses": [
-            _bullets(rai.get("rai:dataUseCases")),
+            _bullets(rai.data_use_cases),
             "Biases:",
-            _bullets(rai.get("rai:dataBiases")),
+            _bullets(rai.data_biases),
             "Limitations:",
-            _bullets(rai.get("rai:dataLimitations")),
+            _bullets(rai.data_limitations),
         ],
         "Distribution": [
             f"Licence: {LICENSE_URLS.get(LICENSE, LICENSE)}. Record sets (Parquet and CSV; every file's sha256 is "
@@ -50,7 +50,7 @@ def datasheet_section(facts: ReleaseFacts) -> str:
             f"`{FILE}` describes them in Croissant 1.1 with the RAI vocabulary; "
             f'`mlcroissant.Dataset(jsonld="{FILE}").records(record_set=...)` reads them.',
         ],
-        "Maintenance": [str(rai.get("rai:dataReleaseMaintenancePlan", ""))],
+        "Maintenance": [str(rai.data_release_maintenance_plan)],
     }
     body = "".join(f"\n### {heading}\n\n" + _blocks(parts[heading]) for heading in HEADINGS)
     return f"\n## Datasheet\n{body}"

@@ -19,7 +19,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from data.publish.format import MANIFEST
+from data.publish.manifest import validated
 from data.workspace import Storage, fsync_dir, sha256_bytes
 
 
@@ -42,8 +45,11 @@ class ReleaseResult:
 class ImmutableFolder:
     """Writes the folder `final` of `storage`; `name` and `version` are how messages and the result name it."""
 
-    def __init__(self, storage: Storage, final: str, name: str, version: str) -> None:
+    def __init__(
+        self, storage: Storage, final: str, name: str, version: str, schema: type[BaseModel] | None = None
+    ) -> None:
         self.storage = storage
+        self.schema = schema  # the model its manifest must validate through before it is written
         self.final = final
         self.name = name
         self.version = version
@@ -58,11 +64,11 @@ class ImmutableFolder:
         self.compare_only = self.storage.exists(self.final)
 
     @classmethod
-    def at(cls, folder: str, name: str, version: str) -> ImmutableFolder:
+    def at(cls, folder: str, name: str, version: str, schema: type[BaseModel] | None = None) -> ImmutableFolder:
         """Exactly the folder `folder` (a path or an fsspec URL)."""
         parent, _, leaf = folder.rstrip("/").rpartition("/")
         storage = Storage(parent or ".")
-        return cls(storage, storage.path(leaf), name, version)
+        return cls(storage, storage.path(leaf), name, version, schema)
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         if not self.compare_only:
@@ -77,6 +83,8 @@ class ImmutableFolder:
             **manifest,
             "files": {k: {"sha256": v, "bytes": self.sizes[k]} for k, v in sorted(self.files.items())},
         }
+        if self.schema is not None:
+            validated(self.schema, manifest)  # ManifestError: a malformed manifest is never published (nor compared)
         if not self.compare_only:
             self.storage.write_json(f"{self.staging}/{MANIFEST}", manifest)
             if self._publish():

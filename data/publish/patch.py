@@ -36,6 +36,7 @@ from data.provenance import code_version
 from data.publish.format import IMAGE_CONFIGS, MANIFEST, SEMVER, ImageConfig
 from data.publish.images import ReleasedImages
 from data.publish.integrity import read_manifest
+from data.publish.manifest import ReleaseManifest
 from data.publish.reader import read_parquet_files
 from data.publish.release import ReleaseConfig
 
@@ -106,14 +107,15 @@ def is_patch(folder: Path) -> bool:
 @dataclass
 class ParentRelease:
     folder: Path  # <root>/<benchmark>/<version>
-    manifest: dict[str, Any]
+    manifest: ReleaseManifest
     sha256: str | None = field(default=None, repr=False)  # of manifest.json as read
 
     @classmethod
     def open(cls, folder: Path, known: Collection[str] | None = None) -> ParentRelease:
-        """The release at `folder`, its manifest read strictly (`read_manifest`: UTF-8 JSON, an object, a plain name
-        and a semver version; ReleaseReadError names the file and field). PatchInputError for a benchmark outside
-        `known` (the benchmarks takedown knows; None: any), or a folder that is not <release root>/<name>/<version>."""
+        """The release at `folder`, its manifest read strictly (`read_manifest`: UTF-8 JSON, validated through
+        `ReleaseManifest`, earlier takedowns included; ReleaseReadError names the file and field). PatchInputError
+        for a benchmark outside `known` (the benchmarks takedown knows; None: any), or a folder that is not
+        <release root>/<name>/<version>."""
         read = read_manifest(folder)
         path, name, version = folder / MANIFEST, read.name, read.version
         if known is not None and name not in known:
@@ -123,18 +125,15 @@ class ParentRelease:
                 f"{folder}: a release lives in <release root>/{name}/{version}/, where its patch and "
                 "the denylist later builds read are written; move it there first"
             )
-        problem = _shape_problem(read.data)
-        if problem:
-            raise PatchInputError(f"{path}: {problem}; not a manifest culturebench wrote")
-        return cls(folder, read.data, read.sha256)
+        return cls(folder, read.model, read.sha256)
 
     @property
     def name(self) -> str:
-        return str(self.manifest["name"])
+        return self.manifest.name
 
     @property
     def version(self) -> str:
-        return str(self.manifest["version"])
+        return self.manifest.version
 
     @property
     def root(self) -> str:
@@ -161,10 +160,10 @@ class ParentRelease:
     def release_config(self, version: str) -> ReleaseConfig:
         """The parent's shard settings (its released config), this root, the new version; the parent's mode as its
         manifest records it (a URL-only release's patch is URL-only)."""
-        released = self.manifest.get("config", {}).get("release", {})
+        released = self.manifest.config.get("release", {})
         fields = {k: v for k, v in released.items() if k in ReleaseConfig.model_fields and k not in ("root", "version")}
-        if self.manifest.get("mode") in ("images", "urls"):
-            fields["mode"] = self.manifest["mode"]
+        if "mode" in self.manifest.model_fields_set:
+            fields["mode"] = self.manifest.mode
         try:
             return ReleaseConfig(root=self.root, version=version, **fields)
         except ValidationError as exc:
@@ -174,38 +173,10 @@ class ParentRelease:
             ) from None
 
     def provenance(self) -> dict[str, Any]:
-        """The parent build's provenance, as its manifest states it."""
-        return {k: v for k, v in self.manifest.items() if k not in _OWN_KEYS}
-
-
-_RECORD_TEXTS = ("version", "parent", "date", "reason")
-_REMOVED_KEYS = ("image_id", "sha256", "url", "why")
-
-
-def _shape_problem(manifest: dict[str, Any]) -> str | None:
-    """What a patch reads from its parent's manifest beyond `read_manifest`'s fields, in the shape it reads it: the
-    build's settings, seeds and earlier takedowns (rendered into the patch's card). None when all is well. What a
-    benchmark's own derivation reads besides (3XCM: its assembly settings) it checks itself."""
-    for key in ("config", "seeds"):
-        if not isinstance(manifest.get(key, {}), dict):
-            return f"field {key!r} must be an object"
-    if not isinstance(manifest.get("config", {}).get("release", {}), dict):
-        return "field 'config.release' must be an object"
-    takedowns = manifest.get("takedowns", [])
-    if not isinstance(takedowns, list):
-        return "field 'takedowns' must be a list"
-    for i, record in enumerate(takedowns):
-        fine = (
-            isinstance(record, dict)
-            and all(isinstance(record.get(k), str) for k in _RECORD_TEXTS)
-            and isinstance(record.get("rows"), dict)
-            and isinstance(record["rows"].get("summary"), str)
-            and isinstance(record.get("removed"), list)
-            and all(isinstance(image, dict) and all(k in image for k in _REMOVED_KEYS) for image in record["removed"])
-        )
-        if not fine:
-            return f"field 'takedowns[{i}]' is not a takedown record"
-    return None
+        """The parent build's provenance, as its manifest states it (the model gives back what it read: the tests
+        check it on every manifest a build writes)."""
+        stated = self.manifest.model_dump(mode="json", exclude_unset=True)
+        return {k: v for k, v in stated.items() if k not in _OWN_KEYS}
 
 
 # -- what a benchmark's derivation gives ------------------------------------------------------------------------------
@@ -258,7 +229,10 @@ def patch_provenance(parent: ParentRelease, record: dict[str, Any], **more: Any)
         **parent.provenance(),
         **more,
         "parent": {"version": parent.version, "manifest_sha256": parent.manifest_sha256()},
-        "takedowns": [*parent.manifest.get("takedowns", []), record],
+        "takedowns": [
+            *(t.model_dump(mode="json", exclude_unset=True) for t in parent.manifest.takedowns or []),
+            record,
+        ],
     }
 
 

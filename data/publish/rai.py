@@ -12,8 +12,50 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
 
+from data.publish.manifest import Provenance
 from data.review_labels import AUTO_ACCEPT
+
+Text = str | list[str]
+
+
+class RaiTexts(BaseModel):
+    """The RAI properties every release states (Croissant's RAI vocabulary), in this order: `croissant.json` writes
+    them by their `rai:` names (`as_jsonld`), the datasheet reads the same fields. Each benchmark's facts fill every
+    one; an empty text is left out of `croissant.json`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data_collection: Text = ""
+    data_collection_type: Text = ""
+    data_collection_timeframe: Text = ""
+    data_preprocessing_protocol: Text = ""
+    data_manipulation_protocol: Text = ""
+    data_annotation_protocol: Text = ""
+    data_annotation_platform: Text = ""
+    data_annotation_analysis: Text = ""
+    annotations_per_item: Text = ""
+    machine_annotation_tools: Text = ""
+    personal_sensitive_information: Text = ""
+    data_biases: Text = ""
+    data_limitations: Text = ""
+    data_use_cases: Text = ""
+    data_release_maintenance_plan: Text = ""
+
+    @staticmethod
+    def property_name(field: str) -> str:
+        """`data_collection` -> `rai:dataCollection`."""
+        return f"rai:{to_camel(field)}"
+
+    @classmethod
+    def property_names(cls) -> tuple[str, ...]:
+        return tuple(cls.property_name(field) for field in cls.model_fields)
+
+    def as_jsonld(self) -> dict[str, Text]:
+        """The properties by their `rai:` names, in field order, the empty ones left out."""
+        return {self.property_name(k): v for k, v in self.model_dump().items() if v not in ("", [])}
 
 
 def source_lines(table: pa.Table, what: str) -> tuple[str, str]:
@@ -33,9 +75,9 @@ def source_lines(table: pa.Table, what: str) -> tuple[str, str]:
     return " ".join(parts), limitation
 
 
-def stage_stats(provenance: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def stage_stats(provenance: Provenance) -> dict[str, dict[str, Any]]:
     """The manifest's `stage_stats`, by stage."""
-    return {s["stage"]: s for s in provenance.get("stage_stats", [])}
+    return {s["stage"]: s for s in provenance.stage_stats}
 
 
 def reason_counts(reasons: Mapping[str, int]) -> str:
@@ -108,9 +150,9 @@ def maintenance_plan(benchmark: str, version: str) -> str:
     )
 
 
-def deviation_lines(provenance: Mapping[str, Any]) -> list[str]:
+def deviation_lines(provenance: Provenance) -> list[str]:
     """The build's deviations from the paper (`deviations` in the manifest) as RAI limitations."""
-    deviations = list(provenance.get("deviations", []))
+    deviations = list(provenance.deviations)
     if not deviations:
         return ["Every stage ran on the paper's backend with the paper's settings."]
     return [f"Differs from the paper: {d}" for d in deviations]

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,6 +17,7 @@ import pyarrow.parquet as pq
 from data.publish.format import MANIFEST, ReleaseReadError
 from data.publish.images import ReleasedImages
 from data.publish.integrity import ReleaseIntegrityError, read_manifest, verified
+from data.publish.manifest import ReleaseManifest
 
 
 def read_parquet_files(files: list[Path], columns: list[str] | None = None) -> pa.Table:
@@ -60,13 +60,13 @@ class Release:
     name: str
     version: str
     manifest_sha256: str
-    manifest: dict[str, Any]
+    manifest: ReleaseManifest
 
     @classmethod
     def open(cls, path: str | Path) -> Release:
         """The folder's identity from its manifest, read strictly; ReleaseReadError names the file and the field."""
         manifest = read_manifest(Path(path))
-        return cls(manifest.folder, manifest.name, manifest.version, manifest.sha256, manifest.data)
+        return cls(manifest.folder, manifest.name, manifest.version, manifest.sha256, manifest.model)
 
     def verify(self, configs: Iterable[str]) -> None:
         """The files of `configs` (folders of Parquet parts) are those the manifest lists, byte for byte, and the

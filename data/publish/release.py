@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from data.publish.folder import ImmutableFolder
 from data.publish.format import SEMVER
+from data.publish.manifest import ReleaseManifest
 from data.publish.shards import ImageRow, ShardLimits, write_image_shards
 from data.publish.tables import write_csv, write_table
 from data.workspace import Storage
@@ -37,7 +38,7 @@ class ReleaseWriter(ImmutableFolder):
 
     def __init__(self, config: ReleaseConfig, name: str) -> None:
         storage = Storage(config.root)
-        super().__init__(storage, storage.path(name, config.version), name, config.version)
+        super().__init__(storage, storage.path(name, config.version), name, config.version, ReleaseManifest)
         self.config = config
 
     def write_table(self, config_name: str, table: pa.Table, split: str = "train") -> str:

@@ -2,7 +2,8 @@
 
 The defaults are the embedded backends (Haar faces, ellipse masks, the placeholder inpainter, offline review files)
 except the automatic filter, which is BRISQUE as in the paper (App. A.6) and needs its weights file; the demo
-switches it off. A production config names YuNet, SAM and SDXL with their weights (see README).
+switches it off. A production config names YuNet, SAM and SDXL with their weights (docs/operators.md, "The MixCuBe
+build").
 """
 
 from __future__ import annotations

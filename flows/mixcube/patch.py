@@ -14,6 +14,7 @@ from data import reference
 from data.publish.changelog import code_span, render_changelog
 from data.publish.folder import ReleaseResult
 from data.publish.images import ReleasedImages
+from data.publish.manifest import Provenance, validated
 from data.publish.patch import DerivedPatch, ParentRelease, PatchInputError, patch_provenance
 from data.schemas import MIXCUBE_ROWS
 from flows.mixcube.release import IMAGES, write_mixcube_release
@@ -56,15 +57,15 @@ def write_mixcube_patch(
         _ReleasedBlobs(parent, images),
         rows.select([n for n in (*MIXCUBE_ROWS.names, "phash") if n in rows.column_names]),  # a URL-only parent's
         provenance,
-        changelog=render_changelog(provenance["takedowns"]),
+        changelog=render_changelog(validated(Provenance, provenance).takedowns or []),
     )
 
 
 def cells_below_target(parent: ParentRelease, rows: pa.Table) -> list[dict[str, Any]]:
     """The culture x category cells short of the build's target, counted again over the patch's originals: the
     parent's short cells in their order, then cells the takedown took below the target."""
-    short = parent.manifest.get("cells_below_target", [])
-    target = parent.manifest.get("config", {}).get("target_per_cell") or (short[0]["target"] if short else None)
+    short = parent.manifest.cells_below_target
+    target = parent.manifest.config.get("target_per_cell") or (short[0]["target"] if short else None)
     if target is None:
         return list(short)
     originals = [

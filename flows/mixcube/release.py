@@ -22,6 +22,7 @@ from data.publish.card import auto_accept_notice, deviations_section, front_matt
 from data.publish.datasheet import datasheet_section
 from data.publish.folder import ReleaseResult
 from data.publish.format import ImageConfig
+from data.publish.manifest import Provenance, validated
 from data.publish.release import ReleaseConfig, ReleaseWriter
 from data.publish.shards import BlobSource, ImageRow, to_release_jpeg
 from data.publish.sources import DOMAINS_FIGURE, domains_png, sources_section
@@ -71,6 +72,7 @@ def write_mixcube_release(
     A URL-only release (`config.mode` `urls`) keeps the bytes of the swaps (we made them; they have no URL) and
     publishes each original by its `url`, `sha256` and `phash` (a column `rows` must have), with a null `image`;
     it has no WebDataset tars and no before/after grid (the grid shows the originals)."""
+    stated = validated(Provenance, provenance)  # the card and facts read it typed; the manifest writes `provenance`
     writer = ReleaseWriter(config, NAME)
     urls = config.mode == "urls"
     if urls and "phash" not in rows.column_names:
@@ -102,10 +104,10 @@ def write_mixcube_release(
             writer.write_bytes(GRID, before_after_grid(rows, blobs.get))
         writer.write_bytes(DOMAINS_FIGURE, domains_png(_originals(rows)["url"].to_pylist(), "originals"))
         # After the data files (their hashes go into it), before the card (its datasheet states the same facts).
-        facts = mixcube_facts(config.version, rows, provenance, mode=config.mode)
+        facts = mixcube_facts(config.version, rows, stated, mode=config.mode)
         jsonld = croissant.croissant_jsonld(facts, writer.files, writer.sizes)
         writer.write_bytes(croissant.FILE, croissant.to_bytes(jsonld))
-        card = render_card(rows, shards, provenance, config.version, config.mode)
+        card = render_card(rows, shards, stated, config.version, config.mode)
         writer.write_bytes("README.md", (card + datasheet_section(facts) + changelog).encode())
         return writer.commit({"name": NAME, "version": config.version, **provenance, "mode": config.mode})
     except BaseException:
@@ -114,14 +116,14 @@ def write_mixcube_release(
 
 
 def render_card(
-    rows: pa.Table, shards: dict[str, list[str]], provenance: dict[str, Any], version: str, mode: str = "images"
+    rows: pa.Table, shards: dict[str, list[str]], provenance: Provenance, version: str, mode: str = "images"
 ) -> str:
     configs: list[dict[str, Any]] = [
         {"config_name": "default", "default": True, "data_files": [{"split": "train", "path": "default/train-*"}]}
     ]
     head = front_matter(configs, pretty_name="MixCuBe (culturebench build)", tags=["cultural-bias", "inpainting"])
     placeholders = sum(rows["placeholder"].to_pylist())
-    demo = bool(provenance.get("demo"))
+    demo = provenance.demo
     warnings = []
     if demo:
         warnings.append(
@@ -137,7 +139,7 @@ def render_card(
     notice = auto_accept_notice("synthesized images") if reviewers.get("auto_accept") else ""
     cells = Counter(zip(rows["country"].to_pylist(), rows["category"].to_pylist(), strict=True))
     cell_rows = [{"country": c, "category": k, "images": n} for (c, k), n in sorted(cells.items())]
-    incomplete = provenance.get("incomplete", [])
+    incomplete = provenance.incomplete
     body = f"""
 # MixCuBe, culturebench build {version}
 
@@ -145,7 +147,7 @@ def render_card(
 Each original photo of food, a festival or clothing is followed by four copies in which the people were inpainted
 into another ethnicity (African, Caucasian, East Asian, South Asian), following *When Tom Eats Kimchi* (MixCuBe).
 
-{deviations_section(provenance.get("deviations", []))}
+{deviations_section(provenance.deviations)}
 
 Columns: `country` (adjective), `category`, `ethnicity` (`original` or the swap), `image`, then `sample_id`,
 `original_id`, `attempt_id`, `mask_sha256` (the mask is `masks/<sha256>.png`), `prompt`, `seed`, `model_id`,
@@ -188,19 +190,19 @@ def _sources(rows: pa.Table) -> str:
     return sources_section(originals["license"].to_pylist(), originals["url"].to_pylist(), "originals", note)
 
 
-def _losses(provenance: dict[str, Any]) -> str:
+def _losses(provenance: Provenance) -> str:
     """Where originals and swaps were lost, by stage and reason (from the build's provenance)."""
     lines = [
         f"* dropped at `{stage}`: " + ", ".join(f"{reason} {n}" for reason, n in sorted(reasons.items()))
-        for stage, reasons in provenance.get("dropped_before_synthesis", {}).items()
+        for stage, reasons in provenance.dropped_before_synthesis.items()
     ]
-    left = provenance.get("left_over_by_outcome", {})
+    left = provenance.left_over_by_outcome
     if left:
         lines.append(
             "* swaps never accepted, by their last outcome: "
             + ", ".join(f"{outcome} {n}" for outcome, n in sorted(left.items()))
         )
-    short = provenance.get("cells_below_target", [])
+    short = provenance.cells_below_target
     if short:
         lines.append(
             f"* cells short of {short[0]['target']} originals: "

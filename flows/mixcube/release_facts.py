@@ -7,13 +7,13 @@ Pure (`data/publish/croissant.py` turns the facts into JSON-LD): an identical re
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
 
 import pyarrow as pa
 
 from data.publish.croissant import CSV, PNG, TAR, FileGroup, RecordSetSpec, ReleaseFacts, collection_timeframe
+from data.publish.manifest import Provenance
 from data.publish.rai import (
+    RaiTexts,
     counts,
     deviation_lines,
     maintenance_plan,
@@ -67,12 +67,12 @@ MIXCUBE_COLUMNS = {
 }
 
 
-def mixcube_facts(version: str, rows: pa.Table, provenance: Mapping[str, Any], mode: str = "images") -> ReleaseFacts:
+def mixcube_facts(version: str, rows: pa.Table, provenance: Provenance, mode: str = "images") -> ReleaseFacts:
     """The facts of a MixCuBe release: `rows` is the `default` config without the image column. In a URL-only
     release (`mode` `urls`) only the swaps carry bytes; an original is its `url`, `sha256` and `phash`."""
-    stats, backends = stage_stats(provenance), provenance.get("backends", {})
-    config, models = provenance.get("config", {}), provenance.get("models", {})
-    demo = bool(provenance.get("demo"))
+    stats, backends = stage_stats(provenance), provenance.backends
+    config, models = provenance.config, provenance.models
+    demo = provenance.demo
     n = rows.num_rows
     ethnicity = Counter(rows["ethnicity"].to_pylist())
     originals = ethnicity.get("original", 0)
@@ -93,9 +93,9 @@ def mixcube_facts(version: str, rows: pa.Table, provenance: Mapping[str, Any], m
     qa_rounds = sorted((s for s in stats.values() if s["stage"].startswith("qa_")), key=lambda s: int(s["stage"][4:]))
     synthesis = [s for s in stats.values() if s["stage"].startswith("synthesis_")]
     attempts = sum(s.get("rows_in", 0) for s in synthesis)
-    incomplete = provenance.get("incomplete", [])
-    left = provenance.get("left_over_by_outcome", {})
-    short = provenance.get("cells_below_target", [])
+    incomplete = provenance.incomplete
+    left = provenance.left_over_by_outcome
+    short = provenance.cells_below_target
     originals_backend = backends.get("originals", "?")
     demo_note = (
         "This is a demonstration build: the originals are composed from a stock portrait, not collected photos."
@@ -248,25 +248,25 @@ def mixcube_facts(version: str, rows: pa.Table, provenance: Mapping[str, Any], m
         f"Inpainting: {', '.join(models.get('inpaint', [])) or 'none'}.",
         f"BRISQUE: `{backends.get('brisque', '?')}`; CLIP: `{backends.get('clip', '?')}`.",
     ]
-    rai: dict[str, str | list[str]] = {
-        "rai:dataCollection": collection,
-        "rai:dataCollectionType": collection_type,
-        "rai:dataCollectionTimeframe": timeframe or "",
-        "rai:dataPreprocessingProtocol": preprocessing,
-        "rai:dataManipulationProtocol": manipulation,
-        "rai:dataAnnotationProtocol": annotation_protocol,
-        "rai:dataAnnotationPlatform": platforms(sorted(set(round_reviewers)) or [AUTO_ACCEPT]),
-        "rai:dataAnnotationAnalysis": analysis,
-        "rai:annotationsPerItem": (
+    rai = RaiTexts(
+        data_collection=collection,
+        data_collection_type=collection_type,
+        data_collection_timeframe=timeframe or "",
+        data_preprocessing_protocol=preprocessing,
+        data_manipulation_protocol=manipulation,
+        data_annotation_protocol=annotation_protocol,
+        data_annotation_platform=platforms(sorted(set(round_reviewers)) or [AUTO_ACCEPT]),
+        data_annotation_analysis=analysis,
+        annotations_per_item=(
             "0: no human labels (auto-accept)." if not human else f"{annotators} per synthesis attempt."
         ),
-        "rai:machineAnnotationTools": tools,
-        "rai:personalSensitiveInformation": sensitive,
-        "rai:dataBiases": biases,
-        "rai:dataLimitations": [line for line in limitations if line],
-        "rai:dataUseCases": uses,
-        "rai:dataReleaseMaintenancePlan": maintenance_plan("mixcube", version),
-    }
+        machine_annotation_tools=tools,
+        personal_sensitive_information=sensitive,
+        data_biases=biases,
+        data_limitations=[line for line in limitations if line],
+        data_use_cases=uses,
+        data_release_maintenance_plan=maintenance_plan("mixcube", version),
+    )
     labels_schema = pa.schema([pa.field("image_file", pa.string()), pa.field("label", pa.string())])
     demo_suffix = f" {demo_note}" if demo else ""
     return ReleaseFacts(
@@ -276,7 +276,7 @@ def mixcube_facts(version: str, rows: pa.Table, provenance: Mapping[str, Any], m
         description=(
             f"{originals} photos of food, festivals and clothing from {len(cultures)} cultures, each followed by "
             f"{len(ethnicity) - 1} copies whose people were inpainted into another ethnicity ({n} images), following "
-            f"When Tom Eats Kimchi (MixCuBe). culturebench build {provenance.get('build_id', '?')}.{demo_suffix}"
+            f"When Tom Eats Kimchi (MixCuBe). culturebench build {provenance.build_id or '?'}.{demo_suffix}"
         ),
         motivation=(
             "MixCuBe measures whether vision-language models recognize a culture (its food, festivals and clothing) "
@@ -286,7 +286,7 @@ def mixcube_facts(version: str, rows: pa.Table, provenance: Mapping[str, Any], m
         keywords=("cultural bias", "inpainting", "vision-language models", "MixCuBe"),
         cite_as=(
             "Cite the paper that defines the benchmark, When Tom Eats Kimchi (MixCuBe), and this release as: "
-            f"MixCuBe, culturebench build {version} (build id {provenance.get('build_id', '?')})."
+            f"MixCuBe, culturebench build {version} (build id {provenance.build_id or '?'})."
         ),
         languages=("en",),
         record_sets=(

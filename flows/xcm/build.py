@@ -87,7 +87,8 @@ def release(build: Build[Build3XCMConfig]) -> ReleaseResult:
     if not report.ok:
         raise BuildValidationError(f"the tables to release break the benchmark rules:\n{report.summary()}")
     images = tables.images
-    if config.release.mode == "urls":  # each image is named by its URL, sha256 and pHash (README "Releases")
+    # Each image is named by its URL, sha256 and pHash (docs/release-managers.md, "URL-only releases").
+    if config.release.mode == "urls":
         hashes = ws.read_table("image_hashes").select(["sha256", "phash"]).to_pylist()
         images = with_phash(images, {h["sha256"]: h["phash"] for h in hashes})
     return write_3xcm_release(

@@ -14,6 +14,7 @@ from data.publish.changelog import code_span, render_changelog
 from data.publish.folder import ReleaseResult
 from data.publish.format import MANIFEST
 from data.publish.images import ReleasedImages
+from data.publish.manifest import Provenance, ReleaseManifest, validated
 from data.publish.patch import DerivedPatch, ParentRelease, PatchInputError, patch_provenance
 from data.schemas import UNASSEMBLED
 from flows.xcm.release import IMAGES, write_3xcm_release
@@ -21,13 +22,11 @@ from flows.xcm.release import IMAGES, write_3xcm_release
 TASKS = {"rq2": "RQ2 triplets", "rq3": "RQ3 sextets"}
 
 
-def _assembly_problem(manifest: dict[str, Any]) -> str | None:
-    """What the derivation reads of the parent's assembly (its settings and seed), in the shape it reads it."""
-    if not isinstance(manifest.get("config", {}).get("assembly", {}), dict):
+def _assembly_problem(manifest: ReleaseManifest) -> str | None:
+    """What the derivation reads of the parent's assembly settings, in the shape it reads it (its seed is typed by
+    the model: `seeds` holds integers)."""
+    if not isinstance(manifest.config.get("assembly", {}), dict):
         return "field 'config.assembly' must be an object"
-    seed = manifest.get("seeds", {}).get("assembly")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        return "field 'seeds.assembly' must be an integer"
     return None
 
 
@@ -39,14 +38,14 @@ def derive_patch(parent: ParentRelease, request: TakedownRequest, images: Releas
     if problem:
         raise PatchInputError(f"{parent.folder / MANIFEST}: {problem}; not a manifest culturebench wrote")
     unassembled = parent.table("unassembled") if (parent.folder / "unassembled").is_dir() else UNASSEMBLED.empty_table()
-    config = parent.manifest.get("config", {}).get("assembly", {})
+    config = parent.manifest.config.get("assembly", {})
     derived = take_down_xcm(
         parent.table(IMAGES.config),
         parent.table("benchmark"),
         parent.table("benchmark_cd"),
         unassembled,
         request,
-        seed=int(parent.manifest.get("seeds", {}).get("assembly") or 0),
+        seed=parent.manifest.seeds.get("assembly") or 0,
         max_reuse=config.get("max_candidate_reuse"),
         released_sha256=images.released_sha256,
     )
@@ -112,7 +111,7 @@ def write_3xcm_patch(
         unassembled,
         provenance,
         load_image=lambda meta: images.get(meta["image_id"]),  # type: ignore[arg-type,return-value]  # None: not embedded
-        changelog=render_changelog(provenance["takedowns"]),
+        changelog=render_changelog(validated(Provenance, provenance).takedowns or []),
     )
 
 

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from data.publish.card import front_matter, markdown_table
 from data.publish.folder import ImmutableFolder, ReleaseResult
+from data.publish.manifest import ReassembledManifest
 from data.publish.tables import write_csv, write_table
 from data.schemas import XCM_BENCH_CSV_COLUMNS
 
@@ -22,7 +23,7 @@ def write_reassembled(
 ) -> ReleaseResult:
     """Write `out` (immutable like a release: an identical rerun is `unchanged`, a different one is refused).
     `manifest` is `curation.reassemble.Reassembly.manifest()`: everything the card states comes from it."""
-    folder = ImmutableFolder.at(out, NAME, VERSION)
+    folder = ImmutableFolder.at(out, NAME, VERSION, ReassembledManifest)
     try:
         write_csv(folder, "benchmarks/xcm-bench.csv", benchmark, XCM_BENCH_CSV_COLUMNS)
         write_table(folder, "benchmark", benchmark)

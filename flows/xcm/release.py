@@ -18,6 +18,7 @@ from data.publish.card import auto_accept_notice, deviations_section, front_matt
 from data.publish.datasheet import datasheet_section
 from data.publish.folder import ReleaseResult
 from data.publish.format import ImageConfig
+from data.publish.manifest import Provenance, validated, validation_summary
 from data.publish.release import ReleaseConfig, ReleaseWriter
 from data.publish.shards import ImageRow, to_release_jpeg
 from data.publish.sources import DOMAINS_FIGURE, domains_png, sources_section
@@ -70,6 +71,7 @@ def write_3xcm_release(
 ) -> ReleaseResult:
     """`load_image` and `changelog` are for a patch release (`flows/xcm/patch.py`): the parent's released bytes
     instead of the converted blobs, and the CHANGELOG that ends its card."""
+    stated = validated(Provenance, provenance)  # the card and facts read it typed; the manifest writes `provenance`
     writer = ReleaseWriter(config, NAME)
     release_bytes = load_image or (lambda meta: to_release_jpeg(blobs.get(meta["sha256"]), meta["format"]))
     urls = config.mode == "urls"
@@ -97,10 +99,10 @@ def write_3xcm_release(
         writer.write_bytes(FIGURE, heatmap_png(matrix, concept_names, countries, "Images per concept and country"))
         writer.write_bytes(DOMAINS_FIGURE, domains_png(catalog["url"].to_pylist()))
         # After the data files (their hashes go into it), before the card (its datasheet states the same facts).
-        facts = xcm_facts(config.version, ordered, benchmark, benchmark_cd, unassembled, provenance, mode=config.mode)
+        facts = xcm_facts(config.version, ordered, benchmark, benchmark_cd, unassembled, stated, mode=config.mode)
         jsonld = croissant.croissant_jsonld(facts, writer.files, writer.sizes)
         writer.write_bytes(croissant.FILE, croissant.to_bytes(jsonld))
-        card = render_card(catalog, benchmark, benchmark_cd, shards, provenance, config.version, mode=config.mode)
+        card = render_card(catalog, benchmark, benchmark_cd, shards, stated, config.version, mode=config.mode)
         writer.write_bytes("README.md", (card + datasheet_section(facts) + changelog).encode())
         manifest = {"name": NAME, "version": config.version, **provenance, "mode": config.mode}
         return writer.commit(manifest)
@@ -114,7 +116,7 @@ def render_card(
     benchmark: pa.Table,
     benchmark_cd: pa.Table,
     shards: dict[str, list[str]],
-    provenance: dict[str, Any],
+    provenance: Provenance,
     version: str,
     mode: str = "images",
 ) -> str:
@@ -140,8 +142,8 @@ def render_card(
         tags=["cultural-bias", "cross-lingual", "text-to-image-retrieval"],
         extra={"task_categories": ["image-to-text", "text-to-image"]},
     )
-    backends = provenance.get("backends", {})
-    warnings = deviations_section(provenance.get("deviations", [])) + review_note(provenance.get("review", {}))
+    backends = provenance.backends
+    warnings = deviations_section(provenance.deviations) + review_note(provenance.review)
     notice = auto_accept_notice("near-duplicate decisions") if backends.get("review") == "auto_accept" else ""
     per_country = Counter(catalog["country"].to_pylist())
     country_rows = [
@@ -149,9 +151,9 @@ def render_card(
     ]
     stage_rows = [
         {"stage": s.stage, "in": s.rows_in, "kept": s.kept, "dropped": s.dropped, "dropped by reason": s.reasons_text()}
-        for s in (StageStats(**raw) for raw in provenance.get("stage_stats", []))
+        for s in (StageStats(**raw) for raw in provenance.stage_stats)
     ]
-    reuse = provenance.get("reuse", {})
+    reuse = provenance.reuse
     rq2, rq3 = reuse.get("rq2", {}), reuse.get("rq3", {})
     body = (
         f"""
@@ -172,7 +174,7 @@ turned into forced-choice text-to-image tests:
 This build keeps stricter rules than the published benchmark: the correct and the irrelevant candidates never share
 the query's language group, no distractor shows the query concept (among its tags, or as a byte- or pixel-identical
 copy of an image of it, whatever concept it was filed under), and candidate reuse is balanced.
-Every row was checked by the validator: **{provenance.get("validation", {}).get("summary", "not run")}**.
+Every row was checked by the validator: **{validation_summary(provenance)}**.
 
 Licence: CC BY-NC-SA 4.0. Research use only; ethical review is required for production use.
 

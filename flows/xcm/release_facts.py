@@ -7,13 +7,15 @@ Pure (`data/publish/croissant.py` turns the facts into JSON-LD): an identical re
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from data.publish.croissant import CSV, TAR, FileGroup, RecordSetSpec, ReleaseFacts, collection_timeframe
+from data.publish.manifest import Provenance, validation_summary
 from data.publish.rai import (
+    RaiTexts,
     counts,
     deviation_lines,
     maintenance_plan,
@@ -102,13 +104,13 @@ def xcm_facts(
     benchmark: pa.Table,
     benchmark_cd: pa.Table,
     unassembled: pa.Table,
-    provenance: Mapping[str, Any],
+    provenance: Provenance,
     mode: str = "images",
 ) -> ReleaseFacts:
     """The facts of a 3XCM release: `images` is `image_metadata` without the image column. `mode` is the
     release's (`urls`: no image bytes, the `image` field is the image's URL)."""
-    stats, backends = stage_stats(provenance), provenance.get("backends", {})
-    config, review = provenance.get("config", {}), provenance.get("review", {})
+    stats, backends = stage_stats(provenance), provenance.backends
+    config, review = provenance.config, provenance.review
     reviewer = review.get("reviewer", backends.get("review", "unknown"))
     demo = config.get("demo_corpus") is not None
     n = images.num_rows
@@ -121,7 +123,7 @@ def xcm_facts(
     converted = n - formats.get("JPEG", 0)
     timeframe, timeframe_note = collection_timeframe(images)
     search, dedup = config.get("search", {}), config.get("image_dedup", {})
-    reuse = provenance.get("reuse", {})
+    reuse = provenance.reuse
     left = Counter(zip(unassembled["task"].to_pylist(), unassembled["reason"].to_pylist(), strict=True))
     demo_note = (
         "This is a demonstration build: its images are the generated pictures of the offline demo corpus, not photos."
@@ -166,11 +168,11 @@ def xcm_facts(
         f"Tagging (`{backends.get('tagging', '?')}`): images per tagger: {counts(taggers)}.",
         f"Image format: {counts(formats)}; "
         + (f"{converted} images not in JPEG were converted once to JPEG (quality 95)." if converted else "all JPEG."),
-        f"Assembly (seed {provenance.get('seeds', {}).get('assembly', '?')}): {benchmark.num_rows} RQ2 triplets, "
+        f"Assembly (seed {provenance.seeds.get('assembly', '?')}): {benchmark.num_rows} RQ2 triplets, "
         f"{benchmark_cd.num_rows} RQ3 sextets; candidate reuse RQ2 max {reuse.get('rq2', {}).get('max_reuse', '?')}, "
         f"RQ3 max {reuse.get('rq3', {}).get('max_reuse', '?')}; {unassembled.num_rows} query slots unassembled"
         + (f" ({', '.join(f'{t} {r} {k}' for (t, r), k in sorted(left.items()))})." if left else "."),
-        f"Validation against the benchmark rules: {provenance.get('validation', {}).get('summary', 'not run')}.",
+        f"Validation against the benchmark rules: {validation_summary(provenance)}.",
     ]
     manipulation = "No image was edited or synthesized. " + (
         f"{converted} images not in JPEG ({counts({k: v for k, v in formats.items() if k != 'JPEG'})}) were "
@@ -244,25 +246,25 @@ def xcm_facts(
     ]
     if backends.get("tagging") not in (None, "none"):
         tools.append(f"Multi-label concept tagging: `{backends['tagging']}`.")
-    rai: dict[str, str | list[str]] = {
-        "rai:dataCollection": collection,
-        "rai:dataCollectionType": collection_type,
-        "rai:dataCollectionTimeframe": timeframe or "",
-        "rai:dataPreprocessingProtocol": preprocessing,
-        "rai:dataManipulationProtocol": manipulation,
-        "rai:dataAnnotationProtocol": annotation_protocol,
-        "rai:dataAnnotationPlatform": platforms([reviewer]),
-        "rai:dataAnnotationAnalysis": [analysis],
-        "rai:annotationsPerItem": (
+    rai = RaiTexts(
+        data_collection=collection,
+        data_collection_type=collection_type,
+        data_collection_timeframe=timeframe or "",
+        data_preprocessing_protocol=preprocessing,
+        data_manipulation_protocol=manipulation,
+        data_annotation_protocol=annotation_protocol,
+        data_annotation_platform=platforms([reviewer]),
+        data_annotation_analysis=[analysis],
+        annotations_per_item=(
             "0: no human labels (auto-accept)." if reviewer == AUTO_ACCEPT else f"{annotators} per ambiguous pair."
         ),
-        "rai:machineAnnotationTools": tools,
-        "rai:personalSensitiveInformation": sensitive,
-        "rai:dataBiases": biases,
-        "rai:dataLimitations": [line for line in limitations if line],
-        "rai:dataUseCases": uses,
-        "rai:dataReleaseMaintenancePlan": maintenance_plan("3xcm", version),
-    }
+        machine_annotation_tools=tools,
+        personal_sensitive_information=sensitive,
+        data_biases=biases,
+        data_limitations=[line for line in limitations if line],
+        data_use_cases=uses,
+        data_release_maintenance_plan=maintenance_plan("3xcm", version),
+    )
     ordered_langs = tuple(sorted(set(languages) | {"en"}))
     record_sets = (
         _record_set(
@@ -322,7 +324,7 @@ def xcm_facts(
             f"{n} images of {len(concepts)} culturally inclusive concepts from {len(countries)} countries "
             f"({countries_text}), turned into {benchmark.num_rows} RQ2 triplets and {benchmark_cd.num_rows} RQ3 "
             "sextets of forced-choice text-to-image retrieval, following Evaluating Perspectival Biases in "
-            f"Cross-Modal Retrieval (3XCM). culturebench build {provenance.get('build_id', '?')}.{demo_suffix}"
+            f"Cross-Modal Retrieval (3XCM). culturebench build {provenance.build_id or '?'}.{demo_suffix}"
         ),
         motivation=(
             "3XCM measures whether text-to-image retrieval models prefer images of the query's own language or "
@@ -334,7 +336,7 @@ def xcm_facts(
         cite_as=(
             "Cite the paper that defines the benchmark, Evaluating Perspectival Biases in Cross-Modal Retrieval "
             f"(3XCM), and this release as: 3XCM, culturebench build {version} "
-            f"(build id {provenance.get('build_id', '?')})."
+            f"(build id {provenance.build_id or '?'})."
         ),
         languages=ordered_langs,
         record_sets=record_sets,
