@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data.provenance import code_version, redact
-from data.publish.card import front_matter, markdown_table
+from data.publish.card import CardConfig, card_configs, empty_configs_note, front_matter, markdown_table
 from data.publish.folder import ImmutableFolder, ReleaseResult
 from data.publish.format import MANIFEST, ReleaseReadError
 from data.publish.integrity import read_manifest
@@ -180,16 +180,20 @@ def headline_rows(benchmark: str, metrics: dict[str, Any]) -> list[dict[str, Any
 
 
 def render_card(result: EvaluationResult, document: dict[str, Any]) -> str:
-    configs = [{"config_name": "per_query", "default": True, "data_files": [{"split": "test", "path": PER_QUERY}]}]
-    configs += [
-        {"config_name": name, "data_files": [{"split": "test", "path": f"{name}.parquet"}]}
-        for name in sorted(result.tables)
+    configs = [
+        CardConfig("per_query", result.per_query.num_rows, default=True, path=PER_QUERY, split="test"),
+        *(
+            CardConfig(name, result.tables[name].num_rows, path=f"{name}.parquet", split="test")
+            for name in sorted(result.tables)
+        ),
     ]
     model = result.model
     version = code_version()
+    title = f"{result.benchmark} evaluation of {result.model_id}"
     lines = [
-        front_matter(configs, f"{result.benchmark} evaluation of {result.model_id}", ["evaluation", result.benchmark]),
+        front_matter(card_configs(configs), title, ["evaluation", result.benchmark]),
         f"# {result.benchmark} {result.release.version}: {result.model_id}\n",
+        empty_configs_note(configs),
     ]
     if result.demo:
         lines.append(DEMO_WARNING + "\n")

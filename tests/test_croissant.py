@@ -35,6 +35,7 @@ from annotation.collect import ReviewPending
 from annotation.label_configs import DIFFERENT, SAME_SCENE
 from data.publish import croissant
 from data.publish.datasheet import HEADINGS, datasheet_section
+from data.publish.format import WEBDATASET_FEATURES
 from data.publish.manifest import Provenance
 from data.publish.rai import RaiTexts
 from data.workspace import Workspace
@@ -186,6 +187,7 @@ def test_the_distribution_names_every_data_file_with_its_sha256(releases: dict[s
     doc, manifest = _doc(release), _manifest(release)
     objects = {d["@id"]: d for d in doc["distribution"] if d["@type"] == "cr:FileObject"}
     data_files = {str(p.relative_to(release)) for p in release.rglob("*") if p.suffix in {".parquet", ".csv", ".tar"}}
+    data_files.add(WEBDATASET_FEATURES)  # the tars' features, for the `webdataset` builder
     assert set(objects) == data_files
     for path, entry in objects.items():
         on_disk = (release / path).read_bytes()

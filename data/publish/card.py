@@ -3,13 +3,99 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
+from data.publish.format import WEBDATASET_FEATURES
 from data.review_labels import AUTO_ACCEPT
 
 LICENSE = "cc-by-nc-sa-4.0"
+
+
+#: The Hub's `size_categories` buckets, by a config's number of rows (the upper bound of each).
+SIZE_CATEGORIES = (
+    (1_000, "n<1K"),
+    (10_000, "1K<n<10K"),
+    (100_000, "10K<n<100K"),
+    (1_000_000, "100K<n<1M"),
+    (10_000_000, "1M<n<10M"),
+    (100_000_000, "10M<n<100M"),
+    (1_000_000_000, "100M<n<1B"),
+)
+
+
+def size_category(rows: int) -> str:
+    return next((label for bound, label in SIZE_CATEGORIES if rows < bound), "n>1T")
+
+
+def hub_metadata(languages: Sequence[str], rows: int, task_categories: Sequence[str]) -> dict[str, Any]:
+    """The card fields the Hub lists a dataset by: its languages (ISO 639-1), whether it is multilingual, its size
+    bucket (`rows`: the default config's) and its task categories (names from the Hub's list)."""
+    return {
+        "language": list(languages),
+        "multilinguality": "multilingual" if len(languages) > 1 else "monolingual",
+        "size_categories": [size_category(rows)],
+        "task_categories": list(task_categories),
+    }
+
+
+@dataclass(frozen=True)
+class CardConfig:
+    """A table of a folder as the card's `configs` declare it; `path` defaults to `<name>/train-*.parquet`."""
+
+    name: str
+    rows: int
+    default: bool = False
+    path: str = ""
+    split: str = "train"
+
+
+def card_configs(configs: Sequence[CardConfig]) -> list[dict[str, Any]]:
+    """The `configs` entries of the tables that have rows. `datasets` cannot load an empty Parquet file (with one
+    empty row group or none: datasets 5.2), so an empty table is not declared; `empty_configs_note` says so."""
+    out: list[dict[str, Any]] = []
+    for config in configs:
+        if config.rows == 0:
+            continue
+        path = config.path or f"{config.name}/train-*.parquet"
+        entry: dict[str, Any] = {"config_name": config.name}
+        if config.default:
+            entry["default"] = True
+        out.append({**entry, "data_files": [{"split": config.split, "path": path}]})
+    return out
+
+
+def empty_configs_note(configs: Sequence[CardConfig]) -> str:
+    """The card's line on the tables with no rows (not declared as configs), or nothing."""
+    empty = [f"`{c.name}`" for c in configs if c.rows == 0]
+    if not empty:
+        return ""
+    names = ", ".join(empty)
+    return (
+        f"{names} {'has' if len(empty) == 1 else 'have'} no rows in this release: the card declares no config for "
+        f"{'it' if len(empty) == 1 else 'them'} (`datasets` cannot load an empty table); the Parquet file is kept, "
+        "with its schema, for readers such as pyarrow and Croissant.\n\n"
+    )
+
+
+def webdataset_loading(tars: Sequence[str]) -> str:
+    """How to load the WebDataset tars with `datasets`, naming the features file beside them; nothing without tars."""
+    if not tars:
+        return ""
+    return f"""
+The WebDataset shards load with `datasets` given the features beside them (its `webdataset` builder would otherwise
+guess the columns' types from the first samples):
+
+```python
+import json
+from datasets import Features, load_dataset
+features = Features.from_dict(json.load(open("<this folder>/{WEBDATASET_FEATURES}")))
+samples = load_dataset("webdataset", data_files="<this folder>/images/*.tar", features=features, split="train")
+```
+"""
 
 
 def front_matter(

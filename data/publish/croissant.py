@@ -110,6 +110,24 @@ class FileGroup:
     as_set: bool = False
 
 
+def webdataset_groups(key: str) -> tuple[FileGroup, ...]:
+    """The WebDataset tars (`<key>.jpg` and `<key>.json` per image) and the features file beside them."""
+    return (
+        FileGroup(
+            "webdataset",
+            f"A WebDataset shard: `<{key}>.jpg` and `<{key}>.json` per image.",
+            "images/*.tar",
+            TAR,
+        ),
+        FileGroup(
+            "webdataset_features",
+            'The `datasets` features of the WebDataset samples, for `load_dataset("webdataset", features=...)`.',
+            "images/features.json",
+            "application/json",
+        ),
+    )
+
+
 @dataclass(frozen=True)
 class ReleaseFacts:
     name: str

@@ -38,3 +38,8 @@ IMAGE_CONFIGS: dict[str, ImageConfig] = {
     "3xcm": ImageConfig("image_metadata", "image_id"),
     "mixcube": ImageConfig("default", "sample_id"),
 }
+
+#: Beside the tars: the `datasets` features of their samples. The `webdataset` builder otherwise guesses them from the
+#: first five samples of the first shard and fails on a column that is null there and set later (datasets #7549):
+#: `load_dataset("webdataset", data_files=..., features=Features.from_dict(json.load(open(WEBDATASET_FEATURES))))`.
+WEBDATASET_FEATURES = "images/features.json"

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data.publish.folder import ImmutableFolder
+from data.publish.format import WEBDATASET_FEATURES
 from data.publish.tables import hf_schema
 
 
@@ -68,6 +69,19 @@ def hf_image_schema(schema: pa.Schema, image_column: str = "image") -> pa.Schema
     return features.arrow_schema
 
 
+def webdataset_features(schema: pa.Schema) -> dict[str, Any]:
+    """The features of a tar sample as the `webdataset` builder yields it: its key and shard, the JPEG, and the
+    sidecar JSON (the row's columns, without its image), as `Features.to_dict()` writes them."""
+    from datasets import Features, Value
+    from datasets import Image as HFImage
+
+    sidecar = Features.from_arrow_schema(schema)
+    sidecar.pop("image", None)
+    features = Features({"__key__": Value("string"), "__url__": Value("string"), "jpg": HFImage(), "json": sidecar})
+    as_dict: dict[str, Any] = features.to_dict()
+    return as_dict
+
+
 def write_image_shards(
     folder: ImmutableFolder,
     config_name: str,
@@ -109,6 +123,9 @@ def write_image_shards(
         folder.write_bytes(rel, buffer.getvalue())
         parquet_files.append(rel)
     tar_shards.close()
+    if tar_shards.written:
+        features = json.dumps(webdataset_features(schema), indent=2, ensure_ascii=False) + "\n"
+        folder.write_bytes(WEBDATASET_FEATURES, features.encode())
     return {"parquet": parquet_files, "webdataset": tar_shards.written}
 
 

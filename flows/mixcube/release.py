@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 from collections import Counter
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -18,7 +19,17 @@ import pyarrow as pa
 from PIL import Image, ImageDraw
 
 from data.publish import croissant
-from data.publish.card import auto_accept_notice, deviations_section, front_matter, markdown_table, url_only_notice
+from data.publish.card import (
+    CardConfig,
+    auto_accept_notice,
+    card_configs,
+    deviations_section,
+    front_matter,
+    hub_metadata,
+    markdown_table,
+    url_only_notice,
+    webdataset_loading,
+)
 from data.publish.datasheet import datasheet_section
 from data.publish.folder import ReleaseResult
 from data.publish.format import ImageConfig
@@ -107,7 +118,7 @@ def write_mixcube_release(
         facts = mixcube_facts(config.version, rows, stated, mode=config.mode)
         jsonld = croissant.croissant_jsonld(facts, writer.files, writer.sizes)
         writer.write_bytes(croissant.FILE, croissant.to_bytes(jsonld))
-        card = render_card(rows, shards, stated, config.version, config.mode)
+        card = render_card(rows, shards, stated, facts.languages, config.version, config.mode)
         writer.write_bytes("README.md", (card + datasheet_section(facts) + changelog).encode())
         return writer.commit({"name": NAME, "version": config.version, **provenance, "mode": config.mode})
     except BaseException:
@@ -116,12 +127,22 @@ def write_mixcube_release(
 
 
 def render_card(
-    rows: pa.Table, shards: dict[str, list[str]], provenance: Provenance, version: str, mode: str = "images"
+    rows: pa.Table,
+    shards: dict[str, list[str]],
+    provenance: Provenance,
+    languages: Sequence[str],
+    version: str,
+    mode: str = "images",
 ) -> str:
-    configs: list[dict[str, Any]] = [
-        {"config_name": "default", "default": True, "data_files": [{"split": "train", "path": "default/train-*"}]}
-    ]
-    head = front_matter(configs, pretty_name="MixCuBe (culturebench build)", tags=["cultural-bias", "inpainting"])
+    configs = (CardConfig("default", rows.num_rows, default=True, path="default/train-*"),)
+    head = front_matter(
+        card_configs(configs),
+        pretty_name="MixCuBe (culturebench build)",
+        tags=["cultural-bias", "inpainting"],
+        # MixCuBe §3: a VLM is asked about each image (visual question answering), and its answer is scored as the
+        # image's country, category or cultural marker (image classification). Names from the Hub's task list.
+        extra=hub_metadata(languages, rows.num_rows, ["visual-question-answering", "image-classification"]),
+    )
     placeholders = sum(rows["placeholder"].to_pylist())
     demo = provenance.demo
     warnings = []
@@ -162,7 +183,7 @@ their native and English names.
 {_losses(provenance)}
 
 {_grid_or_note(mode)}
-
+{webdataset_loading(shards["webdataset"])}
 {markdown_table(cell_rows)}
 {_sources(rows)}
 Provenance (config, code version, seeds, per-file sha256) is in `manifest.json`.

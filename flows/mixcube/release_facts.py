@@ -10,7 +10,15 @@ from collections import Counter
 
 import pyarrow as pa
 
-from data.publish.croissant import CSV, PNG, TAR, FileGroup, RecordSetSpec, ReleaseFacts, collection_timeframe
+from data.publish.croissant import (
+    CSV,
+    PNG,
+    FileGroup,
+    RecordSetSpec,
+    ReleaseFacts,
+    collection_timeframe,
+    webdataset_groups,
+)
 from data.publish.manifest import Provenance
 from data.publish.rai import (
     RaiTexts,
@@ -312,12 +320,7 @@ def mixcube_facts(version: str, rows: pa.Table, provenance: Provenance, mode: st
             ),
         ),
         file_groups=(
-            FileGroup(
-                "webdataset",
-                "A WebDataset shard: `<sample_id>.jpg` and `<sample_id>.json` per image.",
-                "images/*.tar",
-                TAR,
-            ),
+            *webdataset_groups("sample_id"),
             FileGroup(
                 "masks",
                 "The inpainting masks, each named by its sha256 (`mask_sha256`)",

@@ -3,11 +3,12 @@ sextets, a card that says what was repaired and why, and a manifest naming the i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from data.publish.card import front_matter, markdown_table
+from data.publish.card import CardConfig, card_configs, empty_configs_note, front_matter, markdown_table
 from data.publish.folder import ImmutableFolder, ReleaseResult
 from data.publish.manifest import ReassembledManifest
 from data.publish.tables import write_csv, write_table
@@ -29,23 +30,20 @@ def write_reassembled(
         write_table(folder, "benchmark", benchmark)
         write_table(folder, "benchmark_cd", benchmark_cd)
         write_table(folder, "unassembled", unassembled)
-        folder.write_bytes("README.md", render_card(manifest).encode())
+        configs = (
+            CardConfig("benchmark", benchmark.num_rows, default=True, path="benchmark/*.parquet"),
+            CardConfig("benchmark_cd", benchmark_cd.num_rows, path="benchmark_cd/*.parquet"),
+            CardConfig("unassembled", unassembled.num_rows, path="unassembled/*.parquet"),
+        )
+        folder.write_bytes("README.md", render_card(manifest, configs).encode())
         return folder.commit({"name": NAME, **manifest})
     except BaseException:
         folder.abort()
         raise
 
 
-def render_card(manifest: dict[str, Any]) -> str:
-    configs: list[dict[str, Any]] = [
-        {
-            "config_name": "benchmark",
-            "default": True,
-            "data_files": [{"split": "train", "path": "benchmark/*.parquet"}],
-        },
-        {"config_name": "benchmark_cd", "data_files": [{"split": "train", "path": "benchmark_cd/*.parquet"}]},
-    ]
-    head = front_matter(configs, pretty_name="3XCM, reassembled (culturebench)", tags=["cultural-bias"])
+def render_card(manifest: dict[str, Any], configs: Sequence[CardConfig]) -> str:
+    head = front_matter(card_configs(configs), pretty_name="3XCM, reassembled (culturebench)", tags=["cultural-bias"])
     before, after = manifest["audit_before"], manifest["audit_after"]
     rules = [
         {"rule": rule, "in the input": before.get(rule, 0), "reassembled": after.get(rule, 0)}
@@ -70,9 +68,9 @@ A new RQ2 benchmark (and RQ3 sextets) over exactly the images of the input (sha2
 authors' published `image_metadata` and their evaluator (`benchmarks/xcm-bench.csv` has their columns). No image of
 ours is involved.
 
-The queries are the input's {manifest["rows"]}. **{manifest["kept"]} rows were kept as they were**; the others were
-given new candidates by culturebench's balanced assembler (each the least-used eligible image, seed
-{manifest["seed"]}), which counted the kept rows' candidates as used:
+{empty_configs_note(configs)}The queries are the input's {manifest["rows"]}. **{manifest["kept"]} rows were kept as they
+were**; the others were given new candidates by culturebench's balanced assembler (each the least-used eligible
+image, seed {manifest["seed"]}), which counted the kept rows' candidates as used:
 
 {markdown_table(replaced)}
 `rq2.correct` / `rq2.irrelevant`: the candidate came from the query's language group (the stricter rule this

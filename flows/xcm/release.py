@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -14,7 +14,18 @@ import pyarrow as pa
 from data import reference
 from data.figures import heatmap_png
 from data.publish import croissant
-from data.publish.card import auto_accept_notice, deviations_section, front_matter, markdown_table, url_only_notice
+from data.publish.card import (
+    CardConfig,
+    auto_accept_notice,
+    card_configs,
+    deviations_section,
+    empty_configs_note,
+    front_matter,
+    hub_metadata,
+    markdown_table,
+    url_only_notice,
+    webdataset_loading,
+)
 from data.publish.datasheet import datasheet_section
 from data.publish.folder import ReleaseResult
 from data.publish.format import ImageConfig
@@ -102,7 +113,17 @@ def write_3xcm_release(
         facts = xcm_facts(config.version, ordered, benchmark, benchmark_cd, unassembled, stated, mode=config.mode)
         jsonld = croissant.croissant_jsonld(facts, writer.files, writer.sizes)
         writer.write_bytes(croissant.FILE, croissant.to_bytes(jsonld))
-        card = render_card(catalog, benchmark, benchmark_cd, shards, stated, config.version, mode=config.mode)
+        card = render_card(
+            catalog,
+            benchmark,
+            benchmark_cd,
+            unassembled.num_rows,
+            shards,
+            stated,
+            facts.languages,
+            config.version,
+            config.mode,
+        )
         writer.write_bytes("README.md", (card + datasheet_section(facts) + changelog).encode())
         manifest = {"name": NAME, "version": config.version, **provenance, "mode": config.mode}
         return writer.commit(manifest)
@@ -115,32 +136,25 @@ def render_card(
     catalog: pa.Table,
     benchmark: pa.Table,
     benchmark_cd: pa.Table,
+    unassembled_rows: int,
     shards: dict[str, list[str]],
     provenance: Provenance,
+    languages: Sequence[str],
     version: str,
     mode: str = "images",
 ) -> str:
-    configs: list[dict[str, Any]] = [
-        {
-            "config_name": "image_metadata",
-            "default": True,
-            "data_files": [{"split": "train", "path": "image_metadata/train-*.parquet"}],
-        },
-        {"config_name": "benchmark", "data_files": [{"split": "train", "path": "benchmark/train-*.parquet"}]},
-        {
-            "config_name": "benchmark_cd",
-            "data_files": [{"split": "train", "path": "benchmark_cd/train-*.parquet"}],
-        },
-        {
-            "config_name": "unassembled",
-            "data_files": [{"split": "train", "path": "unassembled/train-*.parquet"}],
-        },
-    ]
+    configs = (
+        CardConfig("image_metadata", catalog.num_rows, default=True),
+        CardConfig("benchmark", benchmark.num_rows),
+        CardConfig("benchmark_cd", benchmark_cd.num_rows),
+        CardConfig("unassembled", unassembled_rows),
+    )
     head = front_matter(
-        configs,
+        card_configs(configs),
         pretty_name="3XCM (culturebench build)",
         tags=["cultural-bias", "cross-lingual", "text-to-image-retrieval"],
-        extra={"task_categories": ["image-to-text", "text-to-image"]},
+        # Retrieval of images by multilingual text queries; the Hub's list has no retrieval category for images.
+        extra=hub_metadata(languages, catalog.num_rows, ["image-to-text", "text-to-image"]),
     )
     backends = provenance.backends
     warnings = deviations_section(provenance.deviations) + review_note(provenance.review)
@@ -155,6 +169,7 @@ def render_card(
     ]
     reuse = provenance.reuse
     rq2, rq3 = reuse.get("rq2", {}), reuse.get("rq3", {})
+    csv_line = "`benchmarks/xcm-bench.csv` has the exact columns of the authors' evaluator."
     body = (
         f"""
 # 3XCM, culturebench build {version}
@@ -196,8 +211,8 @@ triplets = load_dataset("<this folder>", name="benchmark", split="train")
 sextets = load_dataset("<this folder>", name="benchmark_cd", split="train")
 ```
 
-`benchmarks/xcm-bench.csv` has the exact columns of the authors' evaluator. {_where_images(mode, shards)}
-
+{empty_configs_note(configs)}{csv_line} {_where_images(mode, shards)}
+{webdataset_loading(shards["webdataset"])}
 Concept ids, concept names and image ids follow the authors' published release (their `xcm-bench.csv`): image ids
 are `{{country}}-{{concept_id}}-{{rank}}-{{eng|nav}}` with the country name in lower case, spaces kept
 (`saudi arabia-0-1-eng`), and ranks start at 1. Releases built by culturebench before this change numbered the

@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from data.publish.croissant import CSV, TAR, FileGroup, RecordSetSpec, ReleaseFacts, collection_timeframe
+from data.publish.croissant import CSV, RecordSetSpec, ReleaseFacts, collection_timeframe, webdataset_groups
 from data.publish.manifest import Provenance, validation_summary
 from data.publish.rai import (
     RaiTexts,
@@ -340,14 +340,7 @@ def xcm_facts(
         ),
         languages=ordered_langs,
         record_sets=record_sets,
-        file_groups=(
-            FileGroup(
-                "webdataset",
-                "A WebDataset shard: `<image_id>.jpg` and `<image_id>.json` per image.",
-                "images/*.tar",
-                TAR,
-            ),
-        ),
+        file_groups=webdataset_groups("image_id"),
         composition=(
             f"{n} images (`image_metadata`), {benchmark.num_rows} RQ2 triplets (`benchmark`), "
             f"{benchmark_cd.num_rows} RQ3 sextets (`benchmark_cd`), {unassembled.num_rows} unassembled query slots "
