@@ -14,7 +14,7 @@ CHROMIUM ?= /usr/bin/chromium
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export DO_NOT_TRACK ?= 1
 
-.PHONY: demo test docs lint lock venv clean label-studio browser
+.PHONY: demo test docs lint lock venv clean label-studio browser harnesses
 
 venv: $(STAMP)
 
@@ -34,6 +34,20 @@ $(LS_STAMP): requirements-labelstudio.lock
 	$(LS_VENV)/bin/uv pip install --python $(LS_VENV)/bin/python -r requirements-labelstudio.lock
 	touch $@
 
+# Each evaluation harness the tests run for real (lmms-eval, VLMEvalKit, MTEB, clip_benchmark) pins what clashes with
+# ours, so each gets a virtual environment of its own, .venv-harness-NAME, built from requirements-harness-NAME.lock
+# (compiled by `make lock` from harnesses/NAME.in). uv's cache shares the wheels (torch) between them.
+HARNESS_LOCKS := $(wildcard requirements-harness-*.lock)
+HARNESS_STAMPS := $(patsubst requirements-harness-%.lock,.venv-harness-%/.installed-stamp,$(HARNESS_LOCKS))
+
+harnesses: $(HARNESS_STAMPS)
+
+.venv-harness-%/.installed-stamp: requirements-harness-%.lock
+	test -x .venv-harness-$*/bin/python || $(PYTHON) -m venv .venv-harness-$*
+	.venv-harness-$*/bin/python -m pip install --quiet --disable-pip-version-check "uv>=0.4"
+	.venv-harness-$*/bin/uv pip install --python .venv-harness-$*/bin/python -r $<
+	touch $@
+
 # Debian's Chromium for the labeling-interface screenshots (Playwright drives it; no browser download).
 browser:
 	@test -x $(CHROMIUM) || { export DEBIAN_FRONTEND=noninteractive; \
@@ -47,7 +61,7 @@ demo: $(STAMP)
 	$(BIN)/culturebench evaluate mixcube releases/mixcube/0.1.0-demo --demo-model
 
 # The type checker ([tool.mypy] in pyproject.toml) first: CI runs this target.
-test: $(STAMP) $(LS_STAMP) browser docs
+test: $(STAMP) $(LS_STAMP) harnesses browser docs
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
@@ -68,6 +82,9 @@ lock:
 		--no-header --output-file requirements.lock
 	echo "label-studio==1.23.2" | $(BIN)/uv pip compile - --python-version 3.11 --no-header \
 		--output-file requirements-labelstudio.lock
+	for input in harnesses/*.in; do [ -e $$input ] || continue; name=$$(basename $$input .in); \
+		$(BIN)/uv pip compile $$input --python-version 3.11 --no-header \
+			--output-file requirements-harness-$$name.lock || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(LS_VENV) workspace releases evaluations .prefect test-artifacts .site .mypy_cache
+	rm -rf $(VENV) $(LS_VENV) .venv-harness-* workspace releases evaluations .prefect test-artifacts .site .mypy_cache

@@ -208,6 +208,7 @@ def render_card(result: EvaluationResult, document: dict[str, Any]) -> str:
                 {"": "model backend", "value": model.get("backend")},
                 {"": "model", "value": model.get("name")},
                 {"": "weights sha256", "value": f"`{model['weights_sha256']}`" if model.get("weights_sha256") else "–"},
+                *_predictions_rows(result.settings),
                 {"": "code version", "value": f"{version.get('version')} {version.get('git_commit') or ''}".strip()},
             ]
         ),
@@ -227,6 +228,17 @@ def render_card(result: EvaluationResult, document: dict[str, Any]) -> str:
         f"* `{METRICS}`: every figure above, with the settings that produced them.\n",
     ]
     return "\n".join(lines)
+
+
+def _predictions_rows(settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """The card's rows naming the prediction file a harness wrote, when the answers came from one (none otherwise)."""
+    source = settings.get("predictions")
+    if not isinstance(source, dict):
+        return []
+    return [
+        {"": "answers from", "value": f"{source.get('harness')} prediction file `{source.get('file')}`"},
+        {"": "prediction file sha256", "value": f"`{source.get('sha256')}`"},
+    ]
 
 
 def _rates_by_language(report: dict[str, Any], symbols: dict[str, str], sp: bool) -> list[dict[str, Any]]:

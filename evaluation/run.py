@@ -25,6 +25,7 @@ from data.retry import prefect_slot
 from evaluation import mixcube as mx
 from evaluation.embedding_cache import CachedEncoder
 from evaluation.encoders import EncoderConfig, ModelIdentity, TextImageEncoder
+from evaluation.predictions import PredictionsConfig, PredictionsVlm
 from evaluation.results import EvaluationResult, default_out, existing_result_conflict, write_results
 from evaluation.vlm import VisionLanguageModel, VlmConfig, VlmIdentity
 from evaluation.xcm import Progress, evaluate_3xcm
@@ -50,7 +51,10 @@ class _Common(BaseModel):
 
     @model_validator(mode="after")
     def _model_or_demo(self) -> _Common:
-        if getattr(self, "model", None) is None and not self.demo:
+        predictions = getattr(self, "predictions", None)
+        if predictions is not None and (getattr(self, "model", None) is not None or self.demo):
+            raise ValueError("predictions replace the model: name no model and no demo model with them")
+        if getattr(self, "model", None) is None and predictions is None and not self.demo:
             raise ValueError("name a model (or set demo: true for a tiny random one)")
         return self
 
@@ -78,6 +82,10 @@ class EvaluateMixCubeConfig(_Common):
     )
     workers: int = Field(default=4, ge=1, description="Questions in flight at once (remote APIs).")
     batch_rows: int = Field(default=256, ge=1, description="Release rows (with their images) read at a time.")
+    predictions: PredictionsConfig | None = Field(
+        default=None,
+        description="A harness's prediction file (VLMEvalKit's <model>_MixCuBe.xlsx) scored instead of asking a model.",
+    )
 
 
 EvaluationConfig = Annotated[Evaluate3XCMConfig | EvaluateMixCubeConfig, Field(discriminator="benchmark")]
@@ -125,8 +133,15 @@ def build_encoder(config: Evaluate3XCMConfig) -> TextImageEncoder:
     return encoder
 
 
-def build_vlms(config: EvaluateMixCubeConfig) -> tuple[VisionLanguageModel, VisionLanguageModel | None]:
-    """The configured (or demo) model and its judge, built: config errors raised, nothing asked yet."""
+def build_vlms(
+    config: EvaluateMixCubeConfig, release: Release | None = None
+) -> tuple[VisionLanguageModel, VisionLanguageModel | None]:
+    """The configured (or demo) model and its judge, built: config errors raised, nothing asked yet. With
+    `predictions`, the model answers from that file, read and checked against the release's rows here."""
+    if config.predictions is not None:
+        release = release or open_release(config)
+        answers = config.predictions.build(release.path / "default")
+        return answers, config.judge.build() if config.judge is not None else None
     model = config.model or demo_vlm(config.demo_models)
     judge_config = config.judge or (model if config.model is None else None)  # the demo model judges itself
     vlm = model.build()
@@ -138,8 +153,11 @@ def settings_3xcm(config: Evaluate3XCMConfig) -> dict[str, Any]:
     return {"query": config.query, "bootstrap_resamples": config.bootstrap_resamples, "seed": config.seed}
 
 
-def settings_mixcube(judge: VisionLanguageModel | None) -> dict[str, Any]:
-    return {"judge": judge.identity.model_dump(mode="json") if judge is not None else None}
+def settings_mixcube(judge: VisionLanguageModel | None, vlm: VisionLanguageModel | None = None) -> dict[str, Any]:
+    settings: dict[str, Any] = {"judge": judge.identity.model_dump(mode="json") if judge is not None else None}
+    if isinstance(vlm, PredictionsVlm):  # answers read from a harness's file: which file (only then: model runs
+        settings["predictions"] = dict(vlm.source)  # keep their settings, and so their bytes, unchanged)
+    return settings
 
 
 def run_3xcm(
@@ -183,7 +201,9 @@ def run_mixcube(
     models: tuple[VisionLanguageModel, VisionLanguageModel | None] | None = None,
 ) -> EvaluationResult:
     release = release or open_release(config)
-    vlm, judge = models or build_vlms(config)
+    vlm, judge = models or build_vlms(config, release)
+    # A prediction file answers rows that share image and question in row order: ask them in that order.
+    workers = 1 if isinstance(vlm, PredictionsVlm) else config.workers
     files = sorted((release.path / "default").glob("*.parquet"))
     if not files:
         raise ValueError(f"{release.path}: the release has no default table")
@@ -202,7 +222,7 @@ def run_mixcube(
         for file in files:  # a batch of rows (with their image bytes) at a time, not the whole release
             for batch in pq.ParquetFile(file).iter_batches(batch_size=config.batch_rows):
                 rows = pa.Table.from_batches([batch])
-                parts.append(mx.evaluate_images(rows, vlm, judge, progress=advance, workers=config.workers))
+                parts.append(mx.evaluate_images(rows, vlm, judge, progress=advance, workers=workers))
     per_image = pa.concat_tables(parts)
     cached = sum(per_image["cached"].to_pylist())
     log.info("%d of %d answers came from the cache", cached, per_image.num_rows)
@@ -224,7 +244,7 @@ def run_mixcube(
         tables={"accuracy": mx.accuracy_table(per_image), "swap_drops": mx.swap_drops(per_image)},
         metrics=metrics,
         figures=figures,
-        settings=settings_mixcube(judge),
+        settings=settings_mixcube(judge, vlm),
         skipped=skipped,
         demo=config.demo,
         warnings=_failure_warnings(metrics),
@@ -279,8 +299,8 @@ def evaluate_and_write(config: Evaluate3XCMConfig | EvaluateMixCubeConfig, progr
         encoder = build_encoder(config)
         identity, settings = encoder.identity, settings_3xcm(config)
     else:
-        models = build_vlms(config)
-        identity, settings = models[0].identity, settings_mixcube(models[1])
+        models = build_vlms(config, release)
+        identity, settings = models[0].identity, settings_mixcube(models[1], models[0])
     out = config.out or default_out(config.results_root, config.benchmark, release, identity.model_id)
     if config.out is None:
         check_result_path(out, release, "--results-root")

@@ -16,9 +16,11 @@ from flows.cli.build import build_app, config_command
 from flows.cli.concepts import concepts_app
 from flows.cli.errors import CliGroup
 from flows.cli.evaluate import evaluate_app
+from flows.cli.export import export_command
 from flows.cli.fetch_release import fetch_release_command
 from flows.cli.output import console
 from flows.cli.prefect_setup import prefect_setup_command
+from flows.cli.publish import publish_command
 from flows.cli.release import audit_command, reassemble_command, validate_command
 from flows.cli.takedown import takedown_command
 
@@ -35,6 +37,8 @@ app.command("validate")(validate_command)
 app.command("audit")(audit_command)
 app.command("reassemble")(reassemble_command)
 app.command("prefect-setup")(prefect_setup_command)
+app.command("export")(export_command)
+app.command("publish")(publish_command)
 
 
 @app.callback()

@@ -89,6 +89,8 @@ DOMAIN_ERRORS: dict[str, Callable[[Any], CliError]] = {
     "data.output_paths.OutputPathError": BadInput,
     "curation.audit.AuditInputError": BadInput,
     "curation.takedown.TakedownInputError": BadInput,
+    "evaluation.exports.common.ExportError": BadInput,
+    "evaluation.predictions.PredictionsError": BadInput,
     "data.publish.patch.PatchInputError": BadInput,
     "data.denylist.DenylistError": BadInput,
     "collectors.mixcube_originals.OriginalsInputError": BadInput,

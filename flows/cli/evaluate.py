@@ -187,16 +187,45 @@ def evaluate_mixcube_command(
     demo_model: Annotated[
         bool, typer.Option(help="Ask a tiny random local VLM, judged by itself (exercises the pipeline; meaningless).")
     ] = False,
+    predictions: Annotated[
+        Path | None,
+        typer.Option(
+            help="Score a harness's prediction file instead of asking a model (VLMEvalKit: <model>_MixCuBe.xlsx, "
+            ".tsv or .csv, from `culturebench export --harness vlmevalkit`; lmms-eval: its --log_samples "
+            "*_samples_culturebench_mixcube.jsonl or its --output_path folder).",
+        ),
+    ] = None,
+    predictions_format: Annotated[str, typer.Option(help="Which harness wrote --predictions.")] = "vlmevalkit",
+    predictions_model: Annotated[
+        str | None, typer.Option(help="The model that answered --predictions (default: from the file's name).")
+    ] = None,
     **model_options: Any,
 ) -> None:
     """Country Identification (App. B.2) on every image of a MixCuBe release, and Cultural Marker Identification
     (App. B.3) on Food with a judge: accuracy per country x category x ethnicity and the drop from original to each
-    swap. Exit 2 on bad input, 1 if the result folder exists with other content."""
+    swap. --predictions scores a harness's answers instead of asking a model. Exit 2 on bad input, 1 if the result
+    folder exists with other content."""
+    from evaluation.predictions import FORMATS, reader
     from evaluation.run import EvaluateMixCubeConfig
 
     data = _read_config(config)
     options = plain(model_options)
-    _model_or_demo(data, model_backend, options, demo_model)
+    if predictions is not None:
+        if demo_model or model_backend is not None or options or data.get("model"):
+            raise BadInput("--predictions replaces the model: drop --demo-model, --model-backend and its options")
+        if predictions_format not in FORMATS:
+            raise BadInput(f"--predictions-format {predictions_format!r}: not one of {', '.join(sorted(FORMATS))}")
+        locate = getattr(reader(predictions_format), "prediction_file", None)
+        if predictions.is_dir() and locate is not None:
+            predictions = locate(predictions)  # a harness's output folder -> its one prediction file
+        if not predictions.is_file():
+            raise BadInput(f"--predictions {predictions}: no such file")
+        given = {"path": str(predictions), "format": predictions_format, "model_name": predictions_model}
+        data["predictions"] = plain(given)
+    elif predictions_model is not None:
+        raise BadInput("--predictions-model names the model of --predictions; give --predictions too")
+    if "predictions" not in data:
+        _model_or_demo(data, model_backend, options, demo_model)
     if judge_backend is not None or data.get("judge"):
         given = {"base_url": judge_base_url, "model": judge_model, "api_key_env": judge_api_key_env}
         judge = {**plain(given), **({"cache_dir": options["cache_dir"]} if "cache_dir" in options else {})}

@@ -1,0 +1,214 @@
+"""A release folder published to a Hugging Face Hub dataset repository, in one commit tagged with its version.
+
+`publish_release` verifies the folder against its manifest (`data.publish.integrity.verified`), creates the dataset
+repository if needed, and compares the release with what the Hub holds, file by file (from the Hub's tree listing:
+each file's size and its git blob sha1, or its LFS sha256 for a file the Hub stored in LFS/Xet), so that:
+
+- a version whose tag already holds the release's files is `unchanged`: no commit, no new tag;
+- a version whose tag holds other files is refused (`PublishRefused`): a release never changes, and its tag never
+  moves;
+- otherwise one commit on `main` makes the repository hold exactly the release (every file added, each file a
+  previous release had and this one has not deleted; `.gitattributes`, the Hub's own, kept), then the version is
+  tagged on it and the tag is read back. A takedown patch is one more version: one more commit and tag on top.
+
+The token goes to `huggingface_hub` only (its Authorization header): never into a message, a log or a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from data.publish.format import MANIFEST
+from data.publish.integrity import file_digest, verified
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
+
+REPO_TYPE = "dataset"
+BRANCH = "main"
+#: Files the Hub keeps in a repository beside a release (it writes `.gitattributes` when it creates one).
+HUB_FILES = frozenset({".gitattributes"})
+#: The files a release must hold to be a Hub dataset: its card (the repository's README) and its Croissant record.
+REQUIRED = ("README.md", "croissant.json")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+
+
+class PublishInputError(ValueError):
+    """A publication that cannot start: no token, a repository id that is not ORG/NAME, a folder without its card."""
+
+
+class PublishRefused(RuntimeError):
+    """The Hub cannot take the release: its version is tagged on other files, or the Hub refused a call."""
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    size: int
+    blob_id: str  # git blob sha1
+    lfs_sha256: str | None  # the content's sha256, for a file stored in LFS/Xet
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    size: int
+    sha256: str
+    blob_id: str
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    status: Literal["created", "unchanged"]
+    repo_id: str
+    tag: str
+    commit: str
+
+    def line(self) -> str:
+        return f"{self.status}: {self.repo_id} tag {self.tag} at commit {self.commit}"
+
+
+def check_repo_id(repo_id: str) -> str:
+    if not _REPO_ID.fullmatch(repo_id) or ".." in repo_id or repo_id.endswith((".git", ".")):
+        raise PublishInputError(f"--repo-id {repo_id!r} is not ORG/NAME (letters, digits, '-', '_', '.')")
+    return repo_id
+
+
+def git_blob_sha1(path: Path) -> str:
+    """The file's git blob id, as the Hub lists a regular (non-LFS) file."""
+    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def local_files(folder: Path) -> tuple[str, str, dict[str, LocalFile]]:
+    """The release's name, version and files (those its manifest lists, and the manifest), verified first."""
+    manifest = verified(folder)
+    missing = [name for name in REQUIRED if name not in manifest.files]
+    if missing:
+        raise PublishInputError(f"{folder}: no {', '.join(missing)}; a Hub dataset needs its card and Croissant record")
+    files = {
+        rel: LocalFile(entry.bytes, entry.sha256, git_blob_sha1(folder / rel)) for rel, entry in manifest.files.items()
+    }
+    path = folder / MANIFEST
+    files[MANIFEST] = LocalFile(path.stat().st_size, file_digest(path), git_blob_sha1(path))
+    return manifest.name, manifest.version, files
+
+
+def differences(local: dict[str, LocalFile], remote: dict[str, RemoteFile]) -> list[str]:
+    """Each file that differs between the release and a revision on the Hub (the Hub's own files aside)."""
+    problems = []
+    for rel in sorted((set(local) | set(remote)) - HUB_FILES):
+        mine, theirs = local.get(rel), remote.get(rel)
+        if theirs is None:
+            problems.append(f"{rel} is not on the Hub")
+        elif mine is None:
+            problems.append(f"{rel} is on the Hub only")
+        elif mine.size != theirs.size or (
+            theirs.lfs_sha256 != mine.sha256 if theirs.lfs_sha256 else theirs.blob_id != mine.blob_id
+        ):
+            problems.append(f"{rel} has other bytes on the Hub")
+    return problems
+
+
+@contextmanager
+def hub_errors(what: str) -> Iterator[None]:
+    """The Hub's and the network's errors as one PublishRefused line (status and the server's message)."""
+    import httpx2  # huggingface_hub's HTTP client
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        yield
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else "?"
+        detail = " ".join((exc.server_message or "").split())[:300]
+        hint = "; check the token and its write access" if status in (401, 403) else ""
+        raise PublishRefused(
+            f"the Hub refused to {what}: HTTP {status}" + (f": {detail}" if detail else "") + hint
+        ) from None
+    except httpx2.HTTPError as exc:
+        raise PublishRefused(f"cannot reach the Hub to {what}: {type(exc).__name__}") from None
+    except ValueError as exc:  # huggingface_hub's own checks (a card whose metadata the Hub rejects)
+        raise PublishRefused(f"cannot {what}: {' '.join(str(exc).split())[:300]}") from None
+
+
+def remote_files(api: HfApi, repo_id: str, revision: str) -> dict[str, RemoteFile]:
+    from huggingface_hub import RepoFile
+
+    with hub_errors(f"list the files of {repo_id} at {revision}"):
+        return {
+            entry.path: RemoteFile(entry.size, entry.blob_id, entry.lfs.sha256 if entry.lfs else None)
+            for entry in api.list_repo_tree(repo_id, recursive=True, revision=revision, repo_type=REPO_TYPE)
+            if isinstance(entry, RepoFile)
+        }
+
+
+def commit_release(
+    api: HfApi,
+    repo_id: str,
+    folder: Path,
+    local: dict[str, LocalFile],
+    head: tuple[str, dict[str, RemoteFile]] | None,
+    message: str,
+) -> str:
+    """One commit on `main` (on top of `head`: its commit and files) after which it holds exactly the release and the
+    Hub's own files."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+
+    stale = set(head[1]) - set(local) - HUB_FILES if head else set()
+    operations: list[CommitOperationAdd | CommitOperationDelete] = [
+        CommitOperationAdd(path_in_repo=rel, path_or_fileobj=folder / rel) for rel in sorted(local)
+    ]
+    operations += [CommitOperationDelete(path_in_repo=rel) for rel in sorted(stale)]
+    with hub_errors(f"commit to {repo_id}"):
+        info = api.create_commit(
+            repo_id,
+            operations,
+            commit_message=message,
+            repo_type=REPO_TYPE,
+            revision=BRANCH,
+            parent_commit=head[0] if head else None,
+        )
+    return str(info.oid)
+
+
+def publish_release(
+    folder: Path, repo_id: str, token: str, endpoint: str | None = None, private: bool | None = None
+) -> PublishResult:
+    """Publish the release `folder` to the dataset repository `repo_id`, tagged with its version (see the module)."""
+    from huggingface_hub import HfApi
+
+    check_repo_id(repo_id)
+    name, version, local = local_files(folder)
+    api = HfApi(endpoint=endpoint, token=token)
+    with hub_errors(f"create the dataset repository {repo_id}"):
+        api.create_repo(repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True)
+    with hub_errors(f"list the branches and tags of {repo_id}"):
+        refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
+    tags = {ref.name: ref.target_commit for ref in refs.tags}
+    if version in tags:
+        problems = differences(local, remote_files(api, repo_id, tags[version]))
+        if problems:
+            raise PublishRefused(
+                f"{repo_id}: tag {version} already holds other files than {folder} ({'; '.join(problems[:3])}"
+                f"{'; ...' if len(problems) > 3 else ''}); a published version never changes: publish a new version"
+            )
+        return PublishResult("unchanged", repo_id, version, tags[version])
+    main = next((ref.target_commit for ref in refs.branches if ref.name == BRANCH), None)
+    head = (main, remote_files(api, repo_id, main)) if main is not None else None
+    if head is not None and not differences(local, head[1]):
+        commit = head[0]  # `main` holds the release already (a run stopped before its tag): tag it as it is
+    else:
+        commit = commit_release(api, repo_id, folder, local, head, f"{name} {version}")
+    with hub_errors(f"tag {repo_id} with {version}"):
+        api.create_tag(repo_id, tag=version, revision=commit, tag_message=f"{name} {version}", repo_type=REPO_TYPE)
+    problems = differences(local, remote_files(api, repo_id, version))
+    if problems:
+        raise PublishRefused(f"{repo_id}: tag {version} does not hold the release after publishing: {problems[0]}")
+    return PublishResult("created", repo_id, version, commit)

@@ -1,0 +1,190 @@
+"""MixCuBe for lmms-eval (`culturebench export RELEASE --harness lmms-eval`): a task folder that
+`python -m lmms_eval --include_path FOLDER --tasks culturebench_mixcube` runs offline.
+
+The export writes
+
+- `culturebench_mixcube/culturebench_mixcube.yaml`: the task. Its `dataset_path` is the release folder itself
+  (absolute, read-only: lmms-eval's `datasets.load_dataset` reads the card's `default` config, split `train`); no
+  image is copied. `generate_until`, greedy, 120 new tokens at most (App. C.2's cap, as `culturebench evaluate`).
+- `culturebench_mixcube/utils.py`: `evaluation/exports/lmms_eval_task.py` with its data block filled in: the App.
+  B.2 prompts (`evaluation.mixcube.COUNTRY_PROMPTS`), the ground-truth terms of every culture
+  (`evaluation.mixcube.ground_truth_terms`) and the lookup from a culture's spellings to them, so that the task
+  imports neither culturebench nor anything but the standard library. Its `is_correct` is our scorer's, copied.
+- `README.md`: the command and what it measures.
+
+Only the Country Identification task is exported: Cultural Marker Identification needs a judge model (App. B.3),
+which an lmms-eval task cannot call offline; `culturebench evaluate mixcube` scores it.
+
+The same release gives the same bytes (the release's absolute path is part of the YAML)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from data import reference
+from data.publish.folder import ImmutableFolder
+from data.publish.reader import Release
+from evaluation import mixcube as mx
+from evaluation.exports.common import README, ExportError
+
+BENCHMARKS: tuple[str, ...] = ("mixcube",)
+TASK = "culturebench_mixcube"
+TASK_YAML = f"{TASK}/{TASK}.yaml"
+TASK_UTILS = f"{TASK}/utils.py"
+TEMPLATE = Path(__file__).with_name("lmms_eval_task.py")
+MAX_NEW_TOKENS = 120
+#: (metric, aggregation function in utils.py, higher is better)
+METRICS: tuple[tuple[str, str, bool], ...] = (
+    ("mixcube_accuracy", "accuracy", True),
+    ("mixcube_accuracy_by_ethnicity", "accuracy_by_ethnicity", True),
+    ("mixcube_accuracy_by_country", "accuracy_by_country", True),
+    ("mixcube_accuracy_by_category", "accuracy_by_category", True),
+    ("mixcube_drop_by_ethnicity", "drop_by_ethnicity", False),
+    ("mixcube_swap_drops", "swap_drops", False),
+)
+_DATA_START = "# -- data (written at export time)"
+_DATA_END = "# -- end of data"
+_READ = ["sample_id", "country", "category", "ethnicity"]
+
+
+def _literal(value: object) -> str:
+    """A Python literal of strings, lists and dicts (JSON's syntax for them is Python's)."""
+    return json.dumps(value, ensure_ascii=False, indent=4)
+
+
+def utils_source(release: Release) -> str:
+    """The task's utils.py: the template with the release's and the scorer's data written into its data block."""
+    ref = reference.mixcube()
+    keys: dict[str, str] = {}
+    for culture in ref.cultures:  # the first culture a spelling names wins, as evaluation.mixcube._culture
+        for key in (culture.adjective, culture.name, culture.iso2):
+            keys.setdefault(key.lower(), culture.adjective)
+    data = {
+        "RELEASE: dict[str, str]": {
+            "name": release.name,
+            "version": release.version,
+            "path": str(release.path.resolve()),
+            "manifest_sha256": release.manifest_sha256,
+        },
+        "ORIGINAL": mx.ORIGINAL,
+        "COUNTRY_PROMPTS: dict[str, str]": dict(mx.COUNTRY_PROMPTS),
+        "GROUND_TRUTH_TERMS: dict[str, list[str]]": {
+            c.adjective: list(mx.ground_truth_terms(c.adjective)) for c in ref.cultures
+        },
+        "CULTURE_KEYS: dict[str, str]": keys,
+        "ORDER: dict[str, list[str]]": {
+            "country": [c.adjective for c in ref.cultures],
+            "category": list(ref.categories),
+            "ethnicity": [mx.ORIGINAL, *(e.label for e in ref.ethnicities)],
+        },
+    }
+    template = TEMPLATE.read_text(encoding="utf-8")
+    start = template.index(_DATA_START)
+    block_start = template.index("\n", start) + 1
+    block_end = template.index(_DATA_END)
+    block = "".join(f"{name} = {_literal(value)}\n" for name, value in data.items())
+    return template[:block_start] + block + template[block_end:]
+
+
+def _yaml_string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)  # a JSON string is a YAML double-quoted scalar
+
+
+def task_yaml(release: Release) -> str:
+    metrics = "".join(
+        f"  - metric: {metric}\n    aggregation: !function utils.{function}\n"
+        f"    higher_is_better: {'true' if higher else 'false'}\n"
+        for metric, function, higher in METRICS
+    )
+    return (
+        f"# MixCuBe {release.version}, Country Identification (App. B.2 prompts, §3 scoring): a culturebench export.\n"
+        "# dataset_path is the release folder itself, read-only: nothing is copied.\n"
+        f"task: {TASK}\n"
+        f"dataset_path: {_yaml_string(str(release.path.resolve()))}\n"
+        "dataset_name: default\n"
+        "test_split: train\n"
+        "output_type: generate_until\n"
+        "doc_to_visual: !function utils.doc_to_visual\n"
+        "doc_to_text: !function utils.doc_to_text\n"
+        "doc_to_target: country\n"
+        "generation_kwargs:\n"
+        f"  max_new_tokens: {MAX_NEW_TOKENS}\n"
+        "  temperature: 0\n"
+        "  do_sample: false\n"
+        "process_results: !function utils.process_results\n"
+        f"metric_list:\n{metrics}"
+        "metadata:\n"
+        f"  version: {_yaml_string(release.version)}\n"
+        f"  release_manifest_sha256: {_yaml_string(release.manifest_sha256)}\n"
+    )
+
+
+def command(folder: str, results: str = "RESULTS") -> str:
+    return (
+        f"python -m lmms_eval --model MODEL --model_args ARGS --tasks {TASK} --include_path {folder}/{TASK} "
+        f"--batch_size 1 --log_samples --output_path {results}"
+    )
+
+
+def readme(release: Release, counts: Counter[str], n: int) -> str:
+    by_ethnicity = ", ".join(f"{e} {counts[e]}" for e in [mx.ORIGINAL, *sorted(set(counts) - {mx.ORIGINAL})])
+    return f"""# MixCuBe {release.version} for lmms-eval
+
+The Country Identification task of MixCuBe (*When Tom Eats Kimchi*, §3) on the release
+`{release.path.resolve()}` (manifest sha256 `{release.manifest_sha256}`), as an lmms-eval task:
+{n} images ({by_ethnicity}).
+
+## Run it
+
+From this folder, with lmms-eval 0.7.3 installed and MODEL one of its models:
+
+```bash
+{command(".")}
+```
+
+`--include_path` finds the task `{TASK}`; `--log_samples` keeps every answer and its verdict in
+`RESULTS/*_samples_{TASK}.jsonl`. The data are read from the release folder itself (the YAML's `dataset_path`,
+read-only; nothing is copied here), so it runs offline (`HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1`); keep the release
+where it is, or export again after moving it.
+
+## What it measures
+
+Each image is asked its category's question, App. B.2 verbatim (`utils.COUNTRY_PROMPTS`), greedy, at most
+{MAX_NEW_TOKENS} new tokens. An answer is correct when it contains the ground-truth country or culture (§3), exactly
+as `culturebench evaluate mixcube` scores it (`utils.is_correct` is a copy of our scorer; the accepted names per
+culture are `utils.GROUND_TRUTH_TERMS`, App. A.5's aliases included): names case-insensitively at the start of a
+word, acronyms (UK, US, USA) case-sensitively as whole words.
+
+| metric | value |
+| --- | --- |
+| `mixcube_accuracy` | correct / images |
+| `mixcube_accuracy_by_ethnicity` | per ethnicity: `original` and each swap |
+| `mixcube_accuracy_by_country` | per culture |
+| `mixcube_accuracy_by_category` | per category (Food, Clothes, Festival) |
+| `mixcube_drop_by_ethnicity` | per swap: the originals' accuracy minus the swap's (positive = a drop) |
+| `mixcube_swap_drops` | the same per `country/category/swap`, against that country and category's originals |
+
+Per image, each metric's record in the samples file holds `sample_id`, `country`, `category`, `ethnicity`, the
+`answer` and `correct`.
+
+**Not exported:** the Cultural Marker Identification task (Food only) needs a judge model (App. B.3) that an offline
+lmms-eval task cannot call; run `culturebench evaluate mixcube` for it.
+"""
+
+
+def export(release: Release, folder: ImmutableFolder) -> str:
+    release.verify(("default",))
+    rows = release.table("default", columns=_READ)
+    missing = [name for name in _READ if name not in rows.column_names]
+    if missing or "image" not in release.columns("default"):
+        raise ExportError(f"{release.path}: the default table lacks the column(s) {missing or ['image']}")
+    unknown = sorted(set(rows.column("category").to_pylist()) - set(mx.COUNTRY_PROMPTS))
+    if unknown:
+        raise ExportError(f"{release.path}: categories without an App. B.2 prompt: {unknown}")
+    counts = Counter(rows.column("ethnicity").to_pylist())
+    folder.write_bytes(TASK_YAML, task_yaml(release).encode())
+    folder.write_bytes(TASK_UTILS, utils_source(release).encode())
+    folder.write_bytes(README, readme(release, counts, rows.num_rows).encode())
+    return command(folder.final)

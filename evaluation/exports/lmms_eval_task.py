@@ -1,0 +1,177 @@
+"""MixCuBe Country Identification as an lmms-eval task: the `utils.py` its YAML names (`!function utils....`).
+
+Exported by culturebench (`culturebench export RELEASE --harness lmms-eval`): this module is the template, and the
+export writes it with the data block below filled in from the release and culturebench's reference data. It imports
+neither culturebench nor lmms_eval, so the harness runs it as it is.
+
+Every image is asked its category's question (MixCuBe App. B.2, `COUNTRY_PROMPTS`). An answer is correct when it
+contains the ground-truth country or culture (§3), as `culturebench evaluate mixcube` scores it (`is_correct`, a
+faithful copy of `evaluation.mixcube.is_correct`):
+
+- names (Korean, South Korea, the United States, ...) match case-insensitively, at the start of a word, and may
+  continue it ("Korea" counts inside "Korean", never inside another word);
+- acronyms (UK, US, USA) match case-sensitively as whole words ("us", "USB" and "AUS" do not count);
+- an answer that names several countries, the right one among them, counts as correct.
+
+Aggregations: accuracy overall, per ethnicity (`original` and each swap), per country and per category, the drop
+from the originals to each swap ethnicity (original - swap; positive = the swap lost accuracy), and the same drop per
+country x category x swap (`swap_drops`, keyed "country/category/ethnicity").
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Iterable
+from typing import Any
+
+# -- data (written at export time) ---------------------------------------------------------------------------------
+RELEASE: dict[str, str] = {}
+ORIGINAL = "original"
+#: App. B.2, verbatim, per category.
+COUNTRY_PROMPTS: dict[str, str] = {}
+#: Per culture (its adjective, as the release's `country` column spells it): the names an answer may contain.
+GROUND_TRUTH_TERMS: dict[str, list[str]] = {}
+#: The lowercased adjective, country name and ISO code of each culture -> its adjective.
+CULTURE_KEYS: dict[str, str] = {}
+#: The order the tables list countries, categories and ethnicities in (others follow, in first-seen order).
+ORDER: dict[str, list[str]] = {}
+# -- end of data ---------------------------------------------------------------------------------------------------
+
+METRICS = (
+    "mixcube_accuracy",
+    "mixcube_accuracy_by_ethnicity",
+    "mixcube_accuracy_by_country",
+    "mixcube_accuracy_by_category",
+    "mixcube_drop_by_ethnicity",
+    "mixcube_swap_drops",
+)
+
+
+# -- scoring (evaluation.mixcube) ----------------------------------------------------------------------------------
+def ground_truth_terms(country: str) -> tuple[str, ...]:
+    """The names an answer may contain for `country`: the value itself, then its culture's accepted names; an
+    unknown culture gives just its own name."""
+    name = " ".join(country.split())
+    adjective = CULTURE_KEYS.get(name.lower())
+    if adjective is None:
+        return (name,)
+    return tuple(dict.fromkeys([name, *GROUND_TRUTH_TERMS[adjective]]))
+
+
+def _is_acronym(term: str) -> bool:
+    return term.isalpha() and term.isupper() and len(term) <= 4
+
+
+_NOT_LETTER_BEFORE = r"(?<![^\W\d_])"  # no letter right before (digits, punctuation, spaces and the start are fine)
+_NOT_LETTER_AFTER = r"(?![^\W\d_])"
+
+
+def _term_pattern(term: str) -> re.Pattern[str]:
+    words = r"\s+".join(re.escape(word) for word in term.split())
+    if _is_acronym(term):
+        return re.compile(_NOT_LETTER_BEFORE + words + _NOT_LETTER_AFTER)
+    return re.compile(_NOT_LETTER_BEFORE + words, re.IGNORECASE)
+
+
+def is_correct(answer: str, country: str) -> bool:
+    """§3's rule: correct only if the answer contains the ground-truth country or culture."""
+    text = unicodedata.normalize("NFC", answer or "")
+    return any(_term_pattern(term).search(text) for term in ground_truth_terms(country))
+
+
+# -- lmms-eval hooks -----------------------------------------------------------------------------------------------
+def doc_to_visual(doc: dict[str, Any]) -> list[Any]:
+    """The row's image (a PIL image, as `datasets` decodes the release's Image column), in RGB."""
+    image = doc.get("image")
+    return [] if image is None else [image.convert("RGB")]
+
+
+def doc_to_text(doc: dict[str, Any], lmms_eval_specific_kwargs: dict[str, Any] | None = None) -> str:
+    """The category's App. B.2 question, verbatim (a model's pre_prompt/post_prompt, if its config sets any)."""
+    kwargs = lmms_eval_specific_kwargs or {}
+    return f"{kwargs.get('pre_prompt', '')}{COUNTRY_PROMPTS[doc['category']]}{kwargs.get('post_prompt', '')}"
+
+
+def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, dict[str, Any]]:
+    """One record per image, the same for every metric: which image, its group, the answer and its verdict."""
+    answer = results[0] if results else ""
+    answer = answer if isinstance(answer, str) else str(answer)
+    record = {
+        "sample_id": doc["sample_id"],
+        "country": doc["country"],
+        "category": doc["category"],
+        "ethnicity": doc["ethnicity"],
+        "answer": answer,
+        "correct": is_correct(answer, doc["country"]),
+    }
+    return {metric: record for metric in METRICS}
+
+
+# -- aggregations --------------------------------------------------------------------------------------------------
+def _ordered(values: Iterable[str], kind: str) -> list[str]:
+    seen = list(dict.fromkeys(values))
+    preferred = ORDER.get(kind, [])
+    return [v for v in preferred if v in seen] + [v for v in seen if v not in preferred]
+
+
+def _rate(items: list[dict[str, Any]]) -> float | None:
+    return sum(bool(item["correct"]) for item in items) / len(items) if items else None
+
+
+def _by(items: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any]) -> dict[Any, list[dict[str, Any]]]:
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return groups
+
+
+def _accuracy_by(items: list[dict[str, Any]], column: str) -> dict[str, float | None]:
+    groups = _by(items, lambda item: item[column])
+    return {value: _rate(groups[value]) for value in _ordered(groups, column)}
+
+
+def accuracy(items: list[dict[str, Any]]) -> float | None:
+    """Correct / images, over every image."""
+    return _rate(items)
+
+
+def accuracy_by_ethnicity(items: list[dict[str, Any]]) -> dict[str, float | None]:
+    return _accuracy_by(items, "ethnicity")
+
+
+def accuracy_by_country(items: list[dict[str, Any]]) -> dict[str, float | None]:
+    return _accuracy_by(items, "country")
+
+
+def accuracy_by_category(items: list[dict[str, Any]]) -> dict[str, float | None]:
+    return _accuracy_by(items, "category")
+
+
+def drop_by_ethnicity(items: list[dict[str, Any]]) -> dict[str, float]:
+    """Each swap ethnicity: the originals' accuracy minus the swap's (all countries and categories together)."""
+    by_ethnicity = accuracy_by_ethnicity(items)
+    original = by_ethnicity.get(ORIGINAL)
+    return {
+        ethnicity: original - value
+        for ethnicity, value in by_ethnicity.items()
+        if ethnicity != ORIGINAL and original is not None and value is not None
+    }
+
+
+def swap_drops(items: list[dict[str, Any]]) -> dict[str, float]:
+    """Per country x category x swap ethnicity ("country/category/ethnicity"): the originals' accuracy of that
+    country and category minus the swap's; groups without originals are left out."""
+    groups = _by(items, lambda item: (item["country"], item["category"], item["ethnicity"]))
+    countries = _ordered((key[0] for key in groups), "country")
+    categories = _ordered((key[1] for key in groups), "category")
+    ethnicities = _ordered((key[2] for key in groups), "ethnicity")
+    out: dict[str, float] = {}
+    for country in countries:
+        for category in categories:
+            original = _rate(groups.get((country, category, ORIGINAL), []))
+            for ethnicity in ethnicities:
+                swap = _rate(groups.get((country, category, ethnicity), []))
+                if ethnicity != ORIGINAL and original is not None and swap is not None:
+                    out[f"{country}/{category}/{ethnicity}"] = original - swap
+    return out

@@ -1,0 +1,182 @@
+"""A harness's prediction file scored by our MixCuBe scorer (`culturebench evaluate mixcube RELEASE --predictions
+FILE`): the answers another harness (VLMEvalKit, lmms-eval) got from a model, brought back so that the paper's
+correctness rule (`evaluation.mixcube.is_correct`), tables, figures and card apply to them unchanged.
+
+One module per format under this package, registered in `FORMATS` by name. Each module provides
+
+- `HARNESS: str`, the harness's name as the results card shows it;
+- `read_predictions(path: Path, rows: pa.Table) -> dict[str, str]`: our `sample_id` -> the model's answer text.
+  `rows` is the release's `default` table in its order (as the export wrote it), with at least `sample_id`,
+  `category` and `image_sha256` (null for a row without image bytes: the exports leave it out, so no prediction is
+  expected for it). Anything wrong with the file (unreadable, a column missing, a row missing, an extra or repeated
+  row, a row that names another sample) raises `PredictionsError` naming the file, on one line;
+- `model_name(path: Path) -> str | None`: the model's name as the file's name gives it (None when it does not).
+
+`PredictionsVlm` is a `VisionLanguageModel` that answers from the file: `evaluate_images` asks it exactly as it asks
+a model (the image's bytes and its App. B.2 prompt), and it looks the row up by the sha256 of those bytes and the
+prompt, so a predictions run takes the scoring path of a model run."""
+
+from __future__ import annotations
+
+import importlib
+from collections import defaultdict, deque
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field
+
+from data.model_ids import slug
+from data.workspace import sha256_bytes
+from evaluation.vlm.base import Answer, VlmIdentity
+
+#: `--predictions-format` names -> the module that reads that harness's prediction files.
+FORMATS: dict[str, str] = {
+    "vlmevalkit": "evaluation.predictions.vlmevalkit",
+    "lmms-eval": "evaluation.predictions.lmms_eval",
+}
+PredictionsFormat = Literal["vlmevalkit", "lmms-eval"]
+
+
+class PredictionsError(ValueError):
+    """A prediction file that cannot be scored against the release: the message names the file and says why."""
+
+
+class PredictionsReader(Protocol):
+    HARNESS: str
+
+    def read_predictions(self, path: Path, rows: pa.Table) -> dict[str, str]: ...
+
+    def model_name(self, path: Path) -> str | None: ...
+
+
+def reader(format: str) -> PredictionsReader:
+    if format not in FORMATS:
+        raise PredictionsError(f"--predictions-format {format!r}: not one of {', '.join(sorted(FORMATS))}")
+    module: PredictionsReader = importlib.import_module(FORMATS[format])
+    return module
+
+
+def read_predictions(path: Path, rows: pa.Table, format: str) -> dict[str, str]:
+    """`sample_id` -> answer text of the prediction file `path` in `format` (see the module docstring)."""
+    return reader(format).read_predictions(path, rows)
+
+
+def release_rows(default_folder: Path, batch_rows: int = 256) -> pa.Table:
+    """The release's `default` rows in order as the readers take them: `sample_id`, `category` and `image_sha256` (of
+    the released bytes; null without bytes), read a batch at a time (the image bytes are never all in memory)."""
+    from evaluation.mixcube import _image_bytes
+
+    files = sorted(p for p in default_folder.glob("*.parquet") if p.is_file())
+    ids: list[str] = []
+    categories: list[str] = []
+    hashes: list[str | None] = []
+    for file in files:
+        for batch in pq.ParquetFile(file).iter_batches(
+            batch_size=batch_rows, columns=["sample_id", "category", "image"]
+        ):
+            rows = pa.Table.from_batches([batch])
+            ids += rows.column("sample_id").to_pylist()
+            categories += rows.column("category").to_pylist()
+            hashes += [None if b is None else sha256_bytes(b) for b in _image_bytes(rows).to_pylist()]
+    return pa.table(
+        {"sample_id": ids, "category": categories, "image_sha256": hashes},
+        schema=pa.schema([("sample_id", pa.string()), ("category", pa.string()), ("image_sha256", pa.string())]),
+    )
+
+
+class PredictionsConfig(BaseModel):
+    """A prediction file to score instead of asking a model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="The harness's prediction file (VLMEvalKit: <model>_MixCuBe.xlsx, .tsv or .csv).")
+    format: PredictionsFormat = Field(default="vlmevalkit", description="Which harness wrote it.")
+    model_name: str | None = Field(
+        default=None, description="The model that answered; default: from the file's name (VLMEvalKit's <model>_...)."
+    )
+
+    def build(self, default_folder: Path) -> PredictionsVlm:
+        """Read and check the file against the release's `default` rows (in `default_folder`)."""
+        path = Path(self.path)
+        module = reader(self.format)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise PredictionsError(f"{path}: cannot read the prediction file ({exc.strerror or exc})") from None
+        rows = release_rows(default_folder)
+        answers = module.read_predictions(path, rows)
+        name = self.model_name or module.model_name(path)
+        if not name:
+            raise PredictionsError(f"{path}: the file's name names no model; pass --predictions-model")
+        source = {
+            "harness": module.HARNESS,
+            "format": self.format,
+            "file": path.name,
+            "sha256": sha256_bytes(data),
+        }
+        return PredictionsVlm(rows, answers, name=name, source=source)
+
+
+class PredictionsVlm:
+    """A `VisionLanguageModel` whose answers are a prediction file's: `ask(prompt, image)` returns the answer of the
+    release row whose image bytes and App. B.2 prompt these are. Rows that share both (the same image asked the same
+    question twice) are answered in row order, as `evaluate_images` asks them with one worker."""
+
+    runs_locally = False
+
+    def __init__(self, rows: pa.Table, answers: dict[str, str], *, name: str, source: dict[str, Any]) -> None:
+        from evaluation.mixcube import COUNTRY_PROMPTS
+
+        self.identity = VlmIdentity(backend="predictions", model_id=slug(source["format"], name), name=name)
+        self.source = source
+        self._queues: dict[tuple[str, str], deque[str]] = defaultdict(deque)
+        for sample_id, category, digest in zip(
+            rows.column("sample_id").to_pylist(),
+            rows.column("category").to_pylist(),
+            rows.column("image_sha256").to_pylist(),
+            strict=True,
+        ):
+            if digest is not None and category in COUNTRY_PROMPTS:
+                self._queues[(digest, COUNTRY_PROMPTS[category])].append(answers[sample_id])
+        self._file = source["file"]
+
+    def ask(self, prompt: str, image: bytes | None = None) -> Answer:
+        queue = self._queues.get((sha256_bytes(image), prompt)) if image is not None else None
+        if not queue:
+            return Answer(None, "bad_request", f"{self._file} has no answer for this image and question", 0, False)
+        text = queue.popleft() if len(queue) > 1 else queue[0]
+        if not text.strip():
+            return Answer(text, "empty", f"{self._file}: an empty prediction", 0, False)
+        return Answer(text, None, None, 0, False)
+
+
+def check_rows(
+    path: Path, rows: pa.Table, predicted: dict[int, str], sample_ids: dict[int, str] | None = None
+) -> dict[str, str]:
+    """`sample_id` -> answer from a file's `index` -> answer (`index` = row position in `rows`): every row with image
+    bytes answered once, nothing else; `sample_ids` (the file's own column, when it has one) must agree."""
+    ids: list[str] = rows.column("sample_id").to_pylist()
+    expected = {i for i, digest in enumerate(rows.column("image_sha256").to_pylist()) if digest is not None}
+    missing = sorted(expected - predicted.keys())
+    extra = sorted(predicted.keys() - expected)
+    if missing:
+        raise PredictionsError(f"{path}: no prediction for {len(missing)} row(s) of the release, index {_few(missing)}")
+    if extra:
+        raise PredictionsError(
+            f"{path}: {len(extra)} index(es) that are no image row of the release ({_few(extra)}); "
+            "was it made from another export?"
+        )
+    for index, sample_id in (sample_ids or {}).items():
+        if sample_id != ids[index]:
+            raise PredictionsError(
+                f"{path}: index {index} is sample {sample_id!r} in the file but {ids[index]!r} in the release; "
+                "was it made from another export?"
+            )
+    return {ids[index]: text for index, text in predicted.items()}
+
+
+def _few(values: list[int], limit: int = 5) -> str:
+    shown = ", ".join(str(v) for v in values[:limit])
+    return shown + (", ..." if len(values) > limit else "")

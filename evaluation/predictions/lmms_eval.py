@@ -1,0 +1,125 @@
+"""lmms-eval's samples log of the exported MixCuBe task (`evaluation.exports.lmms_eval`, task `culturebench_mixcube`):
+what lmms-eval 0.7.3 writes with `--log_samples --output_path OUT`, `OUT[/<model>]/<date>_samples_culturebench_mixcube
+.jsonl`, one JSON object per image. Either that file or the output folder is accepted (the folder must hold exactly
+one samples file of the task).
+
+Each line has `doc_id` (the row's position in the release's `default` split, as the task's `test_split` lists it) and
+`filtered_resps` (the answer the task scored, after lmms-eval's filters and reasoning-tag stripping; `resps`, the raw
+one, is dropped when they agree). lmms-eval drops the doc itself from the log, but the task's metric records (our
+`process_results`, e.g. `mixcube_accuracy`) carry the row's `sample_id`, which is checked against the release.
+
+The model's name is the `model_name` lmms-eval wrote into the run's `<date>_results.json` beside the samples file
+(from `--model_args pretrained=...`, `model=...`); None when there is none (then `--predictions-model` names it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from evaluation.predictions import PredictionsError, check_rows
+
+HARNESS = "lmms-eval"
+TASK = "culturebench_mixcube"
+SAMPLES_SUFFIX = f"_samples_{TASK}.jsonl"
+#: The task's metric records, any of which names the row's sample (`process_results` of the exported utils.py).
+RECORD_KEYS = (
+    "mixcube_accuracy",
+    "mixcube_accuracy_by_ethnicity",
+    "mixcube_accuracy_by_country",
+    "mixcube_accuracy_by_category",
+    "mixcube_drop_by_ethnicity",
+    "mixcube_swap_drops",
+)
+
+
+def prediction_file(path: Path) -> Path:
+    """The samples file: `path` itself, or the one `*_samples_culturebench_mixcube.jsonl` under the folder `path`."""
+    if not path.is_dir():
+        return path
+    found = sorted(p for p in path.rglob(f"*{SAMPLES_SUFFIX}") if p.is_file())
+    if not found:
+        raise PredictionsError(f"{path}: no lmms-eval samples file (*{SAMPLES_SUFFIX}) under this folder")
+    if len(found) > 1:
+        named = ", ".join(str(p.relative_to(path)) for p in found)
+        raise PredictionsError(f"{path}: {len(found)} lmms-eval samples files of {TASK} ({named}); pass one of them")
+    return found[0]
+
+
+def model_name(path: Path) -> str | None:
+    """`model_name` of the run's `<date>_results.json` beside the samples file; None without one."""
+    file = prediction_file(path)
+    if not file.name.endswith(SAMPLES_SUFFIX):
+        return None
+    results = file.with_name(file.name[: -len(SAMPLES_SUFFIX)] + "_results.json")
+    try:
+        loaded = json.loads(results.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    name = loaded.get("model_name") if isinstance(loaded, dict) else None
+    return (name.strip() or None) if isinstance(name, str) else None
+
+
+def read_predictions(path: Path, rows: pa.Table) -> dict[str, str]:
+    file = prediction_file(path)
+    try:
+        text = file.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise PredictionsError(f"{file}: cannot read the samples file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise PredictionsError(f"{file}: not UTF-8 text") from None
+    predicted: dict[int, str] = {}
+    sample_ids: dict[int, str] = {}
+    for line, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            sample = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise PredictionsError(f"{file}: line {line} is not JSON ({exc.msg})") from None
+        if not isinstance(sample, dict):
+            raise PredictionsError(f"{file}: line {line} is not a JSON object")
+        doc_id = sample.get("doc_id")
+        if isinstance(doc_id, bool) or not isinstance(doc_id, int) or doc_id < 0:
+            raise PredictionsError(f"{file}: line {line}: doc_id {doc_id!r} is not a row position")
+        if doc_id in predicted:
+            raise PredictionsError(f"{file}: doc_id {doc_id} appears twice (line {line})")
+        predicted[doc_id] = _answer(file, line, sample)
+        sample_id = _sample_id(file, line, sample)
+        if sample_id is not None:
+            sample_ids[doc_id] = sample_id
+    if not predicted:
+        raise PredictionsError(f"{file}: no samples")
+    return check_rows(file, rows, predicted, sample_ids)
+
+
+def _answer(file: Path, line: int, sample: dict[str, Any]) -> str:
+    """The scored answer: `filtered_resps` (a string, or a list holding one), else the raw `resps`."""
+    for key in ("filtered_resps", "resps"):
+        value = sample.get(key)
+        while isinstance(value, list) and len(value) == 1:
+            value = value[0]
+        if isinstance(value, str):
+            return value
+        if key in sample:
+            raise PredictionsError(f"{file}: line {line}: {key} is not one answer text ({_short(value)})")
+    raise PredictionsError(f"{file}: line {line}: no filtered_resps (was it written with --log_samples?)")
+
+
+def _sample_id(file: Path, line: int, sample: dict[str, Any]) -> str | None:
+    """The row's `sample_id` as the task's metric records (or a kept `doc`) name it; None when none does."""
+    named: set[str] = set()
+    for key in (*RECORD_KEYS, "doc"):
+        record = sample.get(key)
+        if isinstance(record, dict) and "sample_id" in record:
+            named.add(str(record["sample_id"]))
+    if len(named) > 1:
+        raise PredictionsError(f"{file}: line {line} names several samples ({', '.join(sorted(named))})")
+    return named.pop() if named else None
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
