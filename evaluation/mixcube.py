@@ -39,7 +39,6 @@ from __future__ import annotations
 import io
 import logging
 import re
-import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -51,6 +50,7 @@ import pyarrow.compute as pc
 
 from data import reference
 from data.workspace import sha256_bytes
+from evaluation.answer_match import contains_term
 from evaluation.vlm import MODEL_OUTCOMES, Answer, VisionLanguageModel
 
 logger = logging.getLogger(__name__)
@@ -184,26 +184,10 @@ def ground_truth_terms(country: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys([name, culture.adjective, culture.name, *culture.label_aliases]))
 
 
-def _is_acronym(term: str) -> bool:
-    return term.isalpha() and term.isupper() and len(term) <= 4
-
-
-_NOT_LETTER_BEFORE = r"(?<![^\W\d_])"  # no letter right before (digits, punctuation, spaces and the start are fine)
-_NOT_LETTER_AFTER = r"(?![^\W\d_])"
-
-
-def _term_pattern(term: str) -> re.Pattern[str]:
-    words = r"\s+".join(re.escape(word) for word in term.split())
-    if _is_acronym(term):
-        return re.compile(_NOT_LETTER_BEFORE + words + _NOT_LETTER_AFTER)
-    return re.compile(_NOT_LETTER_BEFORE + words, re.IGNORECASE)
-
-
 def is_correct(answer: str, country: str) -> bool:
     """§3's rule: correct only if the answer contains the ground-truth country or culture (`ground_truth_terms`);
     names case-insensitively at the start of a word, acronyms (UK, US, USA) case-sensitively as whole words."""
-    text = unicodedata.normalize("NFC", answer or "")
-    return any(_term_pattern(term).search(text) for term in ground_truth_terms(country))
+    return contains_term(answer, ground_truth_terms(country))
 
 
 def parse_verdict(text: str | None) -> bool | None:

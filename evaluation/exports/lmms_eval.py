@@ -26,6 +26,7 @@ from pathlib import Path
 from data import reference
 from data.publish.folder import ImmutableFolder
 from data.publish.reader import Release
+from evaluation import answer_match
 from evaluation import mixcube as mx
 from evaluation.exports.common import README, ExportError
 
@@ -46,6 +47,11 @@ METRICS: tuple[tuple[str, str, bool], ...] = (
 )
 _DATA_START = "# -- data (written at export time)"
 _DATA_END = "# -- end of data"
+_ANSWER_MATCH_IMPORT = (
+    "# The export replaces this import with evaluation/answer_match.py's code, so the task imports no culturebench.\n"
+    "from evaluation.answer_match import contains_term  # culturebench: inline\n"
+)
+_ANSWER_MATCH_START = "# -- copied into exported tasks from here"
 _READ = ["sample_id", "country", "category", "ethnicity"]
 
 
@@ -85,7 +91,18 @@ def utils_source(release: Release) -> str:
     block_start = template.index("\n", start) + 1
     block_end = template.index(_DATA_END)
     block = "".join(f"{name} = {_literal(value)}\n" for name, value in data.items())
-    return template[:block_start] + block + template[block_end:]
+    return _inline_answer_match(template[:block_start] + block + template[block_end:])
+
+
+def _inline_answer_match(text: str) -> str:
+    """The template's import of `evaluation.answer_match` replaced by that module's imports and code: the scoring
+    rule has one home, and the exported task still imports no culturebench."""
+    source = Path(answer_match.__file__).read_text(encoding="utf-8")
+    imports = source[source.index("import re\n") : source.index(_ANSWER_MATCH_START)]
+    code = source[source.index("\n", source.index(_ANSWER_MATCH_START)) + 1 :]
+    if _ANSWER_MATCH_IMPORT not in text:
+        raise ValueError(f"{TEMPLATE}: no `{_ANSWER_MATCH_IMPORT.strip()}` line to replace")
+    return text.replace(_ANSWER_MATCH_IMPORT, (imports + code).strip() + "\n")
 
 
 def _yaml_string(text: str) -> str:

@@ -5,8 +5,8 @@ export writes it with the data block below filled in from the release and cultur
 neither culturebench nor lmms_eval, so the harness runs it as it is.
 
 Every image is asked its category's question (MixCuBe App. B.2, `COUNTRY_PROMPTS`). An answer is correct when it
-contains the ground-truth country or culture (§3), as `culturebench evaluate mixcube` scores it (`is_correct`, a
-faithful copy of `evaluation.mixcube.is_correct`):
+contains the ground-truth country or culture (§3), as `culturebench evaluate mixcube` scores it (`is_correct`, with
+`evaluation/answer_match.py`'s matching copied in at export):
 
 - names (Korean, South Korea, the United States, ...) match case-insensitively, at the start of a word, and may
   continue it ("Korea" counts inside "Korean", never inside another word);
@@ -20,10 +20,11 @@ country x category x swap (`swap_drops`, keyed "country/category/ethnicity").
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any
+
+# The export replaces this import with evaluation/answer_match.py's code, so the task imports no culturebench.
+from evaluation.answer_match import contains_term  # culturebench: inline
 
 # -- data (written at export time) ---------------------------------------------------------------------------------
 RELEASE: dict[str, str] = {}
@@ -59,25 +60,9 @@ def ground_truth_terms(country: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys([name, *GROUND_TRUTH_TERMS[adjective]]))
 
 
-def _is_acronym(term: str) -> bool:
-    return term.isalpha() and term.isupper() and len(term) <= 4
-
-
-_NOT_LETTER_BEFORE = r"(?<![^\W\d_])"  # no letter right before (digits, punctuation, spaces and the start are fine)
-_NOT_LETTER_AFTER = r"(?![^\W\d_])"
-
-
-def _term_pattern(term: str) -> re.Pattern[str]:
-    words = r"\s+".join(re.escape(word) for word in term.split())
-    if _is_acronym(term):
-        return re.compile(_NOT_LETTER_BEFORE + words + _NOT_LETTER_AFTER)
-    return re.compile(_NOT_LETTER_BEFORE + words, re.IGNORECASE)
-
-
 def is_correct(answer: str, country: str) -> bool:
     """§3's rule: correct only if the answer contains the ground-truth country or culture."""
-    text = unicodedata.normalize("NFC", answer or "")
-    return any(_term_pattern(term).search(text) for term in ground_truth_terms(country))
+    return contains_term(answer, ground_truth_terms(country))
 
 
 # -- lmms-eval hooks -----------------------------------------------------------------------------------------------
