@@ -201,3 +201,29 @@ def test_reader_maps_index_to_sample_id_and_reads_csv(small_releases: dict[str, 
     assert reader.model_name(tmp_path / "x.tsv") is None
     with pytest.raises(PredictionsError, match=re.escape("m_MixCuBe.csv")):
         reader.read_predictions(file, rows.slice(1))  # one index more than this release has
+
+
+def test_an_xlsx_that_unpacks_huge_is_refused_before_it_is_unpacked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import zipfile
+
+    import evaluation.predictions.vlmevalkit as module
+
+    monkeypatch.setattr(module, "MAX_PREDICTION_BYTES", 1000)  # a small cap stands for the real one
+    path = tmp_path / "bomb_MixCuBe.xlsx"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("xl/workbook.xml", b"<" + b" " * 5000 + b"/>")  # compresses to a few bytes
+    with pytest.raises(PredictionsError) as caught:
+        reader.read_table(path)
+    assert str(caught.value).startswith(f"{path}: xl/workbook.xml unpacks to more than")
+
+
+def test_a_prediction_file_larger_than_any_real_one_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import evaluation.predictions as predictions
+
+    monkeypatch.setattr(predictions, "MAX_PREDICTION_BYTES", 10)
+    path = tmp_path / "big_MixCuBe.tsv"
+    path.write_text("index\tprediction\n" + "0\tKorea\n" * 10)
+    with pytest.raises(PredictionsError, match=r"larger than .* not a prediction file"):
+        predictions.read_prediction_bytes(path)

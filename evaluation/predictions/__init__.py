@@ -43,6 +43,23 @@ class PredictionsError(ValueError):
     """A prediction file that cannot be scored against the release: the message names the file and says why."""
 
 
+#: A prediction file (and each member of an xlsx, decompressed) is far smaller: MixCuBe has a few thousand images,
+#: and an answer a model returns is capped at 1 MiB (evaluation/vlm/http_limits.py).
+MAX_PREDICTION_BYTES = 256 << 20
+
+
+def read_prediction_bytes(path: Path, what: str = "prediction file") -> bytes:
+    """The file's bytes; PredictionsError names the file when it cannot be read or is larger than any real one."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_PREDICTION_BYTES + 1)
+    except OSError as exc:
+        raise PredictionsError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    if len(data) > MAX_PREDICTION_BYTES:
+        raise PredictionsError(f"{path}: larger than {MAX_PREDICTION_BYTES >> 20} MiB; not a {what}")
+    return data
+
+
 class PredictionsReader(Protocol):
     HARNESS: str
 
@@ -101,10 +118,7 @@ class PredictionsConfig(BaseModel):
         """Read and check the file against the release's `default` rows (in `default_folder`)."""
         path = Path(self.path)
         module = reader(self.format)
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise PredictionsError(f"{path}: cannot read the prediction file ({exc.strerror or exc})") from None
+        data = read_prediction_bytes(path)
         rows = release_rows(default_folder)
         answers = module.read_predictions(path, rows)
         name = self.model_name or module.model_name(path)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from evaluation.predictions import PredictionsError, check_rows
+from evaluation.predictions import PredictionsError, check_rows, read_prediction_bytes
 
 HARNESS = "lmms-eval"
 TASK = "culturebench_mixcube"
@@ -65,9 +65,7 @@ def model_name(path: Path) -> str | None:
 def read_predictions(path: Path, rows: pa.Table) -> dict[str, str]:
     file = prediction_file(path)
     try:
-        text = file.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise PredictionsError(f"{file}: cannot read the samples file ({exc.strerror or exc})") from None
+        text = read_prediction_bytes(file, "samples file").decode("utf-8")
     except UnicodeDecodeError:
         raise PredictionsError(f"{file}: not UTF-8 text") from None
     predicted: dict[int, str] = {}

@@ -17,7 +17,7 @@ from xml.etree import ElementTree
 
 import pyarrow as pa
 
-from evaluation.predictions import PredictionsError, check_rows
+from evaluation.predictions import MAX_PREDICTION_BYTES, PredictionsError, check_rows, read_prediction_bytes
 
 HARNESS = "VLMEvalKit"
 DATASET = "MixCuBe"
@@ -75,10 +75,7 @@ def read_table(path: Path) -> list[list[str]]:
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise PredictionsError(f"{path}: a VLMEvalKit prediction file is {', '.join(SUFFIXES)}; not {suffix or 'that'}")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise PredictionsError(f"{path}: cannot read the prediction file ({exc.strerror or exc})") from None
+    data = read_prediction_bytes(path)
     if suffix == ".xlsx":
         return _xlsx(path, data)
     try:
@@ -112,25 +109,34 @@ def _column_number(letters: str) -> int:
     return number - 1
 
 
+def _member(path: Path, archive: zipfile.ZipFile, name: str) -> bytes:
+    """One member's bytes, refused before decompressing when it would be larger than any real prediction file."""
+    if archive.getinfo(name).file_size > MAX_PREDICTION_BYTES:
+        raise PredictionsError(
+            f"{path}: {name} unpacks to more than {MAX_PREDICTION_BYTES >> 20} MiB; not a prediction file"
+        )
+    return archive.read(name)
+
+
 def _xlsx(path: Path, data: bytes) -> list[list[str]]:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             names = set(archive.namelist())
-            workbook = ElementTree.fromstring(archive.read("xl/workbook.xml"))
+            workbook = ElementTree.fromstring(_member(path, archive, "xl/workbook.xml"))
             first = workbook.find(f"{_MAIN}sheets/{_MAIN}sheet")
             if first is None:
                 raise PredictionsError(f"{path}: the workbook has no sheet")
             rel_id = first.get(f"{_REL}id")
-            rels = ElementTree.fromstring(archive.read("xl/_rels/workbook.xml.rels"))
+            rels = ElementTree.fromstring(_member(path, archive, "xl/_rels/workbook.xml.rels"))
             target = next(
                 (r.get("Target", "") for r in rels.iter(f"{_PKG_REL}Relationship") if r.get("Id") == rel_id), ""
             )
             sheet_name = target.lstrip("/") if target.startswith("/") else f"xl/{target}"
             shared: list[str] = []
             if "xl/sharedStrings.xml" in names:
-                strings = ElementTree.fromstring(archive.read("xl/sharedStrings.xml"))
+                strings = ElementTree.fromstring(_member(path, archive, "xl/sharedStrings.xml"))
                 shared = [_unescape(_text(si)) for si in strings.iter(f"{_MAIN}si")]
-            sheet = ElementTree.fromstring(archive.read(sheet_name))
+            sheet = ElementTree.fromstring(_member(path, archive, sheet_name))
     except (zipfile.BadZipFile, KeyError, ElementTree.ParseError) as exc:
         raise PredictionsError(f"{path}: not a readable xlsx file ({' '.join(str(exc).split())})") from None
     table: list[list[str]] = []
