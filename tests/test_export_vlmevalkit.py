@@ -195,3 +195,17 @@ def test_vlmevalkit_loads_the_export_and_its_prediction_file_scores_as_the_demo_
     card = (out / "README.md").read_text()
     assert "VLMEvalKit" in card and hashlib.sha256(predictions.read_bytes()).hexdigest() in card
     assert sys.executable  # the scorer ran in this venv; VLMEvalKit only in its own
+
+
+@pytest.mark.parametrize("harness", ["vlmevalkit", "lmms-eval"])
+def test_a_release_whose_table_differs_from_its_manifest_is_not_exported(
+    small_releases: dict[str, Path], tmp_path: Path, harness: str
+) -> None:
+    release = tmp_path / "mixcube" / "0.0.1"
+    shutil.copytree(small_releases["mixcube"], release)
+    part = next((release / "default").glob("*.parquet"))
+    pq.write_table(pq.read_table(part).slice(1), part)  # one image fewer: a valid Parquet file, other bytes
+    result = invoke("export", str(release), "--harness", harness, "--out", str(tmp_path / "export"))
+    assert result.exit_code == 2
+    assert "differ from manifest.json" in result.output and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "export").exists()
