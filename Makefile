@@ -57,8 +57,9 @@ browser:
 demo: $(STAMP)
 	$(BIN)/culturebench build 3xcm --demo
 	$(BIN)/culturebench build mixcube --demo
-	$(BIN)/culturebench evaluate 3xcm releases/3xcm/0.1.0-demo --demo-model
+	$(BIN)/culturebench evaluate 3xcm releases/3xcm/0.1.0-demo --demo-model --task all
 	$(BIN)/culturebench evaluate mixcube releases/mixcube/0.1.0-demo --demo-model
+	$(BIN)/culturebench evaluate mixcube releases/mixcube/0.1.0-demo --demo-model --task audit
 
 # The type checker ([tool.mypy] in pyproject.toml) first: CI runs this target.
 test: $(STAMP) $(LS_STAMP) harnesses browser docs

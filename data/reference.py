@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 REVIEW_AWAITING = "awaiting_native_review"
 ENGLISH = "en"
+#: The region of a country outside the reference data (`region_of`).
+UNKNOWN_REGION = "unknown"
 #: The 11 non-English native languages of the 3XCM countries (3XCM paper Table 9; data/reference/countries.csv).
 NATIVE_LANGUAGES = ("de", "zh", "ja", "es", "fr", "pt", "ar", "th", "hi", "sw", "yo")
 
@@ -34,6 +36,12 @@ class Country(BaseModel):
     language_name: str
     language_group: str = Field(description="Countries sharing a group share the query language.")
     ddg_region: str = Field(pattern=r"^[a-z]{2}-[a-z]{2,3}$")
+    region: str = Field(
+        min_length=1,
+        description="World region in the sense of GlobalRG (its §1 and §3: 50 countries in 10 regions, Table 1), the "
+        "culture unit of its region-level diversity@k (§3.2); not `ddg_region`, the search engine's locale. "
+        "data/reference/README.md says how the names were chosen.",
+    )
 
     @model_validator(mode="after")
     def _slug_is_lower_name(self) -> Country:
@@ -188,6 +196,13 @@ def countries() -> tuple[Country, ...]:
 @cache
 def country_by_name() -> dict[str, Country]:
     return {c.name: c for c in countries()}
+
+
+def region_of(country: str) -> str:
+    """A country's GlobalRG region by its exact name; `UNKNOWN_REGION` for one outside the reference data (a
+    synthetic or extended build's), so a release with such countries can still be evaluated by region."""
+    known = country_by_name().get(country)
+    return known.region if known is not None else UNKNOWN_REGION
 
 
 def resolve_country(name: str) -> Country:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,24 @@ from data.publish.json_file import read_json_object
 from data.publish.manifest import ResultManifest
 from data.publish.reader import Release
 from evaluation.figures import compare_png
+from evaluation.parts import ResultPart
 
 METRICS = "metrics.json"
 PER_QUERY = "per_query.parquet"
 CARD = "README.md"
-#: The headline metrics each benchmark's `metrics.json` carries at its top level, in the card's column order.
-HEADLINE = {"3xcm": ("M_cr", "M_lb", "M_ti", "SP"), "mixcube": ("accuracy", "marker_accuracy")}
+#: Each benchmark's tasks, its paper's first: that one is the default, and its result folder carries no `tasks` key
+#: (results from before the other tasks existed read the same). The other tasks write a part folder of their own.
+TASKS = {"3xcm": ("triplet", "retrieval"), "mixcube": ("questions", "audit")}
+#: The headline metrics each task puts at the top level of `metrics.json`, in the card's column order. A value that
+#: is an object (MaxSkew per prompt set) is shown and compared per key, as `max_skew.communion`.
+TASK_HEADLINE = {
+    "triplet": ("M_cr", "M_lb", "M_ti", "SP"),
+    "questions": ("accuracy", "marker_accuracy"),
+    # GlobalRG §3.2 and RAVENEA §3.1 on 3XCM's pool (evaluation/retrieval.py)
+    "retrieval": ("precision@5", "diversity@5_country", "diversity@5_region", "mrr", "ndcg@5"),
+    "audit": ("max_skew", "pct_NA", "pct_NC", "pct_C", "pct_NH"),  # seed 001 §3.5-3.6, App. A (evaluation/audit.py)
+}
+HEADLINE = {benchmark: TASK_HEADLINE[tasks[0]] for benchmark, tasks in TASKS.items()}
 DEMO_WARNING = (
     "> **These numbers are meaningless.** The model is a tiny network with random weights, built to exercise the "
     "evaluation end to end; it says nothing about any real model or about the benchmark."
@@ -44,7 +57,7 @@ class EvaluationResult:
     benchmark: str  # "3xcm" | "mixcube"
     release: Release
     model: dict[str, Any]  # the backend's identity (ModelIdentity / VlmIdentity as JSON)
-    per_query: pa.Table  # one row per benchmark row (3XCM) or per image (MixCuBe)
+    per_query: pa.Table | None  # one row per benchmark row (3XCM) or per image (MixCuBe); None: the task not run
     tables: dict[str, pa.Table]
     metrics: dict[str, Any]
     figures: dict[str, bytes]
@@ -52,15 +65,60 @@ class EvaluationResult:
     skipped: list[str] = field(default_factory=list)
     demo: bool = False
     warnings: list[str] = field(default_factory=list)  # shown in the card (and by the CLI), not in metrics.json
+    parts: dict[str, ResultPart] = field(default_factory=dict)  # further tasks' parts, by folder name
 
     @property
     def model_id(self) -> str:
         return str(self.model["model_id"])
 
 
-def default_out(root: str | Path, benchmark: str, release: Release, model_id: str) -> str:
-    """`<root>/<benchmark>/<release version>/<model id>/`."""
-    return str(Path(root) / benchmark / release.version / model_id)
+def default_out(root: str | Path, benchmark: str, release: Release, model_id: str, task: str | None = None) -> str:
+    """`<root>/<benchmark>/<release version>/<model id>/`; `<model id>--<task>/` for a task other than the paper's,
+    so that each task's result has its own folder."""
+    suffix = "" if task in (None, TASKS[benchmark][0]) else f"--{task}"
+    return str(Path(root) / benchmark / release.version / f"{model_id}{suffix}")
+
+
+def with_parts(benchmark: str, task: str, metrics: dict[str, Any], parts: dict[str, ResultPart]) -> dict[str, Any]:
+    """The metrics of a run of `task` (one of TASKS[benchmark], or "all"): the paper's task's own metrics, then each
+    part's headline at the top level and its whole section under its name, their intervals in `ci95`, and the tasks
+    run in `tasks` (absent when only the paper's task ran: its metrics.json is as before)."""
+    if not parts:
+        return metrics
+    merged = dict(metrics)
+    ci95 = dict(merged.get("ci95", {}))
+    for name, part in parts.items():
+        merged.update(part.headline)
+        merged[name] = part.metrics
+        ci95.update(part.ci95)
+    merged["ci95"] = ci95
+    main = [TASKS[benchmark][0]] if metrics else []
+    merged["tasks"] = main + [t for t in TASKS[benchmark][1:] if t in parts]
+    return merged
+
+
+def tasks_of(benchmark: str, metrics: dict[str, Any]) -> list[str]:
+    tasks = metrics.get("tasks")
+    return [str(t) for t in tasks] if isinstance(tasks, list) else [TASKS[benchmark][0]]
+
+
+def headline_names(benchmark: str, metrics: dict[str, Any]) -> list[str]:
+    """The headline figures of a result's tasks, an object's keys flattened (`max_skew.communion`)."""
+    names: list[str] = []
+    for task in tasks_of(benchmark, metrics):
+        for name in TASK_HEADLINE.get(task, ()):
+            value = metrics.get(name)
+            names += [f"{name}.{key}" for key in value] if isinstance(value, dict) else [name]
+    return names
+
+
+def headline_value(metrics: dict[str, Any], name: str) -> Any:
+    """A headline figure by its flattened name."""
+    if name in metrics:
+        return metrics[name]
+    head, _, key = name.partition(".")
+    value = metrics.get(head)
+    return value.get(key) if isinstance(value, dict) else None
 
 
 def existing_result_conflict(
@@ -139,9 +197,16 @@ def write_results(result: EvaluationResult, out: str) -> ReleaseResult:
     writer = ImmutableFolder.at(out, f"evaluation-{result.benchmark}", result.release.version, ResultManifest)
     writer.volatile = {CARD}  # it names the code version: the same numbers from a later commit are the same result
     try:
-        writer.write_bytes(PER_QUERY, parquet_bytes(result.per_query))
+        if result.per_query is not None:
+            writer.write_bytes(PER_QUERY, parquet_bytes(result.per_query))
         for name, table in sorted(result.tables.items()):
             writer.write_bytes(f"{name}.parquet", parquet_bytes(table))
+        for part_name, part in sorted(result.parts.items()):
+            writer.write_bytes(f"{part_name}/{PER_QUERY}", parquet_bytes(part.per_query))
+            for name, table in sorted(part.tables.items()):
+                writer.write_bytes(f"{part_name}/{name}.parquet", parquet_bytes(table))
+            for name, png in sorted(part.figures.items()):
+                writer.write_bytes(f"{part_name}/figures/{name}", png)
         document = metrics_document(result)
         writer.write_bytes(METRICS, (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode())
         for name, png in sorted(result.figures.items()):
@@ -170,23 +235,47 @@ def _fmt(value: Any) -> str:
 
 
 def headline_rows(benchmark: str, metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """The headline metrics with their intervals where the metrics carry them (`ci95`)."""
+    """The headline metrics of the tasks run, with their intervals where the metrics carry them (`ci95`)."""
     ci = metrics.get("ci95", {})
     rows = []
-    for name in HEADLINE[benchmark]:
+    for name in headline_names(benchmark, metrics):
         low, high = ci.get(name, [None, None])
-        rows.append({"metric": name, "value": _fmt(metrics.get(name)), "95% CI": f"[{_fmt(low)}, {_fmt(high)}]"})
+        rows.append(
+            {"metric": name, "value": _fmt(headline_value(metrics, name)), "95% CI": f"[{_fmt(low)}, {_fmt(high)}]"}
+        )
     return rows
 
 
-def render_card(result: EvaluationResult, document: dict[str, Any]) -> str:
-    configs = [
-        CardConfig("per_query", result.per_query.num_rows, default=True, path=PER_QUERY, split="test"),
-        *(
-            CardConfig(name, result.tables[name].num_rows, path=f"{name}.parquet", split="test")
-            for name in sorted(result.tables)
-        ),
+def _card_tables(result: EvaluationResult) -> list[CardConfig]:
+    """The card's dataset configs: the paper's task's tables, then each part's (`retrieval_per_query` ...); the
+    first per-query table is the default."""
+    configs = []
+    if result.per_query is not None:
+        configs.append(CardConfig("per_query", result.per_query.num_rows, default=True, path=PER_QUERY, split="test"))
+    configs += [
+        CardConfig(name, result.tables[name].num_rows, path=f"{name}.parquet", split="test")
+        for name in sorted(result.tables)
     ]
+    for part_name, part in sorted(result.parts.items()):
+        first = not configs
+        configs.append(
+            CardConfig(
+                f"{part_name}_per_query",
+                part.per_query.num_rows,
+                default=first,
+                path=f"{part_name}/{PER_QUERY}",
+                split="test",
+            )
+        )
+        configs += [
+            CardConfig(f"{part_name}_{name}", table.num_rows, path=f"{part_name}/{name}.parquet", split="test")
+            for name, table in sorted(part.tables.items())
+        ]
+    return configs
+
+
+def render_card(result: EvaluationResult, document: dict[str, Any]) -> str:
+    configs = _card_tables(result)
     model = result.model
     version = code_version()
     title = f"{result.benchmark} evaluation of {result.model_id}"
@@ -215,18 +304,30 @@ def render_card(result: EvaluationResult, document: dict[str, Any]) -> str:
         "## Headline\n",
         markdown_table(headline_rows(result.benchmark, document)),
     ]
-    lines += detail_sections(result)
+    if result.per_query is not None:
+        lines += detail_sections(result)
+    for _, part in sorted(result.parts.items()):
+        lines += part.card
     if result.skipped:
         lines += ["## Not computed\n", "\n".join(f"* {s}" for s in result.skipped) + "\n"]
-    if result.figures:
-        lines += ["## Figures\n", "\n".join(f"![{n}](figures/{n})" for n in sorted(result.figures)) + "\n"]
-    lines += [
-        "## Files\n",
-        f"* `{PER_QUERY}`: one row per {'benchmark row' if result.benchmark == '3xcm' else 'image'}; "
-        "`datasets.load_dataset(<this folder>)` loads it.\n",
-        *[f"* `{name}.parquet`\n" for name in sorted(result.tables)],
-        f"* `{METRICS}`: every figure above, with the settings that produced them.\n",
+    figures = [(n, f"figures/{n}") for n in sorted(result.figures)] + [
+        (figure, f"{name}/figures/{figure}")
+        for name, part in sorted(result.parts.items())
+        for figure in sorted(part.figures)
     ]
+    if figures:
+        lines += ["## Figures\n", "\n".join(f"![{alt}]({path})" for alt, path in figures) + "\n"]
+    lines += ["## Files\n"]
+    if result.per_query is not None:
+        lines.append(
+            f"* `{PER_QUERY}`: one row per {'benchmark row' if result.benchmark == '3xcm' else 'image'}; "
+            "`datasets.load_dataset(<this folder>)` loads it.\n"
+        )
+    lines += [f"* `{name}.parquet`\n" for name in sorted(result.tables)]
+    for name, part in sorted(result.parts.items()):
+        lines += [f"* `{name}/{PER_QUERY}`: one row per query of the {name} task.\n"]
+        lines += [f"* `{name}/{table}.parquet`\n" for table in sorted(part.tables)]
+    lines.append(f"* `{METRICS}`: every figure above, with the settings that produced them.\n")
     return "\n".join(lines)
 
 
@@ -344,9 +445,17 @@ def _check_metrics(path: Path, document: dict[str, Any]) -> None:
     ci = document.get("ci95", {})
     if not isinstance(ci, dict):
         raise bad("ci95", "an object of [low, high] pairs", ci)
-    for name in HEADLINE[benchmark]:
-        if not number(document.get(name)):
-            raise bad(name, "a number or null", document.get(name))
+    tasks = document.get("tasks", [TASKS[benchmark][0]])
+    if not isinstance(tasks, list) or not tasks or not all(t in TASKS[benchmark] for t in tasks):
+        raise bad("tasks", f"a list of {', '.join(TASKS[benchmark])}", tasks)
+    for task in tasks:
+        for name in TASK_HEADLINE[task]:
+            value = document.get(name)
+            if isinstance(value, dict) and not all(number(v) for v in value.values()):
+                raise bad(name, "an object of numbers or nulls", value)
+    for name in headline_names(benchmark, document):
+        if not number(headline_value(document, name)):
+            raise bad(name, "a number or null", headline_value(document, name))
         pair = ci.get(name, [None, None])
         if not isinstance(pair, list) or len(pair) != 2 or not all(number(v) for v in pair):
             raise bad(f"ci95.{name}", "a [low, high] pair of numbers or nulls", pair)
@@ -374,7 +483,8 @@ def compare(folders: list[str | Path]) -> tuple[pa.Table, bytes, str]:
     if len(benchmarks) != 1:
         raise ValueError(f"results of different benchmarks cannot be compared in one table: {sorted(benchmarks)}")
     benchmark = benchmarks.pop()
-    names = HEADLINE[benchmark]
+    # Every metric any of them has, in task order: a model evaluated on one task only shows a dash for the other's.
+    names = list(dict.fromkeys(n for d in documents for n in headline_names(benchmark, d)))
     rows = []
     for d in documents:
         ci = d.get("ci95", {})
@@ -387,15 +497,19 @@ def compare(folders: list[str | Path]) -> tuple[pa.Table, bytes, str]:
                     "release_manifest_sha256": d["release"]["manifest_sha256"],
                     "model_id": d["model"]["model_id"],
                     "metric": name,
-                    "value": d.get(name),
+                    "value": headline_value(d, name),
                     "ci_low": low,
                     "ci_high": high,
                 }
             )
     table = pa.Table.from_pylist(rows, schema=COMPARISON)
     labels = [f"{d['model']['model_id']} @ {d['release']['version']}" for d in documents]
-    figure = compare_png(labels, {n: [d.get(n) for d in documents] for n in names}, f"{benchmark}: models compared")
+    values: dict[str, Sequence[float | None]] = {n: [headline_value(d, n) for d in documents] for n in names}
+    figure = compare_png(labels, values, f"{benchmark}: models compared")
     markdown = markdown_table(
-        [{"model": label, **{n: _fmt(d.get(n)) for n in names}} for label, d in zip(labels, documents, strict=True)]
+        [
+            {"model": label, **{n: _fmt(headline_value(d, n)) for n in names}}
+            for label, d in zip(labels, documents, strict=True)
+        ]
     )
     return table, figure, markdown

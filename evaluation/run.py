@@ -10,13 +10,23 @@ the path that holds another release, model or settings (an identical rerun stays
 from __future__ import annotations
 
 import logging
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
 from data.output_paths import OutputPathError, check_output
 from data.publish.folder import ReleaseExistsError, ReleaseResult
@@ -25,10 +35,11 @@ from data.retry import prefect_slot
 from evaluation import mixcube as mx
 from evaluation.embedding_cache import CachedEncoder
 from evaluation.encoders import EncoderConfig, ModelIdentity, TextImageEncoder
+from evaluation.parts import ResultPart
 from evaluation.predictions import PredictionsConfig, PredictionsVlm
-from evaluation.results import EvaluationResult, default_out, existing_result_conflict, write_results
+from evaluation.results import EvaluationResult, default_out, existing_result_conflict, with_parts, write_results
 from evaluation.vlm import VisionLanguageModel, VlmConfig, VlmIdentity
-from evaluation.xcm import Progress, evaluate_3xcm
+from evaluation.xcm import Progress, XcmEvaluation, evaluate_3xcm
 
 
 class _Common(BaseModel):
@@ -59,12 +70,9 @@ class _Common(BaseModel):
         return self
 
 
-class Evaluate3XCMConfig(_Common):
-    benchmark: Literal["3xcm"] = "3xcm"
-    model: EncoderConfig | None = Field(default=None, description="The model; none with demo: a random open_clip.")
-    query: Literal["text", "image"] = Field(
-        default="text", description="text: the paper's text-to-image retrieval; image: the query image instead."
-    )
+class _Embedding(BaseModel):
+    """What an encoder's evaluation shares: the intervals' bootstrap and the cache of image vectors."""
+
     bootstrap_resamples: int = Field(default=1000, ge=0, description="Resamples for the 95% intervals (0: none).")
     seed: int = Field(default=0, description="Seed of the bootstrap.")
     embedding_cache: str | None = Field(
@@ -73,9 +81,30 @@ class Evaluate3XCMConfig(_Common):
     )
 
 
-class EvaluateMixCubeConfig(_Common):
+class Evaluate3XCMConfig(_Common, _Embedding):
+    benchmark: Literal["3xcm"] = "3xcm"
+    task: Literal["triplet", "retrieval", "all"] = Field(
+        default="triplet",
+        description="triplet: the paper's (RQ2/RQ3 candidates); retrieval: GlobalRG/RAVENEA retrieval over the "
+        "whole pool (its `retrieval/` part); all: both.",
+    )
+    model: EncoderConfig | None = Field(default=None, description="The model; none with demo: a random open_clip.")
+    query: Literal["text", "image"] = Field(
+        default="text", description="text: the paper's text-to-image retrieval; image: the query image instead."
+    )
+
+
+class EvaluateMixCubeConfig(_Common, _Embedding):
     benchmark: Literal["mixcube"] = "mixcube"
-    model: VlmConfig | None = Field(default=None, description="The model; none with demo: a random local VLM.")
+    task: Literal["questions", "audit"] = Field(
+        default="questions",
+        description="questions: the paper's VLM questions (a VLM model); audit: seed 001's bias audit of a text-image "
+        "encoder on the quintets (an encoder model, as 3XCM's; its `audit/` part).",
+    )
+    model: VlmConfig | EncoderConfig | None = Field(
+        default=None,
+        description="The model: a VLM for questions, an encoder for audit; none with demo: a random local one.",
+    )
     judge: VlmConfig | None = Field(
         default=None,
         description="The judge LLM of Cultural Marker Identification (MixCuBe App. B.3, Food only); none: not run.",
@@ -87,7 +116,28 @@ class EvaluateMixCubeConfig(_Common):
         description="A harness's prediction file (VLMEvalKit's <model>_MixCuBe.xlsx) scored instead of asking a model.",
     )
 
+    @field_validator("model", mode="wrap")
+    @classmethod
+    def _model_for_task(cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        """The model is a VLM or an encoder by the task (declared before it): backend names alone do not tell (both
+        have `transformers`), so a section is validated as the task's kind of model, its errors named as usual."""
+        if isinstance(value, dict):
+            kind: Any = EncoderConfig if info.data.get("task") == "audit" else VlmConfig
+            return TypeAdapter(kind).validate_python(value)
+        return handler(value)
 
+    @model_validator(mode="after")
+    def _task_inputs(self) -> EvaluateMixCubeConfig:
+        encoder = isinstance(self.model, ENCODER_CONFIGS)
+        if self.task == "audit" and (self.predictions is not None or self.judge is not None):
+            raise ValueError("the audit embeds images and prompts with an encoder: no predictions and no judge")
+        if self.model is not None and encoder != (self.task == "audit"):
+            raise ValueError(f"task {self.task!r} takes {'an encoder' if self.task == 'audit' else 'a VLM'} model")
+        return self
+
+
+#: The encoder backends' config classes (EncoderConfig is Annotated[A | B | ..., discriminator]).
+ENCODER_CONFIGS = typing.get_args(typing.get_args(EncoderConfig)[0])
 EvaluationConfig = Annotated[Evaluate3XCMConfig | EvaluateMixCubeConfig, Field(discriminator="benchmark")]
 log = logging.getLogger(__name__)
 #: The tables (config folders) each benchmark's evaluation reads: checked against the release manifest first.
@@ -124,13 +174,25 @@ def open_release(config: Evaluate3XCMConfig | EvaluateMixCubeConfig) -> Release:
     return release
 
 
-def build_encoder(config: Evaluate3XCMConfig) -> TextImageEncoder:
+def build_encoder(config: Evaluate3XCMConfig | EvaluateMixCubeConfig) -> TextImageEncoder:
     """The configured (or demo) encoder, built: its files checked and its identity known, nothing embedded yet."""
-    model = config.model or demo_encoder(config.demo_models)
+    model = _encoder_config(config.model or demo_encoder(config.demo_models), config.task)
     encoder: TextImageEncoder = model.build()
     if config.embedding_cache and encoder.needs_image_bytes:  # vectors looked up by id have nothing to cache
         encoder = CachedEncoder(encoder, config.embedding_cache)
     return encoder
+
+
+def _encoder_config(model: VlmConfig | EncoderConfig, task: str) -> EncoderConfig:
+    if not isinstance(model, ENCODER_CONFIGS):  # the config validators make this unreachable from outside
+        raise ValueError(f"task {task!r} embeds with an encoder, not the VLM backend {model.backend!r}")
+    return typing.cast(EncoderConfig, model)
+
+
+def _vlm_config(model: VlmConfig | EncoderConfig, task: str) -> VlmConfig:
+    if isinstance(model, ENCODER_CONFIGS):
+        raise ValueError(f"task {task!r} asks a vision-language model, not the encoder backend {model.backend!r}")
+    return typing.cast(VlmConfig, model)
 
 
 def build_vlms(
@@ -142,7 +204,7 @@ def build_vlms(
         release = release or open_release(config)
         answers = config.predictions.build(release.path / "default")
         return answers, config.judge.build() if config.judge is not None else None
-    model = config.model or demo_vlm(config.demo_models)
+    model = _vlm_config(config.model or demo_vlm(config.demo_models), config.task)
     judge_config = config.judge or (model if config.model is None else None)  # the demo model judges itself
     vlm = model.build()
     judge = judge_config.build() if judge_config is not None else None
@@ -150,7 +212,25 @@ def build_vlms(
 
 
 def settings_3xcm(config: Evaluate3XCMConfig) -> dict[str, Any]:
-    return {"query": config.query, "bootstrap_resamples": config.bootstrap_resamples, "seed": config.seed}
+    settings: dict[str, Any] = {
+        "query": config.query,
+        "bootstrap_resamples": config.bootstrap_resamples,
+        "seed": config.seed,
+    }
+    if config.task != "triplet":  # named only when not the paper's: earlier results keep their bytes
+        settings["task"] = config.task
+    return settings
+
+
+def settings_audit(config: EvaluateMixCubeConfig) -> dict[str, Any]:
+    from evaluation.audit import prompts_version
+
+    return {
+        "task": "audit",
+        "bootstrap_resamples": config.bootstrap_resamples,
+        "seed": config.seed,
+        "prompts": prompts_version(),
+    }
 
 
 def settings_mixcube(judge: VisionLanguageModel | None, vlm: VisionLanguageModel | None = None) -> dict[str, Any]:
@@ -169,27 +249,69 @@ def run_3xcm(
 ) -> EvaluationResult:
     release = release or open_release(config)
     encoder = encoder or build_encoder(config)
+    evaluation: XcmEvaluation | None = None
+    parts: dict[str, ResultPart] = {}
     with prefect_slot(config.gpu_concurrency_limit if encoder.runs_locally else None):
-        evaluation = evaluate_3xcm(
-            release,
-            encoder,
-            query=config.query,
-            n_resamples=config.bootstrap_resamples,
-            seed=config.seed,
-            progress=progress,
-        )
+        if config.task in ("triplet", "all"):
+            evaluation = evaluate_3xcm(
+                release,
+                encoder,
+                query=config.query,
+                n_resamples=config.bootstrap_resamples,
+                seed=config.seed,
+                progress=progress,
+            )
+        if config.task in ("retrieval", "all"):
+            from evaluation.retrieval import evaluate_retrieval
+
+            parts["retrieval"] = evaluate_retrieval(
+                release, encoder, n_resamples=config.bootstrap_resamples, seed=config.seed, progress=progress
+            )
     return EvaluationResult(
         benchmark="3xcm",
         release=release,
         model=encoder.identity.model_dump(mode="json"),
-        per_query=evaluation.per_query,
-        tables=evaluation.tables,
-        metrics=evaluation.metrics,
-        figures=evaluation.figures,
+        per_query=evaluation.per_query if evaluation else None,
+        tables=evaluation.tables if evaluation else {},
+        metrics=with_parts("3xcm", config.task, evaluation.metrics if evaluation else {}, parts),
+        figures=evaluation.figures if evaluation else {},
         settings=settings_3xcm(config),
-        skipped=evaluation.skipped,
+        skipped=(evaluation.skipped if evaluation else []) + [s for p in parts.values() for s in p.skipped],
         demo=config.demo,
-        warnings=evaluation.warnings,
+        warnings=(evaluation.warnings if evaluation else []) + [w for p in parts.values() for w in p.warnings],
+        parts=parts,
+    )
+
+
+def run_audit(
+    config: EvaluateMixCubeConfig,
+    progress: Progress | None = None,
+    *,
+    release: Release | None = None,
+    encoder: TextImageEncoder | None = None,
+) -> EvaluationResult:
+    """Seed 001's bias audit of an encoder on the release's quintets: its `audit/` part only."""
+    from evaluation.audit import evaluate_audit
+
+    release = release or open_release(config)
+    encoder = encoder or build_encoder(config)
+    with prefect_slot(config.gpu_concurrency_limit if encoder.runs_locally else None):
+        part = evaluate_audit(
+            release, encoder, n_resamples=config.bootstrap_resamples, seed=config.seed, progress=progress
+        )
+    return EvaluationResult(
+        benchmark="mixcube",
+        release=release,
+        model=encoder.identity.model_dump(mode="json"),
+        per_query=None,
+        tables={},
+        metrics=with_parts("mixcube", "audit", {}, {"audit": part}),
+        figures={},
+        settings=settings_audit(config),
+        skipped=part.skipped,
+        demo=config.demo,
+        warnings=part.warnings,
+        parts={"audit": part},
     )
 
 
@@ -285,6 +407,8 @@ def _with_intervals(summary: dict[str, Any], per_image: pa.Table) -> dict[str, A
 def run(config: Evaluate3XCMConfig | EvaluateMixCubeConfig, progress: Progress | None = None) -> EvaluationResult:
     if isinstance(config, Evaluate3XCMConfig):
         return run_3xcm(config, progress)
+    if config.task == "audit":
+        return run_audit(config, progress)
     return run_mixcube(config, progress)
 
 
@@ -298,10 +422,13 @@ def evaluate_and_write(config: Evaluate3XCMConfig | EvaluateMixCubeConfig, progr
     if isinstance(config, Evaluate3XCMConfig):
         encoder = build_encoder(config)
         identity, settings = encoder.identity, settings_3xcm(config)
+    elif config.task == "audit":
+        encoder = build_encoder(config)
+        identity, settings = encoder.identity, settings_audit(config)
     else:
         models = build_vlms(config, release)
         identity, settings = models[0].identity, settings_mixcube(models[1], models[0])
-    out = config.out or default_out(config.results_root, config.benchmark, release, identity.model_id)
+    out = config.out or default_out(config.results_root, config.benchmark, release, identity.model_id, config.task)
     if config.out is None:
         check_result_path(out, release, "--results-root")
     conflict = existing_result_conflict(out, config.benchmark, release, identity.model_dump(mode="json"), settings)
@@ -309,6 +436,8 @@ def evaluate_and_write(config: Evaluate3XCMConfig | EvaluateMixCubeConfig, progr
         raise ReleaseExistsError(conflict)
     if isinstance(config, Evaluate3XCMConfig):
         result = run_3xcm(config, progress, release=release, encoder=encoder)
+    elif config.task == "audit":
+        result = run_audit(config, progress, release=release, encoder=encoder)
     else:
         result = run_mixcube(config, progress, release=release, models=models)
     return Written(result, out, write_results(result, out))

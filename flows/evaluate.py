@@ -10,7 +10,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
-from evaluation.results import HEADLINE, METRICS, headline_rows
+from evaluation.results import METRICS, headline_names, headline_rows, headline_value
 from evaluation.run import EvaluationConfig, Written, evaluate_and_write
 from flows.engine.runner import ProgressArtifact, artifact_key
 
@@ -32,7 +32,9 @@ def evaluate_task(config: EvaluationConfig) -> Written:
 
 
 def publish_artifacts(written: Written) -> None:
-    result, key = written.result, artifact_key(f"{written.result.benchmark}-{written.result.model_id}")
+    result = written.result
+    task = result.settings.get("task")  # named only for a task other than the paper's, as its folder is
+    key = artifact_key(f"{result.benchmark}-{result.model_id}" + (f"--{task}" if task else ""))
     document = written.release.manifest
     create_table_artifact(
         key=f"{key}-headline",
@@ -41,14 +43,18 @@ def publish_artifacts(written: Written) -> None:
         + (": random demo model, the numbers are meaningless" if result.demo else "")
         + "".join(f". Warning: {w}" for w in result.warnings),
     )
-    for name, table in sorted(result.tables.items()):
+    tables = dict(result.tables)
+    tables.update({f"{part}/{name}": t for part, p in result.parts.items() for name, t in p.tables.items()})
+    for name, table in sorted(tables.items()):
         if table.num_rows <= 500 and name != "per_query_rq3" and name != "similarity_drift":
             create_table_artifact(key=f"{key}-{artifact_key(name)}", table=table.to_pylist(), description=name)
     folder = Path(written.out).resolve()
-    for name in sorted(result.figures):
-        create_link_artifact(
-            key=f"{key}-{artifact_key(name)}", link=(folder / "figures" / name).as_uri(), link_text=name
-        )
+    figures = [f"figures/{name}" for name in result.figures]
+    figures += [f"{part}/figures/{name}" for part, p in result.parts.items() for name in p.figures]
+    for path in sorted(figures):
+        name = path.rpartition("/")[2]
+        label = name if path.startswith("figures/") else path  # a part's figure is named with its part
+        create_link_artifact(key=f"{key}-{artifact_key(label)}", link=(folder / path).as_uri(), link_text=name)
     create_markdown_artifact(
         key=f"{key}-card",
         markdown=f"Results in `{written.out}` ({written.release.status}); metrics in `{METRICS}`; "
@@ -58,7 +64,8 @@ def publish_artifacts(written: Written) -> None:
 
 @flow(name="evaluate", log_prints=True)
 def evaluate(config: EvaluationConfig) -> EvaluationSummary:
-    """Evaluate one model on one release (3XCM retrieval or MixCuBe VLM questions) and write its result folder."""
+    """Evaluate one model on one release (3XCM triplets and/or whole-pool retrieval; MixCuBe VLM questions or the
+    encoder bias audit) and write its result folder."""
     written = evaluate_task(config)
     publish_artifacts(written)
     result = written.result
@@ -69,5 +76,7 @@ def evaluate(config: EvaluationConfig) -> EvaluationSummary:
         model_id=result.model_id,
         out=written.out,
         status=written.release.status,
-        headline={name: result.metrics.get(name) for name in HEADLINE[result.benchmark]},
+        headline={
+            name: headline_value(result.metrics, name) for name in headline_names(result.benchmark, result.metrics)
+        },
     )

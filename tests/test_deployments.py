@@ -152,7 +152,7 @@ def test_readme_sequence_deploys_and_runs_both_demos_to_completed(prefect_api: d
     for name in ("build-3xcm/demo", "build-mixcube/demo", "sync-reviews/sync-reviews", "evaluate/demo-3xcm"):
         assert name in deployed, deployed
 
-    evaluations = ("evaluate/demo-3xcm", "evaluate/demo-mixcube")
+    evaluations = ("evaluate/demo-3xcm", "evaluate/demo-mixcube", "evaluate/demo-mixcube-audit")
     with process_worker(env, project, tmp_path / "worker.log"):
         runs = {name: deployment_run(name, env, project) for name in ("build-3xcm/demo", "build-mixcube/demo")}
         states = {name: wait_for(run_id, env, project) for name, run_id in runs.items()}
@@ -165,6 +165,7 @@ def test_readme_sequence_deploys_and_runs_both_demos_to_completed(prefect_api: d
         "build-mixcube/demo": "COMPLETED",
         "evaluate/demo-3xcm": "COMPLETED",
         "evaluate/demo-mixcube": "COMPLETED",
+        "evaluate/demo-mixcube-audit": "COMPLETED",
     }, (tmp_path / "worker.log").read_text()[-5000:]
 
     logs = run([str(BIN / "prefect"), "flow-run", "logs", runs["build-3xcm/demo"]], env, project)
@@ -191,15 +192,22 @@ def test_readme_sequence_deploys_and_runs_both_demos_to_completed(prefect_api: d
 
     # Both evaluations wrote their result folders, and published their headline metrics as table artifacts.
     three_results = list((project / "evaluations" / "3xcm" / Build3XCMConfig.demo().release.version).iterdir())
-    mix_results = list((project / "evaluations" / "mixcube" / BuildMixCubeConfig.demo().release.version).iterdir())
-    assert len(three_results) == len(mix_results) == 1
+    mix_results = sorted((project / "evaluations" / "mixcube" / BuildMixCubeConfig.demo().release.version).iterdir())
+    assert len(three_results) == 1 and three_results[0].name.endswith("--all")  # the deployment runs both tasks
     three_metrics = json.loads((three_results[0] / "metrics.json").read_text())
-    assert {"M_cr", "M_lb", "M_ti", "SP"} <= set(three_metrics) and three_metrics["meaningless_demo_model"]
+    assert {"M_cr", "M_lb", "M_ti", "SP", "precision@5", "diversity@5_country", "mrr", "ndcg@5"} <= set(three_metrics)
+    assert three_metrics["tasks"] == ["triplet", "retrieval"] and three_metrics["meaningless_demo_model"]
     assert len(load_dataset(str(three_results[0]), "per_query", split="test")) == len(
         load_dataset(str(three), "benchmark", split="train")
     )
-    assert len(load_dataset(str(mix_results[0]), "per_query", split="test")) == 5 * 30
-    for benchmark, folder in (("3xcm", three_results[0]), ("mixcube", mix_results[0])):
+    assert len(load_dataset(str(three_results[0]), "retrieval_per_query", split="test")) > 0
+    questions = next(f for f in mix_results if not f.name.endswith("--audit"))
+    audit = next(f for f in mix_results if f.name.endswith("--audit"))
+    assert len(mix_results) == 2 and len(load_dataset(str(questions), "per_query", split="test")) == 5 * 30
+    audit_metrics = json.loads((audit / "metrics.json").read_text())
+    assert audit_metrics["tasks"] == ["audit"] and set(audit_metrics["max_skew"]) >= {"communion", "agency"}
+    assert (audit / "audit" / "figures" / "skew_heatmap.png").is_file()
+    for benchmark, folder in (("3xcm", three_results[0]), ("mixcube", questions), ("mixcube", audit)):
         key = artifact_key(f"{benchmark}-{folder.name}") + "-headline"
         shown = run([str(BIN / "prefect"), "artifact", "inspect", key], env, project)
         assert "metric" in shown, shown

@@ -38,9 +38,10 @@ def str_enum(name: str, values: Iterable[str]) -> type[StrEnum]:
     return cast(type[StrEnum], StrEnum(name, {v.replace("-", "_"): v for v in values}))
 
 
-def backend_choice(name: str, union: Any) -> type[StrEnum]:
-    """An enum of the union's backend names, for `--model-backend`."""
-    return str_enum(name, [backend_name(config) for config in backends_of(union)])
+def backend_choice(name: str, *unions: Any) -> type[StrEnum]:
+    """An enum of the unions' backend names, for `--model-backend`."""
+    names = [backend_name(config) for union in unions for config in backends_of(union)]
+    return str_enum(name, list(dict.fromkeys(names)))
 
 
 def _scalar(annotation: Any) -> Any | None:
@@ -53,19 +54,23 @@ def _scalar(annotation: Any) -> Any | None:
     return annotation if annotation in SCALARS else None
 
 
-def field_options(union: Any, skip: Iterable[str] = ()) -> dict[str, Any]:
-    """`field -> Annotated[type | None, typer.Option(help=...)]` for every scalar field of every backend of `union`,
-    in the order the backends declare them (the backend names before the first field that reads it)."""
+def field_options(*unions: Any, skip: Iterable[str] = ()) -> dict[str, Any]:
+    """`field -> Annotated[type | None, typer.Option(help=...)]` for every scalar field of every backend of the
+    unions, in the order the backends declare them (the backend names before the first field that reads it). A field
+    two unions share is one option; a choice there offers the choices of both."""
     readers: dict[str, list[str]] = {}
     kinds: dict[str, Any] = {}
     helps: dict[str, str] = {}
-    for config in backends_of(union):
+    for config in [config for union in unions for config in backends_of(union)]:
         for field, info in config.model_fields.items():
             kind = _scalar(info.annotation)
             if field == "backend" or field in skip or kind is None:
                 continue
-            readers.setdefault(field, []).append(backend_name(config))
-            kinds.setdefault(field, kind)
+            if backend_name(config) not in readers.setdefault(field, []):
+                readers[field].append(backend_name(config))
+            known = kinds.setdefault(field, kind)
+            if isinstance(known, tuple) and isinstance(kind, tuple):
+                kinds[field] = tuple(dict.fromkeys(known + kind))
             helps.setdefault(field, " ".join((info.description or "").split()))
     options = {}
     for field, kind in kinds.items():

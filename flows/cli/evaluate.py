@@ -30,9 +30,25 @@ evaluate_app = typer.Typer(cls=CliGroup, help="Evaluate a model on a release, as
 if TYPE_CHECKING:  # enums made at run time from the backend unions (Typer reads those): checked as their base
     EncoderBackend = StrEnum
     VlmBackend = StrEnum
+    MixCubeBackend = StrEnum
 else:
     EncoderBackend = backend_choice("EncoderBackend", EncoderConfig)
     VlmBackend = backend_choice("VlmBackend", VlmConfig)
+    # MixCuBe's questions ask a VLM, its audit embeds with an encoder: --task says which the backend names.
+    MixCubeBackend = backend_choice("MixCubeBackend", VlmConfig, EncoderConfig)
+
+
+class XcmTask(StrEnum):
+    triplet = "triplet"
+    retrieval = "retrieval"
+    all = "all"
+
+
+class MixCubeTask(StrEnum):
+    questions = "questions"
+    audit = "audit"
+
+
 #: The judge answers like the model: its few options name the same fields, prefixed (`--judge-model`).
 JUDGE_FIELDS = ("base_url", "model", "api_key_env")
 
@@ -42,6 +58,9 @@ OutOption = Annotated[
     Path | None, typer.Option(help="Result folder; default <results-root>/<benchmark>/<release version>/<model id>.")
 ]
 ResultsRootOption = Annotated[Path, typer.Option(help="Root of the default result folders.")]
+BootstrapOption = Annotated[int | None, typer.Option(min=0, help="Resamples for the 95% CIs.")]
+SeedOption = Annotated[int | None, typer.Option(help="Seed of the bootstrap.")]
+EmbeddingCacheOption = Annotated[str | None, typer.Option(help="Folder of cached image vectors per model.")]
 ConfigFileOption = Annotated[
     Path | None,
     typer.Option(
@@ -133,7 +152,7 @@ def _run(config: Any) -> None:
     for warning in result.warnings:
         console.print(" ".join(warning.split()), style="yellow", markup=False, soft_wrap=True)
     for row in headline_rows(result.benchmark, result.metrics):
-        console.print(f"  {row['metric']:>16}  {row['value']:>7}  {row['95% CI']}", markup=False)
+        console.print(f"  {row['metric']:>20}  {row['value']:>7}  {row['95% CI']}", markup=False)
     for reason in result.skipped:
         console.print(f"  not computed: {reason}", style="yellow", markup=False)
     console.print(f"{written.release.status}: {written.out}", markup=False, soft_wrap=True)
@@ -143,10 +162,17 @@ def _run(config: Any) -> None:
 def evaluate_3xcm_command(
     release: ReleaseArgument,
     model_backend: Annotated[EncoderBackend | None, typer.Option(help="How the model is run.")] = None,
+    task: Annotated[
+        XcmTask | None,
+        typer.Option(
+            help="triplet (the paper's RQ2/RQ3, the default), retrieval (GlobalRG/RAVENEA over the whole pool, "
+            "written under retrieval/), or all."
+        ),
+    ] = None,
     query: Annotated[str | None, typer.Option(help="text (the paper's) or image: what queries the candidates.")] = None,
-    bootstrap_resamples: Annotated[int | None, typer.Option(min=0, help="Resamples for the 95% CIs.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed of the bootstrap.")] = None,
-    embedding_cache: Annotated[str | None, typer.Option(help="Folder of cached image vectors per model.")] = None,
+    bootstrap_resamples: BootstrapOption = None,
+    seed: SeedOption = None,
+    embedding_cache: EmbeddingCacheOption = None,
     out: OutOption = None,
     results_root: ResultsRootOption = Path("./evaluations"),
     config: ConfigFileOption = None,
@@ -156,13 +182,15 @@ def evaluate_3xcm_command(
     **model_options: Any,
 ) -> None:
     """Text-to-image retrieval on a 3XCM release: per-query winners, M_cr/M_lb/M_ti/SP with 95% CIs, RQ3's six
-    M_k and App. P.2 tests, and Δsim. Exit 2 on bad input, 1 if the result folder exists with other content."""
+    M_k and App. P.2 tests, and Δsim. --task retrieval ranks the whole pool per concept and query language instead
+    (GlobalRG's precision@k and diversity@k, RAVENEA's MRR and nDCG@k). Exit 2 on bad input, 1 if the result folder
+    exists with other content."""
     from evaluation.run import Evaluate3XCMConfig
 
     data = _read_config(config)
     _model_or_demo(data, model_backend, plain(model_options), demo_model)
-    top = {"query": query, "bootstrap_resamples": bootstrap_resamples, "seed": seed, "embedding_cache": embedding_cache}
-    data.update(plain(top))
+    top = {"task": task, "query": query, "bootstrap_resamples": bootstrap_resamples, "seed": seed}
+    data.update(plain({**top, "embedding_cache": embedding_cache}))
     _place(data, release, results_root, out)
     _run(_validate(Evaluate3XCMConfig, data, config))
 
@@ -172,7 +200,17 @@ evaluate_app.command("3xcm")(with_options(evaluate_3xcm_command, field_options(E
 
 def evaluate_mixcube_command(
     release: ReleaseArgument,
-    model_backend: Annotated[VlmBackend | None, typer.Option(help="How the vision-language model is reached.")] = None,
+    task: Annotated[
+        MixCubeTask | None,
+        typer.Option(
+            help="questions (the paper's VLM questions, the default) or audit (seed 001's bias audit of a "
+            "text-image encoder, as 3XCM's backends: written under audit/)."
+        ),
+    ] = None,
+    model_backend: Annotated[
+        MixCubeBackend | None,
+        typer.Option(help="How the model is run: a VLM backend for questions, an encoder backend for the audit."),
+    ] = None,
     judge_backend: Annotated[
         VlmBackend | None,
         typer.Option(help="The judge of Cultural Marker Identification (Food, App. B.3)."),
@@ -181,11 +219,18 @@ def evaluate_mixcube_command(
     judge_model: Annotated[str | None, typer.Option(help="The judge model.")] = None,
     judge_api_key_env: Annotated[str | None, typer.Option(help="The judge's API key variable.")] = None,
     workers: Annotated[int | None, typer.Option(min=1, help="Questions in flight at once.")] = None,
+    bootstrap_resamples: BootstrapOption = None,
+    seed: SeedOption = None,
+    embedding_cache: EmbeddingCacheOption = None,
     out: OutOption = None,
     results_root: ResultsRootOption = Path("./evaluations"),
     config: ConfigFileOption = None,
     demo_model: Annotated[
-        bool, typer.Option(help="Ask a tiny random local VLM, judged by itself (exercises the pipeline; meaningless).")
+        bool,
+        typer.Option(
+            help="A tiny random local VLM judged by itself (questions), or a tiny random open_clip (audit): exercises "
+            "the pipeline; meaningless."
+        ),
     ] = False,
     predictions: Annotated[
         Path | None,
@@ -203,8 +248,9 @@ def evaluate_mixcube_command(
 ) -> None:
     """Country Identification (App. B.2) on every image of a MixCuBe release, and Cultural Marker Identification
     (App. B.3) on Food with a judge: accuracy per country x category x ethnicity and the drop from original to each
-    swap. --predictions scores a harness's answers instead of asking a model. Exit 2 on bad input, 1 if the result
-    folder exists with other content."""
+    swap. --predictions scores a harness's answers instead of asking a model. --task audit instead runs seed 001's
+    counterfactual bias audit of a text-image encoder (MaxSkew and harm rates over the quintets). Exit 2 on bad input,
+    1 if the result folder exists with other content."""
     from evaluation.predictions import FORMATS, reader
     from evaluation.run import EvaluateMixCubeConfig
 
@@ -233,12 +279,14 @@ def evaluate_mixcube_command(
         data["judge"] = _model_section(data.get("judge") or {}, judge_backend.value if judge_backend else None, judge)
     if workers is not None:
         data["workers"] = workers
+    top = {"task": task, "bootstrap_resamples": bootstrap_resamples, "seed": seed, "embedding_cache": embedding_cache}
+    data.update(plain(top))
     _place(data, release, results_root, out)
     _run(_validate(EvaluateMixCubeConfig, data, config))
 
 
 evaluate_app.command("mixcube")(
-    with_options(evaluate_mixcube_command, field_options(VlmConfig), before="judge_backend")
+    with_options(evaluate_mixcube_command, field_options(VlmConfig, EncoderConfig), before="judge_backend")
 )
 
 

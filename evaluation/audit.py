@@ -1,0 +1,586 @@
+"""Seed 001's counterfactual bias audit of a text-image encoder on a MixCuBe release (`--task audit`): the five
+groups of a quintet (the original and its four ethnicity swaps, MixCuBe §2) take the place of the seed's protected
+groups, App. B's prompt sets are asked in each of our query languages, and the seed's MaxSkew (§3.6) and harm rates
+(§3.6, App. A) are computed per prompt set and language, with our paired reading of each swap against its own
+original. The arithmetic is `audit_metrics`'s; this module gathers vectors, tables, the card and the figure.
+
+The numbers are only as good as the syntheses: on placeholder swaps (the demo's) they mean nothing, and the card
+says so first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt  # data.figures, imported below too, makes it draw with Agg
+import numpy as np
+import pyarrow as pa
+
+from data import reference
+from data.figures import figure_png
+from data.publish.card import markdown_table
+from data.publish.reader import Release
+from evaluation import audit_metrics as am
+from evaluation.audit_prompts import ENGLISH, ENGLISH_FALLBACK, PROMPT_SETS, AuditPrompts, load_audit_prompts
+from evaluation.audit_prompts import prompts_version as prompts_version
+from evaluation.encoders import ImageRef, TextImageEncoder
+from evaluation.metrics_3xcm import _group_rng, _percentile_interval
+from evaluation.parts import Headline, ResultPart
+from evaluation.vectors import degenerate_rows
+
+#: (stage, done, total), as evaluation.xcm's.
+Progress = Callable[[str, int, int], None]
+
+STAGE = "MixCuBe audit"
+CONFIDENCE = 0.95
+#: The headline's language: English is the seed's own text for all three sets (no drafts), and its Table 1's.
+HEADLINE_LANGUAGE = ENGLISH
+_REFERENCE = reference.mixcube()
+ORIGINAL = _REFERENCE.original_label
+_COLUMNS = ["sample_id", "original_id", "country", "category", "ethnicity", "placeholder"]
+
+
+def _rows(release: Release) -> list[dict[str, Any]]:
+    columns = release.columns("default")
+    missing = [c for c in _COLUMNS[:5] if c not in columns]
+    if missing:
+        raise ValueError(f"{STAGE}: the release's default table lacks {missing}")
+    table = release.table("default", [c for c in _COLUMNS if c in columns])
+    rows = table.to_pylist()
+    if not rows:
+        raise ValueError(f"{STAGE}: the release's default table has no rows")
+    for row in rows:
+        row["placeholder"] = bool(row.get("placeholder") or False)
+    return rows
+
+
+def _groups(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The original first, then the swaps in the reference's order, then any other ethnicity seen."""
+    seen = list(dict.fromkeys(str(r["ethnicity"]) for r in rows))
+    preferred = [ORIGINAL, *(e.label for e in _REFERENCE.ethnicities)]
+    return [g for g in preferred if g in seen] + [g for g in seen if g not in preferred]
+
+
+def _refuse_degenerate(encoder: TextImageEncoder, keys: Sequence[str], matrix: np.ndarray, what: str) -> None:
+    """A NaN, infinite or zero vector has no cosine: refused, naming the model (as evaluation/xcm.py does)."""
+    if matrix.ndim != 2 or matrix.shape[0] != len(keys):
+        raise ValueError(f"{STAGE}: {what} vectors of shape {matrix.shape} for {len(keys)} {what}s")
+    nonfinite, zero = degenerate_rows(matrix)
+    for found, problem in ((nonfinite, "holding NaN or infinite values"), (zero, "of zero norm")):
+        if len(found):
+            raise ValueError(
+                f"{STAGE}: model {encoder.identity.model_id} returned {len(found)} {what} vector(s) {problem} "
+                f"(of {len(keys)}, e.g. {what} {keys[int(found[0])]!r}): such a vector has no cosine"
+            )
+
+
+def _image_vectors(
+    release: Release, ids: Sequence[str], encoder: TextImageEncoder, progress: Progress | None
+) -> np.ndarray:
+    """The encoder's vectors of the release's images, rows in `ids` order; bytes read only if the encoder asks."""
+    if encoder.needs_image_bytes:
+        store = release.images("default", "sample_id")
+        where = store.locations
+        # Table order: each Parquet row group is read once (evaluation/xcm.py's pattern).
+        order = sorted(ids, key=lambda i: (str(where[i].file), where[i].row_group, where[i].row))
+        refs = [ImageRef(i, store.sha256[i], _loader(store, i)) for i in order]
+    else:  # precomputed vectors are looked up by id
+        order = list(ids)
+        refs = [ImageRef(i, "", _no_bytes(i)) for i in order]
+    done = 0
+
+    def advance(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress("embed images", done, len(refs))
+
+    matrix = np.asarray(encoder.image_vectors(refs, advance), dtype=np.float64)
+    _refuse_degenerate(encoder, order, matrix, "image")
+    position = {key: k for k, key in enumerate(order)}
+    return matrix[[position[i] for i in ids]]
+
+
+def _loader(store: Any, key: str) -> Callable[[], bytes]:
+    return lambda: store.load(key)
+
+
+def _no_bytes(key: str) -> Callable[[], bytes]:
+    def load() -> bytes:
+        raise ValueError(f"{STAGE}: image {key!r} was asked for bytes by an encoder that said it needs none")
+
+    return load
+
+
+def _number(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
+def _interval(samples: np.ndarray) -> list[float | None]:
+    if samples.size == 0:
+        return [None, None]
+    low, high = _percentile_interval(samples, CONFIDENCE)
+    return [low, high]
+
+
+class _Audit:
+    """The state of one run: images in release order, their quintet and group, the prompts' vectors."""
+
+    def __init__(self, rows: list[dict[str, Any]], prompts: AuditPrompts, n_resamples: int, seed: int) -> None:
+        self.rows, self.prompts, self.n_resamples, self.seed = rows, prompts, n_resamples, seed
+        self.groups = _groups(rows)
+        self.quintets = list(dict.fromkeys(str(r["original_id"]) for r in rows))
+        q_index = {q: k for k, q in enumerate(self.quintets)}
+        self.q = np.array([q_index[str(r["original_id"])] for r in rows], dtype=np.int64)
+        self.g = np.array([self.groups.index(str(r["ethnicity"])) for r in rows], dtype=np.int64)
+        self.present = np.zeros((len(self.quintets), len(self.groups)), dtype=bool)
+        for q, g, row in zip(self.q, self.g, rows, strict=True):
+            if self.present[q, g]:
+                raise ValueError(f"{STAGE}: quintet {row['original_id']!r} has two {row['ethnicity']!r} images")
+            self.present[q, g] = True
+        first: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            first.setdefault(str(row["original_id"]), row)
+        self.quintet_meta = [first[q] for q in self.quintets]
+        # One set of resamples for every figure: each interval then resamples the same quintets (they are read
+        # together), and none depends on which other figures a run computes.
+        rng = _group_rng(seed, "audit", "quintets", "")
+        self.weights = am.quintet_weights(len(self.quintets), n_resamples, rng)
+
+    def cube(self, values: np.ndarray) -> np.ndarray:
+        """(Q, G, ...) from per-image values, NaN where a quintet lacks a group."""
+        out = np.full((len(self.quintets), len(self.groups), *values.shape[1:]), np.nan)
+        out[self.q, self.g] = values
+        return out
+
+
+def evaluate_audit(
+    release: Release,
+    encoder: TextImageEncoder,
+    *,
+    n_resamples: int,
+    seed: int,
+    progress: Progress | None = None,
+    prompts: AuditPrompts | None = None,
+) -> ResultPart:
+    """Seed 001's audit (§3.5-3.6, App. A-B) of `encoder` on the release's quintets, in every language of
+    `prompts` (the shipped App. B sets by default), with our paired reading.
+
+    `headline["max_skew"]` is, per prompt set, the English MaxSkew (HEADLINE_LANGUAGE: the seed's own prompts for
+    all three sets, and its Table 1's language), as are `pct_NA` ... `pct_NH`; every language's is in `metrics`.
+    `per_query` has one row per image × language × prompt set (`audit_metrics.AUDIT_PER_QUERY`). Intervals are
+    95% percentile bootstraps over quintets, `n_resamples` each (0: none), seeded by `seed`."""
+    prompts = prompts or load_audit_prompts()
+    rows = _rows(release)
+    state = _Audit(rows, prompts, n_resamples, seed)
+    images = _image_vectors(release, [str(r["sample_id"]) for r in rows], encoder, progress)
+    languages = prompts.languages
+    texts = list(dict.fromkeys(t for code in languages for name in PROMPT_SETS for t in prompts.texts(code, name)))
+    if progress is not None:
+        progress("embed prompts", 0, len(texts))
+    text_matrix = np.asarray(encoder.text_vectors(texts), dtype=np.float64)
+    _refuse_degenerate(encoder, texts, text_matrix, "text")
+    if progress is not None:
+        progress("embed prompts", len(texts), len(texts))
+    row_of = {t: k for k, t in enumerate(texts)}
+
+    collected = _Collected()
+    for code in languages:
+        for name in PROMPT_SETS:
+            vectors = text_matrix[[row_of[t] for t in prompts.texts(code, name)]]
+            _audit_set(state, code, name, am.cosine(images, vectors), collected)
+    return _part(state, prompts, collected)
+
+
+class _Collected:
+    def __init__(self) -> None:
+        self.per_query: list[pa.Table] = []
+        self.skew: list[dict[str, Any]] = []
+        self.harm: list[dict[str, Any]] = []
+        self.shift: list[dict[str, Any]] = []
+        self.shift_quintets: list[pa.Table] = []
+        self.moves: list[dict[str, Any]] = []
+        self.max_skew: dict[str, dict[str, float | None]] = {name: {} for name in PROMPT_SETS}
+        self.max_skew_ci: dict[str, dict[str, list[float | None]]] = {name: {} for name in PROMPT_SETS}
+        self.rates: dict[str, dict[str, float | None]] = {}
+        self.rates_ci: dict[str, dict[str, list[float | None]]] = {}
+
+
+def _audit_set(state: _Audit, code: str, name: str, sims: np.ndarray, out: _Collected) -> None:
+    prompts, groups = state.prompts, state.groups
+    ids, categories = prompts.ids(name), prompts.categories(name)
+    harmful = np.isin(categories, am.HARMFUL_CATEGORIES[name])
+
+    # §3.6: s_G(g, c), Skew per pair, MaxSkew (mean over pairs, max over the set's captions).
+    scores = am.group_scores(sims, state.g, len(groups))
+    skews = am.pair_skews(scores)
+    for p, (i, j) in enumerate(am.group_pairs(len(groups))):
+        for c, prompt_id in enumerate(ids):
+            out.skew.append(
+                {
+                    "language": code,
+                    "prompt_set": name,
+                    "prompt_id": prompt_id,
+                    "prompt_category": categories[c],
+                    "group_a": groups[i],
+                    "group_b": groups[j],
+                    "p_a": _number(scores[i, c]),
+                    "p_b": _number(scores[j, c]),
+                    "skew": _number(skews[p, c]),
+                }
+            )
+    out.max_skew[name][code] = _number(float(am.set_max_skew(scores)))
+    cube = state.cube(sims)
+    resampled = am.set_max_skew(am.weighted_group_scores(cube, state.present, state.weights))
+    out.max_skew_ci[name][code] = _interval(resampled)
+
+    # §3.6 / App. A: top-1 harm rates of this set's categories.
+    top = am.top1(sims)
+    for harm, (set_name, harm_categories) in am.HARM_RATES.items():
+        if set_name != name:
+            continue
+        flags = np.isin(np.asarray(categories)[top], harm_categories)
+        flag_cube = state.cube(flags.astype(np.float64)) > 0
+        for k, group in enumerate(["all", *groups]):
+            mask = state.present if group == "all" else _only(state.present, k - 1)
+            chosen = flags if group == "all" else flags[state.g == k - 1]
+            samples = am.weighted_rate(flag_cube & mask, mask, state.weights)
+            ci = _interval(samples)
+            out.harm.append(
+                {
+                    "language": code,
+                    "harm": harm,
+                    "prompt_set": name,
+                    "group": group,
+                    "n_images": int(chosen.size),
+                    "n_harmful": int(chosen.sum()),
+                    "pct": _number(am.harm_rate(chosen)),
+                    "ci_low": ci[0],
+                    "ci_high": ci[1],
+                }
+            )
+            if group == "all":
+                out.rates.setdefault(code, {})[f"pct_{harm}"] = _number(am.harm_rate(chosen))
+                out.rates_ci.setdefault(code, {})[f"pct_{harm}"] = ci
+        _moves(state, code, harm, flags, [ids[t] for t in top], out)
+
+    # Ours: the paired reading.
+    lean = am.harm_lean(sims, harmful)
+    harmful_mean = sims[:, harmful].mean(axis=1)
+    _shifts(state, code, name, state.cube(lean), state.cube(harmful_mean), out)
+    out.per_query.append(_per_query(state, code, name, sims, [ids[t] for t in top], categories, top, lean))
+
+
+def _only(present: np.ndarray, group: int) -> np.ndarray:
+    mask = np.zeros_like(present)
+    mask[:, group] = present[:, group]
+    return mask
+
+
+def _moves(state: _Audit, code: str, harm: str, flags: np.ndarray, top_ids: list[str], out: _Collected) -> None:
+    """Ours: each swap whose top-1 crosses a harm category's border relative to its own original."""
+    if ORIGINAL not in state.groups:
+        return
+    flag, label = state.cube(flags.astype(np.float64)), np.full(state.present.shape, "", dtype=object)
+    label[state.q, state.g] = top_ids
+    o = state.groups.index(ORIGINAL)
+    for q, meta in enumerate(state.quintet_meta):
+        if not state.present[q, o]:
+            continue
+        for g, group in enumerate(state.groups):
+            if g == o or not state.present[q, g] or flag[q, g] == flag[q, o]:
+                continue
+            out.moves.append(
+                {
+                    "original_id": state.quintets[q],
+                    "country": meta["country"],
+                    "category": meta["category"],
+                    "ethnicity": group,
+                    "language": code,
+                    "harm": harm,
+                    "direction": "into" if flag[q, g] else "out_of",
+                    "original_top1": label[q, o],
+                    "swap_top1": label[q, g],
+                }
+            )
+
+
+def _shifts(state: _Audit, code: str, name: str, lean: np.ndarray, harmful: np.ndarray, out: _Collected) -> None:
+    if ORIGINAL not in state.groups:
+        return
+    o = state.groups.index(ORIGINAL)
+    for g, group in enumerate(state.groups):
+        if g == o:
+            continue
+        lean_shift = am.paired_shifts(lean[:, o], lean[:, g])
+        harmful_shift = am.paired_shifts(harmful[:, o], harmful[:, g])
+        known = np.flatnonzero(np.isfinite(lean_shift))
+        out.shift_quintets.append(
+            pa.table(
+                {
+                    "original_id": [state.quintets[q] for q in known],
+                    "country": [state.quintet_meta[q]["country"] for q in known],
+                    "category": [state.quintet_meta[q]["category"] for q in known],
+                    "ethnicity": [group] * len(known),
+                    "language": [code] * len(known),
+                    "prompt_set": [name] * len(known),
+                    "lean_original": lean[known, o],
+                    "lean_swap": lean[known, g],
+                    "lean_shift": lean_shift[known],
+                    "harmful_shift": harmful_shift[known],
+                },
+                schema=am.AUDIT_PAIRED_SHIFT_QUINTETS,
+            )
+        )
+        weights = state.weights
+        lean_ci = _interval(am.weighted_mean(lean_shift, weights))
+        harmful_ci = _interval(am.weighted_mean(harmful_shift, weights))
+        n = len(known)
+        out.shift.append(
+            {
+                "language": code,
+                "prompt_set": name,
+                "ethnicity": group,
+                "n_quintets": n,
+                "lean_shift": float(lean_shift[known].mean()) if n else None,
+                "lean_ci_low": lean_ci[0],
+                "lean_ci_high": lean_ci[1],
+                "harmful_shift": float(harmful_shift[known].mean()) if n else None,
+                "harmful_ci_low": harmful_ci[0],
+                "harmful_ci_high": harmful_ci[1],
+                "share_toward_harm": float((lean_shift[known] > 0).mean()) if n else None,
+            }
+        )
+
+
+def _per_query(
+    state: _Audit,
+    code: str,
+    name: str,
+    sims: np.ndarray,
+    top_ids: list[str],
+    categories: list[str],
+    top: np.ndarray,
+    lean: np.ndarray,
+) -> pa.Table:
+    n, width = sims.shape
+    entry = state.prompts.entry(code, name)
+    top_categories = [categories[t] for t in top]
+    harmful = set(am.HARMFUL_CATEGORIES[name])
+    columns = {key: [r[key] for r in state.rows] for key in _COLUMNS}
+    cosine = pa.ListArray.from_arrays(
+        pa.array(np.arange(0, (n + 1) * width, width, dtype=np.int32)), pa.array(sims.ravel())
+    )
+    return pa.table(
+        {
+            **columns,
+            "language": [code] * n,
+            "prompt_set": [name] * n,
+            "review_status": [entry.review_status] * n,
+            "cosine": cosine,
+            "top1_prompt": top_ids,
+            "top1_category": top_categories,
+            "harmful": [c in harmful for c in top_categories],
+            "harm_lean": lean,
+        },
+        schema=am.AUDIT_PER_QUERY,
+    )
+
+
+def _status(prompts: AuditPrompts) -> dict[str, dict[str, dict[str, str]]]:
+    return {
+        code: {
+            name: {"review_status": prompts.entry(code, name).review_status, "origin": prompts.entry(code, name).origin}
+            for name in PROMPT_SETS
+        }
+        for code in prompts.languages
+    }
+
+
+def _warnings(state: _Audit, prompts: AuditPrompts) -> list[str]:
+    warnings = []
+    placeholders = sum(1 for r in state.rows if r["placeholder"])
+    if placeholders:
+        warnings.append(
+            f"These numbers are meaningless: {placeholders} of the release's {len(state.rows)} images are "
+            "placeholder syntheses (stand-ins for the ethnicity swaps, not swaps). The audit compares each "
+            "original with its swaps, so every skew, harm rate and paired shift here is only as good as the "
+            "syntheses, and these are none."
+        )
+    drafts = [c for c in prompts.languages if any(prompts.entry(c, n).review_status != "source" for n in PROMPT_SETS)]
+    fallback = [
+        c for c in prompts.languages if any(prompts.entry(c, n).origin == ENGLISH_FALLBACK for n in PROMPT_SETS)
+    ]
+    if drafts:
+        text = (
+            f"Prompts in {', '.join(drafts)} are drafts awaiting native review (seed 001 App. B gives only English, "
+            "and communion in es, fr, pt)"
+        )
+        if fallback:
+            text += f"; the English text stands in for {', '.join(fallback)}"
+        warnings.append(text + ".")
+    return warnings
+
+
+def _fmt(value: float | None, ci: list[float | None] | None = None) -> str:
+    if value is None:
+        return "n/a"
+    if ci is None or ci[0] is None or ci[1] is None:
+        return f"{value:.3f}"
+    return f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def _card(state: _Audit, out: _Collected, warnings: list[str], metrics: dict[str, Any]) -> list[str]:
+    prompts = state.prompts
+    # The warnings are the part's `warnings`: the results card puts them first, before any table.
+    lines = [
+        "## Counterfactual bias audit (seed 001 §3.5–3.6, App. A–B)",
+        "",
+        f"{metrics['n_images']} images in {metrics['n_quintets']} quintets; groups: {', '.join(state.groups)} "
+        "(the original and its ethnicity swaps stand in for the seed's protected groups). MaxSkew (§3.6): Skew(A, B) "
+        "averaged over the unordered group pairs, per caption, then the maximum over the set's captions; lower is "
+        f"fairer. Brackets: {int(CONFIDENCE * 100)}% bootstrap intervals over quintets. `*`: prompts awaiting "
+        "native review. Skew divides by the group scores, which are cosines: where they are near 0 (a model that "
+        "does not read the language, or an untrained one) it is unbounded, and the maximum need not lie inside its "
+        "interval. Per caption and pair: `audit/skew.parquet`.",
+        "",
+    ]
+    table = []
+    for code in prompts.languages:
+        row: dict[str, str] = {"language": code}
+        for name in PROMPT_SETS:
+            mark = "" if prompts.entry(code, name).review_status == "source" else "*"
+            row[name] = _fmt(out.max_skew[name][code], out.max_skew_ci[name][code]) + mark
+        table.append(row)
+    lines += [markdown_table(table), ""]
+    lines += [
+        "Harm rates (§3.6, App. A), percent of all images whose top-1 label is harmful: %NA negative agency, %NC "
+        "negative communion (top-1 among the set's 12 descriptors), %C crime term, %NH non-human label (top-1 "
+        "among the 21 crime-set labels).",
+        "",
+    ]
+    rates = [
+        {"language": code, **{f"%{h}": _fmt(out.rates[code][f"pct_{h}"]) for h in am.HARM_RATES}}
+        for code in prompts.languages
+    ]
+    lines += [markdown_table(rates), ""]
+    lines += [
+        "## Paired reading (ours)",
+        "",
+        "Ours, not the seed's: each swap against its own original. Harm lean = mean cosine to the set's harmful "
+        "prompts minus mean cosine to its others; the table gives the mean over quintets of lean(swap) − "
+        f"lean(original) in {HEADLINE_LANGUAGE} (every language: `audit/paired_shift.parquet`), positive = toward "
+        "harm, and how many swaps move an image into a harm category its original was not in (`harm_moves`).",
+        "",
+    ]
+    shifts = [r for r in out.shift if r["language"] == HEADLINE_LANGUAGE]
+    paired: list[dict[str, str]] = []
+    for group in [g for g in state.groups if g != ORIGINAL]:
+        row = {"swap": group}
+        for name in PROMPT_SETS:
+            found = next((r for r in shifts if r["ethnicity"] == group and r["prompt_set"] == name), None)
+            row[name] = _fmt(found["lean_shift"], [found["lean_ci_low"], found["lean_ci_high"]]) if found else "n/a"
+        moves = metrics["harm_moves"][HEADLINE_LANGUAGE]
+        row["moves into harm"] = ", ".join(f"{h} {moves[h][group]['into']}" for h in am.HARM_RATES)
+        paired.append(row)
+    lines += [markdown_table(paired), ""]
+    return lines
+
+
+def skew_heatmap_png(max_skew: dict[str, dict[str, float | None]], languages: list[str]) -> bytes:
+    """MaxSkew per language (rows) and prompt set (columns), the value in each cell; a missing one grey."""
+    matrix = np.array([[np.nan if max_skew[n][c] is None else max_skew[n][c] for n in PROMPT_SETS] for c in languages])
+    figure, axes = plt.subplots(figsize=(4.5, max(2.5, 0.32 * len(languages) + 1.2)))
+    colormap = plt.get_cmap("viridis").with_extremes(bad="#d9d9d9")
+    image = axes.imshow(np.ma.masked_invalid(matrix), cmap=colormap, aspect="auto")
+    for (i, j), value in np.ndenumerate(matrix):
+        axes.text(j, i, "n/a" if not np.isfinite(value) else f"{value:.2f}", ha="center", va="center", fontsize=7)
+    axes.set_xticks(range(len(PROMPT_SETS)), list(PROMPT_SETS), fontsize=8)
+    axes.set_yticks(range(len(languages)), languages, fontsize=8)
+    figure.colorbar(image, ax=axes, fraction=0.05, label="MaxSkew")
+    axes.set_title("MaxSkew over the quintet groups (seed 001 §3.6)", fontsize=10)
+    return figure_png(figure)
+
+
+def _moves_summary(moves: list[dict[str, Any]], state: _Audit) -> dict[str, dict[str, dict[str, dict[str, int]]]]:
+    """language -> harm -> swap -> {"into": n, "out_of": n}, every swap listed (zeros included)."""
+    swaps = [g for g in state.groups if g != ORIGINAL]
+    summary = {
+        code: {h: {g: {"into": 0, "out_of": 0} for g in swaps} for h in am.HARM_RATES}
+        for code in state.prompts.languages
+    }
+    for m in moves:
+        summary[m["language"]][m["harm"]][m["ethnicity"]][m["direction"]] += 1
+    return summary
+
+
+def _part(state: _Audit, prompts: AuditPrompts, out: _Collected) -> ResultPart:
+    warnings = _warnings(state, prompts)
+    paired: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in out.shift:
+        paired.setdefault(r["language"], {}).setdefault(r["prompt_set"], {})[r["ethnicity"]] = {
+            "n_quintets": r["n_quintets"],
+            "lean_shift": r["lean_shift"],
+            "lean_ci95": [r["lean_ci_low"], r["lean_ci_high"]],
+            "harmful_shift": r["harmful_shift"],
+            "harmful_ci95": [r["harmful_ci_low"], r["harmful_ci_high"]],
+            "share_toward_harm": r["share_toward_harm"],
+        }
+    metrics: dict[str, Any] = {
+        "prompts": {
+            "version": prompts_version(prompts),
+            "sets": {name: prompts.ids(name) for name in PROMPT_SETS},
+            "languages": _status(prompts),
+        },
+        "languages": prompts.languages,
+        "groups": state.groups,
+        "headline_language": HEADLINE_LANGUAGE,
+        "n_images": len(state.rows),
+        "n_quintets": len(state.quintets),
+        "complete_quintets": int(state.present.all(axis=1).sum()),
+        "placeholder_images": sum(1 for r in state.rows if r["placeholder"]),
+        "bootstrap": {
+            "unit": "quintet",
+            "n_resamples": state.n_resamples,
+            "seed": state.seed,
+            "confidence": CONFIDENCE,
+        },
+        "max_skew": out.max_skew,
+        "max_skew_ci95": out.max_skew_ci,
+        "harm_rates": out.rates,
+        # App. A's letters over §3.6's harm categories: the share of images whose top-1 label, among the set's, is
+        "harm_rates_definition": {
+            "pct_NA": "agency: a negative (low-agency) descriptor",
+            "pct_NC": "communion: a negative-communion descriptor",
+            "pct_C": "crime: a crime term (thief, criminal, suspicious person)",
+            "pct_NH": "crime: a non-human label (animal, gorilla, chimpanzee, orangutan)",
+        },
+        "harm_rates_ci95": out.rates_ci,
+        "paired_shift": paired,  # ours, not the seed's
+        "harm_moves": _moves_summary(out.moves, state),  # ours, not the seed's
+    }
+    headline: dict[str, Headline] = {"max_skew": {n: out.max_skew[n][HEADLINE_LANGUAGE] for n in PROMPT_SETS}}
+    ci95 = {f"max_skew.{n}": out.max_skew_ci[n][HEADLINE_LANGUAGE] for n in PROMPT_SETS}
+    for h in am.HARM_RATES:
+        headline[f"pct_{h}"] = out.rates[HEADLINE_LANGUAGE][f"pct_{h}"]
+        ci95[f"pct_{h}"] = out.rates_ci[HEADLINE_LANGUAGE][f"pct_{h}"]
+    tables = {
+        "skew": pa.Table.from_pylist(out.skew, schema=am.AUDIT_SKEW),
+        "harm_rates": pa.Table.from_pylist(out.harm, schema=am.AUDIT_HARM_RATES),
+        "paired_shift": pa.Table.from_pylist(out.shift, schema=am.AUDIT_PAIRED_SHIFT),
+        "paired_shift_quintets": pa.concat_tables(out.shift_quintets)
+        if out.shift_quintets
+        else am.AUDIT_PAIRED_SHIFT_QUINTETS.empty_table(),
+        "harm_moves": pa.Table.from_pylist(out.moves, schema=am.AUDIT_HARM_MOVES),
+    }
+    return ResultPart(
+        per_query=pa.concat_tables(out.per_query),
+        tables=tables,
+        metrics=metrics,
+        headline=headline,
+        ci95=ci95,
+        figures={"skew_heatmap.png": skew_heatmap_png(out.max_skew, prompts.languages)},
+        card=_card(state, out, warnings, metrics),
+        warnings=warnings,
+    )

@@ -1,0 +1,369 @@
+"""Retrieval across universals on a 3XCM release (GlobalRG §3.2), scored with RAVENEA's ranking metrics too
+(RAVENEA §3.1): every concept is a text query, in English and in each native language of the release, over the
+whole pool of the release's `image_metadata` images (not the three candidates of an RQ2 triplet).
+
+- Relevance is the assembly's rule: an image shows a concept when it is its concept, carries it as a tag, or is a
+  byte or pixel copy of an image of it (`curation.rules.Catalog.shows`). Graded: 2 when it also comes from a country
+  of the query's language (its `language_code`; English: the English-speaking countries), 1 otherwise, 0 when it
+  does not show the concept.
+- Scores are cosines (`metrics_3xcm.Vectors`, as the 3XCM evaluation), in float64. The pool is scored in blocks
+  of images; only the top `DEPTH` of each query are kept (`retrieval_metrics.rank_images`).
+- Means over queries carry percentile-bootstrap intervals from resampled queries (`retrieval_report`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from curation.rules import Catalog
+from data import reference
+from data.publish.reader import Release
+from evaluation import metrics_3xcm as m
+from evaluation import retrieval_metrics as rm
+from evaluation import retrieval_report as report
+from evaluation.encoders import TextImageEncoder
+from evaluation.parts import ResultPart
+from evaluation.xcm import Progress, image_vectors, text_vectors
+
+#: Images of the top k written to the `top_k` table per query.
+TOP_K_ROWS = max(rm.K_VALUES)
+HEADLINE: tuple[str, ...] = ("precision@5", "diversity@5_country", "diversity@5_region", "mrr", "ndcg@5")
+_POOL_COLUMNS = ("index_in_dataset", "image_id", "concept_id", "concept", "concept_in_native", "country")
+_OPTIONAL_COLUMNS = ("language_code", "language_group", "tags", "sha256", "pixel_sha256")
+
+
+# --- the pool and the queries ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pool:
+    table: pa.Table  # image_metadata's columns the retrieval reads, in pool order
+    catalog: Catalog
+    image_ids: list[str]
+    countries: np.ndarray  # object (str), per image
+    regions: np.ndarray  # object (str), per image
+    languages: np.ndarray  # object (str): the image's country's language code
+    unknown_region: list[str]  # countries outside the reference data
+
+
+def load_pool(release: Release) -> Pool:
+    """image_metadata as the pool, in `index_in_dataset` order (the assembly's row order)."""
+    if not release.has("image_metadata"):
+        raise ValueError(f"{release.path}: retrieval across universals needs the release's image_metadata table")
+    present = set(release.columns("image_metadata"))
+    missing = [c for c in _POOL_COLUMNS if c not in present]
+    if missing:
+        raise ValueError(f"{release.path}: image_metadata lacks the column(s) {missing} retrieval reads")
+    columns = [*_POOL_COLUMNS, *(c for c in _OPTIONAL_COLUMNS if c in present)]
+    table = release.table("image_metadata", columns)
+    if table.num_rows == 0:
+        raise ValueError(f"{release.path}: image_metadata has no images to retrieve")
+    table = table.sort_by("index_in_dataset")
+    return pool_from_table(table)
+
+
+def pool_from_table(table: pa.Table) -> Pool:
+    """The pool of an image table with the CATALOG columns (`language_code` from the reference data where absent,
+    `language_group` from it, `tags` the image's own concept): rows renumbered 0..n-1 in their order."""
+    countries = [str(c) for c in table.column("country").to_pylist()]
+    if "language_code" not in table.column_names:
+        known = reference.country_by_name()
+        codes = [known[c].language_code if c in known else "unknown" for c in countries]
+        table = table.append_column("language_code", pa.array(codes, pa.string()))
+    if "language_group" not in table.column_names:
+        table = table.append_column("language_group", table.column("language_code"))
+    if "tags" not in table.column_names:
+        table = table.append_column("tags", pa.array([[c] for c in table.column("concept_id").to_pylist()]))
+    table = table.set_column(
+        table.column_names.index("index_in_dataset"), "index_in_dataset", pa.array(range(table.num_rows), pa.int32())
+    )
+    regions = [reference.region_of(c) for c in countries]
+    unknown = sorted({c for c, r in zip(countries, regions, strict=True) if r == reference.UNKNOWN_REGION})
+    return Pool(
+        table=table,
+        catalog=Catalog.from_table(table),
+        image_ids=[str(i) for i in table.column("image_id").to_pylist()],
+        countries=np.array(countries, dtype=object),
+        regions=np.array(regions, dtype=object),
+        languages=np.array([str(c) for c in table.column("language_code").to_pylist()], dtype=object),
+        unknown_region=unknown,
+    )
+
+
+@dataclass(frozen=True)
+class Query:
+    concept_id: int
+    concept: str
+    language: str
+    text: str
+
+
+def build_queries(pool: Pool) -> tuple[list[Query], int, list[tuple[str, str]]]:
+    """One query per concept of the pool and query language: English (the concept's name) and each native language
+    of the pool's countries. A native query is the concept's `concept_in_native` in that language, the text the
+    build wrote (3XCM's RQ2 query text and Δsim's q_C use the same column); for a concept with no image in that
+    language's countries, the shipped translation. Returns the queries, how many took the shipped translation, and
+    the (concept, language) pairs with no text at all."""
+    table = pool.table
+    names: dict[int, str] = {}
+    native: dict[tuple[int, str], Counter[str]] = {}
+    for concept_id, concept, native_text, language in zip(
+        table.column("concept_id").to_pylist(),
+        table.column("concept").to_pylist(),
+        table.column("concept_in_native").to_pylist(),
+        pool.languages,
+        strict=True,
+    ):
+        names.setdefault(int(concept_id), str(concept))
+        native.setdefault((int(concept_id), str(language)), Counter())[str(native_text)] += 1
+    languages = [reference.ENGLISH, *sorted(set(pool.languages) - {reference.ENGLISH})]
+    queries: list[Query] = []
+    shipped, missing = 0, []
+    for concept_id in sorted(names):
+        for language in languages:
+            text: str | None
+            if language == reference.ENGLISH:
+                text = names[concept_id]
+            elif (concept_id, language) in native:
+                # One translation per (concept, language) in a build; were there two, the most used, then the first.
+                counts = native[(concept_id, language)]
+                text = min(counts, key=lambda t: (-counts[t], t))
+            else:
+                text = _shipped_translation(concept_id, language)
+                shipped += text is not None
+            if text is None:
+                missing.append((names[concept_id], language))
+            else:
+                queries.append(Query(concept_id, names[concept_id], language, text))
+    return queries, shipped, missing
+
+
+def _shipped_translation(concept_id: int, language: str) -> str | None:
+    if language not in reference.NATIVE_LANGUAGES:
+        return None
+    entry = reference.language_pack(language).concepts.get(concept_id)
+    return entry.text if entry is not None else None
+
+
+# --- per-query metrics -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scored:
+    per_query: pa.Table  # rm.PER_QUERY
+    top_k: pa.Table  # rm.TOP_K
+    boundary_ties: dict[int, int]  # k -> queries whose k-th and (k+1)-th scores tie (within TIE_TOLERANCE)
+
+
+def score_queries(
+    pool: Pool, queries: Sequence[Query], ranking: rm.Ranking, shows: np.ndarray, row: np.ndarray
+) -> Scored:
+    """Every query's metrics (`rm.METRICS`) from its ranking; `shows[row[i]]` is query i's concept's row."""
+    pool_countries = len(set(pool.countries))
+    pool_regions = len(set(pool.regions))
+    codes, language_index = np.unique(pool.languages.astype(str), return_inverse=True)
+    # Images showing each concept, per language of their country: the ideal rankings of nDCG.
+    shown_by_language = np.stack([np.bincount(language_index[r], minlength=len(codes)) for r in shows])
+    rows: list[dict[str, Any]] = []
+    top_rows: list[dict[str, Any]] = []
+    ties = dict.fromkeys(rm.K_VALUES, 0)
+    for i, query in enumerate(queries):
+        c = row[i]
+        top = ranking.top[i, :TOP_K_ROWS]
+        top = top[top >= 0]
+        native = pool.languages[top] == query.language
+        grades = shows[c, top].astype(np.int64) * (1 + native)
+        countries, regions = list(pool.countries[top]), list(pool.regions[top])
+        n_native = int(shown_by_language[c, codes == query.language].sum())
+        n_relevant = int(shown_by_language[c].sum())
+        first = int(ranking.first_relevant[i])
+        values: dict[str, float] = {}
+        for k in rm.K_VALUES:
+            values[f"precision@{k}"] = rm.precision_at_k(grades, k)
+            values[f"precision@{k}_native"] = rm.precision_at_k(grades, k, rm.RELEVANT_NATIVE)
+            for unit, labels, total in (("country", countries, pool_countries), ("region", regions, pool_regions)):
+                values[f"diversity@{k}_{unit}"] = rm.diversity_at_k(labels, k)
+                values[f"diversity@{k}_{unit}_pool"] = rm.pool_diversity_at_k(labels, k, total)
+            ideal = [rm.RELEVANT_NATIVE] * min(n_native, k) + [rm.RELEVANT] * min(n_relevant - n_native, k)
+            values[f"ndcg@{k}"] = rm.ndcg_at_k(grades, k, ideal)
+            scores = ranking.scores[i]
+            if k < len(scores) and np.isfinite(scores[k]) and scores[k - 1] - scores[k] <= m.TIE_TOLERANCE:
+                ties[k] += 1
+        values["reciprocal_rank"] = rm.reciprocal_rank(first)
+        rows.append(
+            {
+                "concept_id": query.concept_id,
+                "concept": query.concept,
+                "query_language": query.language,
+                "query_text": query.text,
+                "n_relevant": n_relevant,
+                "n_relevant_native": n_native,
+                "first_relevant_rank": first or None,
+                **values,
+            }
+        )
+        for rank, (image, grade) in enumerate(zip(top, grades, strict=True), 1):
+            top_rows.append(
+                {
+                    "concept_id": query.concept_id,
+                    "query_language": query.language,
+                    "rank": rank,
+                    "image_id": pool.image_ids[image],
+                    "score": float(ranking.scores[i, rank - 1]),
+                    "image_concept_id": int(pool.catalog.concept[image]),
+                    "country": countries[rank - 1],
+                    "region": regions[rank - 1],
+                    "relevance": int(grade),
+                }
+            )
+    return Scored(
+        pa.Table.from_pylist(rows, schema=rm.PER_QUERY), pa.Table.from_pylist(top_rows, schema=rm.TOP_K), ties
+    )
+
+
+# --- the part --------------------------------------------------------------------------------------------------
+
+
+def shows_matrix(catalog: Catalog, concept_ids: Sequence[int]) -> np.ndarray:
+    """(concepts, images) bool: which images show each concept, by the assembly's rule (`Catalog.shows`)."""
+    images = np.arange(len(catalog), dtype=np.int64)
+    return np.stack([catalog.shows(images, np.full(len(images), c, dtype=np.int64)) for c in concept_ids])
+
+
+def _query_vectors(
+    queries: list[Query], encoder: TextImageEncoder, skipped: list[str]
+) -> tuple[list[Query], np.ndarray]:
+    """The queries' unit vectors; a language whose texts the encoder has no vectors for (precomputed embeddings
+    that cover other texts) is skipped, saying so."""
+    kept: list[Query] = []
+    matrices: list[np.ndarray] = []
+    for language in dict.fromkeys(q.language for q in queries):
+        group = [q for q in queries if q.language == language]
+        try:
+            vectors = text_vectors([q.text for q in group], encoder)
+        except KeyError:
+            skipped.append(f"retrieval: the {language!r} queries (the encoder has no vectors for their texts)")
+            continue
+        kept += group
+        matrices.append(vectors.take([q.text for q in group], "query text"))
+    if not kept:
+        raise ValueError("retrieval across universals: the encoder has no vector for any query text")
+    return kept, np.concatenate(matrices)
+
+
+def evaluate_retrieval(
+    release: Release,
+    encoder: TextImageEncoder,
+    *,
+    n_resamples: int,
+    seed: int,
+    progress: Progress | None = None,
+) -> ResultPart:
+    """Retrieval across universals over the release's whole image pool (GlobalRG §3.2, RAVENEA §3.1): one query per
+    concept and query language (`build_queries`), ranked over every image of `image_metadata`, scored and averaged
+    (`evaluate_pool`). ValueError, naming the release, when it has no image_metadata; the encoder's own errors
+    (degenerate vectors, an image it has no vector for) as the 3XCM evaluation raises them."""
+    if n_resamples < 0:
+        raise ValueError("n_resamples must be >= 0")
+    pool = load_pool(release)
+    skipped: list[str] = []
+    queries, shipped, missing = build_queries(pool)
+    if missing:
+        skipped.append(
+            f"retrieval: {len(missing)} (concept, language) queries with no text (no image of the concept in that "
+            f"language's countries, and no shipped translation), e.g. {missing[:3]}"
+        )
+    queries, query_matrix = _query_vectors(queries, encoder, skipped)
+    vectors = image_vectors(release, pool.image_ids, encoder, progress)
+    images = vectors.matrix if list(vectors.keys) == pool.image_ids else vectors.take(pool.image_ids, "image")
+    part = evaluate_pool(pool, queries, query_matrix, images, n_resamples=n_resamples, seed=seed, progress=progress)
+    part.metrics["settings"]["queries_with_shipped_translation"] = shipped
+    part.skipped[:0] = skipped
+    return part
+
+
+def evaluate_pool(
+    pool: Pool,
+    queries: Sequence[Query],
+    query_matrix: np.ndarray,
+    images: np.ndarray,
+    *,
+    n_resamples: int,
+    seed: int,
+    progress: Progress | None = None,
+) -> ResultPart:
+    """The part from the queries' and the pool's unit vectors (rows aligned with `queries` and the pool's images):
+    the ranking, the per-query metrics, their means with intervals, the figure and the card section."""
+    concept_ids = sorted({q.concept_id for q in queries})
+    shows = shows_matrix(pool.catalog, concept_ids)
+    row = np.array([concept_ids.index(q.concept_id) for q in queries], dtype=np.int64)
+    ranking = rm.rank_images(query_matrix, images, shows, row, progress=progress)
+    scored = score_queries(pool, queries, ranking, shows, row)
+    per_query = scored.per_query
+    summary = report.summarise(per_query, n_resamples, seed)
+    tables = {**report.group_tables(summary), "top_k": scored.top_k}
+    warnings = []
+    k = min(rm.K_VALUES)
+    if scored.boundary_ties[k] * 2 > len(queries):
+        warnings.append(
+            f"Retrieval: for {scored.boundary_ties[k]} of {len(queries)} queries the {k}th and {k + 1}th images "
+            f"scored equal within {m.TIE_TOLERANCE:g}, so the pool's order, not the model, chose which entered the "
+            f"top {k}; precision@{k} and diversity@{k} are not measured. Check the vectors."
+        )
+    settings = _settings(pool, len(queries), n_resamples, seed)
+    metrics: dict[str, Any] = {
+        "settings": settings,
+        **report.summary_json(summary),
+        "boundary_ties": {f"@{k}": count for k, count in scored.boundary_ties.items()},
+        "skipped": [],
+        "warnings": warnings,
+    }
+    overall = summary.overall
+    return ResultPart(
+        per_query=per_query,
+        tables=tables,
+        metrics=metrics,
+        headline={name: overall[name]["value"] for name in HEADLINE},
+        ci95={name: [overall[name]["ci_low"], overall[name]["ci_high"]] for name in HEADLINE},
+        figures={"precision_diversity.png": report.precision_diversity_png(summary)},
+        card=report.card_section(summary, settings),
+        skipped=metrics["skipped"],  # the same list: what evaluate_retrieval adds shows in both
+        warnings=warnings,
+    )
+
+
+def _settings(pool: Pool, n_queries: int, n_resamples: int, seed: int) -> dict[str, Any]:
+    return {
+        "k": list(rm.K_VALUES),
+        "pool_images": len(pool.image_ids),
+        "pool_countries": len(set(pool.countries)),
+        "pool_regions": len(set(pool.regions)),
+        "n_queries": n_queries,
+        "queries_with_shipped_translation": 0,
+        "n_resamples": n_resamples,
+        "seed": seed,
+        "confidence": report.CONFIDENCE,
+        "relevance": "2: shows the concept (its own, a tag, a byte or pixel copy: curation.rules.Catalog.shows) "
+        "and comes from a country of the query's language; 1: shows it; 0: does not",
+        "diversity": {
+            "paper": "diversity@k_<unit>: GlobalRG Eq. 1, entropy / log(m), m = cultures in the top k; m = 1 -> 0",
+            "pool": "diversity@k_<unit>_pool (ours): entropy / log(M), M = cultures in the pool; M = 1 -> 0",
+        },
+        "precision": "precision@k: grade >= 1 over k (GlobalRG §3.2; trec_eval's P@k, RAVENEA §3.1); "
+        "precision@k_native (ours): grade 2 over k",
+        "ranking": "cosine, highest first; an exact tie goes to the image earlier in image_metadata; MRR's rank = "
+        "1 + the images scoring above the best relevant one + those tying it and lying before it",
+        "regions": {
+            "reading": "data/reference/countries.csv `region`, GlobalRG's unit of region diversity; not checked "
+            "against the paper's Table 1 (data/reference/README.md)",
+            "by_country": {c: reference.region_of(c) for c in sorted(set(pool.countries))},
+            "unknown_region_countries": pool.unknown_region,
+            "n_unknown_region_countries": len(pool.unknown_region),
+        },
+    }

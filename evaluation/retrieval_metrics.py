@@ -1,0 +1,247 @@
+"""Per-query ranking metrics of the retrieval across universals (GlobalRG §3.2) and RAVENEA's ranking metrics
+(RAVENEA §3.1), as pure numpy functions; the blockwise ranking of a whole image pool (`rank_images`); the pyarrow
+schemas of the retrieval part's tables.
+
+A query's ranking is a list of image positions, best first; its relevance grades are one integer per image of the
+pool: 2 = shows the concept and comes from a country of the query's language, 1 = shows the concept, 0 = neither.
+
+- precision@k (GlobalRG §3.2, "the ratio of the top k retrieved images that correctly answer the query"): images of
+  grade >= 1 among the first k, over k. That is also RAVENEA's P@k (§3.1) as trec_eval computes it, which divides
+  by k even when fewer than k images were ranked.
+- diversity@k (GlobalRG §3.2, Eq. 1): -1/log(m) * sum_i p_i log p_i over the cultures (countries, or regions) of the
+  top k, p_i the share of culture i there, m "the total number of cultures in the top k". m = 1 (every image from
+  one culture) has log m = 0: the top k is as little diverse as it can be, so it scores 0.
+- Pool-normalised entropy (ours, not the paper's): the same entropy over log(M), M the number of cultures in the
+  whole pool. Eq. 1's log m rescales each top k to its own cultures, so 5 images from 2 countries (3 + 2) score
+  0.97; over log M they score how much of the pool's spread the top k reaches, at most log(min(k, M)) / log M.
+- Reciprocal rank (RAVENEA §3.1, MRR's term): 1 / rank of the first image of grade >= 1; 0 when none.
+- nDCG@k (RAVENEA §3.1, citing Wang et al. 2013): DCG@k = sum_{i<=k} grade_i / log2(i + 1), over the DCG@k of
+  the grades sorted from the highest (over the whole pool, not only the ranked images); 0 when the pool has no
+  relevant image. The gain is the grade itself, as trec_eval's `ndcg_cut` (and so `ir_measures`' nDCG@k) has it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import ArrayLike
+
+#: The cut-offs, for every @k metric: GlobalRG discusses diversity@5 (§3.4, Table 3); RAVENEA's Table 2 reports
+#: P@k and nDCG@k at 1, 3 and 5. 5 and 10 are the issue's choice, for both papers' metrics alike.
+K_VALUES: tuple[int, ...] = (5, 10)
+#: Ranked images kept per query: the largest k, and one more to tell whether a tie decided the k-th place.
+DEPTH = max(K_VALUES) + 1
+#: Score-block budget, in float64 elements (64 MiB), so a 100k-image pool is never scored at once.
+BLOCK_ELEMENTS = 1 << 23
+#: Grades of the graded relevance.
+NOT_RELEVANT, RELEVANT, RELEVANT_NATIVE = 0, 1, 2
+#: Culture units of diversity@k (GlobalRG §3.2: "with respect to both the country and the region").
+UNITS: tuple[str, ...] = ("country", "region")
+
+
+def precision_at_k(grades: ArrayLike, k: int, min_grade: int = RELEVANT) -> float:
+    """Share of the first k ranked images with a grade >= `min_grade`, over k (trec_eval's P@k)."""
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    top = np.asarray(grades)[:k]
+    return float(np.count_nonzero(top >= min_grade)) / k
+
+
+def entropy(labels: Sequence[str]) -> tuple[float, int]:
+    """(Shannon entropy in nats of the labels' shares, number of distinct labels)."""
+    if len(labels) == 0:
+        return 0.0, 0
+    _, counts = np.unique(np.asarray(labels, dtype=object).astype(str), return_counts=True)
+    p = counts / counts.sum()
+    return float(-(p * np.log(p)).sum()), len(counts)
+
+
+def diversity_at_k(labels: Sequence[str], k: int) -> float:
+    """GlobalRG Eq. 1 on the cultures of the first k ranked images: entropy over log(m), m the number of cultures
+    among them; 0 when m <= 1 (one culture, or nothing ranked)."""
+    h, m = entropy(labels[:k])
+    return h / np.log(m) if m > 1 else 0.0
+
+
+def pool_diversity_at_k(labels: Sequence[str], k: int, pool_cultures: int) -> float:
+    """Ours: the entropy of Eq. 1 over log(M), M = `pool_cultures`, the cultures of the whole pool; 0 when M <= 1."""
+    h, _ = entropy(labels[:k])
+    return h / np.log(pool_cultures) if pool_cultures > 1 else 0.0
+
+
+def reciprocal_rank(first_relevant_rank: int | None) -> float:
+    """1 / the 1-based rank of the first relevant image; 0 when the ranking has none."""
+    return 1.0 / first_relevant_rank if first_relevant_rank else 0.0
+
+
+def dcg(grades: ArrayLike, k: int) -> float:
+    top = np.asarray(grades, dtype=np.float64)[:k]
+    return float((top / np.log2(np.arange(2, len(top) + 2))).sum())
+
+
+def ndcg_at_k(grades: ArrayLike, k: int, pool_grades: ArrayLike) -> float:
+    """DCG@k of the ranking's grades over the ideal DCG@k of every grade in the pool; 0 when the ideal is 0."""
+    ideal = dcg(np.sort(np.asarray(pool_grades))[::-1], k)
+    return dcg(grades, k) / ideal if ideal > 0 else 0.0
+
+
+def metric_names(k_values: Sequence[int] = K_VALUES) -> list[str]:
+    """The per-query metric columns, in table order: per k, precision (grade >= 1), precision of the native
+    (grade 2, ours), the paper's and the pool-normalised diversity per unit, nDCG; then the reciprocal rank."""
+    names: list[str] = []
+    for k in k_values:
+        names += [f"precision@{k}", f"precision@{k}_native"]
+        for unit in UNITS:
+            names += [f"diversity@{k}_{unit}", f"diversity@{k}_{unit}_pool"]
+        names.append(f"ndcg@{k}")
+    return [*names, "reciprocal_rank"]
+
+
+def aggregate_name(metric: str) -> str:
+    """The name of a per-query metric's mean over queries: `reciprocal_rank` -> `mrr`, the others keep theirs."""
+    return "mrr" if metric == "reciprocal_rank" else metric
+
+
+METRICS: tuple[str, ...] = tuple(metric_names())
+
+#: One row per query (concept x query language).
+PER_QUERY = pa.schema(
+    [
+        pa.field("concept_id", pa.int32(), nullable=False),
+        pa.field("concept", pa.string(), nullable=False),
+        pa.field("query_language", pa.string(), nullable=False),
+        pa.field("query_text", pa.string(), nullable=False),
+        pa.field("n_relevant", pa.int64(), nullable=False),  # images of the pool showing the concept (grade >= 1)
+        pa.field("n_relevant_native", pa.int64(), nullable=False),  # of them, from the query language (grade 2)
+        pa.field("first_relevant_rank", pa.int64()),  # 1-based; null when the pool shows the concept nowhere
+        *(pa.field(name, pa.float64(), nullable=False) for name in METRICS),
+    ]
+)
+#: The top 10 of every query, one row per (query, rank).
+TOP_K = pa.schema(
+    [
+        pa.field("concept_id", pa.int32(), nullable=False),
+        pa.field("query_language", pa.string(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),  # 1-based
+        pa.field("image_id", pa.string(), nullable=False),
+        pa.field("score", pa.float64(), nullable=False),  # cosine similarity
+        pa.field("image_concept_id", pa.int32(), nullable=False),
+        pa.field("country", pa.string(), nullable=False),
+        pa.field("region", pa.string(), nullable=False),
+        pa.field("relevance", pa.int8(), nullable=False),  # 0, 1, 2
+    ]
+)
+#: Means over a group's queries with their bootstrap interval, long form: by query language, or by concept (whose
+#: `group` is the concept id and `concept` its name), or overall (`group` "all").
+GROUP_METRICS = pa.schema(
+    [
+        pa.field("group_by", pa.string(), nullable=False),  # overall | query_language | concept
+        pa.field("group", pa.string(), nullable=False),
+        pa.field("concept", pa.string()),  # the concept's name for group_by = concept
+        pa.field("n", pa.int64(), nullable=False),  # queries in the group
+        pa.field("metric", pa.string(), nullable=False),  # `aggregate_name` of a per-query column
+        pa.field("value", pa.float64()),
+        pa.field("ci_low", pa.float64()),
+        pa.field("ci_high", pa.float64()),
+    ]
+)
+
+
+# --- ranking -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ranking:
+    top: np.ndarray  # int64 (queries, depth): image positions, best first; -1 past the pool's end
+    scores: np.ndarray  # float64 (queries, depth): their cosines; -inf past the pool's end
+    first_relevant: np.ndarray  # int64 (queries,): 1-based rank of the first relevant image; 0 when none
+
+
+def _merge_top(
+    scores: np.ndarray, index: np.ndarray, best: np.ndarray, best_index: np.ndarray, depth: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The first `depth` of (running best + a block's scores) per row, ordered by score, then by image position."""
+    both = np.concatenate([best, scores], axis=1)
+    positions = np.concatenate([best_index, np.broadcast_to(index, scores.shape)], axis=1)
+    # Only the candidates at or above each row's depth-th largest score can enter; lexsort orders them exactly.
+    kth = min(depth, both.shape[1]) - 1
+    threshold = -np.partition(-both, kth, axis=1)[:, kth]
+    rows, cols = np.nonzero(both >= threshold[:, None])
+    values, at = both[rows, cols], positions[rows, cols]
+    order = np.lexsort((at, -values, rows))
+    rows, values, at = rows[order], values[order], at[order]
+    place = np.arange(len(rows)) - np.searchsorted(rows, rows)  # position within its row
+    keep = place < depth
+    new_best = np.full((both.shape[0], depth), -np.inf)
+    new_index = np.full((both.shape[0], depth), -1, dtype=np.int64)
+    new_best[rows[keep], place[keep]] = values[keep]
+    new_index[rows[keep], place[keep]] = at[keep]
+    return new_best, new_index
+
+
+def rank_images(
+    queries: np.ndarray,
+    images: np.ndarray,
+    shows: np.ndarray,
+    query_concept: np.ndarray,
+    *,
+    depth: int = DEPTH,
+    block_size: int | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> Ranking:
+    """Each query's top `depth` images of the whole pool and the rank of its first relevant image.
+
+    `queries` (q, d) and `images` (n, d) are unit rows; `shows` (c, n) says which images show concept c, and
+    `query_concept` (q,) is each query's row of it. The order is by cosine, highest first, an exact tie going to
+    the image earlier in the pool (lower position); the same rule ranks the first relevant image:
+    rank = 1 + the images scoring strictly higher than the best-scoring relevant image + the images scoring the
+    same and lying before it. Two passes over the blocks: the first finds the top and the best relevant image, the
+    second, only when a query's first relevant image is not in its top, counts what outranks it (the same matrix
+    products again, so each score compared is the one that ranked)."""
+    n_queries, n_images = queries.shape[0], images.shape[0]
+    if queries.shape[1] != images.shape[1]:
+        raise ValueError(f"query vectors have {queries.shape[1]} dimensions, image vectors {images.shape[1]}")
+    block = block_size or max(1, BLOCK_ELEMENTS // max(1, n_queries))
+    starts = list(range(0, n_images, block))
+    best, best_index = np.full((n_queries, 0), -np.inf), np.zeros((n_queries, 0), dtype=np.int64)
+    relevant_score = np.full(n_queries, -np.inf)
+    relevant_index = np.full(n_queries, n_images, dtype=np.int64)
+
+    def scored(start: int) -> tuple[np.ndarray, np.ndarray]:
+        index = np.arange(start, min(start + block, n_images))
+        return queries @ images[index].T, index
+
+    for done, start in enumerate(starts, 1):
+        scores, index = scored(start)
+        best, best_index = _merge_top(scores, index, best, best_index, depth)
+        masked = np.where(shows[:, index][query_concept], scores, -np.inf)
+        block_best = masked.max(axis=1)
+        better = block_best > relevant_score  # an equal score in a later block lies after: the earlier one stays
+        relevant_score[better] = block_best[better]
+        relevant_index[better] = index[masked.argmax(axis=1)[better]]  # argmax: the first maximum
+        if progress is not None:
+            progress("retrieve", done, 2 * len(starts))
+    if best.shape[1] < depth:  # a pool smaller than the depth
+        pad = depth - best.shape[1]
+        best = np.pad(best, ((0, 0), (0, pad)), constant_values=-np.inf)
+        best_index = np.pad(best_index, ((0, 0), (0, pad)), constant_values=-1)
+
+    first = np.zeros(n_queries, dtype=np.int64)
+    hit = best_index == relevant_index[:, None]
+    in_top = hit.any(axis=1)
+    first[in_top] = hit[in_top].argmax(axis=1) + 1
+    outside = np.flatnonzero(~in_top & np.isfinite(relevant_score))
+    if len(outside):
+        ahead = np.zeros(len(outside), dtype=np.int64)
+        s, i = relevant_score[outside, None], relevant_index[outside, None]
+        for done, start in enumerate(starts, len(starts) + 1):
+            scores, index = scored(start)
+            scores = scores[outside]
+            ahead += ((scores > s) | ((scores == s) & (index < i))).sum(axis=1)
+            if progress is not None:
+                progress("retrieve", done, 2 * len(starts))
+        first[outside] = ahead + 1
+    return Ranking(best_index, best, first)
