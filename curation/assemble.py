@@ -15,7 +15,7 @@ descriptor country. The slots of a task draw from disjoint pools, so filling one
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from curation.pool_index import NO_IMAGE, PoolIndex
 from curation.rules import RQ2_RULES, RQ3_RULES, Catalog, DescriptorBalance, PoolCounts, seeded_priority
 from data import reference
+from data.progress import StepProgress, ticking
 from data.schemas import BENCHMARK, BENCHMARK_CD, RQ2_SLOTS, UNASSEMBLED
 
 RQ2_PREFIXES = dict(RQ2_SLOTS)  # our slot name -> the authors' column prefix
@@ -117,13 +118,16 @@ def assemble_rq2(
     seed: int,
     keep: Mapping[int, tuple[int | None, ...]] | None = None,
     queries_of: np.ndarray | None = None,
+    progress: StepProgress | None = None,
+    shared: tuple[int, int] | None = None,
 ) -> TaskResult:
     """`queries_of`: the rows that are queries (default: every image), in the order they are assembled. `keep`:
-    query row -> its candidates, `None` for a slot to choose."""
+    query row -> its candidates, `None` for a slot to choose. `progress` counts queries; `shared` (start, of) puts
+    them on a bar both tasks share."""
     index = PoolIndex(catalog, seeded_priority(len(catalog), seed))
     empty_slot: dict[tuple[int, int], str | None] = {}
     queries, chosen, missing = [], [], []
-    for q in _query_rows(catalog, queries_of):
+    for q in _ticking_queries(catalog, queries_of, progress, shared):
         c, x = int(catalog.concept[q]), int(catalog.country[q])
         held = keep.get(q) if keep is not None else None
         picks: list[int]
@@ -152,6 +156,8 @@ def assemble_rq3(
     seed: int,
     queries_of: np.ndarray | None = None,
     keep: Mapping[int, tuple[int, tuple[int | None, ...]]] | None = None,
+    progress: StepProgress | None = None,
+    shared: tuple[int, int] | None = None,
 ) -> TaskResult:
     """`keep`: query row -> (descriptor country position, its candidates with `None` for a slot to choose). A kept
     row whose open slot has no eligible image under its descriptor country is missing (`no_<slot>_candidate`)."""
@@ -160,7 +166,7 @@ def assemble_rq3(
     balance = DescriptorBalance(len(catalog.country_names))
     eligible_of: dict[tuple[int, int], np.ndarray] = {}
     queries, chosen, descriptors, missing = [], [], [], []
-    for q in _query_rows(catalog, queries_of):
+    for q in _ticking_queries(catalog, queries_of, progress, shared):
         c, x = int(catalog.concept[q]), int(catalog.country[q])
         if keep is not None and q in keep:
             y, held = keep[q]
@@ -201,6 +207,14 @@ def assemble_rq3(
 
 def _query_rows(catalog: Catalog, queries_of: np.ndarray | None) -> list[int]:
     return list(range(len(catalog))) if queries_of is None else np.asarray(queries_of, dtype=np.int64).tolist()
+
+
+def _ticking_queries(
+    catalog: Catalog, queries_of: np.ndarray | None, progress: StepProgress | None, shared: tuple[int, int] | None
+) -> Iterator[int]:
+    rows = _query_rows(catalog, queries_of)
+    start, of = shared or (0, len(rows))
+    return ticking(rows, progress, len(rows), start, of)
 
 
 def _result(
@@ -301,11 +315,19 @@ def assemble_catalog(
     texts: QueryTexts,
     keep: Mapping[int, tuple[int, ...]] | None = None,
     queries_of: np.ndarray | None = None,
+    progress: StepProgress | None = None,
 ) -> Assembly:
-    """Both tasks over `catalog`; `keep` and `queries_of` as in `assemble_rq2` (RQ3 has no rows to keep)."""
+    """Both tasks over `catalog`; `keep` and `queries_of` as in `assemble_rq2` (RQ3 has no rows to keep).
+    `progress` counts the queries of both tasks on one bar."""
     counts = PoolCounts(catalog)
-    rq2 = assemble_rq2(catalog, counts, config.seed, keep, queries_of)
-    rq3 = assemble_rq3(catalog, counts, config.seed, queries_of) if config.rq3 else _result_of_nothing(len(RQ3_RULES))
+    n = len(_query_rows(catalog, queries_of))
+    of = n * (2 if config.rq3 else 1)
+    rq2 = assemble_rq2(catalog, counts, config.seed, keep, queries_of, progress, (0, of))
+    rq3 = (
+        assemble_rq3(catalog, counts, config.seed, queries_of, progress=progress, shared=(n, of))
+        if config.rq3
+        else _result_of_nothing(len(RQ3_RULES))
+    )
     return Assembly(
         benchmark=benchmark_table(catalog, texts, rq2),
         benchmark_cd=benchmark_cd_table(catalog, texts, rq3),
@@ -314,6 +336,8 @@ def assemble_catalog(
     )
 
 
-def run_assembly(config: AssemblyConfig, image_table: pa.Table, translations: pa.Table) -> Assembly:
+def run_assembly(
+    config: AssemblyConfig, image_table: pa.Table, translations: pa.Table, progress: StepProgress | None = None
+) -> Assembly:
     catalog = Catalog.from_table(image_table)
-    return assemble_catalog(config, catalog, QueryTexts(translations))
+    return assemble_catalog(config, catalog, QueryTexts(translations), progress=progress)

@@ -36,6 +36,7 @@ from curation.rules import (
 )
 from data import reference
 from data.denylist import TAKEN_DOWN
+from data.progress import StepProgress, Steps
 from data.schemas import BENCHMARK, BENCHMARK_CD, CATALOG
 
 IMAGE_ID = r"^(?P<slug>[a-z0-9_ ]+)-(?P<concept>\d+)-(?P<rank>\d+)-(?P<lang>eng|nav)$"
@@ -400,6 +401,7 @@ def validate_benchmark(
     balance: bool = True,
     texts: QueryTexts | None = None,
     id_scheme: bool = True,
+    progress: StepProgress | None = None,
 ) -> ValidationReport:
     """Check every row; with `unassembled`, also that every image is a query or is listed there with a reason.
     `max_reuse` caps candidate reuse for both tasks, or per task ({"rq2": 5, "rq3": None}).
@@ -408,6 +410,7 @@ def validate_benchmark(
     cannot have chosen them least-used); `texts` replaces the shipped language data for other countries;
     `id_scheme=False` leaves out the image id format (a pool of the authors' images keeps their ids as published)."""
     texts = texts or (QueryTexts(translations) if translations is not None else None)
+    steps = Steps(progress, 5)  # images and schemas, RQ2 rows, RQ3 rows, each task's completeness
     checker = _Checker(images, texts, max_reuse, balance, id_scheme)
     checker.check_images()
     if checker.violations:
@@ -423,16 +426,21 @@ def validate_benchmark(
     if benchmark.num_rows == 0:
         # A build whose sources all failed (blocked search, dead hosts) must not publish an empty benchmark.
         checker.add("benchmark", None, "non_empty", "no RQ2 triplet could be assembled; see the unassembled table")
+    steps.step("images and schemas")
     checker.check_rows("benchmark", benchmark, RQ2_RULES, RQ2_PREFIXES, "rq2")
+    steps.step("RQ2 rows")
     rows = {"image_metadata": images.num_rows, "benchmark": benchmark.num_rows}
     if benchmark_cd is not None:
         checker.check_rows("benchmark_cd", benchmark_cd, RQ3_RULES, RQ3_PREFIXES, "rq3")
         rows["benchmark_cd"] = benchmark_cd.num_rows
+    steps.step("RQ3 rows")
     if unassembled is not None:
         checker.check_complete("rq2", "benchmark", unassembled)
+        steps.step("RQ2 complete")
         if benchmark_cd is not None:
             checker.check_complete("rq3", "benchmark_cd", unassembled)
         rows["unassembled"] = unassembled.num_rows
+    steps.finish()
     return ValidationReport(violations=_row_major(checker.violations), rows_checked=rows)
 
 

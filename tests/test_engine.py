@@ -165,7 +165,7 @@ def toy_benchmark(calls: Calls, release_root: Path) -> Benchmark[ToyConfig]:
     def preflight(config: ToyConfig) -> None:
         calls.runs.append("preflight")
 
-    def release(build: Any) -> ReleaseResult:
+    def release(build: Any, progress: Any = None) -> ReleaseResult:
         return ReleaseResult(path=str(release_root), version="0.0.1", status="created", manifest={})
 
     return Benchmark(

@@ -9,6 +9,7 @@ from typing import Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
+from data.progress import StepProgress
 from data.publish.folder import ImmutableFolder
 from data.publish.format import SEMVER
 from data.publish.manifest import ReleaseManifest
@@ -56,10 +57,13 @@ class ReleaseWriter(ImmutableFolder):
         *,
         image_column: bool = True,
         tars: bool = True,
+        progress: StepProgress | None = None,
     ) -> dict[str, list[str]]:
         """Image Parquet shards and WebDataset tars, sized by the release's settings (`data.publish.shards`)."""
         limits = ShardLimits(self.config.row_group_size, self.config.max_shard_bytes, self.config.max_shard_images)
-        return write_image_shards(self, config_name, rows, schema, limits, split, image_column=image_column, tars=tars)
+        return write_image_shards(
+            self, config_name, rows, schema, limits, split, image_column=image_column, tars=tars, progress=progress
+        )
 
 
 def with_phash(table: pa.Table, phash_by_sha256: dict[str, int | None]) -> pa.Table:

@@ -7,6 +7,7 @@ one row group at a time; each finished shard is buffered in memory before it is 
 
 from __future__ import annotations
 
+import bisect
 import io
 import json
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from data.progress import StepProgress
 from data.publish.folder import ImmutableFolder
 from data.publish.format import WEBDATASET_FEATURES
 from data.publish.tables import hf_schema
@@ -92,10 +94,11 @@ def write_image_shards(
     *,
     image_column: bool = True,
     tars: bool = True,
+    progress: StepProgress | None = None,
 ) -> dict[str, list[str]]:
     """The Parquet shards `<config>/<split>-NNNNN-of-NNNNN.parquet` and the tars `images/NNNNN.tar`; returns the
-    paths of each. A URL-only release writes no tars, and either no `image` column (`image_column=False`) or a null
-    `image` for each row that is not `embed`ded."""
+    paths of each; `progress` counts the rows written. A URL-only release writes no tars, and either no `image`
+    column (`image_column=False`) or a null `image` for each row that is not `embed`ded."""
     full_schema = hf_image_schema(schema) if image_column else hf_schema(schema)
     sizes = [int(r.metadata.get("num_bytes") or 0) if image_column and r.embed else 0 for r in rows]
     plan = list(_plan_shards(sizes, limits.max_shard_bytes))
@@ -120,6 +123,8 @@ def write_image_shards(
                         tar_shards.add(position, row.key, data, row.metadata)
                     records.append({**row.metadata, "image": {"bytes": data, "path": f"{row.key}.jpg"}})
                 writer.write_table(pa.Table.from_pylist(records, schema=full_schema))
+                if progress is not None:
+                    progress(group_start + len(group), len(rows))
         folder.write_bytes(rel, buffer.getvalue())
         parquet_files.append(rel)
     tar_shards.close()
@@ -137,9 +142,17 @@ class _TarShards:
     _current: Any = None
     _buffer: io.BytesIO | None = None
     _shard: int = -1
+    _starts: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._starts = [start for start, _ in self.plan]
 
     def add(self, position: int, key: str, data: bytes, metadata: dict[str, Any]) -> None:
-        shard = next(i for i, (start, stop) in enumerate(self.plan) if start <= position < stop)
+        # The plan's ranges are contiguous and sorted: a bisection, not a scan of every shard per image (a
+        # million-image release has a thousand tars).
+        shard = bisect.bisect_right(self._starts, position) - 1
+        if not self.plan or shard < 0 or position >= self.plan[shard][1]:
+            raise ValueError(f"image position {position} is in no tar of the plan")
         if shard != self._shard:
             self._flush()
             self._shard, self._buffer = shard, io.BytesIO()

@@ -29,7 +29,7 @@ from prefect.utilities.hashing import file_hash
 from data.publish.folder import ReleaseResult
 from data.publish.format import IMAGE_CONFIGS, ImageConfig
 from flows.engine.graph import Build, BuildGraph, ConfigT, Progress
-from flows.engine.runner import BuildSummary, execute_in_prefect, execute_locally, summary_markdown
+from flows.engine.runner import BuildSummary, ProgressArtifact, execute_in_prefect, execute_locally, summary_markdown
 
 if TYPE_CHECKING:
     from curation.takedown import TakedownRequest
@@ -58,7 +58,8 @@ class Benchmark(Generic[ConfigT]):
     # Fails fast (ConfigError, FileNotFoundError, MissingExtraError) on a config that cannot build: a missing
     # weights file must not surface after hours of search, download or inpainting. Cheap: nothing large is loaded.
     preflight: Callable[[ConfigT], None]
-    release: Callable[[Build[ConfigT]], ReleaseResult]  # validate and materialise the release
+    # Validate and materialise the release, reporting the rows written as the stage "release".
+    release: Callable[[Build[ConfigT], Progress | None], ReleaseResult]
     provenance: Callable[[Build[ConfigT]], dict[str, Any]]  # what the manifest records of the build
     nothing_released: type[Exception]  # raised when the build's tables must not (or cannot) be released
     # Checks a release folder against the benchmark's rules, (folder, patch) -> ValidationReport; None where the
@@ -99,7 +100,7 @@ class Benchmark(Generic[ConfigT]):
         self.preflight(config)
         if engine == "local":
             build = self.build(config)
-            return execute_locally(build, lambda: self.release(build), progress, close_reviews)
+            return execute_locally(build, lambda: self.release(build, progress), progress, close_reviews)
         return self._flow_after_preflight(config, close_reviews=close_reviews)
 
     def build_locally(
@@ -128,7 +129,7 @@ class Benchmark(Generic[ConfigT]):
         if preflight:
             self.preflight(config)
         build = self.build(config)
-        summary = execute_in_prefect(build, close_reviews, lambda: self.release(build))
+        summary = execute_in_prefect(build, close_reviews, lambda: self.release(build, ProgressArtifact()))
         create_markdown_artifact(
             key=f"{self.flow_name}-summary",
             markdown=summary_markdown(self.title, summary),

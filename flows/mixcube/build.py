@@ -22,7 +22,7 @@ from data.publish.reader import read_parquet_parts
 from data.publish.release import with_phash
 from data.schemas import MIXCUBE_ROWS
 from flows.engine.benchmark import Benchmark
-from flows.engine.graph import Build
+from flows.engine.graph import Build, Progress
 from flows.mixcube import patch
 from flows.mixcube.config import BuildMixCubeConfig
 from flows.mixcube.deviations import mixcube_deviations
@@ -88,7 +88,7 @@ def provenance(build: Build[BuildMixCubeConfig]) -> dict[str, Any]:
     }
 
 
-def release(build: Build[BuildMixCubeConfig]) -> ReleaseResult:
+def release(build: Build[BuildMixCubeConfig], progress: Progress | None = None) -> ReleaseResult:
     """Materialise the quintets into `<release.root>/mixcube/<version>/`."""
     ws = build.ws
     rows = ws.read_table("quintets")
@@ -105,7 +105,8 @@ def release(build: Build[BuildMixCubeConfig]) -> ReleaseResult:
         batch = hash_batch([partial(ws.blobs.get, sha) for sha in shas])
         phash = {sha: None if batch.errors[i] else int(batch.phash[i]) for i, sha in enumerate(shas)}
         rows = with_phash(rows, phash)
-    return write_mixcube_release(build.config.release, ws.blobs, rows, provenance(build))
+    written = None if progress is None else partial(progress, "release")
+    return write_mixcube_release(build.config.release, ws.blobs, rows, provenance(build), progress=written)
 
 
 def validate_release(folder: Path, patch: bool = False) -> ValidationReport:

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 from PIL import Image, ImageDraw
 
+from data.progress import StepProgress
 from data.publish import croissant
 from data.publish.card import (
     CardConfig,
@@ -76,7 +77,13 @@ def before_after_grid(rows: pa.Table, load: Any, originals: int = GRID_ORIGINALS
 
 
 def write_mixcube_release(
-    config: ReleaseConfig, blobs: BlobSource, rows: pa.Table, provenance: dict[str, Any], *, changelog: str = ""
+    config: ReleaseConfig,
+    blobs: BlobSource,
+    rows: pa.Table,
+    provenance: dict[str, Any],
+    *,
+    changelog: str = "",
+    progress: StepProgress | None = None,
 ) -> ReleaseResult:
     """`changelog` ends the card of a patch release (`flows/mixcube/patch.py`).
 
@@ -100,7 +107,7 @@ def write_mixcube_release(
             )
             for meta in rows.to_pylist()
         ]
-        shards = writer.write_images("default", images, schema, tars=not urls)
+        shards = writer.write_images("default", images, schema, tars=not urls, progress=progress)
         food = rows.filter(pa.compute.equal(rows["category"], "Food"))
         labels = pa.table(
             {

@@ -7,6 +7,7 @@ stages are skipped through the workspace's completion markers, so a rerun of the
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from data.publish.release import with_phash
 from data.schemas import CATALOG
 from flows.engine.benchmark import Benchmark
 from flows.engine.config import ConfigError
-from flows.engine.graph import Build
+from flows.engine.graph import Build, Progress
 from flows.xcm import patch
 from flows.xcm.config import Build3XCMConfig
 from flows.xcm.deviations import xcm_deviations
@@ -78,7 +79,7 @@ def provenance(build: Build[Build3XCMConfig]) -> dict[str, Any]:
     }
 
 
-def release(build: Build[Build3XCMConfig]) -> ReleaseResult:
+def release(build: Build[Build3XCMConfig], progress: Progress | None = None) -> ReleaseResult:
     """Validate exactly the tables to publish, then materialise them into `<release.root>/3xcm/<version>/`. The
     card and manifest state this run's verdict, not a stage's earlier one."""
     config, ws = build.config, build.ws
@@ -99,6 +100,7 @@ def release(build: Build[Build3XCMConfig]) -> ReleaseResult:
         tables.benchmark_cd,
         tables.unassembled,
         {**provenance(build), "validation": {"summary": report.summary()}},
+        progress=None if progress is None else partial(progress, "release"),
     )
 
 

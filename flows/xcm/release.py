@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from data import reference
 from data.figures import heatmap_png
+from data.progress import StepProgress
 from data.publish import croissant
 from data.publish.card import (
     CardConfig,
@@ -79,6 +80,7 @@ def write_3xcm_release(
     *,
     load_image: Callable[[dict[str, Any]], bytes] | None = None,
     changelog: str = "",
+    progress: StepProgress | None = None,
 ) -> ReleaseResult:
     """`load_image` and `changelog` are for a patch release (`flows/xcm/patch.py`): the parent's released bytes
     instead of the converted blobs, and the CHANGELOG that ends its card."""
@@ -101,7 +103,9 @@ def write_3xcm_release(
             for meta in ordered.to_pylist()
         ]
         # A URL-only release has no `image` column: each row's `url`, `sha256` and `phash` name its image.
-        shards = writer.write_images("image_metadata", rows, schema, image_column=not urls, tars=not urls)
+        shards = writer.write_images(
+            "image_metadata", rows, schema, image_column=not urls, tars=not urls, progress=progress
+        )
         writer.write_table("benchmark", benchmark)
         writer.write_table("benchmark_cd", benchmark_cd)
         writer.write_table("unassembled", unassembled)
