@@ -28,6 +28,7 @@ from curation.image_hashing import hash_images
 from curation.tagging import TagRequest, run_tagging
 from curation.validate import ValidationReport, validate_benchmark
 from data import schemas
+from data.progress import StepProgress, Steps
 from data.retry import prefect_slot
 from data.schemas import STATUS_OK
 from data.stage import stats_from_table
@@ -60,7 +61,7 @@ def _demo_corpus(ctx: StageContext) -> StageOutput:
     rows = []
     ctx.ws.storage.rm(ctx.ws.file_path("demo_corpus"))  # a corpus drawn by another version must not linger
     if ctx.config.demo_corpus is not None:
-        truth = generate_demo_corpus(ctx.config.demo_corpus, ctx.ws.file_path("demo_corpus"))
+        truth = generate_demo_corpus(ctx.config.demo_corpus, ctx.ws.file_path("demo_corpus"), ctx.progress)
         rows += [{"path": p, "role": "original", "duplicate_of": None, "expected_error": None} for p in truth.originals]
         rows += [
             {
@@ -199,6 +200,7 @@ def _image_embeddings(ctx: StageContext) -> StageOutput | ShardPlan:
 
 def _image_dedup(ctx: StageContext) -> StageOutput:
     config = ctx.config.image_dedup
+    steps = Steps(ctx.on_progress(ctx.stage), 4)
     inputs = dedup_inputs(
         ctx.table("search"),
         ctx.table("images"),
@@ -207,10 +209,14 @@ def _image_dedup(ctx: StageContext) -> StageOutput:
         ctx.ws.blobs,
         config.workers,
     )
+    steps.step("inputs")
     result = decide(inputs, config)
+    steps.step("pairs and clusters within each concept")
     copies = copy_groups(inputs, ctx.table("image_hashes")["pixel_sha256"].to_pylist())
+    steps.step("copies across concepts")
     summary = concept_summary(result, kept_concepts(ctx))
     sheet = write_dedup_contact_sheet(result.decisions, ctx.table("images"), ctx.ws)
+    steps.finish()
     stats = stats_from_table(
         ctx.stage,
         result.decisions,
@@ -226,12 +232,15 @@ def _image_dedup(ctx: StageContext) -> StageOutput:
 
 
 def _review(ctx: StageContext) -> StageOutput:
+    steps = Steps(ctx.on_progress(ctx.stage), 2)
     queue = ctx.ws.read_extra_table("image_dedup", "review_queue")
     images = {
         row["image_id"]: ReviewImage(row["sha256"], image_extension(row["format"]), row["width"] * row["height"])
         for row in stored_images(ctx)
     }
+    steps.step("the queue and its images")
     out = run_review(ctx.config.review, ctx.table("image_dedup"), queue, images, ctx.review_context())
+    steps.finish()
     # Set only when there was a round: published as a table artifact by the flow.
     published_decisions: dict[str, Any] = {"summary_table": "decisions"} if out.round else {}
     stats = stats_from_table(
@@ -277,7 +286,9 @@ def _image_metadata(ctx: StageContext) -> StageOutput:
 
 
 def _assembly(ctx: StageContext) -> StageOutput:
-    result = run_assembly(ctx.config.assembly, ctx.table("image_metadata"), ctx.table("translations"))
+    result = run_assembly(
+        ctx.config.assembly, ctx.table("image_metadata"), ctx.table("translations"), ctx.on_progress(ctx.stage)
+    )
     unassembled = result.unassembled.to_pylist()
     images = ctx.table("image_metadata").num_rows
     reasons: dict[str, int] = {}
@@ -298,7 +309,7 @@ def _assembly(ctx: StageContext) -> StageOutput:
 
 
 def _validation(ctx: StageContext) -> StageOutput:
-    report = validate_build(ctx.config, ctx.ws)
+    report = validate_tables(ctx.config, published_tables(ctx.ws), ctx.on_progress(ctx.stage))
     table = schemas.from_rows([v.model_dump() for v in report.violations], schemas.VIOLATIONS)
     if not report.ok:
         # Kept for inspection, but without a completion marker: a rerun validates again and never releases this.
@@ -335,7 +346,9 @@ def published_tables(ws: Workspace) -> PublishedTables:
     )
 
 
-def validate_tables(config: Build3XCMConfig, tables: PublishedTables) -> ValidationReport:
+def validate_tables(
+    config: Build3XCMConfig, tables: PublishedTables, progress: StepProgress | None = None
+) -> ValidationReport:
     """Every benchmark rule, on exactly these tables: the validation stage runs it, and so does the release, on the
     bytes it is about to publish (a stage skipped on a rerun must not vouch for tables read later)."""
     return validate_benchmark(
@@ -345,11 +358,8 @@ def validate_tables(config: Build3XCMConfig, tables: PublishedTables) -> Validat
         translations=tables.translations,
         max_reuse=config.assembly.max_candidate_reuse,
         unassembled=tables.unassembled,
+        progress=progress,
     )
-
-
-def validate_build(config: Build3XCMConfig, ws: Workspace) -> ValidationReport:
-    return validate_tables(config, published_tables(ws))
 
 
 def embedding_settings(config: Build3XCMConfig) -> Any:
