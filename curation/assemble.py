@@ -322,7 +322,7 @@ def assemble_catalog(
     counts = PoolCounts(catalog)
     n = len(_query_rows(catalog, queries_of))
     of = n * (2 if config.rq3 else 1)
-    rq2 = assemble_rq2(catalog, counts, config.seed, keep, queries_of, progress, (0, of))
+    rq2 = assemble_rq2(catalog, counts, config.seed, keep, queries_of, progress=progress, shared=(0, of))
     rq3 = (
         assemble_rq3(catalog, counts, config.seed, queries_of, progress=progress, shared=(n, of))
         if config.rq3

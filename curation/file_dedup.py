@@ -1,7 +1,9 @@
 """Near-duplicate detection over a folder of image files, with the build's own tiers and rules.
 
-The same `decide` as the image dedup stage, fed from file paths instead of the workspace; used by the quality
-benchmark against imagededup (perf/dedup_vs_imagededup) and by anyone who wants to check a folder.
+The same decision as the image dedup stage (`decide_columns`, the core of its `decide`), fed from file paths
+instead of the workspace; used by the quality benchmark against imagededup (perf/dedup_vs_imagededup) and by anyone
+who wants to check a folder. It reads the decision's columns, not the stage's Arrow tables, so a fresh process's
+first call does not import pandas (which pyarrow does on its first array).
 """
 
 from __future__ import annotations
@@ -12,9 +14,8 @@ from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
-import pyarrow.compute as pc
 
-from curation.image_dedup import DedupInputs, ImageDedupConfig, decide
+from curation.image_dedup import DedupInputs, ImageDedupConfig, decide_columns
 from curation.image_hashing import hash_batch
 from curation.image_thumbnails import pixel_sha256
 
@@ -70,16 +71,16 @@ def dedup_files(paths: Sequence[str], config: ImageDedupConfig | None = None, wo
         draft_decoded=batch.draft_decoded,
         workers=workers,
     )
-    result = decide(inputs, config.model_copy(update={"scope": "global"}))
-    decisions = result.decisions.to_pylist()
-    members: dict[str, list[str]] = {}
-    for row in decisions:
-        if row["cluster_size"] > 1:
-            members.setdefault(row["cluster_id"], []).append(row["image_id"])
-    clusters = [[kept, *sorted(m for m in group if m != kept)] for kept, group in sorted(members.items())]
-    queue = result.review_queue
-    review = list(zip(queue["image_a"].to_pylist(), queue["image_b"].to_pylist(), strict=True))
+    # The columns, not the stage's Arrow tables: building those would import pandas (pyarrow does on its first
+    # array), a quarter of a second that only a fresh process's first call pays (perf/dedup_vs_imagededup).
+    found = decide_columns(inputs, config.model_copy(update={"scope": "global"}))
+    members: dict[int, list[int]] = {}
+    for row, (kept, size) in enumerate(zip(found.kept.tolist(), found.sizes.tolist(), strict=True)):
+        if size > 1:
+            members.setdefault(kept, []).append(row)
+    clusters = sorted([paths[kept], *sorted(paths[m] for m in group if m != kept)] for kept, group in members.items())
+    review = sorted((paths[a], paths[b]) for a, b in found.queued())
     unreadable = {p: e for p, e in zip(paths, batch.errors, strict=True) if e is not None}
-    merging = result.pairs.filter(pc.equal(result.pairs["decision"], "merge"))
-    merge_pairs = sorted(set(zip(merging["image_a"].to_pylist(), merging["image_b"].to_pylist(), strict=True)))
+    merging = zip(found.i[found.merge].tolist(), found.j[found.merge].tolist(), strict=True)
+    merge_pairs = sorted({(paths[a], paths[b]) for a, b in merging})
     return FileDedupResult(clusters, review, unreadable, merge_pairs)

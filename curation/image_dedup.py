@@ -422,12 +422,45 @@ def _links_to_kept(
     return best
 
 
-def decide(inputs: DedupInputs, config: ImageDedupConfig) -> DedupResult:
+@dataclass(frozen=True)
+class DedupColumns:
+    """`decide`'s answer before any table is built (numpy only, so that a caller that needs no Arrow table, such
+    as curation/file_dedup.py, never pays for pyarrow's first-use import of pandas). Pairs i < j, one entry per
+    (pair, tier) found."""
+
+    i: np.ndarray  # int64
+    j: np.ndarray
+    tier: np.ndarray  # int8, index into TIERS
+    score: np.ndarray  # float32
+    merge: np.ndarray  # bool
+    labels: np.ndarray  # int64: each row's cluster root
+    kept: np.ndarray  # int64: the row each row's cluster keeps
+    sizes: np.ndarray  # int64: each row's cluster size
+
+    def queued(self) -> dict[tuple[int, int], dict[str, float]]:
+        """The review queue's pairs (rows a < b whose images ended in different clusters), each with every tier's
+        score; in no particular order."""
+        return queued_pairs(self.labels, self.i, self.j, self.tier, self.score, self.merge)
+
+
+def decide_columns(inputs: DedupInputs, config: ImageDedupConfig) -> DedupColumns:
     n = len(inputs)
     pi, pj, ptier, pscore, pmerge = collect_pairs(inputs, config).arrays()
     labels = cluster_labels(n, pi[pmerge], pj[pmerge])
     kept = kept_rows(inputs, labels) if n else np.empty(0, dtype=np.int64)
     sizes = np.bincount(labels, minlength=n)[labels] if n else np.empty(0, dtype=np.int64)
+    return DedupColumns(pi, pj, ptier, pscore, pmerge, labels, kept, sizes)
+
+
+def decide(inputs: DedupInputs, config: ImageDedupConfig) -> DedupResult:
+    return dedup_tables(inputs, decide_columns(inputs, config))
+
+
+def dedup_tables(inputs: DedupInputs, found: DedupColumns) -> DedupResult:
+    """The decision, pair and review-queue tables of `decide_columns`' answer."""
+    n = len(inputs)
+    pi, pj, ptier, pscore, pmerge = found.i, found.j, found.tier, found.score, found.merge
+    labels, kept, sizes = found.labels, found.kept, found.sizes
     best = _links_to_kept(kept, pi[pmerge], pj[pmerge], ptier[pmerge], pscore[pmerge])
 
     ids = inputs.image_ids
@@ -474,6 +507,17 @@ def _phash_distance(inputs: DedupInputs, a: int, b: int) -> float | None:
     return float(int(inputs.phash[a] ^ inputs.phash[b]).bit_count())
 
 
+def queued_pairs(
+    labels: np.ndarray, i: np.ndarray, j: np.ndarray, tier: np.ndarray, score: np.ndarray, merge: np.ndarray
+) -> dict[tuple[int, int], dict[str, float]]:
+    """Review pairs (not merged) whose rows ended in different clusters, each with every tier's score."""
+    candidate = ~merge & (labels[i] != labels[j])
+    queued: dict[tuple[int, int], dict[str, float]] = {}
+    for a, b, t, s in zip(i[candidate].tolist(), j[candidate].tolist(), tier[candidate], score[candidate], strict=True):
+        queued.setdefault((a, b), {})[TIERS[int(t)]] = float(s)
+    return queued
+
+
 def review_queue(
     inputs: DedupInputs,
     labels: np.ndarray,
@@ -485,10 +529,7 @@ def review_queue(
     merge: np.ndarray,
 ) -> pa.Table:
     """Ambiguous pairs whose images ended in different clusters: one row per pair, with every tier's score."""
-    candidate = ~merge & (labels[i] != labels[j])
-    queued: dict[tuple[int, int], dict[str, float]] = {}
-    for a, b, t, s in zip(i[candidate].tolist(), j[candidate].tolist(), tier[candidate], score[candidate], strict=True):
-        queued.setdefault((a, b), {})[TIERS[int(t)]] = float(s)
+    queued = queued_pairs(labels, i, j, tier, score, merge)
     ids = inputs.image_ids
     rows = [
         {

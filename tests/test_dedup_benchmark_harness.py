@@ -543,3 +543,15 @@ def test_the_floor_times_our_decode_and_the_cold_start_reads_a_fresh_process(
     assert cold["first_call_overhead_seconds"] == pytest.approx(cold["first_call_seconds"] - cold["warm_call_seconds"])
     helped = timing.help_seconds(repeats=1)
     assert helped["median_seconds"] > 0 and len(helped["runs"]) == 1
+
+
+def test_the_small_crops_mix_draws_crops_and_rotations_twice_as_often(tmp_path: Path) -> None:
+    mix = corpus_mod.MIXES["small-crops"]
+    assert mix.png_share == 0.17 and mix.long_side[1] <= 512 and mix.copy_weights is not None
+    copies = [i.kind for family in corpus_mod._plan(5, 600, mix) for i in family if i.source is not None]
+    counts = {kind: copies.count(kind) for kind in corpus_mod.COPY_KINDS}
+    others = [counts[k] for k in corpus_mod.COPY_KINDS if k not in ("crop", "rotate")]
+    assert min(counts["crop"], counts["rotate"]) > 1.4 * max(others)
+    small = generate_corpus(tmp_path / "s", seed=1, bases=3, workers=1, mix="small-crops")
+    assert CorpusTruth.load(tmp_path / "s" / corpus_mod.TRUTH_FILE).mix == mix
+    assert max(max(Image.open(p).size) for p in small.paths()) <= 512

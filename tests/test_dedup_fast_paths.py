@@ -123,3 +123,67 @@ def test_importing_the_hashing_path_and_the_cli_loads_no_heavy_library(module: s
     code = f"import json, sys; import {module}; print(json.dumps(sorted(set({heavy!r}) & set(sys.modules))))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
+
+
+def test_a_first_call_in_a_fresh_process_imports_no_pandas(tmp_path: Path) -> None:
+    """pyarrow imports pandas on its first array: the file deduplicator builds no Arrow table, so a fresh process's
+    first call does not pay for it (issue 31: the cold first call against imagededup). Nor for numpy.ma, which
+    np.median imports on first use."""
+    for name, seed in (("a.png", 1), ("b.png", 1), ("c.png", 2)):
+        (tmp_path / name).write_bytes(_png(_scene(seed)))
+    code = (
+        "import json, sys; from curation.file_dedup import dedup_files; "
+        f"r = dedup_files(sorted({[str(p) for p in tmp_path.iterdir()]!r}), workers=2); "
+        "print(json.dumps([len(r.clusters), sorted({'pandas', 'numpy.ma'} & set(sys.modules))]))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [1, []]
+
+
+def test_the_file_deduplicator_answers_as_the_stage_tables_do(tmp_path: Path) -> None:
+    """dedup_files reads decide_columns directly; the answer is what the stage's tables (decide) say, in order."""
+    from functools import partial
+
+    from curation.file_dedup import _read
+    from curation.image_dedup import DedupInputs, ImageDedupConfig, decide
+    from curation.image_hashing import hash_batch
+    from perf.dedup_vs_imagededup.corpus import generate_corpus
+
+    paths = generate_corpus(tmp_path / "c", seed=4, bases=12, workers=1, mix="small-crops").paths()
+    result = dedup_files(paths, workers=2)
+
+    batch = hash_batch([partial(_read, p) for p in paths], 2, keep_align=True)
+    align, chroma = batch.align, batch.chroma
+    assert align is not None and chroma is not None
+    n = len(paths)
+    inputs = DedupInputs(
+        image_ids=paths,
+        concept_ids=np.zeros(n, dtype=np.int32),
+        width=batch.width,
+        height=batch.height,
+        rank=np.zeros(n, dtype=np.int32),
+        english=np.ones(n, dtype=bool),
+        sha256=[d or f"unreadable:{p}" for d, p in zip(batch.sha256, paths, strict=True)],
+        phash=batch.phash,
+        dhash=batch.dhash,
+        hashed=np.array([e is None for e in batch.errors], dtype=bool),
+        pixel_hash=lambda row: batch.pixel_sha256[row] or pixel_sha256(_read(paths[row])),
+        align_thumbnail=lambda row: align[row],
+        chroma_thumbnail=lambda row: chroma[row],
+        draft_decoded=batch.draft_decoded,
+        workers=2,
+    )
+    tables = decide(inputs, ImageDedupConfig(scope="global"))
+    members: dict[str, list[str]] = {}
+    for row in tables.decisions.to_pylist():
+        if row["cluster_size"] > 1:
+            members.setdefault(row["cluster_id"], []).append(row["image_id"])
+    clusters = [[kept, *sorted(m for m in group if m != kept)] for kept, group in sorted(members.items())]
+    queue = tables.review_queue
+    review = list(zip(queue["image_a"].to_pylist(), queue["image_b"].to_pylist(), strict=True))
+    pairs = tables.pairs.to_pylist()
+    merge_pairs = sorted({(p["image_a"], p["image_b"]) for p in pairs if p["decision"] == "merge"})
+    assert clusters and merge_pairs
+    assert result.clusters == clusters
+    assert result.review_pairs == review
+    assert result.merge_pairs == merge_pairs

@@ -211,8 +211,8 @@ def test_a_build_that_breaks_a_rule_fails_and_releases_nothing(
 
     real = curation.assemble.assemble_rq2
 
-    def correct_is_the_query_itself(catalog, counts, seed, keep=None, queries_of=None):
-        result = real(catalog, counts, seed, keep, queries_of)
+    def correct_is_the_query_itself(catalog, counts, seed, keep=None, queries_of=None, **progress):
+        result = real(catalog, counts, seed, keep, queries_of, **progress)
         result.candidates[:, 0] = result.queries  # the query image as its own "correct" answer: same group
         return result
 

@@ -13,7 +13,9 @@ noise. A family holds:
 A *mix* (`MIXES`) sets what a corpus is made of: the share of PNG originals, the range of image sizes, the sensor
 noise and the number of copies per base. `tuned` is the corpus the dedup thresholds were chosen on; the others were
 never used for tuning: `web` (JPEG-dominant, about 1 MP), `png-small` (40% PNG, 320-480 px), `sensor` (a new user's
-corpus: 480x360, heavy sensor noise, 17% PNG) and `large` (about 2 MP).
+corpus: 480x360, heavy sensor noise, 17% PNG), `large` (about 2 MP) and `small-crops` (issue 31: at most 512 px, 17%
+PNG, crops and rotations twice as likely as each other copy kind; its speed work was done on seed 1 only, and seeds
+2 and 3 are held out for it).
 
 Everything is drawn from `numpy.random.default_rng([seed, family, ...])`, so a seed and a mix give the same files
 byte for byte, whatever the number of workers. File names are a seeded permutation, so they say nothing about the
@@ -68,7 +70,14 @@ class Mix:
     aspects: tuple[float, ...]  # long side / short side
     noise: tuple[float, float]  # sensor noise, standard deviation in grey levels
     copies: tuple[int, int]  # transformed copies per base
+    # Weights of COPY_KINDS when a copy's transform is drawn; None draws them uniformly (and keeps the earlier
+    # mixes' files byte for byte).
+    copy_weights: tuple[float, ...] | None = None
 
+
+# `small-crops`: every kind of copy, with crops and rotations (the costly band) twice as likely as each other kind.
+_CROP_ROTATE_WEIGHTS = tuple(2.0 if kind in ("crop", "rotate") else 1.0 for kind in COPY_KINDS)
+SMALL_CROPS_WEIGHTS = tuple(w / sum(_CROP_ROTATE_WEIGHTS) for w in _CROP_ROTATE_WEIGHTS)
 
 MIXES = {
     mix.name: mix
@@ -78,6 +87,7 @@ MIXES = {
         Mix("png-small", 0.40, (320, 480), (4 / 3, 3 / 2, 1.0, 5 / 4), (1.0, 3.0), (1, 3)),
         Mix("sensor", 0.17, (480, 480), (4 / 3,), (4.0, 8.0), (1, 3)),
         Mix("large", 0.20, (1600, 1800), (4 / 3, 3 / 2, 16 / 9), (1.0, 4.0), (1, 3)),
+        Mix("small-crops", 0.17, (256, 512), ASPECTS, (1.0, 4.0), (1, 3), SMALL_CROPS_WEIGHTS),
     )
 }
 DEFAULT_MIX = "tuned"
@@ -172,14 +182,16 @@ def _plan_family(seed: int, family: int, next_group: int, mix: Mix) -> list[_Ite
 
     base = _Item(0, next_group, "base", fmt_original())
     items = [base]
-    kinds = rng.choice(COPY_KINDS, size=int(rng.integers(mix.copies[0], mix.copies[1] + 1)), replace=False)
+    weights = None if mix.copy_weights is None else list(mix.copy_weights)
+    size = int(rng.integers(mix.copies[0], mix.copies[1] + 1))
+    kinds = rng.choice(COPY_KINDS, size=size, replace=False, p=weights)
     items += [copy(len(items) + i, str(k), base) for i, k in enumerate(kinds)]
     if rng.random() < SIBLING_SHARE:
         for s in range(int(rng.integers(1, 3))):
             sibling = _Item(len(items), next_group + 1 + s, "sibling", fmt_original(), content=1 + s)
             items.append(sibling)
             if rng.random() < SIBLING_COPY_SHARE:
-                items.append(copy(len(items), str(rng.choice(COPY_KINDS)), sibling))
+                items.append(copy(len(items), str(rng.choice(COPY_KINDS, p=weights)), sibling))
     return items
 
 

@@ -5,7 +5,7 @@
         [--examples PNG]
 
 Each mix (corpus.py: `tuned`, on which the thresholds were chosen, and `web`, `png-small`, `sensor`, `large`,
-which were not) is ~1,000 photo-like images with known groups: bases, one-transform copies of them, and
+`small-crops`, which were not) is ~1,000 photo-like images with known groups: bases, one-transform copies of them, and
 hard-negative siblings that share a base's background and layout. Both tools see the same folder in the same run.
 
 - imagededup: `PHash().find_duplicates(image_dir, max_distance_threshold=10)` in its own virtual environment
@@ -14,7 +14,9 @@ hard-negative siblings that share a base's background and layout. Both tools see
   pairs are counted apart. Each repeat also times the decode floor (timing.py): reading and decoding the same files
   with the same reduced decode, in as many threads.
 - cold start (timing.py): `culturebench --help`, and per mix a fresh process's import of curation.file_dedup and
-  its first call, against the warm calls after it.
+  its first call, against the warm calls after it. The first call (median of fresh processes) is what a user of a
+  fresh process waits for, and imagededup's time is its own first call in a fresh process too: the cold ratio is
+  ours cold / imagededup's, beside the warm ratio (ours warm median / imagededup's).
 
 Both tools are scored pairwise on two bases, so that neither is compared on a basis that favours it:
 - raw pairs: the pairs the tool itself declares (imagededup's answer; our tiers' merge decisions, which skip the
@@ -26,8 +28,11 @@ The quality targets are checked on our closure, since that is what the build mer
 Wall time is the median over repeats of the deduplication call alone (hashing included; interpreter start and
 imports excluded) for both tools. Targets (issue 20): F1 >= 0.99 with precision >= 0.995 on every mix; our wall
 time at most imagededup's on every mix and at most half of it on `web`; at most 1.5x the decode floor on every mix;
-`culturebench --help` under 1 s and a first call's overhead under 0.3 s. The last line printed is one JSON object
-with all figures.
+`culturebench --help` under 1 s and a first call's overhead under 0.3 s; (issue 31) our cold first call at most
+imagededup's time on every mix. The last line printed is one JSON object with all figures.
+
+Seeds: the thresholds were chosen on `tuned` at seed 0; the speed work of issue 31 on `small-crops` used seed 1
+only. Seeds 2 and 3 are held out for `small-crops` (`--seed 2`, `--seed 3`); `tuned_on` in the JSON says which.
 """
 
 from __future__ import annotations
@@ -76,8 +81,12 @@ TARGET_WEB_WALL_RATIO = 0.5
 TARGET_FLOOR_RATIO = 1.5
 TARGET_HELP_SECONDS = 1.0
 TARGET_FIRST_CALL_OVERHEAD = 0.3
+TARGET_COLD_WALL_RATIO = 1.0  # issue 31: our first call in a fresh process against imagededup's (also fresh)
 WEB_MIX = "web"
-DEFAULT_MIXES = ("tuned", "web", "png-small", "sensor", "large")
+DEFAULT_MIXES = ("tuned", "web", "png-small", "sensor", "large", "small-crops")
+# (mix, seed) pairs that work was tuned on: the thresholds on `tuned` at seed 0, issue 31's speed work on
+# `small-crops` at seed 1. Every other pair is held out.
+TUNED_ON = {("tuned", 0), ("small-crops", 1)}
 
 
 def ensure_imagededup_venv(path: Path = IMAGEDEDUP_VENV) -> Path:
@@ -266,23 +275,26 @@ def print_summary(figures: dict, console: Console) -> None:
     from rich.table import Table
 
     table = Table(title="Dedup across corpus mixes (medians; ratios are ours / theirs; quality: ours, closure)")
-    columns = ("mix", "files", "PNG", "MP", "imagededup s", "ours s", "ratio", "floor s", "ours/floor")
-    for column in (*columns, "precision", "F1", "first call +s"):
+    columns = ("mix", "files", "PNG", "MP", "imagededup s", "ours s", "ratio", "ours cold s", "cold ratio")
+    for column in (*columns, "floor s", "ours/floor", "precision", "recall", "F1", "first call +s"):
         table.add_column(column, justify="left" if column == "mix" else "right")
     for mix, f in figures["mixes"].items():
         ours, theirs = f.get("ours"), f.get("imagededup")
         cold = f.get("cold_start") or {}
         table.add_row(
-            mix + ("" if f["tuned_on"] is False else " (tuned)"),
+            mix + (" (tuned on)" if f["tuned_on"] else " (held out)"),
             str(f["files"]),
             f"{f['png_share']:.0%}",
             f"{f['median_megapixels']:.2f}",
             _cell(theirs and theirs["seconds_median"]),
             _cell(ours and ours["seconds_median"]),
             _cell(f["wall_ratio"]),
+            _cell(cold.get("first_call_seconds")),
+            _cell(f.get("cold_wall_ratio")),
             _cell(f["floor_seconds_median"]),
             _cell(f["floor_ratio"]),
             _cell(ours and ours["closure"]["precision"], 4),
+            _cell(ours and ours["closure"]["recall"], 4),
             _cell(ours and ours["closure"]["f1"], 4),
             _cell(cold.get("first_call_overhead_seconds")),
         )
@@ -293,11 +305,16 @@ def print_summary(figures: dict, console: Console) -> None:
     for mix, f in figures["mixes"].items():
         cold = f.get("cold_start")
         if cold:
-            theirs = (f.get("imagededup") or {}).get("process_seconds_median")
+            theirs_side = f.get("imagededup") or {}
+            theirs = theirs_side.get("process_seconds_median")
             versus = "" if theirs is None else f"; imagededup's whole process {theirs:.2f} s"
+            call = theirs_side.get("seconds_median")
+            against = (
+                "" if call is None else f" (imagededup's call {call:.2f} s, cold ratio {f['cold_wall_ratio']:.2f})"
+            )
             console.print(
-                f"{mix} cold: import {cold['import_seconds']:.2f} s, first call {cold['first_call_seconds']:.2f} s, "
-                f"warm {cold['warm_call_seconds']:.2f} s, first answer of a fresh process "
+                f"{mix} cold: import {cold['import_seconds']:.2f} s, first call {cold['first_call_seconds']:.2f} s"
+                f"{against}, warm {cold['warm_call_seconds']:.2f} s, first answer of a fresh process "
                 f"{cold['first_answer_seconds']:.2f} s{versus}"
             )
     for name, met in figures["met"].items():
@@ -325,7 +342,7 @@ def run_mix(mix: str, args: argparse.Namespace, workdir: Path, console: Console)
     console.print(f"{mix}: {len(truth.files)} files in {corpus_seconds:.1f} s under {truth.image_dir}: {counts}")
     figures: dict = {
         "mix": asdict(truth.mix),
-        "tuned_on": mix == "tuned" and args.seed == 0,  # the thresholds were chosen on seed 0 of `tuned`
+        "tuned_on": (mix, args.seed) in TUNED_ON,
         "files": len(truth.files),
         "png_share": sum(name.endswith(".png") for name in truth.files) / max(1, len(truth.files)),
         "median_megapixels": _median_megapixels(truth),
@@ -357,9 +374,10 @@ def run_mix(mix: str, args: argparse.Namespace, workdir: Path, console: Console)
     figures["floor_seconds_median"] = statistics.median(figures["floor_seconds_runs"]) if ours else None
     figures["wall_ratio"] = ours["seconds_median"] / theirs["seconds_median"] if ours and theirs else None
     figures["floor_ratio"] = ours["seconds_median"] / figures["floor_seconds_median"] if ours else None
+    cold = figures["cold_start"]
+    figures["cold_wall_ratio"] = cold["first_call_seconds"] / theirs["seconds_median"] if cold and theirs else None
     wall_target = TARGET_WEB_WALL_RATIO if mix == WEB_MIX else TARGET_WALL_RATIO
     scored = ours[TARGETS_BASIS] if ours else None
-    cold = figures["cold_start"]
     figures["met"] = {
         "f1": scored["f1"] >= TARGET_F1 if scored else None,
         "precision": scored["precision"] >= TARGET_PRECISION if scored else None,
@@ -367,6 +385,9 @@ def run_mix(mix: str, args: argparse.Namespace, workdir: Path, console: Console)
         "floor_ratio": figures["floor_ratio"] <= TARGET_FLOOR_RATIO if figures["floor_ratio"] is not None else None,
         "first_call_overhead": (
             cold["first_call_overhead_seconds"] < TARGET_FIRST_CALL_OVERHEAD if cold is not None else None
+        ),
+        "cold_wall_ratio": (
+            figures["cold_wall_ratio"] <= TARGET_COLD_WALL_RATIO if figures["cold_wall_ratio"] is not None else None
         ),
     }
     return truth, figures
@@ -380,7 +401,9 @@ def _all_met(values: list[bool | None]) -> bool | None:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mix", action="append", choices=sorted(MIXES), help=f"repeatable; default: {DEFAULT_MIXES}")
-    parser.add_argument("--seed", type=int, default=0, help="0 is what `tuned` was tuned on; any other is held out")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="TUNED_ON: `tuned` at 0, `small-crops` at 1; any other is held out"
+    )
     parser.add_argument("--bases", type=int, default=240)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2, help="for corpus generation and our detector")
@@ -405,6 +428,7 @@ def main(argv: list[str] | None = None) -> dict:
             "workers": args.workers,
             "mixes": {},
             "cold_start": {},
+            "tuned_on": sorted([mix, seed] for mix, seed in TUNED_ON),
         }
         if not args.skip_cold_start:
             figures["cold_start"]["help"] = help_seconds()
@@ -422,12 +446,13 @@ def main(argv: list[str] | None = None) -> dict:
             "floor_ratio": TARGET_FLOOR_RATIO,
             "help_seconds": TARGET_HELP_SECONDS,
             "first_call_overhead": TARGET_FIRST_CALL_OVERHEAD,
+            "cold_wall_ratio": TARGET_COLD_WALL_RATIO,
         }
         figures["targets_basis"] = TARGETS_BASIS
         per_mix = figures["mixes"].values()
         figures["met"] = {
             name: _all_met([f["met"][name] for f in per_mix])
-            for name in ("f1", "precision", "wall_ratio", "floor_ratio", "first_call_overhead")
+            for name in ("f1", "precision", "wall_ratio", "floor_ratio", "first_call_overhead", "cold_wall_ratio")
         }
         figures["met"]["web_wall_ratio"] = figures["mixes"][WEB_MIX]["met"]["wall_ratio"] if WEB_MIX in mixes else None
         figures["met"]["help_seconds"] = (
