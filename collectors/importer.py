@@ -54,6 +54,12 @@ def read_limited(url: str, max_bytes: int) -> bytes:
 
 
 def import_hits(hits: Sequence[dict], blobs: BlobStore, limits: ImageLimits) -> pa.Table:
+    # The shard's blobs are flushed to disk once, together, before its part records them.
+    with blobs.storage.deferred_sync():
+        return _import_hits(hits, blobs, limits)
+
+
+def _import_hits(hits: Sequence[dict], blobs: BlobStore, limits: ImageLimits) -> pa.Table:
     rows = []
     for hit in hits:
         row = blank_row(IMAGES, image_id=hit["image_id"], url=hit["url"], status=STATUS_OK, attempts=1)

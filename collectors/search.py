@@ -218,6 +218,9 @@ class LocalFolderSearcher:
                 raise ValueError(f"local searcher: {refusal}")
         self.config = config
         self._index = self._read_manifest(config.manifest) if config.manifest else None
+        # The root's and each country's folders, listed once: every query looks one up, and listing a country of
+        # 1,000 concepts per query made the search O(queries x concepts) (issue 31).
+        self._listings: dict[str, dict[str, list[str]]] = {}
 
     def search(self, query: SearchQuery, max_results: int) -> list[SearchHit]:
         if self._index is not None:
@@ -230,10 +233,10 @@ class LocalFolderSearcher:
 
     def _scan(self, query: SearchQuery) -> list[SearchHit]:
         fs, root = fsspec.core.url_to_fs(self.config.root)
-        country_dir = _match_dir(fs, root, _country_keys(query.country))
+        country_dir = _match_dir(fs, root, _country_keys(query.country), self._listings)
         if country_dir is None:
             raise SearchError("no_results", f"no folder for country {query.country!r} under {self.config.root}")
-        concept_dir = _match_dir(fs, country_dir, _concept_keys(query.concept_id, query.concept))
+        concept_dir = _match_dir(fs, country_dir, _concept_keys(query.concept_id, query.concept), self._listings)
         if concept_dir is None:
             raise SearchError("no_results", f"no folder for concept {query.concept!r} under {country_dir}")
         lang_dir = _match_dir(fs, concept_dir, {query.query_lang})
@@ -304,14 +307,25 @@ def _concept_id(value: str) -> int:
     raise ValueError(f"unknown concept {value!r}")
 
 
-def _match_dir(fs: fsspec.AbstractFileSystem, parent: str, keys: set[str]) -> str | None:
-    if not fs.isdir(parent):
-        return None
-    matches = sorted(
-        entry["name"]
-        for entry in fs.ls(parent, detail=True)
-        if entry["type"] == "directory" and entry["name"].rstrip("/").rsplit("/", 1)[-1].lower() in keys
-    )
+def _match_dir(
+    fs: fsspec.AbstractFileSystem,
+    parent: str,
+    keys: set[str],
+    listings: dict[str, dict[str, list[str]]] | None = None,
+) -> str | None:
+    """The one folder of `parent` named by one of `keys` (case-insensitive); `listings` keeps the folder listings
+    already read, by parent."""
+    listing = listings.get(parent) if listings is not None else None
+    if listing is None:
+        listing = {}
+        if fs.isdir(parent):
+            for entry in fs.ls(parent, detail=True):
+                if entry["type"] == "directory":
+                    key = entry["name"].rstrip("/").rsplit("/", 1)[-1].lower()
+                    listing.setdefault(key, []).append(entry["name"])
+        if listings is not None:
+            listings[parent] = listing
+    matches = sorted({name for key in keys for name in listing.get(key, [])})
     if len(matches) > 1:
         raise SearchError("ambiguous_layout", f"several folders match one key: {matches}")
     return matches[0] if matches else None

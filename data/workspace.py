@@ -31,6 +31,7 @@ import io
 import json
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -126,6 +127,22 @@ class Storage:
         self.root = self.root.rstrip("/")
         self.local = "file" in self.fs.protocol
 
+    @contextmanager
+    def deferred_sync(self) -> Iterator[None]:
+        """Local atomic writes in this thread skip their own fsyncs, and the whole filesystem is flushed once on the
+        way out (before anything that records them, such as a stage's part, is written). Two fsyncs per file cost
+        ~4 ms each on a VM disk: for 100k blobs, longer than importing them (issue 31)."""
+        roots = _deferred_roots()
+        if not self.local or self.root in roots:
+            yield
+            return
+        roots.add(self.root)
+        try:
+            yield
+        finally:
+            roots.discard(self.root)
+        _sync_filesystem(self.root)  # only on success: a failed block leaves no record that trusts its files
+
     def path(self, *parts: str) -> str:
         return "/".join([self.root, *[p.strip("/") for p in parts if p]])
 
@@ -145,12 +162,14 @@ class Storage:
         try:
             with self.fs.open(tmp, "wb") as handle:
                 yield handle
-                if self.local:  # the bytes reach the disk before the name does
+                deferred = self.local and self.root in _deferred_roots()
+                if self.local and not deferred:  # the bytes reach the disk before the name does
                     handle.flush()
                     os.fsync(handle.fileno())
             if self.local:
                 os.replace(tmp, path)
-                fsync_dir(parent)  # ...and the rename itself survives a power cut
+                if not deferred:
+                    fsync_dir(parent)  # ...and the rename itself survives a power cut
             else:
                 self.fs.mv(tmp, path)
         except BaseException:
@@ -215,6 +234,31 @@ class Storage:
     def rm(self, path: str) -> None:
         if self.fs.exists(path):
             self.fs.rm(path, recursive=True)
+
+
+# The storage roots whose local writes skip their fsyncs, per thread (`Storage.deferred_sync`).
+_deferring = threading.local()
+
+
+def _deferred_roots() -> set[str]:
+    roots: set[str] | None = getattr(_deferring, "roots", None)
+    if roots is None:
+        roots = _deferring.roots = set()
+    return roots
+
+
+def _sync_filesystem(path: str) -> None:
+    """Flush every write to the local filesystem holding `path`: one syncfs(2) where libc has it, else sync(2)."""
+    import ctypes
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        syncfs = getattr(libc, "syncfs", None)
+        if syncfs is None or syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(path: str) -> None:
