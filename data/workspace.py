@@ -251,6 +251,8 @@ def _sync_filesystem(path: str) -> None:
     """Flush every write to the local filesystem holding `path`: one syncfs(2) where libc has it, else sync(2)."""
     import ctypes
 
+    while not os.path.exists(path) and os.path.dirname(path) != path:  # a root not made yet: its filesystem's
+        path = os.path.dirname(path)  # nearest existing folder is on the same filesystem (or nothing was written)
     fd = os.open(path, os.O_RDONLY)
     try:
         libc = ctypes.CDLL(None, use_errno=True)

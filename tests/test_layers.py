@@ -45,6 +45,11 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "byte for byte the build's. Imported inside the function that needs them."
     ),
     ("curation.reassemble", "collectors.translations"): "As above: the shipped translations of the pool's concepts.",
+    ("evaluation.retrieval", "curation.rules"): (
+        "Issue 30: an image is relevant to a retrieval query if it shows the concept by the same rule as assembly "
+        "(its concept, a tag, a byte or pixel copy): `Catalog.shows`, read-only, numpy and pyarrow only. A second "
+        "copy of the rule in evaluation/ could drift from the one the benchmark was built by."
+    ),
 }
 
 
