@@ -10,7 +10,7 @@ says so first.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import matplotlib.pyplot as plt  # data.figures, imported below too, makes it draw with Agg
@@ -24,13 +24,11 @@ from data.publish.reader import Release
 from evaluation import audit_metrics as am
 from evaluation.audit_prompts import ENGLISH, ENGLISH_FALLBACK, PROMPT_SETS, AuditPrompts, load_audit_prompts
 from evaluation.audit_prompts import prompts_version as prompts_version
-from evaluation.encoders import ImageRef, TextImageEncoder
+from evaluation.encoders import TextImageEncoder
 from evaluation.metrics_3xcm import _group_rng, _percentile_interval
 from evaluation.parts import Headline, ResultPart
-from evaluation.vectors import degenerate_rows
-
-#: (stage, done, total), as evaluation.xcm's.
-Progress = Callable[[str, int, int], None]
+from evaluation.vectors import refuse_degenerate
+from evaluation.xcm import Progress, image_vectors
 
 STAGE = "MixCuBe audit"
 CONFIDENCE = 0.95
@@ -62,55 +60,13 @@ def _groups(rows: Sequence[dict[str, Any]]) -> list[str]:
     return [g for g in preferred if g in seen] + [g for g in seen if g not in preferred]
 
 
-def _refuse_degenerate(encoder: TextImageEncoder, keys: Sequence[str], matrix: np.ndarray, what: str) -> None:
-    """A NaN, infinite or zero vector has no cosine: refused, naming the model (as evaluation/xcm.py does)."""
-    if matrix.ndim != 2 or matrix.shape[0] != len(keys):
-        raise ValueError(f"{STAGE}: {what} vectors of shape {matrix.shape} for {len(keys)} {what}s")
-    nonfinite, zero = degenerate_rows(matrix)
-    for found, problem in ((nonfinite, "holding NaN or infinite values"), (zero, "of zero norm")):
-        if len(found):
-            raise ValueError(
-                f"{STAGE}: model {encoder.identity.model_id} returned {len(found)} {what} vector(s) {problem} "
-                f"(of {len(keys)}, e.g. {what} {keys[int(found[0])]!r}): such a vector has no cosine"
-            )
-
-
 def _image_vectors(
     release: Release, ids: Sequence[str], encoder: TextImageEncoder, progress: Progress | None
 ) -> np.ndarray:
-    """The encoder's vectors of the release's images, rows in `ids` order; bytes read only if the encoder asks."""
-    if encoder.needs_image_bytes:
-        store = release.images("default", "sample_id")
-        where = store.locations
-        # Table order: each Parquet row group is read once (evaluation/xcm.py's pattern).
-        order = sorted(ids, key=lambda i: (str(where[i].file), where[i].row_group, where[i].row))
-        refs = [ImageRef(i, store.sha256[i], _loader(store, i)) for i in order]
-    else:  # precomputed vectors are looked up by id
-        order = list(ids)
-        refs = [ImageRef(i, "", _no_bytes(i)) for i in order]
-    done = 0
-
-    def advance(n: int) -> None:
-        nonlocal done
-        done += n
-        if progress is not None:
-            progress("embed images", done, len(refs))
-
-    matrix = np.asarray(encoder.image_vectors(refs, advance), dtype=np.float64)
-    _refuse_degenerate(encoder, order, matrix, "image")
-    position = {key: k for k, key in enumerate(order)}
-    return matrix[[position[i] for i in ids]]
-
-
-def _loader(store: Any, key: str) -> Callable[[], bytes]:
-    return lambda: store.load(key)
-
-
-def _no_bytes(key: str) -> Callable[[], bytes]:
-    def load() -> bytes:
-        raise ValueError(f"{STAGE}: image {key!r} was asked for bytes by an encoder that said it needs none")
-
-    return load
+    """The encoder's vectors of the release's images, rows in `ids` order; bytes read only if the encoder asks
+    (evaluation/xcm.py's reader, on the `default` table by `sample_id`)."""
+    vectors = image_vectors(release, ids, encoder, progress, config="default", id_column="sample_id")
+    return vectors.take(ids, "image")
 
 
 def _number(value: float) -> float | None:
@@ -180,7 +136,7 @@ def evaluate_audit(
     if progress is not None:
         progress("embed prompts", 0, len(texts))
     text_matrix = np.asarray(encoder.text_vectors(texts), dtype=np.float64)
-    _refuse_degenerate(encoder, texts, text_matrix, "text")
+    refuse_degenerate(STAGE, encoder.identity.model_id, texts, text_matrix, "text")
     if progress is not None:
         progress("embed prompts", len(texts), len(texts))
     row_of = {t: k for k, t in enumerate(texts)}

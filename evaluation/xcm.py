@@ -15,7 +15,7 @@ from data.publish.reader import Release
 from evaluation import metrics_3xcm as m
 from evaluation.encoders import ImageRef, TextImageEncoder
 from evaluation.figures import delta_sim_png, sp_per_language_png, stacked_win_rates_png
-from evaluation.vectors import degenerate_rows
+from evaluation.vectors import refuse_degenerate
 
 #: (stage, done, total), as the build's progress callbacks.
 Progress = Callable[[str, int, int], None]
@@ -51,15 +51,21 @@ def needed_image_ids(benchmark: pa.Table, benchmark_cd: pa.Table | None, query: 
 
 
 def image_vectors(
-    release: Release, image_ids: Sequence[str], encoder: TextImageEncoder, progress: Progress | None = None
+    release: Release,
+    image_ids: Sequence[str],
+    encoder: TextImageEncoder,
+    progress: Progress | None = None,
+    config: str = "image_metadata",
+    id_column: str = "image_id",
 ) -> m.Vectors:
-    """The encoder's vectors of `image_ids`; the bytes are read from the release only if the encoder asks."""
+    """The encoder's vectors of `image_ids` (the `id_column` of the release's image table `config`); the bytes are
+    read from the release only if the encoder asks. MixCuBe's audit reads its quintets' images through it too."""
     # Precomputed vectors are looked up by id: reading (and hashing) every image's bytes would be wasted I/O.
-    if encoder.needs_image_bytes and release.has("image_metadata") and "image" in release.columns("image_metadata"):
-        store = release.images("image_metadata", "image_id")
+    if encoder.needs_image_bytes and release.has(config) and "image" in release.columns(config):
+        store = release.images(config, id_column)
         missing = [i for i in image_ids if i not in store.locations]
         if missing:
-            raise KeyError(f"{len(missing)} benchmark image(s) are not in image_metadata, e.g. {missing[:3]}")
+            raise KeyError(f"{len(missing)} benchmark image(s) are not in {config}, e.g. {missing[:3]}")
         # Table order: each Parquet row group is read once.
         where = store.locations
         order = sorted(image_ids, key=lambda i: (str(where[i].file), where[i].row_group, where[i].row))
@@ -81,20 +87,7 @@ def image_vectors(
 
 
 def _refuse_degenerate(encoder: TextImageEncoder, keys: Sequence[str], matrix: Any, what: str) -> None:
-    """A vector with a NaN or an infinity, or of zero norm, has no direction to compare: refused, naming the model
-    and how many, rather than scored (zero vectors tie everywhere and would publish M_cr = 1, SP = 0)."""
-    array = np.asarray(matrix)
-    if array.ndim != 2 or array.shape[0] != len(keys):
-        return  # Vectors.from_arrays names the shape
-    nonfinite, zero = degenerate_rows(array)
-    model = encoder.identity.model_id
-    for rows, problem in ((nonfinite, "holding NaN or infinite values"), (zero, "of zero norm")):
-        if len(rows):
-            raise ValueError(
-                f"3XCM evaluation: model {model} returned {len(rows)} {what} vector(s) {problem} (of {len(keys)}, "
-                f"e.g. {what} {keys[int(rows[0])]!r}): such a vector has no direction and no cosine; check the model "
-                "and its inputs"
-            )
+    refuse_degenerate("3XCM evaluation", encoder.identity.model_id, list(keys), matrix, what)
 
 
 def _loader(store: Any, image_id: str) -> Callable[[], bytes]:
