@@ -21,7 +21,8 @@ from itertools import combinations
 import numpy as np
 import pyarrow as pa
 
-from curation.image_dedup import EXACT_PIXEL_WINDOW, DedupInputs, equal_pixels, exact_byte_pairs
+from curation.image_dedup import EXACT_PIXEL_WINDOW, DedupInputs, equal_pixels, exact_byte_pairs, forget_thumbnails
+from curation.pair_batches import pair_batches
 from data.schemas import COPIES
 from data.unionfind import UnionFind
 
@@ -44,10 +45,12 @@ def copy_groups(inputs: DedupInputs, known_pixels: list[str | None]) -> pa.Table
         if inputs.sha256 is not None:
             across &= np.array([inputs.sha256[a] != inputs.sha256[b] for a, b in zip(i, j, strict=True)], bool)
         i, j, d = i[across], j[across], d[across]
-        equal, digests = equal_pixels(inputs, i, j, d)
-        for a, b in zip(i[equal].tolist(), j[equal].tolist(), strict=True):
-            groups.union(a, b)
-        pixels.update(digests)
+        for batch in pair_batches(i, j):  # one batch's thumbnails at a time
+            equal, digests = equal_pixels(inputs, i[batch], j[batch], d[batch])
+            for a, b in zip(i[batch][equal].tolist(), j[batch][equal].tolist(), strict=True):
+                groups.union(a, b)
+            pixels.update(digests)
+            forget_thumbnails(inputs)
     ids = inputs.image_ids
     first: dict[int, str] = {}
     for row in range(n):

@@ -58,6 +58,7 @@ def dedup_inputs(
         pixel_hash=pixels,
         align_thumbnail=lambda row: thumbs(row).align_input,
         chroma_thumbnail=lambda row: thumbs(row).chroma_input,
+        forget_thumbnails=thumbs.cache_clear,
         draft_decoded=np.array([formats[i] == "JPEG" for i in ids], dtype=bool),
         workers=workers,
     )

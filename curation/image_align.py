@@ -112,7 +112,14 @@ class AlignedScorer:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
+        self.close()
+
+    def close(self) -> None:
         self._pool.shutdown()
+
+    def forget(self) -> None:
+        """Drop every prepared thumbnail (between batches of pairs: curation/pair_batches.py)."""
+        self._prepared.clear()
 
     def _prepare(self, rows: set[int]) -> None:
         missing = sorted(rows - self._prepared.keys())

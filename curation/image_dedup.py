@@ -44,6 +44,7 @@ from curation.embedding_pairs import group_slices, similar_pairs
 from curation.image_align import AlignedScorer
 from curation.image_embeddings import OpenClipEmbeddingConfig
 from curation.image_hashing import hamming_within
+from curation.pair_batches import component_of_pairs, pair_batches
 from data.schemas import DEDUP_PAIRS, IMAGE_DEDUP, REVIEW_QUEUE
 from data.unionfind import UnionFind
 
@@ -174,6 +175,7 @@ class DedupInputs:
     pixel_hash: Callable[[int], str] | None = None  # full-decode pixel sha256 of row i, called only when needed
     align_thumbnail: Callable[[int], np.ndarray] | None = None  # row i's 64x64 grey thumbnail, only when needed
     chroma_thumbnail: Callable[[int], np.ndarray] | None = None  # row i's (2, 32, 32) Cb/Cr thumbnail, when needed
+    forget_thumbnails: Callable[[], None] | None = None  # drop cached thumbnails (after each batch of pairs)
     draft_decoded: np.ndarray | None = None  # bool: the thumbnails came from a JPEG draft decode
     workers: int = 1
 
@@ -198,6 +200,20 @@ class PairEvidence:
         self.tier.append(np.full(len(lo), TIERS.index(tier), dtype=np.int8))
         self.score.append(np.asarray(score, dtype=np.float32))
         self.merge.append(np.asarray(merge, dtype=bool))
+
+    def extend(self, other: PairEvidence) -> None:
+        for mine, theirs in zip(
+            (self.i, self.j, self.tier, self.score, self.merge),
+            (other.i, other.j, other.tier, other.score, other.merge),
+            strict=True,
+        ):
+            mine.extend(theirs)
+
+    def ordered(self) -> PairEvidence:
+        """The same entries ordered by (tier, i, j), stable."""
+        i, j, tier, score, merge = self.arrays()
+        order = np.lexsort((j, i, tier))
+        return PairEvidence([i[order]], [j[order]], [tier[order]], [score[order]], [merge[order]])
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         if not self.i:
@@ -267,12 +283,48 @@ def collect_pairs(inputs: DedupInputs, config: ImageDedupConfig) -> PairEvidence
 def _perceptual_pairs(
     inputs: DedupInputs, tier: PerceptualTierConfig, scopes: np.ndarray, evidence: PairEvidence
 ) -> None:
+    """The pHash candidates, scored batch by batch (curation/pair_batches.py): the thumbnails of one batch are
+    held at a time, and the evidence is ordered by (tier, i, j) whatever the batches."""
     assert inputs.phash is not None and inputs.dhash is not None  # collect_pairs runs this tier only with both
     valid = inputs.hashed if inputs.hashed is not None else np.ones(len(inputs), bool)
     i, j, d = hamming_pairs(inputs.phash, scopes, valid, max(tier.verify_max_distance, EXACT_PIXEL_WINDOW))
     if inputs.sha256 is not None:  # equal bytes are already the strongest link
         distinct = np.array([inputs.sha256[a] != inputs.sha256[b] for a, b in zip(i, j, strict=True)], bool)
         i, j, d = i[distinct], j[distinct], d[distinct]
+    found = PairEvidence()
+    scorer = None
+    if inputs.align_thumbnail is not None:
+        scorer = AlignedScorer(inputs.align_thumbnail, inputs.workers, inputs.chroma_thumbnail)
+    try:
+        for batch in pair_batches(i, j):
+            batch_evidence = PairEvidence()
+            _perceptual_batch(inputs, tier, scorer, i[batch], j[batch], d[batch], batch_evidence)
+            found.extend(batch_evidence)
+            forget_thumbnails(inputs, scorer)
+    finally:
+        if scorer is not None:
+            scorer.close()
+    evidence.extend(found.ordered())
+
+
+def forget_thumbnails(inputs: DedupInputs, scorer: AlignedScorer | None = None) -> None:
+    """Drop the thumbnails a batch of pairs held (the inputs' cache and the scorer's prepared images)."""
+    if scorer is not None:
+        scorer.forget()
+    if inputs.forget_thumbnails is not None:
+        inputs.forget_thumbnails()
+
+
+def _perceptual_batch(
+    inputs: DedupInputs,
+    tier: PerceptualTierConfig,
+    scorer: AlignedScorer | None,
+    i: np.ndarray,
+    j: np.ndarray,
+    d: np.ndarray,
+    evidence: PairEvidence,
+) -> None:
+    assert inputs.dhash is not None
     exact, _ = equal_pixels(inputs, i, j, d)
     evidence.add(i[exact], j[exact], EXACT_PIXELS, np.zeros(int(exact.sum())), np.ones(int(exact.sum()), bool))
     i, j, d = i[~exact], j[~exact], d[~exact]
@@ -280,54 +332,59 @@ def _perceptual_pairs(
     agree = dh <= tier.dhash_max_distance
     direct = agree & (d <= tier.merge_max_distance)
     check = agree & ~direct & (d <= tier.verify_max_distance)
-    if inputs.align_thumbnail is None:  # nothing to check with: the band is for people
+    if scorer is None:  # nothing to check with: the band is for people
         evidence.add(i[direct], j[direct], PHASH, d[direct], np.ones(int(direct.sum()), bool))
         evidence.add(i[check], j[check], PHASH, d[check], np.zeros(int(check.sum()), bool))
         return
-    with AlignedScorer(inputs.align_thumbnail, inputs.workers, inputs.chroma_thumbnail) as scorer:
-        # A pHash merge whose colours disagree as the images stand is checked like a band pair (a crop of
-        # another photo shot the same way can sit within a few bits); it stays a review pair unless that merges.
-        di, dj, dd = i[direct], j[direct], d[direct]
-        colour = scorer.colour_agrees(di, dj, tier.chroma_unaligned_min)
-        evidence.add(di[colour], dj[colour], PHASH, dd[colour], np.ones(int(colour.sum()), bool))
-        evidence.add(di[~colour], dj[~colour], PHASH, dd[~colour], np.zeros(int((~colour).sum()), bool))
-        ci = np.concatenate([di[~colour], i[check]])
-        cj = np.concatenate([dj[~colour], j[check]])
-        _aligned_pairs(inputs, tier, scorer, ci, cj, evidence)
+    # A pHash merge whose colours disagree as the images stand is checked like a band pair (a crop of
+    # another photo shot the same way can sit within a few bits); it stays a review pair unless that merges.
+    di, dj, dd = i[direct], j[direct], d[direct]
+    colour = scorer.colour_agrees(di, dj, tier.chroma_unaligned_min)
+    evidence.add(di[colour], dj[colour], PHASH, dd[colour], np.ones(int(colour.sum()), bool))
+    evidence.add(di[~colour], dj[~colour], PHASH, dd[~colour], np.zeros(int((~colour).sum()), bool))
+    ci = np.concatenate([di[~colour], i[check]])
+    cj = np.concatenate([dj[~colour], j[check]])
+    _aligned_pairs(tier, scorer, ci, cj, evidence)
 
 
-#: Band pairs are fitted in chunks of this many, most alike first; a pair whose images a merge already joined is
-#: not fitted at all (it would change no cluster), which skips most pairs between copies of one original.
-ALIGN_CHUNK = 8
+#: Band pairs are fitted in rounds: each connected component's pairs, most alike first, are taken this many per
+#: round, and a pair whose images a merge already joined is not fitted at all (it would change no cluster), which
+#: skips most pairs between copies of one original. A round holds every component's next few pairs, so the fits
+#: run in parallel while each component's answer depends on its own pairs alone.
+ALIGN_CHUNK = 2
 
 
 def _aligned_pairs(
-    inputs: DedupInputs,
-    tier: PerceptualTierConfig,
-    scorer: AlignedScorer,
-    i: np.ndarray,
-    j: np.ndarray,
-    evidence: PairEvidence,
+    tier: PerceptualTierConfig, scorer: AlignedScorer, i: np.ndarray, j: np.ndarray, evidence: PairEvidence
 ) -> None:
-    linked = UnionFind(len(inputs))
+    """Fit the band pairs (i, j) in rounds; `evidence` holds this batch's pairs so far (its merges count)."""
     merged_i, merged_j, _, _, merged = evidence.arrays()
-    for a, b in zip(merged_i[merged].tolist(), merged_j[merged].tolist(), strict=True):
+    n, m = len(i), int(merged.sum())
+    rows, local = np.unique(np.concatenate([i, j, merged_i[merged], merged_j[merged]]), return_inverse=True)
+    li, lj, mi, mj = local[:n], local[n : 2 * n], local[2 * n : 2 * n + m], local[2 * n + m :]
+    linked = UnionFind(len(rows))
+    for a, b in zip(mi.tolist(), mj.tolist(), strict=True):
         linked.union(a, b)
     plain = scorer.plain_correlation(i, j)
     hopeful = plain >= tier.align_prefilter_min  # far below any copy's: no fit needed
     order = np.flatnonzero(hopeful)[np.argsort(-plain[hopeful], kind="stable")]
-    for start in range(0, len(order), ALIGN_CHUNK):
-        chunk = np.array(
-            [k for k in order[start : start + ALIGN_CHUNK].tolist() if linked.find(i[k]) != linked.find(j[k])], int
-        )
+    # Only merges link pairs: the hopeful pairs and the merges so far decide which pairs can affect each other.
+    component = component_of_pairs(np.concatenate([li[order], mi]), np.concatenate([lj[order], mj]))[: len(order)]
+    place = np.zeros(len(order), dtype=np.int64)  # each pair's place in its component's order
+    seen: dict[int, int] = {}
+    for k, label in enumerate(component.tolist()):
+        place[k] = seen.get(label, 0)
+        seen[label] = place[k] + 1
+    rounds = place // ALIGN_CHUNK
+    for r in range(int(rounds.max()) + 1 if len(order) else 0):
+        chunk = np.array([k for k in order[rounds == r].tolist() if linked.find(li[k]) != linked.find(lj[k])], int)
         if len(chunk) == 0:
             continue
         scores, merge = _score_chunk(scorer, tier, i[chunk], j[chunk], plain[chunk])
-        ki, kj = i[chunk], j[chunk]
-        for a, b in zip(ki[merge].tolist(), kj[merge].tolist(), strict=True):
+        for a, b in zip(li[chunk][merge].tolist(), lj[chunk][merge].tolist(), strict=True):
             linked.union(a, b)
         keep = scores >= tier.align_review_min
-        evidence.add(ki[keep], kj[keep], ALIGNED, scores[keep], merge[keep])
+        evidence.add(i[chunk][keep], j[chunk][keep], ALIGNED, scores[keep], merge[keep])
 
 
 def _score_chunk(
