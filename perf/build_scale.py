@@ -148,16 +148,21 @@ def _letters(index: int) -> str:
 def write_reference(shape: Shape, folder: Path) -> Path:
     """A copy of `data/reference/` with the shape's synthetic concepts and English-speaking countries appended."""
     groups = "own" if shape.own_groups else "en"
-    target = folder / f"reference-v2-c{shape.concepts}-s{shape.synthetic_countries}-{groups}"
+    target = folder / f"reference-v3-c{shape.concepts}-s{shape.synthetic_countries}-{groups}"
     if (target / "done").exists():
         return target
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(ROOT / "data" / "reference", target)
     shipped = len(reference.concepts())
+    synthetic = [(SYNTHETIC_CONCEPT_BASE + i, f"synthetic concept {i:05d}") for i in range(shape.concepts - shipped)]
     with open(target / "concepts.csv", "a", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle)
-        for i in range(shape.concepts - shipped):
-            writer.writerow([SYNTHETIC_CONCEPT_BASE + i, f"synthetic concept {i:05d}", "", ""])
+        csv.writer(handle).writerows([cid, name, "", ""] for cid, name in synthetic)
+    # The shipped translator reads every concept from the language packs: each pack names the synthetic ones too.
+    for pack in sorted((target / "i18n").glob("*/concepts.csv")):
+        code = pack.parent.name
+        with open(pack, "a", encoding="utf-8", newline="") as handle:
+            rows = [[cid, name, f"{name} ({code})", "", "awaiting_native_review"] for cid, name in synthetic]
+            csv.writer(handle).writerows(rows)
     used = {c.iso2 for c in reference.countries()}
     codes = [a + b for a in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" for b in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if a + b not in used]
     if shape.synthetic_countries > len(codes):
