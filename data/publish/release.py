@@ -3,7 +3,7 @@ and WebDataset tars, with the release settings a build config carries (`release:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import pyarrow as pa
@@ -51,7 +51,7 @@ class ReleaseWriter(ImmutableFolder):
     def write_images(
         self,
         config_name: str,
-        rows: list[ImageRow],
+        rows: Sequence[ImageRow],
         schema: pa.Schema,
         split: str = "train",
         *,

@@ -36,7 +36,7 @@ from data.publish.folder import ReleaseResult
 from data.publish.format import ImageConfig
 from data.publish.manifest import Provenance, validated
 from data.publish.release import ReleaseConfig, ReleaseWriter
-from data.publish.shards import BlobSource, ImageRow, to_release_jpeg
+from data.publish.shards import BlobSource, ImageRow, TableImageRows, to_release_jpeg
 from data.publish.sources import DOMAINS_FIGURE, domains_png, sources_section
 from data.schemas import MIXCUBE_ROWS
 from flows.mixcube.release_facts import mixcube_facts
@@ -98,15 +98,15 @@ def write_mixcube_release(
     schema = pa.schema([*MIXCUBE_ROWS, pa.field("phash", pa.string())]) if urls else MIXCUBE_ROWS
     try:
         rows = rows.select(schema.names).cast(schema)
-        images = [
-            ImageRow(
+        images = TableImageRows(
+            rows,
+            lambda meta: ImageRow(
                 key=meta["sample_id"],
                 metadata=meta,
                 load=partial(_blob_jpeg, blobs, meta["sha256"]),
                 embed=bool(meta["synthesized"]) or not urls,
-            )
-            for meta in rows.to_pylist()
-        ]
+            ),
+        )
         shards = writer.write_images("default", images, schema, tars=not urls, progress=progress)
         food = rows.filter(pa.compute.equal(rows["category"], "Food"))
         labels = pa.table(

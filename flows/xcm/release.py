@@ -32,7 +32,7 @@ from data.publish.folder import ReleaseResult
 from data.publish.format import ImageConfig
 from data.publish.manifest import Provenance, validated, validation_summary
 from data.publish.release import ReleaseConfig, ReleaseWriter
-from data.publish.shards import ImageRow, to_release_jpeg
+from data.publish.shards import ImageRow, TableImageRows, to_release_jpeg
 from data.publish.sources import DOMAINS_FIGURE, domains_png, sources_section
 from data.schemas import XCM_BENCH_CSV_COLUMNS
 from data.stage_stats import StageStats
@@ -93,15 +93,12 @@ def write_3xcm_release(
     try:
         schema = image_metadata_schema(catalog.schema)
         ordered = catalog.select(schema.names)
-        rows = [
-            ImageRow(
-                key=meta["image_id"],
-                metadata=meta,
-                load=partial(release_bytes, meta),
-                embed=not urls,
-            )
-            for meta in ordered.to_pylist()
-        ]
+        rows = TableImageRows(
+            ordered,
+            lambda meta: ImageRow(
+                key=meta["image_id"], metadata=meta, load=partial(release_bytes, meta), embed=not urls
+            ),
+        )
         # A URL-only release has no `image` column: each row's `url`, `sha256` and `phash` name its image.
         shards = writer.write_images(
             "image_metadata", rows, schema, image_column=not urls, tars=not urls, progress=progress
