@@ -3,6 +3,7 @@
     .venv/bin/python perf/assembly_scale.py [--images 11724] [--repeats 3]
     .venv/bin/python perf/assembly_scale.py --images 1000000 --repeats 1
     .venv/bin/python perf/assembly_scale.py --images 1000000 --repeats 1 --seed 1 --concepts 500 --countries 200
+    .venv/bin/python perf/assembly_scale.py --images 100000 --repeats 1 --one-group 60  # 60 countries, one language
 
 Up to 50,000 images the catalog is the paper's: the 139 shipped concepts and the 16 countries (3XCM paper §3.2.1,
 App. K). Past that it is synthetic, 1,000 concepts x 100 countries in language groups shaped like the paper's (a
@@ -135,8 +136,10 @@ def _release_skew() -> tuple[np.ndarray, np.ndarray]:
 
 
 def synthetic_catalog(
-    n: int, seed: int, concepts: int = 1000, countries: int = 100
+    n: int, seed: int, concepts: int = 1000, countries: int = 100, one_group: int = 0
 ) -> tuple[pa.Table, QueryTexts, pa.Table]:
+    """`one_group`: that many countries share one language group (one language spoken in most of the catalog's
+    countries, the case that made a query walk past every cell of its own group)."""
     rng = np.random.default_rng(seed)
     concept_skew, country_skew = _release_skew()
     concept_weight = rng.choice(concept_skew, concepts) * rng.uniform(0.8, 1.2, concepts)
@@ -152,7 +155,7 @@ def synthetic_catalog(
         for size in sizes:
             groups += [f"g{group:03d}"] * size
             group += 1
-    groups = groups[:countries]
+    groups = ["g-shared"] * one_group + groups[: countries - one_group]
     rows = _rows(
         np.repeat(concept_ids, repeats),
         names,
@@ -205,6 +208,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="Seed of the synthetic catalog.")
     parser.add_argument("--concepts", type=int, default=1000, help="Concepts of a synthetic catalog.")
     parser.add_argument("--countries", type=int, default=100, help="Countries of a synthetic catalog.")
+    parser.add_argument(
+        "--one-group", type=int, default=0, help="Countries of a synthetic catalog that share one language group."
+    )
     args = parser.parse_args()
 
     start = time.perf_counter()
@@ -212,7 +218,9 @@ def main() -> None:
     if paper:
         table, texts, translations = paper_catalog(args.images, args.seed)
     else:
-        table, texts, translations = synthetic_catalog(args.images, args.seed, args.concepts, args.countries)
+        table, texts, translations = synthetic_catalog(
+            args.images, args.seed, args.concepts, args.countries, args.one_group
+        )
     catalog_s = time.perf_counter() - start
     assemble_s, validate_s = [], []
     for repeat in range(args.repeats):

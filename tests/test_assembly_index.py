@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from assembly_oracle import RQ3, Oracle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_assembly import catalogs, translations_for
 
+import curation.pool_index as pool_index
 from curation.assemble import AssemblyConfig, QueryTexts, assemble_catalog, run_assembly
-from curation.pool_index import NO_IMAGE, PoolIndex
+from curation.pool_index import NO_IMAGE, SKIP_LIMIT, PoolIndex
 from curation.rules import RQ2_RULES, Catalog, seeded_priority
 from curation.validate import validate_benchmark
 from data.schemas import CATALOG, RQ2_SLOTS
@@ -34,11 +36,26 @@ def test_the_index_chooses_what_a_mask_per_query_chooses(catalog: pa.Table, seed
     assert _chosen(result) == Oracle(catalog).assemble(seed)
 
 
-def test_the_index_finds_the_least_used_eligible_image_as_usage_grows() -> None:
+SHARED_GROUP = {f"Synthland {k}": "en" for k in "ABCDEFGHIJKL"} | {"USA": "en", "Spain": "es", "Japan": "ja"}
+
+
+@pytest.mark.parametrize(
+    ("groups", "skip_limit"),
+    [
+        ({"USA": "en", "UK": "en", "Spain": "es", "Argentina": "es", "Japan": "ja", "Kenya": "sw"}, SKIP_LIMIT),
+        # Most countries in one group, and walks that switch to the per-group lists at once or never.
+        (SHARED_GROUP, 0),
+        (SHARED_GROUP, 10**9),
+        (SHARED_GROUP, SKIP_LIMIT),
+    ],
+)
+def test_the_index_finds_the_least_used_eligible_image_as_usage_grows(
+    groups: dict[str, str], skip_limit: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A pool's least-used member, checked against a direct minimum after every use, over thousands of uses."""
+    monkeypatch.setattr(pool_index, "SKIP_LIMIT", skip_limit)
     rng = np.random.default_rng(3)
-    n, countries = 400, ["USA", "UK", "Spain", "Argentina", "Japan", "Kenya"]
-    groups = {"USA": "en", "UK": "en", "Spain": "es", "Argentina": "es", "Japan": "ja", "Kenya": "sw"}
+    n, countries = 400, list(groups)
     table = _table(
         [
             (countries[int(rng.integers(len(countries)))], int(rng.integers(5)), [int(rng.integers(5))])
