@@ -7,6 +7,7 @@ from functools import cache
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from curation.contact_sheet import write_contact_sheet
 from curation.embed_images import vectors_in_order
@@ -24,16 +25,17 @@ def dedup_inputs(
     blobs: BlobStore,
     workers: int = 2,
 ) -> DedupInputs:
-    """One row per hashed image, with the search facts the keep rule needs."""
-    hits = {h["image_id"]: h for h in search.select(["image_id", "concept_id", "rank", "query_lang"]).to_pylist()}
-    columns = images.select(["image_id", "width", "height", "format"]).to_pylist()
-    sizes = {i["image_id"]: (i["width"], i["height"]) for i in columns}
-    formats = {i["image_id"]: i["format"] for i in columns}
-    rows = hashes.to_pylist()
-    ids = [r["image_id"] for r in rows]
-    sha = [r["sha256"] for r in rows]
+    """One row per hashed image, with the search facts the keep rule needs. Columnar: a million images' rows as
+    Python dicts would cost gigabytes (issue 31)."""
+    ids_column = hashes["image_id"]
+    ids = ids_column.to_pylist()
+    hit = _rows_of(search, ids_column, "search")
+    facts = _rows_of(images, ids_column, "images")
+    sha = hashes["sha256"].to_pylist()
+    known = hashes["pixel_sha256"].to_pylist()
 
-    known = [r["pixel_sha256"] for r in rows]
+    def column(table: pa.Table, name: str, rows: pa.Array, dtype: type) -> np.ndarray:
+        return np.asarray(table[name].take(rows).fill_null(0).to_numpy(zero_copy_only=False), dtype=dtype)
 
     @cache
     def pixels(row: int) -> str:
@@ -45,23 +47,32 @@ def dedup_inputs(
 
     return DedupInputs(
         image_ids=ids,
-        concept_ids=np.array([hits[i]["concept_id"] for i in ids], dtype=np.int32),
-        width=np.array([sizes[i][0] for i in ids], dtype=np.int32),
-        height=np.array([sizes[i][1] for i in ids], dtype=np.int32),
-        rank=np.array([hits[i]["rank"] for i in ids], dtype=np.int32),
-        english=np.array([hits[i]["query_lang"] == "eng" for i in ids], dtype=bool),
+        concept_ids=column(search, "concept_id", hit, np.int32),
+        width=column(images, "width", facts, np.int32),
+        height=column(images, "height", facts, np.int32),
+        rank=column(search, "rank", hit, np.int32),
+        english=np.asarray(pc.equal(search["query_lang"].take(hit), "eng").to_numpy(zero_copy_only=False), bool),
         sha256=sha,
-        phash=np.array([r["phash"] or 0 for r in rows], dtype=np.uint64),
-        dhash=np.array([r["dhash"] or 0 for r in rows], dtype=np.uint64),
-        hashed=np.array([r["error"] is None for r in rows], dtype=bool),
+        phash=np.asarray(hashes["phash"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.uint64),
+        dhash=np.asarray(hashes["dhash"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.uint64),
+        hashed=np.asarray(pc.is_null(hashes["error"]).to_numpy(zero_copy_only=False), dtype=bool),
         embeddings=None if embeddings is None else vectors_in_order(embeddings, ids),
         pixel_hash=pixels,
         align_thumbnail=lambda row: thumbs(row).align_input,
         chroma_thumbnail=lambda row: thumbs(row).chroma_input,
         forget_thumbnails=thumbs.cache_clear,
-        draft_decoded=np.array([formats[i] == "JPEG" for i in ids], dtype=bool),
+        draft_decoded=np.asarray(pc.equal(images["format"].take(facts), "JPEG").to_numpy(zero_copy_only=False), bool),
         workers=workers,
     )
+
+
+def _rows_of(table: pa.Table, image_ids: pa.ChunkedArray, name: str) -> pa.Array:
+    """The row of `table` holding each of `image_ids` (its first), every one present."""
+    rows = pc.index_in(image_ids, value_set=table["image_id"])
+    if rows.null_count:
+        missing = image_ids.filter(pc.is_null(rows))[0]
+        raise KeyError(f"{name} has no row for hashed image {missing}")
+    return rows
 
 
 def concept_summary(result: DedupResult, concepts: pa.Table) -> pa.Table:
