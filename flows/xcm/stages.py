@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from annotation.backends import AUTO_ACCEPT
 from annotation.review import ReviewImage, image_extension, run_review
@@ -257,12 +258,21 @@ def _review(ctx: StageContext) -> StageOutput:
 
 def _tags(ctx: StageContext) -> StageOutput:
     review = ctx.table("review")
-    kept = set(review.filter(review["keep"])["image_id"].to_pylist())
-    hits = {h["image_id"]: h for h in ctx.table("search").to_pylist()}
+    images = ctx.table("images").select(["image_id", "sha256"])
+    # Columns, not a dict per image of the search and image tables (gigabytes at a million images).
+    images = images.filter(pc.is_in(images["image_id"], value_set=review.filter(review["keep"])["image_id"]))
+    search = ctx.table("search").select(["image_id", "concept_id"])
+    found = pc.index_in(images["image_id"], value_set=search["image_id"])
+    if found.null_count:
+        raise KeyError(images["image_id"].filter(pc.is_null(found))[0].as_py())
     requests = [
-        TagRequest(image_id=i["image_id"], concept_id=hits[i["image_id"]]["concept_id"], sha256=i["sha256"])
-        for i in ctx.table("images").to_pylist()
-        if i["image_id"] in kept
+        TagRequest(image_id=image_id, concept_id=concept_id, sha256=sha256)
+        for image_id, concept_id, sha256 in zip(
+            images["image_id"].to_pylist(),
+            search["concept_id"].take(found).to_pylist(),
+            images["sha256"].to_pylist(),
+            strict=True,
+        )
     ]
     concepts = kept_concepts(ctx)
     names = list(zip(concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True))
