@@ -376,8 +376,10 @@ def _aligned_pairs(
         place[k] = seen.get(label, 0)
         seen[label] = place[k] + 1
     rounds = place // ALIGN_CHUNK
-    for r in range(int(rounds.max()) + 1 if len(order) else 0):
-        chunk = np.array([k for k in order[rounds == r].tolist() if linked.find(li[k]) != linked.find(lj[k])], int)
+    by_round = np.argsort(rounds, kind="stable")  # once: each round keeps the most-alike-first order
+    cuts = np.flatnonzero(np.diff(rounds[by_round])) + 1
+    for members in np.split(order[by_round], cuts) if len(order) else []:
+        chunk = np.array([k for k in members.tolist() if linked.find(li[k]) != linked.find(lj[k])], int)
         if len(chunk) == 0:
             continue
         scores, merge = _score_chunk(scorer, tier, i[chunk], j[chunk], plain[chunk])

@@ -41,8 +41,7 @@ def pair_batches(i: np.ndarray, j: np.ndarray, rows: int | None = None) -> list[
     if len(i) == 0:
         return []
     component = component_of_pairs(i, j)
-    labels, first_pair = np.unique(component, return_index=True)
-    order = np.argsort(first_pair, kind="stable")
+    labels = np.unique(component)  # a component's label is its first pair: sorted labels are in first-pair order
     # Rows per component: each row belongs to one component, so count the distinct rows once.
     row_ids = np.concatenate([i, j])
     row_component = np.concatenate([component, component])
@@ -50,7 +49,7 @@ def pair_batches(i: np.ndarray, j: np.ndarray, rows: int | None = None) -> list[
     rows_in = dict(zip(*np.unique(row_component[distinct_rows], return_counts=True), strict=True))
     batch_of_label: dict[int, int] = {}
     batch, held = 0, 0
-    for label in labels[order].tolist():
+    for label in labels.tolist():
         if held and held + rows_in[label] > rows:
             batch, held = batch + 1, 0
         batch_of_label[label] = batch
