@@ -21,10 +21,11 @@ import pyarrow as pa
 from pydantic import BaseModel, Field, field_validator
 
 from data import reference
-from data.concept_names import normalize
+from data.concept_names import invalid_name, normalize
 from data.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
 from data.schemas import CONCEPT_CANDIDATES, empty, from_rows
 from data.stage import BackendConfig
+from data.text_safety import csv_bytes
 
 STAGE = "concept_generation"
 REVIEW_PENDING, REVIEW_ACCEPTED, REVIEW_REJECTED = "pending", "accepted", "rejected"
@@ -107,6 +108,9 @@ def _validator(count: int) -> Callable[[ConceptCandidates], None]:
             raise ValueError("a concept has an empty name")
         seen: dict[str, str] = {}
         for name in names:
+            why = invalid_name(" ".join(name.split()))  # a name is written to the review CSV and into builds
+            if why is not None:
+                raise ValueError(f"concept {name!r}: {why}")
             key = normalize(name)
             if key in seen:
                 raise ValueError(f"concepts repeat: {seen[key]!r} and {name!r}")
@@ -185,7 +189,13 @@ def read_review_file(path: str) -> list[ReviewRow]:
     if not fs.exists(fs_path):
         raise FileNotFoundError(f"review file {path} does not exist; create it with `culturebench concepts generate`")
     with fs.open(fs_path, "rb") as handle:
-        text = handle.read().decode("utf-8-sig")  # spreadsheet programs add a BOM
+        data = handle.read()
+    try:
+        text = data.decode("utf-8-sig")  # spreadsheet programs add a BOM
+    except UnicodeDecodeError as exc:
+        raise ReviewFileError(
+            f"review file {path}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); save it as UTF-8"
+        ) from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
     header = reader.fieldnames or []
     missing = [c for c in REQUIRED_REVIEW_COLUMNS if c not in header]
@@ -216,6 +226,9 @@ def read_review_file(path: str) -> list[ReviewRow]:
         concept = " ".join(values["concept"].split())
         if not concept:
             raise fail("empty concept")
+        why = invalid_name(concept)  # no formula, markup or control character reaches a build or the file again
+        if why is not None:
+            raise fail(f"concept {concept!r}: {why}")
         concept_id: int | None = None
         if values["concept_id"]:
             try:
@@ -252,18 +265,16 @@ def read_review_file(path: str) -> list[ReviewRow]:
 
 def _write_review_rows(path: str, rows: list[ReviewRow]) -> None:
     extra_columns = list(dict.fromkeys(k for r in rows for k in r.extra))
-    buffer = io.StringIO(newline="")
-    writer = csv.DictWriter(buffer, fieldnames=[*REVIEW_COLUMNS, *extra_columns], restval="", lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow(row.as_csv())
+    header = [*REVIEW_COLUMNS, *extra_columns]
+    # every cell through the CSV neutraliser: a rationale or an operator's note may start like a formula
+    data = csv_bytes(header, ([row.as_csv().get(name, "") for name in header] for row in rows))
     fs, fs_path = fsspec.core.url_to_fs(path)
     parent = fs_path.rsplit("/", 1)[0] if "/" in fs_path else "."
     fs.makedirs(parent, exist_ok=True)
     tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{fs_path.rsplit('/', 1)[-1]}"
     try:  # atomic: an operator's file is never left half written
         with fs.open(tmp, "wb") as handle:
-            handle.write(buffer.getvalue().encode("utf-8"))
+            handle.write(data)
         fs.mv(tmp, fs_path)
     except BaseException:
         if fs.exists(tmp):

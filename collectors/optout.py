@@ -30,7 +30,17 @@ nested deeper than `MAX_JSON_DEPTH`, is not parsed at all (no rules, like any ot
 first `MAX_RULES` rules and ignores any rule whose pattern is longer than `MAX_PATTERN_CHARS`: "no rules" for what is
 ignored, as for a missing file. Patterns are matched by `PathPattern` in linear time, never by a backtracking regex
 (with one, `Disallow: /*a*a*a*a*a*a*a*a*a*a*Z` took 22 s to decide a 40-character path, about 15x more for every two
-more wildcards).
+more wildcards), nor by `str.find` for a long piece (CPython's search is O(path x piece) for a piece under 100
+characters: 4,809 rules `Allow: /*aaa...abaa` took 2 to 6 s to decide one 8,150-character path).
+
+Deciding a URL has a budget, since a site chooses both its rules and, through its redirects, the paths we ask it
+about: at most `MAX_MATCH_WORK` characters compared per file (counted as the worst case: each rule tried costs its
+pattern's length, and a rule with a `*` the path's length too), and, where a rule has a `*`, a path of at most
+`MAX_TARGET_CHARS` (rules without one compare at most their own length). Past either, the URL is refused as opted
+out, with a detail saying so (`robots.txt: not matched, ... (refused: fail closed)`): what we cannot read of a site's
+opt-out we read as the most restrictive answer, as for an unreachable file under `unreachable_policy: closed`. A
+decision whose worst case is above `INLINE_MATCH_WORK` (or whose path is long) runs in a thread, off the download
+event loop. Rules after the last one that would refuse are never tried (`MatchPlan`): they cannot change the answer.
 
 Both files are fetched once per origin per run (`HostFileCache`, one fetch in flight per origin whatever the thread
 or event loop), through their own aiohttp session, so that waiting for them never holds a download slot.
@@ -45,15 +55,15 @@ import re
 import string
 import threading
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from yarl import URL
 
-from collectors.ssrf import AddressPolicy, UrlRefused, check_url
+from collectors.ssrf import MAX_URL_CHARS, AddressPolicy, UrlRefused, check_url
 
 T = TypeVar("T")
 
@@ -73,6 +83,22 @@ MAX_RULES = 10_000
 MAX_PATTERN_CHARS = 2083 * 8
 #: Nesting depth of a tdmrep.json (a valid one is 2: an array of flat objects); deeper is not parsed (no rules).
 MAX_JSON_DEPTH = 32
+#: Characters a URL's decision may compare, per file, counted as the worst case: each rule tried costs its pattern's
+#: length, plus the path's when it has a `*` (a search through the path). Past it the URL is refused (fail closed).
+#: About 20 ms of matching at most; 10,000 wildcard rules of 20 characters against a 390-character path fit.
+MAX_MATCH_WORK = 1 << 22
+#: Characters of a URL's normalised path and query that are matched against rules with a `*` (the downloader's URLs
+#: are at most 8,192 characters, but normalising escapes `*` and `$`, three characters each); a longer one is refused
+#: (fail closed) where a rule with a `*` applies, and matched as usual against rules without one.
+MAX_TARGET_CHARS = MAX_URL_CHARS
+#: A decision whose worst case is at most this many characters runs on the event loop (well under a millisecond);
+#: a costlier one runs in a thread, so that one site's rules never stall the other downloads.
+INLINE_MATCH_WORK = 1 << 16
+#: ... and whose path is at most this long (normalising it is a Python loop, a few hundred microseconds at this length).
+INLINE_PATH_CHARS = 1024
+#: Pieces up to this long are searched with `str.find` (at worst `_SHORT_PIECE` comparisons per path character);
+#: longer ones with a compiled literal (see `_searcher`).
+_SHORT_PIECE = 8
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _UNREACHABLE = "unreachable (fail closed)"
 
@@ -201,6 +227,25 @@ def normalize_target(path_qs: str) -> str:
     return _unescape_unreserved(_quote(path_qs or "/", _KEEP.replace("*", "").replace("$", "")))
 
 
+_Search = Callable[[str, int], int]  # (target, start) -> the leftmost index of a piece at or after start, or -1
+
+
+def _searcher(piece: str) -> _Search:
+    """A linear-time search for `piece`. `str.find` is O(target x piece) at worst for a piece under 100 characters
+    (CPython's fastsearch falls back to its two-way algorithm only for longer ones), so it is kept for short pieces
+    (at most `_SHORT_PIECE` comparisons per character). A longer piece is a compiled literal: `re` searches a
+    pattern that is one literal by its prefix table (Knuth-Morris-Pratt), linear whatever the piece and target."""
+    if len(piece) <= _SHORT_PIECE:
+        return lambda target, start: target.find(piece, start)
+    literal = re.compile(re.escape(piece))
+
+    def search(target: str, start: int) -> int:
+        found = literal.search(target, start)
+        return -1 if found is None else found.start()
+
+    return search
+
+
 @dataclass(frozen=True, slots=True)
 class PathPattern:
     """A normalised robots.txt/TDMRep pattern, matched as a prefix of a normalised target in linear time.
@@ -208,12 +253,33 @@ class PathPattern:
     `*` is any run of characters and a final `$` the end of the target, nothing else is special. Such a pattern is
     its literal pieces (between the `*`s) in order: the first must be a prefix of the target, every other one found
     after the one before it. Taking the leftmost occurrence of each is always optimal (it leaves the most room for the
-    rest), so there is no backtracking: one `str.find` per piece. With `$`, the last piece must also end the target,
-    after what the others consumed.
+    rest), so there is no backtracking: one linear search per piece (`_searcher`). With `$`, the last piece must also
+    end the target, after what the others consumed.
     """
 
     pieces: tuple[str, ...]  # at least one; every piece but the first and the last non-empty
     anchored: bool
+    _chars: int = field(init=False, repr=False, compare=False)
+    # Built at the first use (`prepare`): compiling a long piece costs about 1 us a character, so a rule that no
+    # decision tries (`MatchPlan` leaves some out) costs nothing.
+    _searches: tuple[_Search, ...] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_chars", sum(map(len, self.pieces)))
+
+    def prepare(self) -> tuple[_Search, ...]:
+        """One search per piece after the first, but an anchored last one (checked with endswith). Two threads may
+        build them at once: they build the same."""
+        searches = self._searches
+        if searches is None:
+            searched = self.pieces[1:-1] if self.anchored else self.pieces[1:]
+            searches = tuple(_searcher(piece) for piece in searched)
+            object.__setattr__(self, "_searches", searches)
+        return searches
+
+    def work(self, target_chars: int) -> int:
+        """The most characters `match` compares for a target this long (up to the searches' constant factor)."""
+        return self._chars + (target_chars if len(self.pieces) > 1 else 0)
 
     def match(self, target: str) -> bool:
         pieces = self.pieces
@@ -223,15 +289,76 @@ class PathPattern:
         if not target.startswith(first):
             return False
         pos = len(first)
-        for piece in pieces[1:-1]:
-            found = target.find(piece, pos)
+        # Not strict: an anchored last piece has no search (it is checked below).
+        for search, piece in zip(self.prepare(), pieces[1:], strict=False):
+            found = search(target, pos)
             if found < 0:
                 return False
             pos = found + len(piece)
-        last = pieces[-1]
         if self.anchored:
+            last = pieces[-1]
             return len(target) - pos >= len(last) and target.endswith(last)
-        return target.find(last, pos) >= 0
+        return True
+
+
+class _Matched(Protocol):
+    @property
+    def matcher(self) -> PathPattern: ...
+
+
+R = TypeVar("R", bound=_Matched)
+
+
+@dataclass(frozen=True, slots=True)
+class MatchPlan(Generic[R]):
+    """The rules a URL's decision tries, in order, and what trying them may cost (`PathPattern.work` summed).
+
+    The first matching rule decides, so the rules after the last one that would refuse are left out: if none before
+    matches, the answer is "allowed" whatever they say. A file of Allow rules only costs nothing to decide."""
+
+    rules: tuple[R, ...]
+    total: int  # the rules that apply, those left out included (for a refusal's detail)
+    searching: int  # tried rules with a `*`: each may scan the whole path
+    chars: int  # the characters of the tried rules' patterns
+
+    @classmethod
+    def of(cls, rules: Sequence[R], refuses: Callable[[R], bool]) -> MatchPlan[R]:
+        last = max((i for i, rule in enumerate(rules) if refuses(rule)), default=-1)
+        tried = tuple(rules[: last + 1])
+        matchers = [rule.matcher for rule in tried]
+        for matcher in matchers:
+            matcher.prepare()  # here (in a thread, for the downloader) rather than at a URL's decision
+        return cls(tried, len(rules), sum(len(m.pieces) > 1 for m in matchers), sum(m.work(0) for m in matchers))
+
+    def bound(self, target_chars: int) -> int:
+        """The most characters deciding a path this long may compare (up to the searches' constant factor)."""
+        return self.searching * target_chars + self.chars
+
+    def first_match(self, path_qs: str, what: str, whose: str = "") -> tuple[R | None, str | None]:
+        """The first rule matching `path_qs` (normalised here), or None; or a refusal (fail closed, `what` naming
+        the file and `whose` its rules) when the path is too long for rules with a `*`, or when `MAX_MATCH_WORK` ran
+        out before a rule matched."""
+        if not self.rules:
+            return None, None
+        # An absurdly long path is not even normalised.
+        target = path_qs if self.searching and len(path_qs) > MAX_TARGET_CHARS else normalize_target(path_qs)
+        if self.searching and len(target) > MAX_TARGET_CHARS:
+            return None, (
+                f"{what}: not matched, the path has {len(target):,} characters, more than the {MAX_TARGET_CHARS:,} "
+                f"matched against rules{whose} with a `*` (refused: fail closed)"
+            )
+        left = MAX_MATCH_WORK
+        chars = len(target)
+        for rule in self.rules:
+            left -= rule.matcher.work(chars)
+            if left < 0:
+                return None, (
+                    f"{what}: not matched, {self.total:,} rules{whose} against a path of {chars:,} characters cost "
+                    f"more than the {MAX_MATCH_WORK:,} characters of matching allowed per URL (refused: fail closed)"
+                )
+            if rule.matcher.match(target):
+                return rule, None
+        return None, None
 
 
 def compile_pattern(pattern: str) -> PathPattern:
@@ -273,7 +400,7 @@ class RobotsGroup:
 @dataclass(frozen=True)
 class RobotsTxt:
     groups: tuple[RobotsGroup, ...] = ()
-    _rules: dict[str, tuple[RobotsRule, ...] | None] = field(
+    _rules: dict[str, tuple[tuple[RobotsRule, ...] | None, MatchPlan[RobotsRule]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -282,11 +409,25 @@ class RobotsTxt:
         before Disallow, then in file order), or None when no group names it. Worked out once per agent, so that a
         URL's decision neither scans every group nor sorts; not for every agent at parse time, since a file of many
         User-agent lines over many rules would make that agents x rules."""
+        return self._for(agent)[0]
+
+    def _for(self, agent: str) -> tuple[tuple[RobotsRule, ...] | None, MatchPlan[RobotsRule]]:
+        # Several threads may fill the same entry at once: they compute the same value.
         if agent not in self._rules:
             groups = [g for g in self.groups if agent in g.agents]
             rules = [r for g in groups for r in g.rules]
-            self._rules[agent] = tuple(sorted(rules, key=lambda r: (-len(r.pattern), not r.allow))) if groups else None
+            ordered = tuple(sorted(rules, key=lambda r: (-len(r.pattern), not r.allow))) if groups else None
+            self._rules[agent] = (ordered, MatchPlan.of(ordered or (), lambda r: not r.allow))
         return self._rules[agent]
+
+    def plan(self, agent: str) -> tuple[str, MatchPlan[RobotsRule]]:
+        """How to decide for `agent` (the rules of the groups naming it, else of `*`), with the label a refusal names
+        them by."""
+        me = agent.lower()
+        rules, plan = self._for(me)
+        if rules is not None:
+            return me, plan
+        return "*", self._for("*")[1]
 
 
 def _agent_of(value: str) -> str:
@@ -331,16 +472,13 @@ def parse_robots(text: str) -> RobotsTxt:
 
 
 def robots_refusal(robots: RobotsTxt, agent: str, path_qs: str) -> str | None:
-    """The Disallow rule that refuses `path_qs` (a URL's raw path and query) to `agent`, as a row detail, or None."""
-    me = agent.lower()
-    label = me
-    rules = robots.rules_for(me)
-    if rules is None:  # no group names us: the `*` groups
-        label = "*"
-        rules = robots.rules_for("*") or ()
-    target = normalize_target(path_qs)
+    """The Disallow rule that refuses `path_qs` (a URL's raw path and query) to `agent`, as a row detail, or None.
+    A path too long, or rules too costly to match against it, refuse it (see `MAX_MATCH_WORK`)."""
+    label, plan = robots.plan(agent)
     # The longest pattern wins; of two as long, Allow (`rules_for` has them best first).
-    best = next((rule for rule in rules if rule.matcher.match(target)), None)
+    best, refusal = plan.first_match(path_qs, "robots.txt", f" for {label}")
+    if refusal is not None:
+        return refusal
     if best is None or best.allow:
         return None
     return f"robots.txt: Disallow {best.pattern} for {label}"
@@ -419,15 +557,22 @@ def parse_tdmrep(text: str) -> tuple[TdmRule, ...]:
     return tuple(rules)
 
 
-def tdmrep_refusal(rules: Iterable[TdmRule], path_qs: str) -> str | None:
-    target = normalize_target(path_qs)
-    for rule in rules:
-        if rule.matcher.match(target):
-            if rule.reservation != 1:
-                return None
-            policy = f" (tdm-policy {rule.policy})" if rule.policy else ""
-            return f"tdmrep.json: location {rule.location} reserved{policy}"
-    return None
+def tdmrep_plan(rules: Sequence[TdmRule]) -> MatchPlan[TdmRule]:
+    return MatchPlan.of(rules, lambda rule: rule.reservation == 1)
+
+
+def tdmrep_refusal(rules: Sequence[TdmRule] | MatchPlan[TdmRule], path_qs: str) -> str | None:
+    """The reserved location that refuses `path_qs`, as a row detail, or None: the first matching rule decides. A path
+    too long, or rules too costly to match against it, refuse it (see `MAX_MATCH_WORK`). `rules` may be their
+    `tdmrep_plan`, kept by a caller that decides many URLs (making one is a pass over every rule)."""
+    plan = rules if isinstance(rules, MatchPlan) else tdmrep_plan(rules)
+    rule, refusal = plan.first_match(path_qs, "tdmrep.json")
+    if refusal is not None:
+        return refusal
+    if rule is None or rule.reservation != 1:
+        return None
+    policy = f" (tdm-policy {rule.policy})" if rule.policy else ""
+    return f"tdmrep.json: location {rule.location} reserved{policy}"
 
 
 # -- fetching the site files -------------------------------------------------------------------------------------
@@ -536,8 +681,13 @@ class HostFileCache:
 
 @dataclass(frozen=True)
 class _Loaded:
-    value: Any  # RobotsTxt | tuple[TdmRule, ...]
+    value: Any  # RobotsTxt | MatchPlan[TdmRule]
     unreachable: str | None = None  # the reason, when the file could not be fetched
+
+
+def _parse_tdmrep_plan(text: str) -> MatchPlan[TdmRule]:
+    """A tdmrep.json as the plan of its decisions, made once per file rather than at every URL."""
+    return tdmrep_plan(parse_tdmrep(text))
 
 
 class _Headers(Protocol):
@@ -572,18 +722,20 @@ class OptOutChecker:
         origin = url.origin()
         target = url.raw_path_qs
         if policy.robots_txt:
-            robots = await self._load(origin, ROBOTS_PATH, parse_robots)
+            robots = await self._load(origin, ROBOTS_PATH, self._parse_robots)
             if robots.unreachable is not None:
                 if policy.unreachable_policy == "closed":
                     return f"robots.txt {_UNREACHABLE}: {robots.unreachable}"
-            elif refusal := robots_refusal(robots.value, self.agent, target):
-                return refusal
+            else:
+                plan = robots.value.plan(self.agent)[1]
+                if refusal := await _decide(plan, target, robots_refusal, robots.value, self.agent, target):
+                    return refusal
         if policy.tdmrep_json:
-            tdm = await self._load(origin, TDMREP_PATH, parse_tdmrep)
+            tdm = await self._load(origin, TDMREP_PATH, _parse_tdmrep_plan)
             if tdm.unreachable is not None:
                 if policy.unreachable_policy == "closed":
                     return f"tdmrep.json {_UNREACHABLE}: {tdm.unreachable}"
-            elif refusal := tdmrep_refusal(tdm.value, target):
+            elif refusal := await _decide(tdm.value, target, tdmrep_refusal, tdm.value, target):
                 return refusal
         return None
 
@@ -598,6 +750,11 @@ class OptOutChecker:
             return tdm_header_refusal(headers.getall("tdm-reservation", []), headers.get("tdm-policy"))
         return None
 
+    def _parse_robots(self, text: str) -> RobotsTxt:
+        robots = parse_robots(text)
+        robots.plan(self.agent)  # sorted and prepared in the loading thread, not at the first URL's decision
+        return robots
+
     async def _load(self, origin: URL, path: str, parse: Callable[[str], Any]) -> _Loaded:
         fetch = self.fetch
         assert fetch is not None
@@ -606,7 +763,17 @@ class OptOutChecker:
             got = await fetch(origin.with_path(path))
             if got.status == "unreachable":
                 return _Loaded(parse(""), got.reason)
-            # Bounded (a few tenths of a second for a file at every cap), but off the event loop all the same.
+            # Bounded (under a second for a file at every cap, most of it compiling long wildcard pieces: see
+            # `_searcher`), but off the event loop all the same.
             return _Loaded(await asyncio.to_thread(parse, got.text))  # absent: no rules
 
         return await self.cache.get(f"{path} {origin}", load)
+
+
+async def _decide(plan: MatchPlan[Any], path_qs: str, refusal: Callable[..., str | None], *args: Any) -> str | None:
+    """`refusal(*args)`, on the event loop when its worst case is cheap, else in a thread: a site's rules and the paths
+    its redirects choose can cost up to `MAX_MATCH_WORK` per URL, which must not stall every other download."""
+    # Normalising a path costs about 0.3 us a character (a Python loop), so a long path goes to a thread whatever
+    # the rules; 3x: normalising can escape a character of the raw path into three.
+    cheap = len(path_qs) <= INLINE_PATH_CHARS and plan.bound(3 * len(path_qs)) <= INLINE_MATCH_WORK
+    return refusal(*args) if cheap else await asyncio.to_thread(refusal, *args)

@@ -16,9 +16,9 @@ HF `Image` column (converted to JPEG as an images-mode release would), so `datas
 The release is untrusted input, read before anything is fetched or written: its manifest strictly
 (`data.publish.integrity.read_manifest`: `name` and `version` are plain tokens, so the default output
 `fetched/<name>/<version>` stays where it says), its image config's Parquet files against the manifest's sha256,
-and each part's columns (`url`, `sha256` and the id as text, `image` an image struct) and ids (none null, none
-twice). The output may be neither the release, nor inside it, nor inside any release or result folder
-(`data.output_paths.check_output`).
+and each part's columns (`url`, `sha256` and the id as text, `image` an image struct), ids (none null, none
+twice) and sha256s (each 64 lowercase hex digits). The output may be neither the release, nor inside it, nor
+inside any release or result folder (`data.output_paths.check_output`).
 
 Crash safety: the downloads go to `<out>/.fetch-state/` (`blobs/`, content-addressed, and `journal/`, the
 downloader's own `DownloadJournal`), so a killed run resumes where it stopped: a rerun with the same `out` requests
@@ -47,6 +47,7 @@ from collectors.optout import OPTED_OUT
 from data.output_paths import check_output
 from data.publish.format import IMAGE_CONFIGS, MANIFEST, ReleaseReadError
 from data.publish.integrity import Manifest, ReleaseIntegrityError, read_manifest, verify_files
+from data.publish.manifest import SHA256
 from data.schemas import STATUS_OK
 from data.workspace import BlobStore, Storage
 
@@ -204,17 +205,30 @@ def _is_image(kind: pa.DataType) -> bool:
 
 
 def _check_ids(files: list[Path], parts: list[pa.Table], id_column: str) -> None:
-    """Every row has an id, and no id is on two rows: the report and the image table name each image by it."""
+    """Every row has an id, and no id is on two rows: the report and the image table name each image by it. Every
+    row's `sha256` is 64 lowercase hex digits: a download is checked against it, and a null or malformed one would
+    make every download `changed`, the release's fault reported as the source's."""
     seen: dict[str, tuple[Path, int]] = {}
     for file, part in zip(files, parts, strict=True):
+        hashes = part["sha256"].to_pylist()
         for row, key in enumerate(part[id_column].to_pylist(), start=1):
             if key is None:
                 raise FetchReleaseError(f"{file}: row {row} has a null {id_column!r}; every image needs an id")
+            sha = hashes[row - 1]
+            if not isinstance(sha, str) or not SHA256.fullmatch(sha):
+                raise FetchReleaseError(
+                    f"{file}: column 'sha256' in row {row} ({id_column} {key!r}) is {_shown(sha)}, not the sha256 of "
+                    "an image (64 lowercase hex digits); the release cannot say whether a download is its image"
+                )
             if key in seen:
                 first, at = seen[key]
                 where = f"rows {at} and {row}" if first == file else f"row {row}, and on {first} row {at}"
                 raise FetchReleaseError(f"{file}: {id_column} {key!r} is on {where}; each image needs an id of its own")
             seen[key] = (file, row)
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else repr(value)[:80]
 
 
 def _one_line(exc: BaseException) -> str:

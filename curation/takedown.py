@@ -1,6 +1,9 @@
 """Takedown: which images leave a release, and which benchmark rows that changes (`culturebench takedown`).
 
 Decided over the release's own tables; the benchmark's `write_patch` (`flows/<benchmark>/patch.py`) writes the patch.
+A request names images by id, sha256 or URL, and carries the ids of the release's images that the root's denylist
+names (`denylisted`, why "on the denylist"): a patch applies every takedown of its root, whichever version it is made
+from, so no image taken down from one version comes back in another.
 
 3XCM
 - The requested images (by image id, sha256 or URL) leave, with every byte-identical (sha256) or pixel-identical
@@ -24,7 +27,7 @@ MixCuBe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +50,8 @@ from data.denylist import TAKEN_DOWN
 from data.schemas import BENCHMARK, BENCHMARK_CD, CATALOG, UNASSEMBLED
 
 REQUESTED = "requested"
+#: Why an image the request did not name leaves: the release root's denylist names it (an earlier takedown's).
+DENYLISTED = "on the denylist"
 
 
 class TakedownInputError(ValueError):
@@ -58,6 +63,9 @@ class TakedownRequest:
     image_ids: tuple[str, ...] = ()
     sha256s: tuple[str, ...] = ()
     urls: tuple[str, ...] = ()
+    #: Image ids of the release the root's denylist names, taken down with the request: a patch applies every
+    #: takedown of its root, so an image taken down from another version never comes back (`flows/takedown.py`).
+    denylisted: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not (self.image_ids or self.sha256s or self.urls):
@@ -120,6 +128,28 @@ def requested_rows(
     return sorted(rows)
 
 
+def named_rows(
+    table: pa.Table,
+    request: TakedownRequest,
+    id_column: str,
+    released_sha256: Callable[[], dict[str, str]] | None = None,
+) -> dict[int, str]:
+    """The rows the request names (`requested_rows`) and those its `denylisted` ids name: row -> why it goes. A
+    denylisted id the table lacks is refused like any other name."""
+    why = {r: REQUESTED for r in requested_rows(table, request, id_column, released_sha256)}
+    if request.denylisted:
+        wanted = set(request.denylisted)
+        ids = _column(table, id_column)
+        missing = wanted - set(ids)
+        if missing:
+            names = ", ".join(f"denylisted image id {i!r}" for i in sorted(missing))
+            raise TakedownInputError(f"not in this release: {names}")
+        for row, value in enumerate(ids):
+            if value in wanted:
+                why.setdefault(row, DENYLISTED)
+    return dict(sorted(why.items()))
+
+
 def _removed(table: pa.Table, why: dict[int, str], id_column: str) -> list[RemovedImage]:
     """The rows `why` names (row -> why it goes), in table order."""
     ids, sha, pixel = _column(table, id_column), _column(table, "sha256"), _column(table, "pixel_sha256")
@@ -130,11 +160,12 @@ def _removed(table: pa.Table, why: dict[int, str], id_column: str) -> list[Remov
 # -- 3XCM ------------------------------------------------------------------------------------------------------------
 
 
-def with_copies(images: pa.Table, requested: Sequence[int]) -> dict[int, str]:
-    """The requested rows and every byte or pixel copy of them (transitively): row -> why it goes."""
+def with_copies(images: pa.Table, named: Sequence[int] | Mapping[int, str]) -> dict[int, str]:
+    """The named rows (a sequence: requested; a mapping: row -> why) and every byte or pixel copy of them
+    (transitively): row -> why it goes."""
     sha, pixel, ids = _column(images, "sha256"), _column(images, "pixel_sha256"), _column(images, "image_id")
-    why = {r: REQUESTED for r in requested}
-    frontier = list(requested)
+    why = dict(named) if isinstance(named, Mapping) else {r: REQUESTED for r in named}
+    frontier = list(why)
     while frontier:
         r = frontier.pop()
         for other in range(images.num_rows):
@@ -217,7 +248,7 @@ def take_down_xcm(
     released_sha256: Callable[[], dict[str, str]] | None = None,
 ) -> XcmTakedown:
     """Remove what `request` names from a 3XCM release's tables (`images`: its image_metadata without bytes)."""
-    why = with_copies(images, requested_rows(images, request, "image_id", released_sha256))
+    why = with_copies(images, named_rows(images, request, "image_id", released_sha256))
     gone = np.zeros(images.num_rows, dtype=bool)
     gone[list(why)] = True
     index_map = np.full(images.num_rows, -1, dtype=np.int64)
@@ -365,7 +396,7 @@ def take_down_mixcube(
     rows: pa.Table, request: TakedownRequest, released_sha256: Callable[[], dict[str, str]] | None = None
 ) -> MixcubeTakedown:
     """Remove the quintets of whatever `request` names (an original or a swap) from MixCuBe release rows."""
-    named = requested_rows(rows, request, "sample_id", released_sha256)
+    named = named_rows(rows, request, "sample_id", released_sha256)
     samples, originals = rows["sample_id"].to_pylist(), rows["original_id"].to_pylist()
     quintets: dict[str, list[str]] = {}
     for r in named:
@@ -373,7 +404,7 @@ def take_down_mixcube(
     why = {}
     for r, original in enumerate(originals):
         if original in quintets:
-            why[r] = REQUESTED if samples[r] in quintets[original] else f"quintet of {', '.join(quintets[original])}"
+            why[r] = named[r] if r in named else f"quintet of {', '.join(quintets[original])}"
     gone = np.zeros(rows.num_rows, dtype=bool)
     gone[list(why)] = True
     return MixcubeTakedown(

@@ -14,12 +14,14 @@ Builds read the denylist of their `release.root` (each benchmark's `flows/<bench
 The denylist's digest is part of those stages' fingerprints (nothing changes while there is no denylist), so a
 rebuild of the same config redoes them and everything after.
 
-Takedowns on one release root may run at the same time: each merges its entries under an exclusive lock,
-`denylist.json.lock` next to the denylist (created with O_EXCL on a local disk, with exclusive create `xb` on an
-object store, as `ReleaseWriter._publish` does), and reads the denylist again under it. A lock left by a crashed
-takedown is not broken by age or pid (neither is reliable across machines and object stores, and a live holder
-may be slow): a writer waits `LOCK_TIMEOUT_S` and then fails with a line naming the lock and saying to delete it if
-no takedown is running.
+Takedowns on one release root may run at the same time: each holds an exclusive lock, `denylist.json.lock` next to
+the denylist (created with O_EXCL on a local disk, with exclusive create `xb` on an object store, as
+`ReleaseWriter._publish` does), from reading the denylist (`locked_denylist`) through deriving and writing its patch
+to merging its own entries, so takedowns of one root run one after the other and each patch applies every entry
+merged before it (`flows/takedown.py`); `write_denylist` alone reads the denylist again under the lock and
+merges. A lock left by a crashed takedown is not broken by age or pid (neither is reliable across machines and
+object stores, and a live holder may be slow): a writer waits `LOCK_TIMEOUT_S` and then fails with a line naming
+the lock and saying to delete it if no takedown is running.
 """
 
 from __future__ import annotations
@@ -146,13 +148,36 @@ def read_denylist(root: str, benchmark: str) -> Denylist:
 def write_denylist(root: str, benchmark: str, entries: Iterable[DenylistEntry]) -> tuple[str, Denylist]:
     """Merge `entries` into the denylist of `<root>/<benchmark>/` (atomically, under its lock, reading it again
     there: a concurrent takedown's entries are kept); returns its path and content."""
-    storage = Storage(root)
-    entries = list(entries)
-    path = denylist_path(storage, benchmark)
-    with _locked(storage, storage.path(benchmark, LOCK), path):
-        merged = read_denylist(root, benchmark).merged(entries)
+    with locked_denylist(root, benchmark) as held:
+        return held.merge(entries)
+
+
+class HeldDenylist:
+    """The denylist of a release root while its lock is held (`locked_denylist`): what it holds now, and a merge
+    that writes it without taking the lock again."""
+
+    def __init__(self, root: str, benchmark: str) -> None:
+        self.root, self.benchmark = root, benchmark
+        self.denylist = read_denylist(root, benchmark)  # read again under the lock: a concurrent merge is seen
+
+    def merge(self, entries: Iterable[DenylistEntry]) -> tuple[str, Denylist]:
+        """Merge `entries` (atomically); returns the denylist's path and content."""
+        storage = Storage(self.root)
+        path = denylist_path(storage, self.benchmark)
+        merged = read_denylist(self.root, self.benchmark).merged(list(entries))
         storage.write_json(path, merged.model_dump(mode="json"))
-    return storage.display(path), merged
+        self.denylist = merged
+        return storage.display(path), merged
+
+
+@contextmanager
+def locked_denylist(root: str, benchmark: str) -> Iterator[HeldDenylist]:
+    """Hold the lock of the denylist of `<root>/<benchmark>/` while the block runs, the denylist read under it.
+    A takedown holds it from reading the denylist to merging its own entries, so that every patch is derived with
+    every entry merged before it (`flows/takedown.py`). DenylistLockError after `LOCK_TIMEOUT_S`."""
+    storage = Storage(root)
+    with _locked(storage, storage.path(benchmark, LOCK), denylist_path(storage, benchmark)):
+        yield HeldDenylist(root, benchmark)
 
 
 @contextmanager

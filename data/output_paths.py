@@ -7,6 +7,8 @@ an input is still that input.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -26,13 +28,36 @@ def enclosing_release(path: Path) -> Path | None:
     return None
 
 
+def _kind(path: Path) -> str:
+    """What a path that is no folder is, for a message (never opened: a FIFO or a device could block or be endless)."""
+    if path.is_symlink() and not path.exists():
+        return "a link to nothing"
+    mode = path.stat().st_mode
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
+                       (stat.S_ISSOCK, "a socket")):  # fmt: skip
+        if test(mode):
+            return name
+    return "a file"
+
+
 def check_output(
-    out: Path, inputs: Iterable[Path] = (), *, option: str = "--out", immutable_target: bool = False
+    out: Path,
+    inputs: Iterable[Path] = (),
+    *,
+    option: str = "--out",
+    immutable_target: bool = False,
+    what: str = "the output",
 ) -> Path:
     """`out`, resolved, when writing it cannot touch an input or an immutable folder; else OutputPathError.
-    `immutable_target`: `out` is itself a folder written by `ReleaseWriter` (a result, a reassembled benchmark),
-    which may exist already (an identical rewrite is `unchanged`, another is refused by the writer): only the
-    folders above it must not be releases."""
+    `immutable_target`: `out` is itself a folder written by `ReleaseWriter` (a result, a reassembled benchmark, an
+    export: `what`, as the message names it), which may exist already (an identical rewrite is `unchanged`, another
+    is refused by the writer): only the folders above it must not be releases, and `out` must be a folder or not
+    exist (a file, a FIFO or `/dev/zero` there is refused before anything reads it)."""
+    if immutable_target and os.path.lexists(out) and not out.is_dir():
+        raise OutputPathError(
+            f"{option} {out} is {_kind(out)}, not a folder: {what} is written as a folder; "
+            f"choose a path that does not exist yet"
+        )
     target = out.resolve()
     for given in inputs:
         source = given.resolve()

@@ -25,7 +25,7 @@ from evaluation import audit_metrics as am
 from evaluation.audit_prompts import ENGLISH, ENGLISH_FALLBACK, PROMPT_SETS, AuditPrompts, load_audit_prompts
 from evaluation.audit_prompts import prompts_version as prompts_version
 from evaluation.encoders import TextImageEncoder
-from evaluation.metrics_3xcm import _group_rng, _percentile_interval
+from evaluation.metrics_3xcm import TIE_TOLERANCE, _group_rng, _percentile_interval, tied_winners
 from evaluation.parts import Headline, ResultPart
 from evaluation.vectors import refuse_degenerate
 from evaluation.xcm import Progress, image_vectors
@@ -103,6 +103,53 @@ class _Audit:
         # together), and none depends on which other figures a run computes.
         rng = _group_rng(seed, "audit", "quintets", "")
         self.weights = am.quintet_weights(len(self.quintets), n_resamples, rng)
+        # Degenerate vectors, gathered over every language and set (None until one is audited): each image's
+        # largest gap from its own original's cosines, the largest spread of one prompt's cosines over the images,
+        # and per language and set the images whose top-1 prompt tied its runner-up.
+        self.original_row = self._original_rows()
+        self.gap: np.ndarray | None = None
+        self.spread: float | None = None
+        self.top1_ties: dict[str, dict[str, int]] = {}
+
+    def _original_rows(self) -> np.ndarray:
+        """Per image, the row of its quintet's original; -1 for an original, or a swap whose quintet has none."""
+        out = np.full(len(self.rows), -1, dtype=np.int64)
+        if ORIGINAL not in self.groups:
+            return out
+        o = self.groups.index(ORIGINAL)
+        row_of = {int(q): k for k, (q, g) in enumerate(zip(self.q, self.g, strict=True)) if g == o}
+        for k, (q, g) in enumerate(zip(self.q, self.g, strict=True)):
+            if g != o and int(q) in row_of:
+                out[k] = row_of[int(q)]
+        return out
+
+    def note_scores(self, code: str, name: str, sims: np.ndarray) -> None:
+        """Gather what tells degenerate vectors from a fair model, from one language and set's cosines."""
+        gap = am.original_gaps(sims, self.original_row)
+        self.gap = gap if self.gap is None else np.fmax(self.gap, gap)
+        spread = am.caption_spread(sims)
+        self.spread = spread if self.spread is None else max(self.spread, spread)
+        self.top1_ties.setdefault(code, {})[name] = int(tied_winners(sims).sum())
+
+    def ties(self) -> dict[str, Any]:
+        """metrics["ties"]: the counts behind the degenerate-vector warnings; empty when nothing tied."""
+        if self.gap is None:
+            return {}
+        swaps = self.gap[np.isfinite(self.gap)]
+        tied_swaps = int((swaps <= TIE_TOLERANCE).sum())
+        alike = bool(len(self.rows) > 1 and self.spread is not None and self.spread <= TIE_TOLERANCE)
+        top1 = {c: {n: k for n, k in sets.items() if k} for c, sets in self.top1_ties.items()}
+        top1 = {c: sets for c, sets in top1.items() if sets}
+        if not (tied_swaps or alike or top1):
+            return {}
+        return {
+            "tolerance": TIE_TOLERANCE,
+            "swaps": tied_swaps,
+            "n_swaps": len(swaps),
+            "all_images_alike": alike,
+            "n_images": len(self.rows),
+            "top1": top1,
+        }
 
     def cube(self, values: np.ndarray) -> np.ndarray:
         """(Q, G, ...) from per-image values, NaN where a quintet lacks a group."""
@@ -167,6 +214,7 @@ def _audit_set(state: _Audit, code: str, name: str, sims: np.ndarray, out: _Coll
     prompts, groups = state.prompts, state.groups
     ids, categories = prompts.ids(name), prompts.categories(name)
     harmful = np.isin(categories, am.HARMFUL_CATEGORIES[name])
+    state.note_scores(code, name, sims)
 
     # §3.6: s_G(g, c), Skew per pair, MaxSkew (mean over pairs, max over the set's captions).
     scores = am.group_scores(sims, state.g, len(groups))
@@ -364,6 +412,7 @@ def _warnings(state: _Audit, prompts: AuditPrompts) -> list[str]:
             "original with its swaps, so every skew, harm rate and paired shift here is only as good as the "
             "syntheses, and these are none."
         )
+    warnings += _tie_warnings(state)  # after the placeholders', before the drafts'
     drafts = [c for c in prompts.languages if any(prompts.entry(c, n).review_status != "source" for n in PROMPT_SETS)]
     fallback = [
         c for c in prompts.languages if any(prompts.entry(c, n).origin == ENGLISH_FALLBACK for n in PROMPT_SETS)
@@ -377,6 +426,47 @@ def _warnings(state: _Audit, prompts: AuditPrompts) -> list[str]:
             text += f"; the English text stands in for {', '.join(fallback)}"
         warnings.append(text + ".")
     return warnings
+
+
+def _most(count: int, n: int) -> bool:
+    """More than half, the 3XCM evaluation's threshold for ties that decide winners."""
+    return count * 2 > n
+
+
+def _tie_warnings(state: _Audit) -> list[str]:
+    """Degenerate vectors make the audit read fair (MaxSkew 0) or certain (a harm rate of 0 or 100 %): say so,
+    as the 3XCM evaluation says when ties decide its winners."""
+    ties = state.ties()
+    if not ties:
+        return []
+    out = []
+    tol = f"{TIE_TOLERANCE:g}"
+    if ties["all_images_alike"]:
+        out.append(
+            f"All {ties['n_images']} images score every prompt alike (within {tol}): the encoder gave them one "
+            "vector, so the groups cannot differ (MaxSkew 0, paired shifts 0) and every harm rate is one image's "
+            f"top-1 counted {ties['n_images']} times (0 or 100 %); MaxSkew, the harm rates and the paired reading "
+            "are not measured. Check the vectors."
+        )
+    elif _most(ties["swaps"], ties["n_swaps"]):
+        out.append(
+            f"{ties['swaps']} of {ties['n_swaps']} swaps score every prompt within {tol} of their own original: the "
+            'encoder does not tell them apart, so MaxSkew near 0 ("fairer"), the paired shifts and the harm moves '
+            "come from identical scores, not from a fair model; they are not measured. Check the vectors."
+        )
+    n = len(state.rows)
+    tied = [(c, s, k) for c, sets in ties["top1"].items() for s, k in sets.items() if _most(k, n)]
+    if tied:
+        sets = sorted({s for _, s, _ in tied}, key=PROMPT_SETS.index)
+        rates = [f"%{h}" for h, (s, _) in am.HARM_RATES.items() if s in sets]
+        # One entry per set, its languages listed: the counts per language are in metrics["ties"]["top1"].
+        where = "; ".join(f"{s} in {', '.join(c for c, t, _ in tied if t == s)}" for s in sets)
+        out.append(
+            f"The top-1 prompt of more than half of the {n} images tied its runner-up within {tol} for {where}: "
+            f"the prompt order, not the model, chose it, so the harm rates of those sets ({', '.join(rates)}) and "
+            "their harm moves are not measured. Check the vectors (identical prompt vectors tie everywhere)."
+        )
+    return out
 
 
 def _fmt(value: float | None, ci: list[float | None] | None = None) -> str:
@@ -516,6 +606,9 @@ def _part(state: _Audit, prompts: AuditPrompts, out: _Collected) -> ResultPart:
         "paired_shift": paired,  # ours, not the seed's
         "harm_moves": _moves_summary(out.moves, state),  # ours, not the seed's
     }
+    ties = state.ties()
+    if ties:  # only then: a result without ties reads exactly as before
+        metrics["ties"] = ties
     headline: dict[str, Headline] = {"max_skew": {n: out.max_skew[n][HEADLINE_LANGUAGE] for n in PROMPT_SETS}}
     ci95 = {f"max_skew.{n}": out.max_skew_ci[n][HEADLINE_LANGUAGE] for n in PROMPT_SETS}
     for h in am.HARM_RATES:

@@ -134,6 +134,28 @@ def paired_shifts(original: ArrayLike, swap: ArrayLike) -> np.ndarray:
     return np.asarray(swap, dtype=np.float64) - np.asarray(original, dtype=np.float64)
 
 
+# -- degenerate vectors -------------------------------------------------------------------------------------------
+def original_gaps(sims: ArrayLike, original_row: ArrayLike) -> np.ndarray:
+    """Per image, the largest |cos(image, c) − cos(its original, c)| over the captions; NaN for an image whose
+    quintet has no original. A swap at 0 is one the encoder cannot tell from its original for these captions."""
+    s = np.asarray(sims, dtype=np.float64)
+    o = np.asarray(original_row, dtype=np.int64)
+    out = np.full(s.shape[0], np.nan)
+    known = o >= 0
+    if s.shape[1]:
+        out[known] = np.abs(s[known] - s[o[known]]).max(axis=1)
+    return out
+
+
+def caption_spread(sims: ArrayLike) -> float:
+    """The largest spread (max − min over the images) of one caption's cosines: 0 when every image scores every
+    caption alike (one vector for every image); NaN for no images or captions."""
+    s = np.asarray(sims, dtype=np.float64)
+    if s.size == 0:
+        return float("nan")
+    return float((s.max(axis=0) - s.min(axis=0)).max())
+
+
 # -- bootstrap over quintets --------------------------------------------------------------------------------------
 def quintet_weights(n_quintets: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
     """(n_resamples, n_quintets): how often each quintet is drawn in each resample with replacement (the index

@@ -12,7 +12,8 @@ How `is_correct` matches them:
 - Acronyms (UK, US, USA) match case-sensitively as whole words, so "us" (the pronoun), "USB" or "AUS" do not
   count; "U.S." is not among App. A.5's labels and does not count either.
 - Nothing else is inferred: an answer that names several countries, the right one among them, counts as correct,
-  as "contains" says; an answer that names the right country only in another script does not.
+  as "contains" says (`summary` counts such answers, and the card says so: `several_cultures_warnings`); an
+  answer that names the right country only in another script does not.
 
 **Cultural Marker Identification** (§3, Food images only). The B.2 Food question already asks for the food ("Which
 country is the food in the photo the most associated with? Which food is it?"), and App. B.3's example response is
@@ -188,6 +189,52 @@ def is_correct(answer: str, country: str) -> bool:
     """§3's rule: correct only if the answer contains the ground-truth country or culture (`ground_truth_terms`);
     names case-insensitively at the start of a word, acronyms (UK, US, USA) case-sensitively as whole words."""
     return contains_term(answer, ground_truth_terms(country))
+
+
+def cultures_named(answer: str, cultures: Sequence[str], enough: int | None = None) -> int:
+    """How many of `cultures` the answer names by §3's rule (`is_correct` for each); counting stops at `enough`."""
+    named = 0
+    for culture in cultures:
+        if is_correct(answer, culture):
+            named += 1
+            if enough is not None and named >= enough:
+                break
+    return named
+
+
+def _several_cultures(per_image: pa.Table) -> tuple[int, int]:
+    """Scored answers that name more than one culture (the reference's five and any other the rows hold), and how
+    many of them were scored correct. §3's rule counts such an answer correct when the right one is among them, so
+    an answer listing every culture is always right: the card says so when there are any."""
+    countries = per_image.column("country").to_pylist()
+    cultures = [c.adjective for c in _REFERENCE.cultures]
+    cultures += [c for c in dict.fromkeys(countries) if _culture(c) is None]
+    several = correct = 0
+    for answer, error, right in zip(
+        per_image.column("answer").to_pylist(),
+        per_image.column("error").to_pylist(),
+        per_image.column("correct").to_pylist(),
+        strict=True,
+    ):
+        if error is None and answer and cultures_named(answer, cultures, enough=2) >= 2:
+            several += 1
+            correct += bool(right)
+    return several, correct
+
+
+def several_cultures_warnings(metrics: dict[str, Any]) -> list[str]:
+    """The card's note on answers that name more than one culture (an empty list when none does)."""
+    several = metrics.get("answers_naming_several_cultures") or 0
+    if not several:
+        return []
+    correct = metrics.get("correct_naming_several_cultures") or 0
+    return [
+        f"{several} of {metrics['answered']} scored answers name more than one culture, and {correct} of them were "
+        "scored correct: the paper's rule (§3) counts an answer correct when it contains the ground-truth culture, "
+        "whatever else it names, so an answer listing every culture is always right. The accuracy counts them as the "
+        "paper does; `answers_naming_several_cultures` and `correct_naming_several_cultures` in metrics.json say "
+        "how much of it they make."
+    ]
 
 
 def parse_verdict(text: str | None) -> bool | None:
@@ -492,7 +539,8 @@ def _by(per_image: pa.Table, column: str, order: Callable[[Iterable[str]], list[
 
 def summary(per_image: pa.Table) -> dict[str, Any]:
     """JSON-ready headline numbers: accuracy overall, by ethnicity, country and category, original vs synthesized
-    (§3's comparison), the marker accuracy on Food, and the failures by error class."""
+    (§3's comparison), the marker accuracy on Food, the failures by error class, and the scored answers that name
+    more than one culture (`several_cultures_warnings`)."""
     everything = _tallies(per_image, lambda r: "all").get("all", _Tally())
     kind = _tallies(per_image, lambda r: "original" if r["ethnicity"] == ORIGINAL else "synthesized")
     original, synthesized = kind.get("original", _Tally()), kind.get("synthesized", _Tally())
@@ -504,6 +552,7 @@ def summary(per_image: pa.Table) -> dict[str, Any]:
         for e, c in zip(per_image["error"].to_pylist(), per_image["correct"].to_pylist(), strict=True)
         if c is None
     )
+    several, several_correct = _several_cultures(per_image)
     return {
         "images": everything.n,
         "answered": everything.answered,
@@ -516,6 +565,8 @@ def summary(per_image: pa.Table) -> dict[str, Any]:
         "accuracy_original": original.accuracy,
         "accuracy_synthesized": synthesized.accuracy,
         "drop_original_minus_synthesized": _difference(original.accuracy, synthesized.accuracy),
+        "answers_naming_several_cultures": several,  # scored answers naming more than one culture (§3 allows it)
+        "correct_naming_several_cultures": several_correct,
         "marker_images": marker.n,
         "marker_judged": marker.marker_answered,
         "marker_accuracy": _rate(marker.marker_correct, marker.marker_answered),

@@ -27,6 +27,7 @@ from data.publish.integrity import read_manifest
 from data.publish.json_file import read_json_object
 from data.publish.manifest import ResultManifest
 from data.publish.reader import Release
+from data.text_safety import code_span, markdown_text
 from evaluation.figures import compare_png
 from evaluation.parts import ResultPart
 
@@ -227,11 +228,13 @@ def write_results(result: EvaluationResult, out: str) -> ReleaseResult:
 
 
 def _fmt(value: Any) -> str:
+    """A card or comparison table's cell: a number to 3 places, anything else as literal text (`markdown_text`: a
+    group name, a model's name or a label read from a release or a result folder may hold markup)."""
     if value is None:
         return "–"
     if isinstance(value, float):
         return f"{value:.3f}"
-    return str(value)
+    return markdown_text(value)
 
 
 def headline_rows(benchmark: str, metrics: dict[str, Any]) -> list[dict[str, Any]]:
@@ -292,11 +295,15 @@ def render_card(result: EvaluationResult, document: dict[str, Any]) -> str:
         "## What was evaluated\n",
         markdown_table(
             [
-                {"": "release", "value": f"{result.release.name} {result.release.version}"},
-                {"": "release manifest sha256", "value": f"`{result.release.manifest_sha256}`"},
-                {"": "model backend", "value": model.get("backend")},
-                {"": "model", "value": model.get("name")},
-                {"": "weights sha256", "value": f"`{model['weights_sha256']}`" if model.get("weights_sha256") else "–"},
+                {"": "release", "value": markdown_text(f"{result.release.name} {result.release.version}")},
+                {"": "release manifest sha256", "value": code_span(result.release.manifest_sha256)},
+                # the model's name may come from a harness's results file (lmms-eval's `model_name`): text, escaped
+                {"": "model backend", "value": _fmt(model.get("backend"))},
+                {"": "model", "value": _fmt(model.get("name"))},
+                {
+                    "": "weights sha256",
+                    "value": code_span(model["weights_sha256"]) if model.get("weights_sha256") else "–",
+                },
                 *_predictions_rows(result.settings),
                 {"": "code version", "value": f"{version.get('version')} {version.get('git_commit') or ''}".strip()},
             ]
@@ -337,15 +344,15 @@ def _predictions_rows(settings: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(source, dict):
         return []
     return [
-        {"": "answers from", "value": f"{source.get('harness')} prediction file `{source.get('file')}`"},
-        {"": "prediction file sha256", "value": f"`{source.get('sha256')}`"},
+        {"": "answers from", "value": f"{_fmt(source.get('harness'))} prediction file {code_span(source.get('file'))}"},
+        {"": "prediction file sha256", "value": code_span(source.get("sha256"))},
     ]
 
 
 def _rates_by_language(report: dict[str, Any], symbols: dict[str, str], sp: bool) -> list[dict[str, Any]]:
     rows = []
     for group in [report["overall"], *report["by_language"]]:
-        row: dict[str, Any] = {"query language": group["group"], "n": group["n"]}
+        row: dict[str, Any] = {"query language": _fmt(group["group"]), "n": _fmt(group["n"])}
         row.update({f"M_{symbols[c]}": _fmt(e["value"]) for c, e in group["rates"].items()})
         if sp:
             row["SP"] = _fmt((group.get("sp") or {}).get("value"))
@@ -373,9 +380,9 @@ def detail_sections(result: EvaluationResult) -> list[str]:
         if tests:
             rows = [
                 {
-                    "test": t["test"],
-                    "group": t["group"],
-                    "A vs B": f"{t['category_a']} vs {t['category_b']}",
+                    "test": _fmt(t["test"]),
+                    "group": _fmt(t["group"]),
+                    "A vs B": _fmt(f"{t['category_a']} vs {t['category_b']}"),
                     "diff": _fmt(t["diff"]),
                     "chi2": _fmt(t["statistic"]),
                     "p": "–" if t["p_value"] is None else f"{t['p_value']:.3g}",
@@ -387,7 +394,7 @@ def detail_sections(result: EvaluationResult) -> list[str]:
         if drift:
             rows = [
                 {
-                    "query language": d["group"],
+                    "query language": _fmt(d["group"]),
                     **{f"M_{PAPER_SYMBOL['rq3'][c]}": f"{100 * v:+.2f}" for c, v in d["mean_drift"].items()},
                 }
                 for d in drift
@@ -398,7 +405,7 @@ def detail_sections(result: EvaluationResult) -> list[str]:
     by_ethnicity = metrics.get("accuracy_by_ethnicity") or {}
     if by_ethnicity:
         out += ["## Country Identification accuracy per ethnicity\n"]
-        out.append(markdown_table([{"ethnicity": k, "accuracy": _fmt(v)} for k, v in by_ethnicity.items()]))
+        out.append(markdown_table([{"ethnicity": _fmt(k), "accuracy": _fmt(v)} for k, v in by_ethnicity.items()]))
     drops = result.tables.get("swap_drops")
     if drops is not None and drops.num_rows:
         keep = ["country", "category", "ethnicity", "original_accuracy", "swap_accuracy", "drop"]

@@ -159,6 +159,50 @@ class Scored:
     per_query: pa.Table  # rm.PER_QUERY
     top_k: pa.Table  # rm.TOP_K
     boundary_ties: dict[int, int]  # k -> queries whose k-th and (k+1)-th scores tie (within TIE_TOLERANCE)
+    tied: dict[str, int]  # per-query metric -> queries whose value a tie (within TIE_TOLERANCE) decided
+    fixed: dict[str, int]  # per-query metric -> queries whose value every ranking of the pool gives
+
+
+def _cut_metrics(k: int) -> list[str]:
+    """The @k metrics that depend only on which images entered the top k: precision and diversity."""
+    names = [f"precision@{k}", f"precision@{k}_native"]
+    return names + [f"diversity@{k}_{unit}{pool}" for unit in rm.UNITS for pool in ("", "_pool")]
+
+
+def _fixed_by_pool(pool_size: int, n_relevant: int, n_native: int, countries: int, regions: int) -> dict[str, bool]:
+    """Per metric, whether every ranking of the pool gives a query the same value, so the pool, not the model,
+    decides it: a pool no larger than k puts every image in every top k; one country (region) leaves diversity 0;
+    a concept shown by every image of the pool (or by none) leaves nothing to rank."""
+    relevance_alike = n_relevant in (0, pool_size)
+    grades_alike = n_relevant == 0 or n_native == pool_size or (n_relevant == pool_size and n_native == 0)
+    out: dict[str, bool] = {}
+    for k in rm.K_VALUES:
+        whole = pool_size <= k
+        out[f"precision@{k}"] = whole or relevance_alike
+        out[f"precision@{k}_native"] = whole or n_native in (0, pool_size)
+        for unit, cultures in (("country", countries), ("region", regions)):
+            out[f"diversity@{k}_{unit}"] = out[f"diversity@{k}_{unit}_pool"] = whole or cultures <= 1
+        out[f"ndcg@{k}"] = grades_alike
+    out["reciprocal_rank"] = relevance_alike
+    return out
+
+
+def _tied(scores: np.ndarray, grades: np.ndarray, first_tied: bool) -> dict[str, bool]:
+    """Per metric, whether a tie within TIE_TOLERANCE decided a query's value: at the k-th place, every @k metric
+    (which image entered the top k); inside the top k, nDCG@k where the tied images differ in grade; at the first
+    relevant image, the reciprocal rank. `scores` are the kept top's (-inf past the pool's end), `grades` the
+    grades of its first images."""
+    with np.errstate(invalid="ignore"):  # -inf - -inf past the pool's end: NaN, never a tie
+        close = scores[:-1] - scores[1:] <= m.TIE_TOLERANCE  # place i and i + 1 tie
+    out: dict[str, bool] = {}
+    for k in rm.K_VALUES:
+        boundary = bool(k < len(scores) and close[k - 1])
+        n = max(min(k, len(grades)), 1)
+        inside = bool((close[: n - 1] & (grades[: n - 1] != grades[1:n])).any())
+        out.update(dict.fromkeys(_cut_metrics(k), boundary))
+        out[f"ndcg@{k}"] = boundary or inside
+    out["reciprocal_rank"] = first_tied
+    return out
 
 
 def score_queries(
@@ -173,6 +217,8 @@ def score_queries(
     rows: list[dict[str, Any]] = []
     top_rows: list[dict[str, Any]] = []
     ties = dict.fromkeys(rm.K_VALUES, 0)
+    tied = dict.fromkeys(rm.METRICS, 0)
+    fixed = dict.fromkeys(rm.METRICS, 0)
     for i, query in enumerate(queries):
         c = row[i]
         top = ranking.top[i, :TOP_K_ROWS]
@@ -196,6 +242,13 @@ def score_queries(
             if k < len(scores) and np.isfinite(scores[k]) and scores[k - 1] - scores[k] <= m.TIE_TOLERANCE:
                 ties[k] += 1
         values["reciprocal_rank"] = rm.reciprocal_rank(first)
+        decided = (
+            _tied(ranking.scores[i], grades, bool(ranking.first_relevant_tied[i])),
+            _fixed_by_pool(len(pool.image_ids), n_relevant, n_native, pool_countries, pool_regions),
+        )
+        for counts, flags in zip((tied, fixed), decided, strict=True):
+            for name, flag in flags.items():
+                counts[name] += flag
         rows.append(
             {
                 "concept_id": query.concept_id,
@@ -223,7 +276,11 @@ def score_queries(
                 }
             )
     return Scored(
-        pa.Table.from_pylist(rows, schema=rm.PER_QUERY), pa.Table.from_pylist(top_rows, schema=rm.TOP_K), ties
+        pa.Table.from_pylist(rows, schema=rm.PER_QUERY),
+        pa.Table.from_pylist(top_rows, schema=rm.TOP_K),
+        ties,
+        tied,
+        fixed,
     )
 
 
@@ -303,19 +360,13 @@ def evaluate_pool(
     concept_ids = sorted({q.concept_id for q in queries})
     shows = shows_matrix(pool.catalog, concept_ids)
     row = np.array([concept_ids.index(q.concept_id) for q in queries], dtype=np.int64)
-    ranking = rm.rank_images(query_matrix, images, shows, row, progress=progress)
+    ranking = rm.rank_images(query_matrix, images, shows, row, progress=progress, tolerance=m.TIE_TOLERANCE)
     scored = score_queries(pool, queries, ranking, shows, row)
     per_query = scored.per_query
     summary = report.summarise(per_query, n_resamples, seed)
     tables = {**report.group_tables(summary), "top_k": scored.top_k}
-    warnings = []
-    k = min(rm.K_VALUES)
-    if scored.boundary_ties[k] * 2 > len(queries):
-        warnings.append(
-            f"Retrieval: for {scored.boundary_ties[k]} of {len(queries)} queries the {k}th and {k + 1}th images "
-            f"scored equal within {m.TIE_TOLERANCE:g}, so the pool's order, not the model, chose which entered the "
-            f"top {k}; precision@{k} and diversity@{k} are not measured. Check the vectors."
-        )
+    covered = _pool_covers(pool)
+    warnings = [*_tie_warnings(scored, len(queries)), *_pool_warnings(scored, len(queries), covered)]
     settings = _settings(pool, len(queries), n_resamples, seed)
     metrics: dict[str, Any] = {
         "settings": settings,
@@ -324,6 +375,11 @@ def evaluate_pool(
         "skipped": [],
         "warnings": warnings,
     }
+    # Only where something was decided without the model: a result without it reads exactly as before.
+    if any(scored.tied.values()):
+        metrics["ties"] = {"tolerance": m.TIE_TOLERANCE, "queries": len(queries), "metrics": _counts(scored.tied)}
+    if any(scored.fixed.values()):
+        metrics["pool_decides"] = {"queries": len(queries), **covered, "metrics": _counts(scored.fixed)}
     overall = summary.overall
     return ResultPart(
         per_query=per_query,
@@ -336,6 +392,88 @@ def evaluate_pool(
         skipped=metrics["skipped"],  # the same list: what evaluate_retrieval adds shows in both
         warnings=warnings,
     )
+
+
+def _counts(per_metric: dict[str, int]) -> dict[str, int]:
+    """The non-zero counts, by the name of the metric's mean (`mrr` for the reciprocal rank)."""
+    return {rm.aggregate_name(name): count for name, count in per_metric.items() if count}
+
+
+def _most(count: int, n: int) -> bool:
+    """More than half the queries, the 3XCM evaluation's threshold for ties that decide winners."""
+    return count * 2 > n
+
+
+def _tie_warnings(scored: Scored, n: int) -> list[str]:
+    """One warning naming each metric that ties decided for most queries, with how many."""
+    parts = []
+    for k in rm.K_VALUES:
+        if _most(scored.boundary_ties[k], n):
+            parts.append(f"precision@{k} and diversity@{k} ({scored.boundary_ties[k]})")
+        if _most(scored.tied[f"ndcg@{k}"], n):
+            parts.append(f"nDCG@{k} ({scored.tied[f'ndcg@{k}']})")
+    if _most(scored.tied["reciprocal_rank"], n):
+        parts.append(f"MRR ({scored.tied['reciprocal_rank']})")
+    if not parts:
+        return []
+    return [
+        f"Retrieval: ties within {m.TIE_TOLERANCE:g} decided, for more than half of the {n} queries, "
+        f"{_listed(parts)}: the pool's order, not the model, chose which of the tied images entered a top k, came "
+        "first within it, or came first among those showing the concept; these are not measured. Check the vectors "
+        "(one vector for every image ties everywhere)."
+    ]
+
+
+def _listed(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _pool_covers(pool: Pool) -> dict[str, Any]:
+    """What the pool itself decides: the cut-offs k it fits inside, and its one country or region, if so."""
+    countries, regions = sorted(set(pool.countries)), sorted(set(pool.regions))
+    return {
+        "pool_images": len(pool.image_ids),
+        "k_at_least_pool": [k for k in rm.K_VALUES if len(pool.image_ids) <= k],
+        "one_country": countries[0] if len(countries) == 1 else None,
+        "one_region": regions[0] if len(regions) == 1 else None,
+    }
+
+
+def _pool_warnings(scored: Scored, n: int, covered: dict[str, Any]) -> list[str]:
+    """Warnings for the metrics a degenerate pool decides whatever the model ranks: a pool no larger than k, one
+    country or region (diversity 0), and the other metrics every ranking gives the same value for most queries."""
+    out = []
+    explained: set[str] = set()
+    small = covered["k_at_least_pool"]
+    if small:
+        at = " and ".join(str(k) for k in small)
+        out.append(
+            f"Retrieval: the pool holds only {covered['pool_images']} image(s), no more than k = {at}: every image "
+            f"is in every top k, so precision@k and diversity@k at k = {at} are the pool's, not the model's; they "
+            "are not measured."
+        )
+        explained |= {name for k in small for name in _cut_metrics(k)}
+    single = [(unit, covered[f"one_{unit}"]) for unit in rm.UNITS if covered[f"one_{unit}"] is not None]
+    if single:
+        which = " and ".join(f"one {unit} ({name})" for unit, name in single)
+        units = " and ".join(f"by {unit}" for unit, _ in single)
+        out.append(
+            f"Retrieval: every image of the pool comes from {which}: diversity@k {units} is 0 whatever the model "
+            "ranks (GlobalRG Eq. 1 needs two cultures); it is not measured."
+        )
+        explained |= {f"diversity@{k}_{unit}{p}" for k in rm.K_VALUES for unit, _ in single for p in ("", "_pool")}
+    rest = [
+        f"{rm.aggregate_name(name)} ({count} of {n} queries)"
+        for name, count in scored.fixed.items()
+        if name not in explained and _most(count, n)
+    ]
+    if rest:
+        out.append(
+            f"Retrieval: every ranking of this pool gives the same {_listed(rest)}: the pool's images all have "
+            "the same relevance to the query (all or none show its concept, as in a one-image pool), so the pool, "
+            "not the model, decides them; they are not measured."
+        )
+    return out
 
 
 def _settings(pool: Pool, n_queries: int, n_resamples: int, seed: int) -> dict[str, Any]:

@@ -158,6 +158,9 @@ class Ranking:
     top: np.ndarray  # int64 (queries, depth): image positions, best first; -1 past the pool's end
     scores: np.ndarray  # float64 (queries, depth): their cosines; -inf past the pool's end
     first_relevant: np.ndarray  # int64 (queries,): 1-based rank of the first relevant image; 0 when none
+    # bool (queries,): an image not showing the concept scores within the tolerance of the best relevant one, so
+    # the tie rule, not the model, placed the first relevant image (and so the reciprocal rank)
+    first_relevant_tied: np.ndarray
 
 
 def _merge_top(
@@ -191,6 +194,7 @@ def rank_images(
     depth: int = DEPTH,
     block_size: int | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    tolerance: float = 0.0,
 ) -> Ranking:
     """Each query's top `depth` images of the whole pool and the rank of its first relevant image.
 
@@ -200,7 +204,11 @@ def rank_images(
     rank = 1 + the images scoring strictly higher than the best-scoring relevant image + the images scoring the
     same and lying before it. Two passes over the blocks: the first finds the top and the best relevant image, the
     second, only when a query's first relevant image is not in its top, counts what outranks it (the same matrix
-    products again, so each score compared is the one that ranked)."""
+    products again, so each score compared is the one that ranked).
+
+    `first_relevant_tied` marks the queries where an image not showing the concept scores within `tolerance` of
+    the best relevant image: the tie rule placed it, not the model. The kept top answers that for most queries;
+    the second pass, for those whose first relevant image lies below it or whose band of ties runs past it."""
     n_queries, n_images = queries.shape[0], images.shape[0]
     if queries.shape[1] != images.shape[1]:
         raise ValueError(f"query vectors have {queries.shape[1]} dimensions, image vectors {images.shape[1]}")
@@ -233,15 +241,27 @@ def rank_images(
     hit = best_index == relevant_index[:, None]
     in_top = hit.any(axis=1)
     first[in_top] = hit[in_top].argmax(axis=1) + 1
-    outside = np.flatnonzero(~in_top & np.isfinite(relevant_score))
-    if len(outside):
-        ahead = np.zeros(len(outside), dtype=np.int64)
-        s, i = relevant_score[outside, None], relevant_index[outside, None]
+    found = np.isfinite(relevant_score)
+    # Ties with the best relevant image among the kept top: an irrelevant image inside the band decides.
+    kept_shows = shows[query_concept[:, None], np.maximum(best_index, 0)] & (best_index >= 0)
+    with np.errstate(invalid="ignore"):  # -inf - -inf past the pool's end: NaN, outside the band
+        band = np.abs(best - relevant_score[:, None]) <= tolerance
+    tied = found & (band & ~kept_shows).any(axis=1)
+    # Below the kept top the band is unseen: scan the pool for those queries too (only with ties at its end).
+    unseen = found & ~tied & in_top & band[:, -1] & (best_index[:, -1] >= 0) & (n_images > depth)
+    outside = np.flatnonzero(~in_top & found)
+    scan = np.flatnonzero((~in_top & found) | unseen)
+    if len(scan):
+        ahead = np.zeros(len(scan), dtype=np.int64)
+        near = np.zeros(len(scan), dtype=bool)
+        s, i = relevant_score[scan, None], relevant_index[scan, None]
         for done, start in enumerate(starts, len(starts) + 1):
             scores, index = scored(start)
-            scores = scores[outside]
+            scores = scores[scan]
             ahead += ((scores > s) | ((scores == s) & (index < i))).sum(axis=1)
+            near |= ((np.abs(scores - s) <= tolerance) & ~shows[:, index][query_concept[scan]]).any(axis=1)
             if progress is not None:
                 progress("retrieve", done, 2 * len(starts))
-        first[outside] = ahead + 1
-    return Ranking(best_index, best, first)
+        first[outside] = ahead[np.isin(scan, outside)] + 1
+        tied[scan] |= near
+    return Ranking(best_index, best, first, tied)

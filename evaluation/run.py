@@ -369,7 +369,7 @@ def run_mixcube(
         settings=settings_mixcube(judge, vlm),
         skipped=skipped,
         demo=config.demo,
-        warnings=_failure_warnings(metrics),
+        warnings=_failure_warnings(metrics) + mx.several_cultures_warnings(metrics),
     )
 
 

@@ -9,13 +9,21 @@ the benchmark drop the same images (each benchmark's `takedown_filter.py`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from curation.takedown import TakedownRequest
-from data.denylist import DenylistError, DenylistLockError, denylist_location, read_denylist
+from data.denylist import (
+    DenylistError,
+    DenylistLockError,
+    HeldDenylist,
+    denylist_location,
+    locked_denylist,
+    read_denylist,
+)
 from data.publish.folder import ReleaseResult
+from data.publish.format import MANIFEST
 from data.publish.images import ReleasedImages
 from data.publish.integrity import verified
 from data.publish.patch import (
@@ -57,12 +65,20 @@ def take_down(
     version: str | None = None,
     date: str | None = None,
 ) -> TakedownSummary:
-    """Write the patch of the release at `folder` without the images `request` names, then add them to the release
-    root's denylist. Everything is checked before anything is written: the parent release, the version, the
-    reason, the date, the denylist and the request. Raises `TakedownInputError` / `PatchInputError` /
-    `ReleaseReadError` / `DenylistError` for bad input, `TakedownRefused` when the result breaks a rule,
-    `ReleaseExistsError` when the version exists with other content, `DenylistNotUpdated` when the patch was
-    written but the denylist could not be (the same call again completes it)."""
+    """Write the patch of the release at `folder` without the images `request` names, nor any other image the
+    release root's denylist names, then add them to the denylist. Everything is checked before anything is written:
+    the parent release, the version, the reason, the date, the denylist and the request. Raises
+    `TakedownInputError` / `PatchInputError` / `ReleaseReadError` / `DenylistError` for bad input (a version that
+    would not be the root's newest included), `TakedownRefused` when the result breaks a rule or another takedown
+    holds the denylist's lock, `ReleaseExistsError` when the version exists with other content,
+    `DenylistNotUpdated` when the patch was written but the denylist could not be (the same call again completes
+    it).
+
+    The denylist's lock is held from reading the denylist to merging this takedown's entries, and the patch
+    applies every entry read under it: takedowns of one root run one after the other, each patch without every
+    image taken down before it, whichever version it was made from. A patch is the root's newest version, so the
+    newest version never holds a denylisted image (the root keeps every takedown; a later patch applies them all).
+    """
     known = [b.name for b in benchmarks.all_benchmarks() if b.derive_patch is not None and b.write_patch is not None]
     parent = ParentRelease.open(folder, known=known)
     benchmark = benchmarks.get(parent.name)
@@ -76,8 +92,41 @@ def take_down(
     date = checked_date(date) if date is not None else utc_today()
     parent.release_config(version)  # the parent's release settings, usable for the patch
     read_denylist(parent.root, parent.name)  # a denylist that cannot be read refuses the takedown before the patch
+    try:
+        with locked_denylist(parent.root, parent.name) as held:
+            return _take_down_held(parent, benchmark, held, request, reason, version, date)
+    except DenylistLockError as exc:  # only taking the lock raises it: nothing was written by this call
+        raise _lock_refusal(parent, version, date, exc) from None
+
+
+def _take_down_held(
+    parent: ParentRelease,
+    benchmark: Benchmark[Any],
+    held: HeldDenylist,
+    request: TakedownRequest,
+    reason: str,
+    version: str,
+    date: str,
+) -> TakedownSummary:
+    """The takedown's derivation and writes, while it holds the denylist's lock (`held`, read under it)."""
+    later = parent.later_versions(version)
+    # A rerun completing its denylist entries (its patch exists) goes on: those entries must not be lost.
+    if later and not (parent.folder.parent / version / MANIFEST).is_file():
+        raise PatchInputError(
+            f"version {version} would not be the newest release of {parent.folder.parent}: {later[-1]} is later. A "
+            f"patch takes down every image of the root's denylist, and the newest version must hold none, so take "
+            f"down from {later[-1]} with a version after it"
+        )
+    denylisted = parent.denylisted(held.denylist, version, benchmark.image_config)
+    request = replace(request, denylisted=tuple(denylisted))
     images = parent.images(benchmark.image_config)
-    requested = {"image_ids": list(request.image_ids), "sha256": list(request.sha256s), "urls": list(request.urls)}
+    requested: dict[str, list[str]] = {
+        "image_ids": list(request.image_ids),
+        "sha256": list(request.sha256s),
+        "urls": list(request.urls),
+    }
+    if denylisted:  # the root's earlier takedowns, applied again: `validate` derives the patch from this record
+        requested["denylisted"] = denylisted
     derived = derive_patch(parent, request, images)
     _refuse_an_empty_patch(parent, derived.images_before, derived.images_after)
     if derived.problems:
@@ -86,8 +135,8 @@ def take_down(
     assert benchmark.write_patch is not None  # `known` holds only benchmarks that write patches
     written = benchmark.write_patch(parent, images, record, derived)
     try:
-        denylist = record_denylist(parent, record)
-    except (OSError, DenylistError, DenylistLockError) as exc:
+        denylist = record_denylist(parent, record, held)
+    except (OSError, DenylistError) as exc:
         raise DenylistNotUpdated(
             f"the patch {written.path} was written ({written.status}), but the denylist "
             f"{denylist_location(parent.root, parent.name)} was not updated: {_why(exc)}. Rerun the same takedown "
@@ -96,6 +145,23 @@ def take_down(
     return TakedownSummary(
         release=written, parent=parent.version, removed=derived.removed, rows=derived.rows, denylist=denylist
     )
+
+
+def _lock_refusal(parent: ParentRelease, version: str, date: str, exc: DenylistLockError) -> Exception:
+    """What a takedown that could not take the denylist's lock says: the patch of an earlier run of it exists
+    without its denylist entries (rerun once the lock is free), or nothing was written."""
+    patch = parent.folder.parent / version
+    try:
+        recorded = any(e.version == version for e in read_denylist(parent.root, parent.name).entries)
+    except DenylistError:
+        recorded = False
+    if (patch / MANIFEST).is_file() and not recorded:
+        return DenylistNotUpdated(
+            f"the patch {patch} exists, but the denylist {denylist_location(parent.root, parent.name)} was not "
+            f"updated: {_why(exc)}. Rerun the same takedown with --version {version} --date {date} to add its "
+            "entries (the patch is then unchanged)"
+        )
+    return TakedownRefused(f"nothing was written: {_why(exc)}")
 
 
 def derive_patch(parent: ParentRelease, request: TakedownRequest, images: ReleasedImages | None = None) -> DerivedPatch:

@@ -13,18 +13,8 @@ from typing import Any
 
 from data.publish.card import markdown_table
 from data.publish.manifest import TakedownRecord
+from data.text_safety import code_span as code_span  # re-exported: the patch cards import it from here
 from data.text_safety import markdown_text
-
-#: Inside a code span Markdown and HTML are not interpreted; these would end the span, the table cell or the line,
-#: or be taken for a tag by a renderer that does not honour code spans: percent-encoded, as in a URL.
-_CODE_SPAN_ENCODED = {"|": "%7C", "`": "%60", "<": "%3C", ">": "%3E"}
-
-
-def code_span(value: Any) -> str:
-    """`value` as inline code on one line that nothing can leave: an id, a sha256 or a URL shown as it is (a plain
-    value unchanged), with `|`, a backtick, `<` and `>` percent-encoded."""
-    text = " ".join(str(value).split())
-    return "`" + "".join(_CODE_SPAN_ENCODED.get(c, c) for c in text) + "`"
 
 
 def _cell(value: Any) -> str:

@@ -14,6 +14,7 @@ of every file written.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import uuid
 from dataclasses import dataclass
@@ -62,6 +63,12 @@ class ImmutableFolder:
         self.volatile: set[str] = set()
         # An existing folder is compared with, not written again: nothing needs staging.
         self.compare_only = self.storage.exists(self.final)
+        # How a refusal names the folder and what to do instead; a command whose folder is not a version (an
+        # export, a reassembled benchmark) words its own (`{where}`, `{count}`, `{examples}` are filled in).
+        self.refusal = (
+            f"release {name} {version} already exists at {{where}} with different content ({{count}} files differ, "
+            "e.g. {examples}); versions are immutable, choose a new version"
+        )
 
     @classmethod
     def at(cls, folder: str, name: str, version: str, schema: type[BaseModel] | None = None) -> ImmutableFolder:
@@ -134,21 +141,33 @@ class ImmutableFolder:
         """The existing folder, hashed again file by file, against what this writer would write."""
         ours = {k: v for k, v in self.files.items() if k not in self.volatile}
         on_disk = {k: v for k, v in self._hash_existing().items() if k not in self.volatile}
-        has_manifest = on_disk.pop(MANIFEST, None) is not None
+        has_manifest = on_disk.pop(MANIFEST, None) == "present"  # a regular file, safe to read
         if ours == on_disk and has_manifest:
             existing = self.storage.read_json(f"{self.final}/{MANIFEST}")
             return ReleaseResult(path=self.final, version=self.version, status="unchanged", manifest=existing)
         differing = sorted(k for k in ours.keys() | on_disk.keys() if ours.get(k) != on_disk.get(k))
         differing += [] if has_manifest else [f"{MANIFEST} (missing)"]
         where = self.storage.display(self.final)
-        raise ReleaseExistsError(
-            f"release {self.name} {self.version} already exists at {where} with different content "
-            f"({len(differing)} files differ, e.g. {differing[:5]}); versions are immutable, choose a new version"
-        )
+        raise ReleaseExistsError(self.refusal.format(where=where, count=len(differing), examples=differing[:5]))
 
     def _hash_existing(self) -> dict[str, str]:
+        """Each file of the existing folder -> its sha256, read in chunks; only regular files of the size this
+        writer's file has are read: another size, a link, a FIFO or a device differs without being opened (a FIFO
+        would block, a device never end)."""
         prefix = self.final.rstrip("/") + "/"
-        return {
-            path[len(prefix) :]: sha256_bytes(self.storage.read_bytes(path))
-            for path in sorted(self.storage.fs.find(self.final))
-        }
+        out: dict[str, str] = {}
+        for path, info in sorted(self.storage.fs.find(self.final, detail=True).items()):
+            rel = path[len(prefix) :]
+            if info.get("type") != "file" or info.get("islink"):
+                out[rel] = "not a regular file"
+            elif rel == MANIFEST:
+                out[rel] = "present"  # its content is what this writer states; only its presence is compared
+            elif info.get("size") != self.sizes.get(rel):
+                out[rel] = f"{info.get('size')} bytes"
+            else:
+                digest = hashlib.sha256()
+                with self.storage.fs.open(path, "rb") as handle:
+                    while chunk := handle.read(1 << 20):
+                        digest.update(chunk)
+                out[rel] = digest.hexdigest()
+        return out

@@ -11,21 +11,29 @@ each file's size and its git blob sha1, or its LFS sha256 for a file the Hub sto
   previous release had and this one has not deleted; `.gitattributes`, the Hub's own, kept), then the version is
   tagged on it and the tag is read back. A takedown patch is one more version: one more commit and tag on top.
 
-The token goes to `huggingface_hub` only (its Authorization header): never into a message, a log or a file.
+The token goes to `huggingface_hub` only (its Authorization header): never into a message, a log or a file, and
+never over plain http except to a loopback host (`check_endpoint`: a Hub elsewhere must be https://).
+
+Only the kinds of file a release writer produces are uploaded (`RELEASE_FILE`): a manifest that lists anything else
+(the Hub's own `.gitattributes`, whose LFS rules it would replace, a script, a dotfile) is refused before the first
+call to the Hub, naming the file.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import SplitResult, urlsplit
 
 from data.publish.format import MANIFEST
-from data.publish.integrity import file_digest, verified
+from data.publish.integrity import ReleaseIntegrityError, file_digest, read_manifest, verify_files
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -37,6 +45,22 @@ HUB_FILES = frozenset({".gitattributes"})
 #: The files a release must hold to be a Hub dataset: its card (the repository's README) and its Croissant record.
 REQUIRED = ("README.md", "croissant.json")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+#: The Hub `huggingface_hub` talks to when neither --endpoint nor HF_ENDPOINT names one.
+DEFAULT_ENDPOINT = "https://huggingface.co"
+ENDPOINT_ENV = "HF_ENDPOINT"
+#: Every file a release (or a takedown patch) holds, as the writers name them: the card, the manifest and the
+#: Croissant record; the Parquet configs (`data/publish/shards.py`, `tables.py`: `<config>/<split>-NNNNN-of-NNNNN`);
+#: the WebDataset tars and their features (`shards.py`); the figures (`sources.py`, the benchmarks' release writers);
+#: the authors' benchmark CSV (`flows/xcm`), MixCuBe's food labels and masks by sha256 (`flows/mixcube/release.py`).
+#: Nothing else is uploaded: not `.gitattributes` (the Hub's LFS rules), not a dotfile, not a file of another kind.
+RELEASE_FILE = re.compile(
+    r"README\.md|manifest\.json|croissant\.json"
+    r"|[a-z][a-z0-9_]*/[a-z][a-z0-9_]*-\d{5,}-of-\d{5,}\.parquet"
+    r"|images/\d{5,}\.tar|images/features\.json"
+    r"|figures/[a-z0-9][a-z0-9_-]*\.png"
+    r"|benchmarks/[a-z0-9][a-z0-9_-]*\.csv|food_label\.csv"
+    r"|masks/[0-9a-f]{64}\.png"
+)
 
 
 class PublishInputError(ValueError):
@@ -72,6 +96,56 @@ class PublishResult:
         return f"{self.status}: {self.repo_id} tag {self.tag} at commit {self.commit}"
 
 
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback  # 127.0.0.0/8, ::1
+    except ValueError:
+        return False  # another name: it may resolve anywhere
+
+
+def _shown(parts: SplitResult) -> str:
+    """The endpoint without its user or password, for a message."""
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    port = f":{parts.port}" if parts.port is not None else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def check_endpoint(endpoint: str, option: str = "--endpoint") -> str:
+    """The Hub's URL (no trailing slash) if the token may be sent to it: https://, or plain http:// to a loopback
+    host (127.0.0.0/8, ::1, localhost: a test Hub, a mirror on this machine); PublishInputError naming `option`
+    otherwise. Plain http:// to another host would carry `Authorization: Bearer hf_...` in clear."""
+    try:
+        parts = urlsplit(endpoint.strip())
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError:
+        raise PublishInputError(f"{option} is not a URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PublishInputError(f"{option} is not an http(s) URL with a host (e.g. {DEFAULT_ENDPOINT})")
+    shown = _shown(parts)
+    if parts.username is not None or parts.password is not None:
+        raise PublishInputError(f"{option} {shown}: holds a user or password; the token is the only credential sent")
+    if parts.query or parts.fragment:
+        raise PublishInputError(f"{option} {shown}: has a query or fragment; name the Hub's base URL only")
+    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+        raise PublishInputError(
+            f"{option} {shown}: plain http:// would send the Hub token in clear; use https:// "
+            "(http:// is accepted for a loopback host only: 127.0.0.0/8, ::1, localhost)"
+        )
+    return endpoint.strip().rstrip("/")
+
+
+def resolve_endpoint(endpoint: str | None) -> str:
+    """`endpoint` (from --endpoint), else HF_ENDPOINT, else the public Hub: checked (`check_endpoint`), naming the
+    option or variable it came from."""
+    if endpoint:
+        return check_endpoint(endpoint, "--endpoint")
+    from_env = os.environ.get(ENDPOINT_ENV, "").strip()
+    return check_endpoint(from_env, ENDPOINT_ENV) if from_env else DEFAULT_ENDPOINT
+
+
 def check_repo_id(repo_id: str) -> str:
     if not _REPO_ID.fullmatch(repo_id) or ".." in repo_id or repo_id.endswith((".git", ".")):
         raise PublishInputError(f"--repo-id {repo_id!r} is not ORG/NAME (letters, digits, '-', '_', '.')")
@@ -88,8 +162,22 @@ def git_blob_sha1(path: Path) -> str:
 
 
 def local_files(folder: Path) -> tuple[str, str, dict[str, LocalFile]]:
-    """The release's name, version and files (those its manifest lists, and the manifest), verified first."""
-    manifest = verified(folder)
+    """The release's name, version and files (those its manifest lists, and the manifest): each of a kind a release
+    holds (checked first: before a byte is hashed), then verified."""
+    manifest = read_manifest(folder)
+    for rel in sorted(manifest.files):
+        if rel in HUB_FILES:
+            raise PublishInputError(
+                f"{folder / MANIFEST}: lists {rel}, the Hub's own file (its LFS rules); a release never replaces it"
+            )
+        if not RELEASE_FILE.fullmatch(rel):
+            raise PublishInputError(
+                f"{folder / MANIFEST}: lists {rel!r}, which is not a file a release holds (card, manifest, Croissant, "
+                "Parquet configs, image tars, figures, benchmark CSVs, masks); nothing was uploaded"
+            )
+    problems = verify_files(manifest)  # what `verified` does, on the manifest just checked (read once)
+    if problems:
+        raise ReleaseIntegrityError(folder, problems)
     missing = [name for name in REQUIRED if name not in manifest.files]
     if missing:
         raise PublishInputError(f"{folder}: no {', '.join(missing)}; a Hub dataset needs its card and Croissant record")
@@ -185,8 +273,9 @@ def publish_release(
     from huggingface_hub import HfApi
 
     check_repo_id(repo_id)
+    hub = resolve_endpoint(endpoint)  # explicit: huggingface_hub would otherwise read HF_ENDPOINT unchecked
     name, version, local = local_files(folder)
-    api = HfApi(endpoint=endpoint, token=token)
+    api = HfApi(endpoint=hub, token=token)
     with hub_errors(f"create the dataset repository {repo_id}"):
         api.create_repo(repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True)
     with hub_errors(f"list the branches and tags of {repo_id}"):

@@ -10,7 +10,10 @@ build makes it. What differs:
 - the card ends with a CHANGELOG (`data/publish/changelog.py`): per version, what was removed (ids, sha256, URLs),
   when (UTC date) and why;
 - the removed images go on the denylist of the release root (`data/denylist.py`), merged with what is there, once
-  the patch is written (`record_denylist`).
+  the patch is written (`record_denylist`);
+- every image of the parent that the root's denylist names leaves too (`ParentRelease.denylisted`, recorded in the
+  takedown's `requested.denylisted`), and a patch must be the root's newest version (`later_versions`): the newest
+  version never holds a denylisted image.
 
 This module is the generic part: versions, the parent release, the takedown record and the denylist entries. What a
 takedown removes and how the patch is written are each benchmark's (`derive_patch` and `write_patch` of its
@@ -31,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 from pydantic import ValidationError
 
-from data.denylist import DenylistEntry, write_denylist
+from data.denylist import Denylist, DenylistEntry, HeldDenylist, write_denylist
 from data.provenance import code_version
 from data.publish.format import IMAGE_CONFIGS, MANIFEST, SEMVER, ImageConfig
 from data.publish.images import ReleasedImages
@@ -42,6 +45,9 @@ from data.publish.release import ReleaseConfig
 
 #: Manifest keys that describe the release file by file, or the release itself: not carried over from the parent.
 _OWN_KEYS = ("name", "version", "files", "parent", "takedowns", "validation", "mode")
+#: The columns a denylist entry matches a release's image rows by, as builds match theirs (`data/denylist.py`).
+DENYLIST_HASHES = ("sha256", "pixel_sha256")
+DENYLIST_URLS = ("url", "final_url")
 
 
 class PatchInputError(ValueError):
@@ -143,11 +149,12 @@ class ParentRelease:
         """Of the manifest as it was read (the bytes the patch was made from)."""
         return self.sha256 or hashlib.sha256((self.folder / MANIFEST).read_bytes()).hexdigest()
 
-    def table(self, config: str, drop_image: bool = True) -> pa.Table:
+    def table(self, config: str, drop_image: bool = True, columns: list[str] | None = None) -> pa.Table:
+        """The config's rows (`columns`: only those it has; None: all), without the image bytes by default."""
         files = sorted(p for p in (self.folder / config).glob("*.parquet") if p.is_file())
         if not files:
             raise PatchInputError(f"{self.folder} has no {config}/*.parquet")
-        table = read_parquet_files(files).replace_schema_metadata(None)  # the columns, not HF's record
+        table = read_parquet_files(files, columns).replace_schema_metadata(None)  # the columns, not HF's record
         return table.drop_columns(["image"]) if drop_image and "image" in table.column_names else table
 
     def images(self, images: ImageConfig | None = None) -> ReleasedImages:
@@ -177,6 +184,27 @@ class ParentRelease:
         check it on every manifest a build writes)."""
         stated = self.manifest.model_dump(mode="json", exclude_unset=True)
         return {k: v for k, v in stated.items() if k not in _OWN_KEYS}
+
+    def later_versions(self, version: str) -> list[str]:
+        """The releases beside the parent (`<root>/<name>/<v>/manifest.json`) later than `version`, oldest first."""
+        found = [
+            p.name
+            for p in self.folder.parent.iterdir()
+            if p.is_dir() and re.fullmatch(SEMVER, p.name) and (p / MANIFEST).is_file()
+        ]
+        return sorted((v for v in found if is_later(v, version)), key=_precedence_key)
+
+    def denylisted(self, denylist: Denylist, version: str, images: ImageConfig | None = None) -> list[str]:
+        """The ids of the parent's images the denylist names, matched as builds match theirs (sha256, pixel hash,
+        URL, final URL), leaving out the entries of `version` itself (this takedown's own, merged by an earlier run
+        of it, whose request names them again)."""
+        images = images or IMAGE_CONFIGS.get(self.name)
+        entries = [e for e in denylist.entries if e.version != version]
+        if images is None or not entries:
+            return []
+        table = self.table(images.config, columns=[images.key, *DENYLIST_HASHES, *DENYLIST_URLS])
+        hit = Denylist(benchmark=denylist.benchmark, entries=entries).matching(table, DENYLIST_HASHES, DENYLIST_URLS)
+        return [str(i) for i in table.filter(hit)[images.key].to_pylist()]
 
 
 # -- what a benchmark's derivation gives ------------------------------------------------------------------------------
@@ -253,7 +281,11 @@ def denylist_entries(record: dict[str, Any]) -> list[DenylistEntry]:
     ]
 
 
-def record_denylist(parent: ParentRelease, record: dict[str, Any]) -> str:
-    """Merge the takedown's images into the release root's denylist; returns its path."""
-    path, _ = write_denylist(parent.root, parent.name, denylist_entries(record))
+def record_denylist(parent: ParentRelease, record: dict[str, Any], held: HeldDenylist | None = None) -> str:
+    """Merge the takedown's images into the release root's denylist (through `held` when the takedown holds its
+    lock already); returns its path."""
+    if held is not None:
+        path, _ = held.merge(denylist_entries(record))
+    else:
+        path, _ = write_denylist(parent.root, parent.name, denylist_entries(record))
     return path

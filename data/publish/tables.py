@@ -3,7 +3,6 @@ and CSV files whose cells no spreadsheet runs as formulas."""
 
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Iterable
 
@@ -11,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data.publish.folder import ImmutableFolder
-from data.text_safety import csv_cell
+from data.text_safety import csv_bytes
 
 
 def hf_schema(schema: pa.Schema) -> pa.Schema:
@@ -32,9 +31,5 @@ def write_table(folder: ImmutableFolder, config_name: str, table: pa.Table, spli
 
 def write_csv(folder: ImmutableFolder, rel: str, table: pa.Table, columns: Iterable[str]) -> None:
     names = list(columns)
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(names)
-    for row in table.select(names).to_pylist():
-        writer.writerow([csv_cell(row[c]) for c in names])  # no cell runs as a spreadsheet formula
-    folder.write_bytes(rel, text.getvalue().encode())
+    rows = table.select(names).to_pylist()
+    folder.write_bytes(rel, csv_bytes(names, ([row[c] for c in names] for row in rows)))  # no cell is a formula

@@ -12,18 +12,30 @@ same bytes.
 from __future__ import annotations
 
 import io
+import json
+import re
 import tarfile
 from collections import defaultdict
 from typing import Any
 
 from PIL import Image
 
+from data.concept_names import invalid_name
 from data.publish.folder import ImmutableFolder
 from data.publish.reader import Release
-from evaluation.exports.common import README, ExportError
+from evaluation.exports.common import (
+    README,
+    Allowed,
+    check_values,
+    image_format,
+    plain_text,
+    refuse,
+    require_columns,
+)
 
 BENCHMARKS = ("3xcm",)
 EXTENSIONS = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp"}
+LANGUAGE = re.compile(r"[A-Za-z0-9_-]{1,35}")
 
 
 def _member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -34,11 +46,12 @@ def _member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def _image(data: bytes) -> tuple[str, bytes]:
-    """(extension, bytes): the released bytes when clip_benchmark decodes their format, else a lossless PNG."""
+def _image(data: bytes, fmt: str) -> tuple[str, bytes]:
+    """(extension, bytes): the released bytes when clip_benchmark decodes their format (`fmt`, as PIL read it), else
+    a lossless PNG."""
+    if fmt in EXTENSIONS:
+        return EXTENSIONS[fmt], data
     with Image.open(io.BytesIO(data)) as image:
-        if image.format in EXTENSIONS:
-            return EXTENSIONS[image.format], data
         out = io.BytesIO()
         image.convert("RGB").save(out, format="PNG")
         return "png", out.getvalue()
@@ -53,33 +66,65 @@ def _tar(samples: list[dict[str, bytes]]) -> bytes:
     return out.getvalue()
 
 
+#: The benchmark columns the export reads, and what each must hold: the concept names a class (one per line of
+#: `classnames.txt`, by its query text), the language a folder.
+_QUERY_COLUMNS = ["query_image_id", "query_concept", "query_language", "query_text"]
+
+
+def _query_rules() -> dict[str, Allowed]:
+    concept = Allowed(lambda value: invalid_name(value) is None, "a concept name (data/concept_names.py)")
+    language = Allowed(
+        lambda value: isinstance(value, str) and LANGUAGE.fullmatch(value) is not None,
+        "a language code that can name a dataset folder (letters, digits, '-', '_')",
+    )
+    return {
+        "query_concept": concept,
+        "query_language": language,
+        "query_text": plain_text("a query text on one line, without control or format characters"),
+        "query_image_id": plain_text("an image id on one line, without control or format characters"),
+    }
+
+
 def languages(release: Release) -> dict[str, list[dict[str, Any]]]:
-    """Query language -> its RQ2 queries' images, each once (first row wins), in release order."""
+    """Query language -> its RQ2 queries' images, each once (first row wins), in release order; each row with its
+    `row` in the benchmark table (for messages)."""
+    require_columns(release, "benchmark", _QUERY_COLUMNS)
+    table = release.table("benchmark", _QUERY_COLUMNS)
+    check_values(release, "benchmark", table, _query_rules())
     by_language: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for row in release.table(
-        "benchmark", ["query_image_id", "query_concept", "query_language", "query_text"]
-    ).to_pylist():
-        by_language[row["query_language"]].setdefault(row["query_image_id"], row)
+    for row, record in enumerate(table.to_pylist()):
+        by_language[record["query_language"]].setdefault(record["query_image_id"], {**record, "row": row})
     return {lang: list(rows.values()) for lang, rows in sorted(by_language.items())}
+
+
+def _images(release: Release) -> dict[str, tuple[int, Any]]:
+    """image_id -> (its row in image_metadata, its released bytes or None)."""
+    require_columns(release, "image_metadata", ["image_id", "image"])
+    table = release.table("image_metadata", ["image_id", "image"])
+    return {
+        row["image_id"]: (at, row["image"].get("bytes") if isinstance(row["image"], dict) else row["image"])
+        for at, row in enumerate(table.to_pylist())
+    }
 
 
 def export(release: Release, folder: ImmutableFolder) -> str:
     release.verify(["image_metadata", "benchmark"])
-    table = release.table("image_metadata", ["image_id", "image"])
-    data = {row["image_id"]: row["image"]["bytes"] for row in table.to_pylist()}
+    data = _images(release)
     summary: list[str] = []
     for lang, rows in languages(release).items():
-        if not lang.replace("-", "").replace("_", "").isalnum():
-            raise ExportError(f"{release.path}: query language {lang!r} cannot name a dataset folder")
         concepts = sorted({row["query_concept"] for row in rows})
         names: dict[str, str] = {}
         for row in rows:
-            names.setdefault(row["query_concept"], row["query_text"].replace("\n", " "))
+            names.setdefault(row["query_concept"], row["query_text"])
         retrieval, classification = [], []
         for position, row in enumerate(rows):
             key = f"{position:06d}"
-            ext, image = _image(data[row["query_image_id"]])
-            meta = f'{{"image_id": "{row["query_image_id"]}", "concept": "{row["query_concept"]}"}}'.encode()
+            image_id = row["query_image_id"]
+            if image_id not in data:
+                raise refuse(release, "benchmark", row["row"], "query_image_id", image_id, "an image of image_metadata")
+            at, raw = data[image_id]
+            ext, image = _image(raw, image_format(raw, release, "image_metadata", at, image_id))
+            meta = json.dumps({"image_id": image_id, "concept": row["query_concept"]}, ensure_ascii=False).encode()
             retrieval.append({f"{key}.{ext}": image, f"{key}.txt": row["query_text"].encode(), f"{key}.json": meta})
             cls = str(concepts.index(row["query_concept"])).encode()
             classification.append({f"{key}.{ext}": image, f"{key}.cls": cls, f"{key}.json": meta})

@@ -6,21 +6,119 @@ manifest of every file's sha256 (a rerun with the same release writes the same b
 from __future__ import annotations
 
 import importlib
+import io
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from data.output_paths import check_output
 from data.publish.folder import ImmutableFolder, ReleaseResult
 from data.publish.manifest import FolderManifest
 from data.publish.reader import Release
+from data.text_safety import hidden_character
 from evaluation.exports import HARNESSES
 
 README = "README.md"
+#: What a MixCuBe `sample_id` may be (`<original_id>-<ethnicity>`, e.g. `demo-az-food-00-african`): it names a row in
+#: the harness's own files, so never a formula, markup or a line break.
+SAMPLE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
 class ExportError(ValueError):
-    """A release this harness cannot take (another benchmark, URL-only): the message says what to do."""
+    """A release this harness cannot take (another benchmark, URL-only, a value it cannot write): the message says
+    what to do, naming the file, the column and the row."""
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """What the values of a column must be, and how a refusal words it ("one of ...")."""
+
+    test: Callable[[Any], bool]
+    wanted: str
+
+
+def one_of(values: Iterable[str], what: str) -> Allowed:
+    allowed = frozenset(values)
+    return Allowed(lambda value: isinstance(value, str) and value in allowed, f"{what} ({', '.join(sorted(allowed))})")
+
+
+def plain_text(what: str) -> Allowed:
+    """Text on one line without control or format characters: a name a harness writes one per line, or shows."""
+    return Allowed(lambda value: isinstance(value, str) and bool(value) and hidden_character(value) is None, what)
+
+
+def where(release: Release, config: str, row: int) -> str:
+    """`<part file>, row N` for row `row` of `config` counted across its parts, in the order the reader joins them."""
+    folder = release.path / config
+    for file in sorted(p for p in folder.glob("*.parquet") if p.is_file()):
+        rows = pq.read_metadata(file).num_rows
+        if row < rows:
+            return f"{file}, row {row}"
+        row -= rows
+    return f"{folder}, row {row}"
+
+
+def refuse(release: Release, config: str, row: int, column: str, value: Any, wanted: str) -> ExportError:
+    return ExportError(f"{where(release, config, row)}: column {column!r}: {repr(value)[:120]} is not {wanted}")
+
+
+def require_columns(release: Release, config: str, columns: Iterable[str]) -> None:
+    """Every part of `config` has `columns`; else ExportError naming the part and what it lacks."""
+    wanted = list(columns)
+    for file in sorted(p for p in (release.path / config).glob("*.parquet") if p.is_file()):
+        names = pq.read_schema(file).names
+        missing = [c for c in wanted if c not in names]
+        if missing:
+            raise ExportError(f"{file}: no column(s) {missing}, which the export needs")
+
+
+def check_values(release: Release, config: str, table: pa.Table, rules: Mapping[str, Allowed]) -> None:
+    """Each rule's column of `table` (rows of `config`, in the reader's order) holds only values it allows; else
+    ExportError naming the part file, the column and the row of the first value that breaks it."""
+    for column, rule in rules.items():
+        for row, value in enumerate(table.column(column).to_pylist()):
+            if not rule.test(value):
+                raise refuse(release, config, row, column, value, rule.wanted)
+
+
+def mixcube_rules() -> dict[str, Allowed]:
+    """MixCuBe's columns a harness export writes, each checked against its reference: the cultures, the categories
+    with an App. B.2 prompt, the ethnicities (and `original`), the sample id pattern."""
+    from data import reference
+    from evaluation import mixcube as mx
+
+    ref = reference.mixcube()
+    return {
+        "country": one_of((c.adjective for c in ref.cultures), "a MixCuBe culture"),
+        "category": one_of(mx.COUNTRY_PROMPTS, "a category with an App. B.2 prompt"),
+        "ethnicity": one_of([ref.original_label, *(e.label for e in ref.ethnicities)], "a MixCuBe ethnicity"),
+        "sample_id": Allowed(
+            lambda value: isinstance(value, str) and SAMPLE_ID.fullmatch(value) is not None,
+            "a sample id (letters, digits, '.', '_' and '-', starting with a letter or digit)",
+        ),
+    }
+
+
+def image_format(data: Any, release: Release, config: str, row: int, key: str) -> str:
+    """The format PIL reads `data` (an image's released bytes) as; ExportError naming the part, the row and the
+    image's id when there are no bytes or they are no image."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not isinstance(data, bytes):
+        raise ExportError(f"{where(release, config, row)}: image {key!r} has no bytes ({type(data).__name__})")
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return str(image.format)
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise ExportError(
+            f"{where(release, config, row)}: image {key!r}: its bytes are no image ({type(exc).__name__})"
+        ) from None
 
 
 class Exporter(Protocol):
@@ -43,9 +141,25 @@ def exporter(harness: str) -> Exporter:
     return module
 
 
+def utf8_path(path: Path) -> None:
+    """ExportError when `path`, resolved, is not UTF-8: pyarrow opens files by UTF-8 paths, and a harness reads the
+    path from a UTF-8 file (lmms-eval's task YAML)."""
+    text = str(path.resolve())
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raw = os.fsencode(text)
+        raise ExportError(
+            f"{raw.decode('utf-8', 'backslashreplace')}: the release path is not UTF-8 (byte "
+            f"{os.fsencode(text[exc.start])[0]:#04x}); pyarrow and the harnesses read paths as UTF-8: "
+            "rename or move the release"
+        ) from None
+
+
 def run_export(release_path: Path, harness: str, out: Path) -> ExportResult:
     """Export `release_path` for `harness` into `out`."""
     module = exporter(harness)
+    utf8_path(release_path)
     release = Release.open(release_path)
     if release.name not in module.BENCHMARKS:
         raise ExportError(f"{release_path}: a {release.name} release; --harness {harness} takes {module.BENCHMARKS}")
@@ -54,9 +168,14 @@ def run_export(release_path: Path, harness: str, out: Path) -> ExportResult:
             f"{release_path}: a URL-only release has no images; fetch them first: culturebench fetch-release "
             f"{release_path} --out <folder> --write-images"
         )
-    check_output(out, inputs=[release_path], option="--out", immutable_target=True)
+    check_output(out, inputs=[release_path], option="--out", immutable_target=True, what="an export")
     name = f"export-{harness}-{release.name}"
     folder = ImmutableFolder.at(str(out), name, release.version, FolderManifest)
+    folder.refusal = (
+        f"--out {{where}} already exists and is not this export of {release.name} {release.version} for {harness} "
+        "({count} files differ, e.g. {examples}); an export folder is never written over: choose a new --out, "
+        "or remove that folder"
+    )
     try:
         command = module.export(release, folder)
         result: ReleaseResult = folder.commit(

@@ -26,9 +26,10 @@ from pathlib import Path
 from data import reference
 from data.publish.folder import ImmutableFolder
 from data.publish.reader import Release
+from data.text_safety import code_span
 from evaluation import answer_match
 from evaluation import mixcube as mx
-from evaluation.exports.common import README, ExportError
+from evaluation.exports.common import README, check_values, mixcube_rules, require_columns
 
 BENCHMARKS: tuple[str, ...] = ("mixcube",)
 TASK = "culturebench_mixcube"
@@ -55,9 +56,25 @@ _ANSWER_MATCH_START = "# -- copied into exported tasks from here"
 _READ = ["sample_id", "country", "category", "ethnicity"]
 
 
+def _escaped(json_text: str) -> str:
+    """JSON text with every unprintable character its strings hold raw (DEL, C1 controls such as NEL, the line and
+    paragraph separators, bidi and other format characters) written as a `\\u`/`\\U` escape, which Python and
+    YAML both read back as that character: JSON leaves them raw, and YAML would take NEL or U+2028 for a line break.
+    (A newline outside the strings is JSON's indentation; inside them JSON has escaped it already.)"""
+    return "".join(
+        c if c.isprintable() or c == "\n" else (f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}")
+        for c in json_text
+    )
+
+
 def _literal(value: object) -> str:
     """A Python literal of strings, lists and dicts (JSON's syntax for them is Python's)."""
-    return json.dumps(value, ensure_ascii=False, indent=4)
+    return _escaped(json.dumps(value, ensure_ascii=False, indent=4))
+
+
+def release_path(release: Release) -> str:
+    """The release's absolute path as the task's files name it (`run_export` has refused one that is not UTF-8)."""
+    return str(release.path.resolve())
 
 
 def utils_source(release: Release) -> str:
@@ -71,7 +88,7 @@ def utils_source(release: Release) -> str:
         "RELEASE: dict[str, str]": {
             "name": release.name,
             "version": release.version,
-            "path": str(release.path.resolve()),
+            "path": release_path(release),
             "manifest_sha256": release.manifest_sha256,
         },
         "ORIGINAL": mx.ORIGINAL,
@@ -106,7 +123,7 @@ def _inline_answer_match(text: str) -> str:
 
 
 def _yaml_string(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)  # a JSON string is a YAML double-quoted scalar
+    return _escaped(json.dumps(text, ensure_ascii=False))  # a JSON string is a YAML double-quoted scalar
 
 
 def task_yaml(release: Release) -> str:
@@ -119,7 +136,7 @@ def task_yaml(release: Release) -> str:
         f"# MixCuBe {release.version}, Country Identification (App. B.2 prompts, §3 scoring): a culturebench export.\n"
         "# dataset_path is the release folder itself, read-only: nothing is copied.\n"
         f"task: {TASK}\n"
-        f"dataset_path: {_yaml_string(str(release.path.resolve()))}\n"
+        f"dataset_path: {_yaml_string(release_path(release))}\n"
         "dataset_name: default\n"
         "test_split: train\n"
         "output_type: generate_until\n"
@@ -150,7 +167,7 @@ def readme(release: Release, counts: Counter[str], n: int) -> str:
     return f"""# MixCuBe {release.version} for lmms-eval
 
 The Country Identification task of MixCuBe (*When Tom Eats Kimchi*, §3) on the release
-`{release.path.resolve()}` (manifest sha256 `{release.manifest_sha256}`), as an lmms-eval task:
+{code_span(release_path(release))} (manifest sha256 `{release.manifest_sha256}`), as an lmms-eval task:
 {n} images ({by_ethnicity}).
 
 ## Run it
@@ -193,13 +210,9 @@ lmms-eval task cannot call; run `culturebench evaluate mixcube` for it.
 
 def export(release: Release, folder: ImmutableFolder) -> str:
     release.verify(("default",))
+    require_columns(release, "default", [*_READ, "image"])
     rows = release.table("default", columns=_READ)
-    missing = [name for name in _READ if name not in rows.column_names]
-    if missing or "image" not in release.columns("default"):
-        raise ExportError(f"{release.path}: the default table lacks the column(s) {missing or ['image']}")
-    unknown = sorted(set(rows.column("category").to_pylist()) - set(mx.COUNTRY_PROMPTS))
-    if unknown:
-        raise ExportError(f"{release.path}: categories without an App. B.2 prompt: {unknown}")
+    check_values(release, "default", rows, mixcube_rules())  # the README counts ethnicities; the task groups by all
     counts = Counter(rows.column("ethnicity").to_pylist())
     folder.write_bytes(TASK_YAML, task_yaml(release).encode())
     folder.write_bytes(TASK_UTILS, utils_source(release).encode())

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from data.publish.folder import ImmutableFolder
 from data.publish.reader import Release
 from data.schemas import RQ2_SLOTS, RQ3_SLOTS
-from evaluation.exports.common import README, ExportError
+from evaluation.exports.common import README, ExportError, require_columns
 
 BENCHMARKS = ("3xcm",)
 TASK_MODULE = "culturebench_3xcm_mteb.py"
@@ -61,6 +61,7 @@ def _parquet(table: pa.Table) -> bytes:
 
 
 def corpus_table(release: Release) -> pa.Table:
+    require_columns(release, "image_metadata", ["image_id", "image"])
     images = release.table("image_metadata", ["image_id", "image"])
     ids = images["image_id"].to_pylist()
     if len(set(ids)) != len(ids):
@@ -76,6 +77,7 @@ def task_tables(
     release: Release, config: str, categories: Sequence[str], prefixes: Sequence[str]
 ) -> tuple[pa.Table, pa.Table, pa.Table]:
     """(queries, qrels, top_ranked) of one task, in the release's row order."""
+    require_columns(release, config, ["query_text", *QUERY_GROUPS, *(f"{prefix}image_id" for prefix in prefixes)])
     rows = release.table(config).to_pylist()
     ids = [f"q{position:06d}" for position in range(len(rows))]
     queries = pa.table(

@@ -19,13 +19,12 @@ README sends its prediction file back: `culturebench evaluate mixcube RELEASE --
 from __future__ import annotations
 
 import base64
-import csv
-import io
 
 from data.publish.folder import ImmutableFolder
 from data.publish.reader import Release
+from data.text_safety import csv_bytes
 from evaluation import mixcube as mx
-from evaluation.exports.common import README, ExportError
+from evaluation.exports.common import README, ExportError, check_values, image_format, mixcube_rules, require_columns
 
 BENCHMARKS: tuple[str, ...] = ("mixcube",)
 DATASET = "MixCuBe"
@@ -44,36 +43,36 @@ _READ = ["sample_id", "country", "category", "ethnicity", "image"]
 
 
 def tsv_bytes(release: Release) -> bytes:
-    """The release's `default` rows as VLMEvalKit's TSV (deterministic: the same release gives the same bytes)."""
+    """The release's `default` rows as VLMEvalKit's TSV (deterministic: the same release gives the same bytes).
+    VLMEvalKit copies the text columns into its xlsx, so each is checked against its reference first
+    (`common.mixcube_rules`), and every cell goes through the CSV neutraliser (`data.text_safety.csv_bytes`)."""
     release.verify(("default",))
+    require_columns(release, "default", _READ)
     rows = release.table("default", columns=_READ)
-    missing = [name for name in _READ if name not in rows.column_names]
-    if missing:
-        raise ExportError(f"{release.path}: the default table lacks the column(s) {missing}")
-    unknown = sorted(set(rows.column("category").to_pylist()) - set(mx.COUNTRY_PROMPTS))
-    if unknown:
-        raise ExportError(f"{release.path}: categories without an App. B.2 prompt: {unknown}")
-    images = mx._image_bytes(rows)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
-    writer.writerow(TSV_COLUMNS)
+    check_values(release, "default", rows, mixcube_rules())
+    try:
+        images = mx._image_bytes(rows)
+    except ValueError as exc:
+        raise ExportError(f"{release.path / 'default'}: {exc}") from None
     columns = {name: rows.column(name).to_pylist() for name in ("sample_id", "country", "category", "ethnicity")}
-    for index in range(rows.num_rows):
+
+    def line(index: int) -> tuple[object, ...]:
         image = images[index].as_py()
+        if image is not None:  # VLMEvalKit decodes it with PIL: bytes that are no image are refused here, by row
+            image_format(image, release, "default", index, columns["sample_id"][index])
         category = columns["category"][index]
-        writer.writerow(
-            (
-                index,
-                base64.b64encode(image).decode("ascii") if image is not None else "",
-                mx.COUNTRY_PROMPTS[category],
-                columns["country"][index],
-                columns["ethnicity"][index],
-                columns["country"][index],
-                category,
-                columns["sample_id"][index],
-            )
+        return (
+            index,
+            base64.b64encode(image).decode("ascii") if image is not None else "",
+            mx.COUNTRY_PROMPTS[category],
+            columns["country"][index],
+            columns["ethnicity"][index],
+            columns["country"][index],
+            category,
+            columns["sample_id"][index],
         )
-    return buffer.getvalue().encode("utf-8")
+
+    return csv_bytes(TSV_COLUMNS, (line(index) for index in range(rows.num_rows)), delimiter="\t")
 
 
 def command(model: str = "<model>") -> str:

@@ -9,7 +9,8 @@ One module per format under this package, registered in `FORMATS` by name. Each 
   `rows` is the release's `default` table in its order (as the export wrote it), with at least `sample_id`,
   `category` and `image_sha256` (null for a row without image bytes: the exports leave it out, so no prediction is
   expected for it). Anything wrong with the file (unreadable, a column missing, a row missing, an extra or repeated
-  row, a row that names another sample) raises `PredictionsError` naming the file, on one line;
+  row, a row that names another sample, an answer longer than a model's may be: `check_answer`) raises
+  `PredictionsError` naming the file, on one line;
 - `model_name(path: Path) -> str | None`: the model's name as the file's name gives it (None when it does not).
 
 `PredictionsVlm` is a `VisionLanguageModel` that answers from the file: `evaluate_images` asks it exactly as it asks
@@ -46,6 +47,9 @@ class PredictionsError(ValueError):
 #: A prediction file (and each member of an xlsx, decompressed) is far smaller: MixCuBe has a few thousand images,
 #: and an answer a model returns is capped at 1 MiB (evaluation/vlm/http_limits.py).
 MAX_PREDICTION_BYTES = 256 << 20
+#: One answer's cap: a model's answer is capped at 1 MiB (`max_response_bytes`, evaluation/vlm/openai.py), and an
+#: answer from a harness's file is held to the same, so a file cannot store what no model run could.
+MAX_ANSWER_BYTES = 1 << 20
 
 
 def read_prediction_bytes(path: Path, what: str = "prediction file") -> bytes:
@@ -58,6 +62,18 @@ def read_prediction_bytes(path: Path, what: str = "prediction file") -> bytes:
     if len(data) > MAX_PREDICTION_BYTES:
         raise PredictionsError(f"{path}: larger than {MAX_PREDICTION_BYTES >> 20} MiB; not a {what}")
     return data
+
+
+def check_answer(path: Path, where: str, answer: str) -> str:
+    """`answer` as it is, or PredictionsError naming the file and `where` (its row or line, and sample) when it is
+    longer than `MAX_ANSWER_BYTES` in UTF-8."""
+    # A str of n characters is at most 4n bytes: only a long one is encoded to be measured.
+    if len(answer) * 4 > MAX_ANSWER_BYTES and len(answer.encode("utf-8", "surrogatepass")) > MAX_ANSWER_BYTES:
+        raise PredictionsError(
+            f"{path}: {where}: the answer is longer than {MAX_ANSWER_BYTES >> 20} MiB, the cap on a model's answer "
+            "(max_response_bytes); not an answer a model run would keep"
+        )
+    return answer
 
 
 class PredictionsReader(Protocol):
@@ -118,7 +134,7 @@ class PredictionsConfig(BaseModel):
         """Read and check the file against the release's `default` rows (in `default_folder`)."""
         path = Path(self.path)
         module = reader(self.format)
-        data = read_prediction_bytes(path)
+        digest = sha256_bytes(read_prediction_bytes(path))  # its bytes not kept while the reader holds them too
         rows = release_rows(default_folder)
         answers = module.read_predictions(path, rows)
         name = self.model_name or module.model_name(path)
@@ -128,7 +144,7 @@ class PredictionsConfig(BaseModel):
             "harness": module.HARNESS,
             "format": self.format,
             "file": path.name,
-            "sha256": sha256_bytes(data),
+            "sha256": digest,
         }
         return PredictionsVlm(rows, answers, name=name, source=source)
 

@@ -14,12 +14,13 @@ The model's name is the `model_name` lmms-eval wrote into the run's `<date>_resu
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from evaluation.predictions import PredictionsError, check_rows, read_prediction_bytes
+from evaluation.predictions import PredictionsError, check_answer, check_rows, read_prediction_bytes
 
 HARNESS = "lmms-eval"
 TASK = "culturebench_mixcube"
@@ -33,6 +34,13 @@ RECORD_KEYS = (
     "mixcube_drop_by_ethnicity",
     "mixcube_swap_drops",
 )
+#: A sample line nests a few levels (the metric records, `resps` lists); `json.loads` recurses once per level, so a
+#: line of `[[[[...` deeper than this is refused before it is parsed, far below Python's recursion limit.
+MAX_JSON_DEPTH = 64
+#: lmms-eval's results.json beside the samples file: a few hundred KiB (its config and the per-task results).
+MAX_RESULTS_BYTES = 16 << 20
+_JSON_MARK = re.compile(r'[\[\]{}"]')
+_JSON_STRING_REST = re.compile(r'(?:[^"\\]|\\.)*+"', re.S)  # possessive: one pass, no backtracking
 
 
 def prediction_file(path: Path) -> Path:
@@ -55,8 +63,14 @@ def model_name(path: Path) -> str | None:
         return None
     results = file.with_name(file.name[: -len(SAMPLES_SUFFIX)] + "_results.json")
     try:
-        loaded = json.loads(results.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        with results.open("rb") as handle:
+            data = handle.read(MAX_RESULTS_BYTES + 1)
+        text = data.decode("utf-8")
+        # as unreadable as a missing file: too big for lmms-eval's, or nested too deep for json.loads
+        if len(data) > MAX_RESULTS_BYTES or not _json_depth_within(text, MAX_JSON_DEPTH):
+            return None
+        loaded = json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     name = loaded.get("model_name") if isinstance(loaded, dict) else None
     return (name.strip() or None) if isinstance(name, str) else None
@@ -70,9 +84,16 @@ def read_predictions(path: Path, rows: pa.Table) -> dict[str, str]:
         raise PredictionsError(f"{file}: not UTF-8 text") from None
     predicted: dict[int, str] = {}
     sample_ids: dict[int, str] = {}
-    for line, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
+    # JSON Lines end lines with "\n" only: str.splitlines() would also split inside an answer at U+2028, U+0085 and
+    # the other Unicode line breaks, which lmms-eval writes as they are (ensure_ascii=False).
+    for line, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip(_JSON_WHITESPACE):
             continue
+        if not _json_depth_within(raw, MAX_JSON_DEPTH):
+            raise PredictionsError(
+                f"{file}: line {line} is not JSON of a sample (nested deeper than {MAX_JSON_DEPTH} levels, or its "
+                "brackets or quotes do not balance)"
+            )
         try:
             sample = json.loads(raw)
         except json.JSONDecodeError as exc:
@@ -84,13 +105,41 @@ def read_predictions(path: Path, rows: pa.Table) -> dict[str, str]:
             raise PredictionsError(f"{file}: line {line}: doc_id {doc_id!r} is not a row position")
         if doc_id in predicted:
             raise PredictionsError(f"{file}: doc_id {doc_id} appears twice (line {line})")
-        predicted[doc_id] = _answer(file, line, sample)
+        predicted[doc_id] = check_answer(file, f"line {line} (doc_id {doc_id})", _answer(file, line, sample))
         sample_id = _sample_id(file, line, sample)
         if sample_id is not None:
             sample_ids[doc_id] = sample_id
     if not predicted:
         raise PredictionsError(f"{file}: no samples")
     return check_rows(file, rows, predicted, sample_ids)
+
+
+_JSON_WHITESPACE = " \t\r"  # JSON's whitespace, the line's "\n" already split off
+
+
+def _json_depth_within(text: str, limit: int) -> bool:
+    """Whether no array or object of this JSON text is nested deeper than `limit` (brackets inside strings do not
+    count); False also for an unterminated string or a bracket closing nothing, which is no JSON. One pass, no
+    recursion (as collectors/optout.py checks a tdmrep.json)."""
+    depth = 0
+    pos = 0
+    while mark := _JSON_MARK.search(text, pos):
+        pos = mark.end()
+        char = mark.group()
+        if char == '"':
+            rest = _JSON_STRING_REST.match(text, pos)
+            if rest is None:
+                return False
+            pos = rest.end()
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        else:
+            depth -= 1
+            if depth < 0:
+                return False
+    return True
 
 
 def _answer(file: Path, line: int, sample: dict[str, Any]) -> str:

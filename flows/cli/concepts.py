@@ -43,7 +43,7 @@ def concepts_generate_command(
         raise BadInput(validation_line(exc, str(config or "options"))) from None
     for failure in summary.failures:
         console.print(f"[red]generation failed ({failure['error']}): {failure['detail']}[/red]")
-    console.print(f"{summary.candidates} candidates, {summary.added} new, in {review_file}")
+    console.print(f"{summary.candidates} candidates, {summary.added} new, in {review_file}", markup=False)
     if summary.failures:
         raise typer.Exit(1)
 
@@ -64,5 +64,7 @@ def concepts_accept_command(
     except (KeyError, FileNotFoundError) as exc:  # an unknown candidate id, no review file
         raise BadInput(exc) from None
     for row in changed:
-        console.print(f"{row.review_status}: {row.candidate_id} {row.concept!r} (concept_id {row.concept_id})")
-    console.print(f"{len(changed)} rows changed in {review_file}")
+        console.print(
+            f"{row.review_status}: {row.candidate_id} {row.concept!r} (concept_id {row.concept_id})", markup=False
+        )  # a path or a candidate id is printed as it is, never read as rich markup
+    console.print(f"{len(changed)} rows changed in {review_file}", markup=False)

@@ -22,4 +22,5 @@ def export_command(
     from evaluation.exports.common import run_export
 
     result = run_export(release, harness, out)
-    console.print(f"export {result.status}: {result.folder}\n{result.command}")
+    # paths are printed as they are: a `[` in one is no rich markup
+    console.print(f"export {result.status}: {result.folder}\n{result.command}", markup=False, soft_wrap=True)

@@ -4,7 +4,9 @@ The folder is verified against its manifest first (a mismatch: exit 2). One comm
 exactly the release (its card is the repository's README, `croissant.json` beside it), tagged with the version
 (`data.publish.hub`). Publishing a version again with the same bytes is `unchanged` (no commit); with other bytes,
 refused (exit 1): a tag never moves. The token comes from HF_TOKEN or a Prefect Secret block
-(`--token-secret-block`), and is never printed. `HF_ENDPOINT` (or `--endpoint`) names another Hub.
+(`--token-secret-block`), and is never printed. `HF_ENDPOINT` (or `--endpoint`) names another Hub: https://, or
+http:// to a loopback host only (the token would otherwise travel in clear). Only the kinds of file a release holds
+are uploaded: a manifest listing `.gitattributes` or any other file is refused (exit 2) before any call to the Hub.
 """
 
 from __future__ import annotations
@@ -32,18 +34,23 @@ def publish_command(
         bool, typer.Option("--private", help="Create the repository private (an existing one keeps its visibility).")
     ] = False,
     endpoint: Annotated[
-        str | None, typer.Option(help="The Hub's URL (default: HF_ENDPOINT, else https://huggingface.co).")
+        str | None,
+        typer.Option(
+            help="The Hub's URL: https://, or http:// to a loopback host only (default: HF_ENDPOINT, else "
+            "https://huggingface.co)."
+        ),
     ] = None,
 ) -> None:
     """Publish a release to a Hub dataset repository in one commit, tagged with its version: `unchanged` when the
     tag already holds these bytes; refused (exit 1) when it holds others."""
-    from data.publish.hub import PublishInputError, PublishRefused, check_repo_id, publish_release
+    from data.publish.hub import PublishInputError, PublishRefused, check_repo_id, publish_release, resolve_endpoint
     from data.secrets import resolve_secret
 
     if not release.is_dir():
         raise BadInput(f"{release}: not a release folder")
     try:
         check_repo_id(repo_id)
+        hub = resolve_endpoint(endpoint)  # before the token is even read: it must never travel in clear
     except PublishInputError as exc:
         raise BadInput(exc) from None
     if not token_secret_block and not os.environ.get(TOKEN_ENV, "").strip():
@@ -52,9 +59,7 @@ def publish_command(
         )
     token = resolve_secret(token_secret_block, [TOKEN_ENV], "Hugging Face token", BadInput)
     try:
-        result = publish_release(
-            release, repo_id, token, endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None, private=private or None
-        )
+        result = publish_release(release, repo_id, token, endpoint=hub, private=private or None)
     except PublishInputError as exc:
         raise BadInput(exc) from None
     except PublishRefused as exc:

@@ -114,7 +114,8 @@ def reassemble_command(
     from flows.xcm.reassembled import write_reassembled
 
     started = time.perf_counter()
-    check_output(out, [pool], immutable_target=True)  # an OutputPathError or AuditInputError: exit 2
+    # an OutputPathError (a file, a FIFO or /dev/zero as --out, or a path inside the pool) or AuditInputError: exit 2
+    check_output(out, [pool], immutable_target=True, what="a reassembled benchmark")
     result = reassemble(pool, seed=seed, max_reuse=max_reuse)
     console.print(
         f"{result.benchmark.num_rows:,} queries over {result.pool.table.num_rows:,} images: {result.kept:,} rows kept, "

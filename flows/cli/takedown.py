@@ -43,13 +43,15 @@ def takedown_command(
         str | None, typer.Option(metavar="YYYY-MM-DD", help="The takedown's date, YYYY-MM-DD in UTC (default: today).")
     ] = None,
 ) -> None:
-    """Write the next patch version of RELEASE without the named images: 3XCM repairs only the rows that used them,
-    MixCuBe drops their quintets. The card gets a CHANGELOG, the release root's denylist the images, which every
-    later build honours. Everything is checked before anything is written. Exit 2 on bad input (an id, sha256 or
-    URL the release lacks, a date that is not YYYY-MM-DD, an unreadable manifest or denylist), 1 when the version
-    exists with other content, when the patch would break a benchmark rule (a takedown of every image included),
-    or when the patch was written but the denylist could not be (the line says so; the same command completes
-    it)."""
+    """Write the next patch version of RELEASE without the named images, nor any image the release root's denylist
+    names (earlier takedowns, from whichever version): 3XCM repairs only the rows that used them, MixCuBe drops
+    their quintets. The card gets a CHANGELOG, the release root's denylist the images, which every later build
+    honours. Takedowns of one root run one after the other. Everything is checked before anything is written. Exit
+    2 on bad input (an id, sha256 or URL the release lacks, a date that is not YYYY-MM-DD, a version that would not
+    be the root's newest, an unreadable manifest or denylist), 1 when the version exists with other content, when
+    the patch would break a benchmark rule (a takedown of every image included), when another takedown holds the
+    denylist's lock past the wait, or when the patch was written but the denylist could not be (the line says so;
+    the same command completes it)."""
     from curation.takedown import TakedownRequest
     from data.publish.patch import PatchInputError
     from flows.takedown import take_down

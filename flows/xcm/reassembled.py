@@ -25,6 +25,10 @@ def write_reassembled(
     """Write `out` (immutable like a release: an identical rerun is `unchanged`, a different one is refused).
     `manifest` is `curation.reassemble.Reassembly.manifest()`: everything the card states comes from it."""
     folder = ImmutableFolder.at(out, NAME, VERSION, ReassembledManifest)
+    folder.refusal = (  # the folder has no version to change: another --out is the way out
+        "--out {where} already exists and is not this reassembled benchmark ({count} files differ, e.g. {examples}); a "
+        "reassembled benchmark is never written over: choose a new --out, or remove that folder"
+    )
     try:
         write_csv(folder, "benchmarks/xcm-bench.csv", benchmark, XCM_BENCH_CSV_COLUMNS)
         write_table(folder, "benchmark", benchmark)
