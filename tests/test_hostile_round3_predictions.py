@@ -91,7 +91,9 @@ def read_capped(path: Path) -> dict[str, Any]:
             out["rows"] = len(vlmevalkit.read_table(Path(sys.argv[1])))
         except PredictionsError as exc:
             out["refused"] = str(exc)
-        out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        # VmHWM, not ru_maxrss: after fork and exec, ru_maxrss keeps the forking parent's peak (a large pytest).
+        hwm = [line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM:")]
+        out["peak_rss_mb"] = int(hwm[0].split()[1]) / 1024
         print(json.dumps(out))
         """
     )
