@@ -18,11 +18,11 @@ from typing import Literal, NoReturn
 
 import fsspec
 import pyarrow as pa
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, model_validator
 
-from data import reference
 from data.concept_names import invalid_name, normalize
 from data.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
+from data.reference import ReferencePack, pack_or_default
 from data.schemas import CONCEPT_CANDIDATES, empty, from_rows
 from data.stage import BackendConfig
 from data.text_safety import csv_bytes
@@ -30,7 +30,7 @@ from data.text_safety import csv_bytes
 STAGE = "concept_generation"
 REVIEW_PENDING, REVIEW_ACCEPTED, REVIEW_REJECTED = "pending", "accepted", "rejected"
 REVIEW_STATUSES = (REVIEW_PENDING, REVIEW_ACCEPTED, REVIEW_REJECTED)
-#: Shipped concept ids are the authors' 0..138 (data/reference/xcm-bench.csv); accepted candidates are numbered
+#: Shipped concept ids are the authors' 0..138 (data/authors/xcm-bench.csv); accepted candidates are numbered
 #: from here, leaving room.
 FIRST_NEW_CONCEPT_ID = 1000
 REVIEW_COLUMNS = (
@@ -81,15 +81,23 @@ class GeminiConceptGenerationConfig(BackendConfig[NoReturn]):  # read by generat
     gemini: GeminiSettings = Field(default_factory=GeminiSettings)
     count: int = Field(default=100, ge=1, le=1000, description="Concepts to ask for (App. H asked for 100).")
     countries: list[str] = Field(
-        default_factory=lambda: [c.name for c in reference.countries()],
-        min_length=1,
-        description="Countries named in the prompt (names, slugs or ISO codes); all 16 by default.",
+        default_factory=list,
+        description="Countries named in the prompt (names, slugs or ISO codes of the reference pack); every "
+        "country of the pack when empty (the default pack's 16).",
+    )
+    reference: str | None = Field(
+        default=None, description="The reference pack (folder or fsspec URL); None for the shipped default pack."
     )
 
-    @field_validator("countries")
-    @classmethod
-    def _canonical(cls, value: list[str]) -> list[str]:
-        return list(dict.fromkeys(reference.country_names(value)))
+    def pack(self) -> ReferencePack:
+        return pack_or_default(self.reference)
+
+    @model_validator(mode="after")
+    def _canonical(self) -> GeminiConceptGenerationConfig:
+        pack = self.pack()
+        names = pack.country_names(self.countries) if self.countries else [c.name for c in pack.countries]
+        self.countries = list(dict.fromkeys(names))
+        return self
 
 
 def concept_prompt(count: int, countries: list[str]) -> str:
@@ -133,7 +141,7 @@ def generate_concept_candidates(
     if not answer.ok:
         return empty(CONCEPT_CANDIDATES), failures_table([failure_row(STAGE, request_key, config.gemini.model, answer)])
     assert answer.value is not None  # an ok structured answer holds its validated value
-    shipped = {normalize(c.concept): c.concept for c in reference.concepts()}
+    shipped = {normalize(c.concept): c.concept for c in config.pack().concepts}
     rows = []
     for item in answer.value.concepts[: config.count]:  # more than asked: keep the first ones, in answer order
         name = " ".join(item.name.split())
@@ -183,7 +191,7 @@ class ReviewRow:
         }
 
 
-def read_review_file(path: str) -> list[ReviewRow]:
+def read_review_file(path: str, pack: ReferencePack) -> list[ReviewRow]:
     """Parse and check a review file; any problem raises ReviewFileError naming the line."""
     fs, fs_path = fsspec.core.url_to_fs(path)
     if not fs.exists(fs_path):
@@ -201,7 +209,7 @@ def read_review_file(path: str) -> list[ReviewRow]:
     missing = [c for c in REQUIRED_REVIEW_COLUMNS if c not in header]
     if missing:
         raise ReviewFileError(f"review file {path}, line 1: missing column(s) {missing}; header is {header}")
-    shipped_ids = {c.concept_id for c in reference.concepts()}
+    shipped_ids = {c.concept_id for c in pack.concepts}
     rows: list[ReviewRow] = []
     seen_candidates: dict[str, int] = {}
     seen_ids: dict[int, int] = {}
@@ -236,7 +244,7 @@ def read_review_file(path: str) -> list[ReviewRow]:
             except ValueError:
                 raise fail(f"concept_id {values['concept_id']!r} is not an integer") from None
             if concept_id < 0 or concept_id in shipped_ids:
-                raise fail(f"concept_id {concept_id} is negative or a shipped concept's id")
+                raise fail(f"concept_id {concept_id} is negative or a concept id of the reference pack")
             if concept_id in seen_ids:
                 raise fail(f"concept_id {concept_id} repeats line {seen_ids[concept_id]}")
             seen_ids[concept_id] = line
@@ -282,14 +290,14 @@ def _write_review_rows(path: str, rows: list[ReviewRow]) -> None:
         raise
 
 
-def write_review_file(candidates: pa.Table, path: str) -> int:
+def write_review_file(candidates: pa.Table, path: str, pack: ReferencePack) -> int:
     """Merge candidates into the review file (created if absent); returns how many new rows were added.
 
     Rows already in the file are kept exactly as the operator left them (status, assigned id, edited name);
     only candidates whose candidate_id is new are appended, as pending.
     """
     fs, fs_path = fsspec.core.url_to_fs(path)
-    rows = read_review_file(path) if fs.exists(fs_path) else []
+    rows = read_review_file(path, pack) if fs.exists(fs_path) else []
     known = {r.candidate_id for r in rows}
     added = 0
     for record in candidates.to_pylist():
@@ -314,13 +322,16 @@ def write_review_file(candidates: pa.Table, path: str) -> int:
     return added
 
 
-def accept_candidates(path: str, candidate_ids: list[str] | None = None, reject: bool = False) -> list[ReviewRow]:
+def accept_candidates(
+    path: str, pack: ReferencePack, candidate_ids: list[str] | None = None, reject: bool = False
+) -> list[ReviewRow]:
     """Accept (or reject) candidates in the review file; None means every pending row. Returns the changed rows.
 
-    A newly accepted row gets concept_id = max(ids in the file, 999) + 1, so ids are stable and never reused. A row
+    A newly accepted row gets concept_id = max(ids in the file and the pack, 999) + 1, so ids are stable, never reused
+    and never a concept of the pack (`pack`: the reference pack the review file extends). A row
     that already has an id keeps it, also when it is rejected (so the id is not handed out again).
     """
-    rows = read_review_file(path)
+    rows = read_review_file(path, pack)
     if candidate_ids is None:
         targets = {r.candidate_id for r in rows if r.review_status == REVIEW_PENDING}
     else:
@@ -328,7 +339,8 @@ def accept_candidates(path: str, candidate_ids: list[str] | None = None, reject:
         unknown = sorted(targets - {r.candidate_id for r in rows})
         if unknown:
             raise KeyError(f"candidate ids not in review file {path}: {unknown}")
-    next_id = max([FIRST_NEW_CONCEPT_ID - 1, *(r.concept_id for r in rows if r.concept_id is not None)]) + 1
+    taken = [*(r.concept_id for r in rows if r.concept_id is not None), *(c.concept_id for c in pack.concepts)]
+    next_id = max([FIRST_NEW_CONCEPT_ID - 1, *taken]) + 1
     status = REVIEW_REJECTED if reject else REVIEW_ACCEPTED
     changed: list[ReviewRow] = []
     for index, row in enumerate(rows):

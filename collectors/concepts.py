@@ -1,9 +1,9 @@
 """Concept stage: which concepts a build covers.
 
-Embedded default: the shipped, curated list: the 139 concepts of the authors' release with their ids
-(data/reference/xcm-bench.csv; 137 of them in the paper's Table 10). Generated concepts (Gemini, App. H) never flow
-straight into a build; they go to a review file an operator accepts from (`collectors/concept_generation.py`), and
-the "reviewed" backend adds only the accepted ones to the shipped list.
+Embedded default: the reference pack's concepts (the default pack's are the curated list of the authors' release,
+139 concepts with their ids: data/authors/xcm-bench.csv; 137 of them in the paper's Table 10). Generated concepts
+(Gemini, App. H) never flow straight into a build; they go to a review file an operator accepts from
+(`collectors/concept_generation.py`), and the "reviewed" backend adds only the accepted ones to the pack's list.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, NamedTuple, Protocol
 
 import pyarrow as pa
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from data import reference
-from data.reference import Concept
+from data.reference import Concept, ReferencePack
 from data.schemas import CONCEPTS, from_rows
 from data.stage import BackendConfig
 
@@ -22,15 +21,17 @@ from data.stage import BackendConfig
 class ShippedConceptsConfig(BackendConfig["ConceptSource"]):
     backend: Literal["shipped"] = "shipped"
     include: list[str] | None = Field(
-        default=None, description="Concept names or ids to build; all shipped concepts when empty."
+        default=None, description="Concept names or ids of the reference pack to build; all of them when empty."
     )
 
-    @model_validator(mode="after")
-    def _known(self) -> ShippedConceptsConfig:
-        if self.include:
-            for item in self.include:
-                _resolve(item)
-        return self
+    def check_include(self, pack: ReferencePack) -> None:
+        """Every included concept is one of the pack's (the build config calls this with its pack)."""
+        for item in self.include or []:
+            resolve_concept(pack, item)
+
+    def pack_concepts(self, pack: ReferencePack) -> list[Concept] | None:
+        """The pack's concepts the build covers, all of them known before it runs."""
+        return shipped_subset(pack, self.include)
 
     def build(self) -> ShippedConcepts:
         return ShippedConcepts(self)
@@ -45,17 +46,18 @@ class ReviewedConceptsConfig(BackendConfig["ConceptSource"]):
 
     backend: Literal["reviewed"] = "reviewed"
     review_file: str = Field(description="fsspec path of the review CSV written by write_review_file().")
-    include_shipped: bool = Field(default=True, description="Start from the shipped list (filtered by `include`).")
+    include_shipped: bool = Field(default=True, description="Start from the pack's list (filtered by `include`).")
     include: list[str] | None = Field(
-        default=None, description="Shipped concept names or ids to keep; all shipped concepts when empty."
+        default=None, description="The pack's concept names or ids to keep; all of them when empty."
     )
 
-    @model_validator(mode="after")
-    def _known(self) -> ReviewedConceptsConfig:
-        if self.include:
-            for item in self.include:
-                _resolve(item)
-        return self
+    def check_include(self, pack: ReferencePack) -> None:
+        for item in self.include or []:
+            resolve_concept(pack, item)
+
+    def pack_concepts(self, pack: ReferencePack) -> list[Concept] | None:
+        """The pack's concepts the build covers (the accepted candidates come on top, known only when it runs)."""
+        return shipped_subset(pack, self.include) if self.include_shipped else []
 
     def build(self) -> ReviewedConcepts:
         return ReviewedConcepts(self)
@@ -77,25 +79,25 @@ class SourcedConcept(NamedTuple):
 
 
 class ConceptSource(Protocol):
-    def concepts(self) -> list[SourcedConcept]: ...
+    def concepts(self, pack: ReferencePack) -> list[SourcedConcept]: ...
 
 
-def _resolve(item: str | int) -> Concept:
+def resolve_concept(pack: ReferencePack, item: str | int) -> Concept:
     key = str(item).strip().lower()
-    for concept in reference.concepts():
+    for concept in pack.concepts:
         if key in (
             concept.concept.lower(),
             str(concept.concept_id),
             concept.concept.lower().replace(" ", "_"),
         ):
             return concept
-    raise ValueError(f"unknown concept {item!r}: not in the shipped list (data/reference/concepts.csv)")
+    raise ValueError(f"unknown concept {item!r}: not in the concepts.csv of the reference pack {pack.info.name}")
 
 
-def _shipped_subset(include: list[str] | None) -> list[Concept]:
+def shipped_subset(pack: ReferencePack, include: list[str] | None) -> list[Concept]:
     if not include:
-        return list(reference.concepts())
-    chosen = {_resolve(item).concept_id: _resolve(item) for item in include}
+        return list(pack.concepts)
+    chosen = {resolve_concept(pack, item).concept_id: resolve_concept(pack, item) for item in include}
     return [chosen[k] for k in sorted(chosen)]
 
 
@@ -103,20 +105,20 @@ class ShippedConcepts:
     def __init__(self, config: ShippedConceptsConfig) -> None:
         self.config = config
 
-    def concepts(self) -> list[SourcedConcept]:
-        return [SourcedConcept(c, "shipped") for c in _shipped_subset(self.config.include)]
+    def concepts(self, pack: ReferencePack) -> list[SourcedConcept]:
+        return [SourcedConcept(c, "shipped") for c in shipped_subset(pack, self.config.include)]
 
 
 class ReviewedConcepts:
     def __init__(self, config: ReviewedConceptsConfig) -> None:
         self.config = config
 
-    def concepts(self) -> list[SourcedConcept]:
+    def concepts(self, pack: ReferencePack) -> list[SourcedConcept]:
         # Imported here: the review-file format lives with concept generation.
         from collectors.concept_generation import REVIEW_ACCEPTED, read_review_file
 
-        rows = read_review_file(self.config.review_file)
-        shipped = _shipped_subset(self.config.include) if self.config.include_shipped else []
+        rows = read_review_file(self.config.review_file, pack)
+        shipped = shipped_subset(pack, self.config.include) if self.config.include_shipped else []
         accepted = [
             SourcedConcept(Concept(concept_id=r.concept_id, concept=r.concept), "gemini")
             for r in rows
@@ -126,9 +128,9 @@ class ReviewedConcepts:
         return [*(SourcedConcept(c, "shipped") for c in shipped), *sorted(accepted, key=lambda s: s.concept.concept_id)]
 
 
-def run_concepts(config: ShippedConceptsConfig | ReviewedConceptsConfig) -> pa.Table:
+def run_concepts(config: ShippedConceptsConfig | ReviewedConceptsConfig, pack: ReferencePack) -> pa.Table:
     rows = [
         {"concept_id": c.concept.concept_id, "concept": c.concept.concept, "source": c.source}
-        for c in config.build().concepts()
+        for c in config.build().concepts(pack)
     ]
     return from_rows(rows, CONCEPTS)

@@ -39,9 +39,10 @@ from fsspec.implementations.local import LocalFileSystem
 from PIL import Image, ImageDraw, ImageOps
 from pydantic import Field
 
-from data import reference, schemas
+from data import schemas
 from data.errors import error_text
 from data.image_sources import UNKNOWN_LICENSE, declared_license, utc_timestamp
+from data.reference import MixCubeCulture, MixCubeReference
 from data.schemas import STATUS_FAILED, STATUS_OK
 from data.stage import BackendConfig
 
@@ -62,9 +63,9 @@ class LocalOriginalsConfig(BackendConfig[NoReturn]):
         """The seed of generated originals, for provenance: None, these are curators' photos."""
         return None
 
-    def wanted_cells(self) -> list[tuple[reference.MixCubeCulture, str]]:
+    def wanted_cells(self, mix: MixCubeReference) -> list[tuple[MixCubeCulture, str]]:
         """The culture x category cells the build aims to fill: a labels CSV may name any, so every cell."""
-        return cells(None, None)
+        return cells(mix, None, None)
 
 
 class DemoOriginalsConfig(BackendConfig[NoReturn]):
@@ -79,16 +80,15 @@ class DemoOriginalsConfig(BackendConfig[NoReturn]):
         """The seed the demo scenes are drawn with, for provenance."""
         return self.seed
 
-    def wanted_cells(self) -> list[tuple[reference.MixCubeCulture, str]]:
+    def wanted_cells(self, mix: MixCubeReference) -> list[tuple[MixCubeCulture, str]]:
         """The culture x category cells the build aims to fill: the configured ones."""
-        return cells(self.cultures, self.categories)
+        return cells(mix, self.cultures, self.categories)
 
 
 OriginalsConfig = Annotated[LocalOriginalsConfig | DemoOriginalsConfig, Field(discriminator="backend")]
 
 
-def culture_by_name(name: str) -> reference.MixCubeCulture:
-    mix = reference.mixcube()
+def culture_by_name(mix: MixCubeReference, name: str) -> MixCubeCulture:
     for culture in mix.cultures:
         names = {culture.name, culture.adjective, culture.iso2, *culture.label_aliases}
         if name.strip().lower() in {n.lower() for n in names}:
@@ -96,11 +96,11 @@ def culture_by_name(name: str) -> reference.MixCubeCulture:
     raise ValueError(f"unknown MixCuBe culture {name!r}; known: {[c.name for c in mix.cultures]}")
 
 
-def category_name(name: str) -> str:
-    for category in reference.mixcube().categories:
+def category_name(mix: MixCubeReference, name: str) -> str:
+    for category in mix.categories:
         if name.strip().lower() == category.lower():
             return category
-    raise ValueError(f"unknown MixCuBe category {name!r}; known: {reference.mixcube().categories}")
+    raise ValueError(f"unknown MixCuBe category {name!r}; known: {mix.categories}")
 
 
 def original_row(**values: object) -> dict:
@@ -308,7 +308,7 @@ def _read_inside(fs: fsspec.AbstractFileSystem, root: str, image_file: str) -> b
         raise _Rejected("read_error", error_text(exc)) from None
 
 
-def import_local(config: LocalOriginalsConfig, put_blob: Callable[[bytes], str]) -> pa.Table:
+def import_local(config: LocalOriginalsConfig, put_blob: Callable[[bytes], str], mix: MixCubeReference) -> pa.Table:
     """A row per labels row: the original, or why there is none (bad row shape, label, path or file)."""
     header, *lines = _read_labels(config.labels_csv)
     fs, root = fsspec.core.url_to_fs(config.root)
@@ -332,7 +332,7 @@ def import_local(config: LocalOriginalsConfig, put_blob: Callable[[bytes], str])
                 # An unquoted comma shifts every later field: the labels of this row cannot be trusted.
                 raise _Rejected("long_row", f"{len(line)} fields, the header has {len(header)}")
             try:
-                culture, category = culture_by_name(fields["culture"]), category_name(fields["category"])
+                culture, category = culture_by_name(mix, fields["culture"]), category_name(mix, fields["category"])
             except ValueError as exc:
                 raise _Rejected("bad_label", str(exc)) from None
             base |= {"culture": culture.name, "country": culture.adjective, "category": category}
@@ -391,7 +391,7 @@ def _props(draw: ImageDraw.ImageDraw, category: str, rng: np.random.Generator, s
             draw.line([(k, int(height * 0.75)), (k + 24, height)], fill=colour, width=6)
 
 
-def demo_scene(culture: reference.MixCubeCulture, category: str, index: int, seed: int) -> Image.Image:
+def demo_scene(culture: MixCubeCulture, category: str, index: int, seed: int) -> Image.Image:
     """The astronaut portrait placed on a category backdrop with markers and a caption, varied per index."""
     from skimage import data as skdata
 
@@ -406,18 +406,19 @@ def demo_scene(culture: reference.MixCubeCulture, category: str, index: int, see
     return scene
 
 
-def cells(cultures: list[str] | None, categories: list[str] | None) -> list[tuple[reference.MixCubeCulture, str]]:
-    """(culture, category) pairs of the named cultures and categories (all of either when None), in paper order."""
-    mix = reference.mixcube()
-    chosen = [culture_by_name(c) for c in cultures] if cultures else mix.cultures
-    kinds = [category_name(c) for c in categories] if categories else mix.categories
+def cells(
+    mix: MixCubeReference, cultures: list[str] | None, categories: list[str] | None
+) -> list[tuple[MixCubeCulture, str]]:
+    """(culture, category) pairs of the named cultures and categories (all of either when None), in the pack's
+    order (the paper's, for the default pack)."""
+    chosen = [culture_by_name(mix, c) for c in cultures] if cultures else mix.cultures
+    kinds = [category_name(mix, c) for c in categories] if categories else mix.categories
     return [(culture, category) for culture in chosen for category in kinds]
 
 
-def generate_demo(config: DemoOriginalsConfig, put_blob: Callable[[bytes], str]) -> pa.Table:
-    mix = reference.mixcube()
+def generate_demo(config: DemoOriginalsConfig, put_blob: Callable[[bytes], str], mix: MixCubeReference) -> pa.Table:
     rows = []
-    for culture, category in cells(config.cultures, config.categories):
+    for culture, category in cells(mix, config.cultures, config.categories):
         for index in range(config.per_cell):
             buffer = io.BytesIO()
             demo_scene(culture, category, index, config.seed).save(buffer, format="JPEG", quality=92)
@@ -439,7 +440,8 @@ def generate_demo(config: DemoOriginalsConfig, put_blob: Callable[[bytes], str])
     return schemas.from_rows(rows, schemas.MIXCUBE_ORIGINALS)
 
 
-def collect_originals(config: OriginalsConfig, put_blob: Callable[[bytes], str]) -> pa.Table:
+def collect_originals(config: OriginalsConfig, put_blob: Callable[[bytes], str], mix: MixCubeReference) -> pa.Table:
+    """The originals of the cultures and categories of `mix` (the build's reference pack's MixCuBe part)."""
     if isinstance(config, LocalOriginalsConfig):
-        return import_local(config, put_blob)
-    return generate_demo(config, put_blob)
+        return import_local(config, put_blob, mix)
+    return generate_demo(config, put_blob, mix)

@@ -26,7 +26,8 @@ from collectors.importer import ImportConfig
 from collectors.mixcube_originals import MIN_SIDE, cells, original_row
 from collectors.search import SearchConfig, Searcher, SearchError, SearchHit, SearchQuery
 from collectors.search_ddgs import DdgsSearchConfig
-from data import reference, schemas
+from data import schemas
+from data.reference import MixCubeCulture, MixCubeReference
 from data.schemas import STATUS_FAILED, STATUS_OK
 from data.stage import BackendConfig
 from data.workspace import BlobStore
@@ -58,15 +59,14 @@ class SearchOriginalsConfig(BackendConfig[NoReturn]):  # read by search_original
         """The seed of generated originals, for provenance: None, these are search hits."""
         return None
 
-    def wanted_cells(self) -> list[tuple[reference.MixCubeCulture, str]]:
+    def wanted_cells(self, mix: MixCubeReference) -> list[tuple[MixCubeCulture, str]]:
         """The culture x category cells the build aims to fill: the ones searched."""
-        return cells(self.cultures, self.categories)
+        return cells(mix, self.cultures, self.categories)
 
 
-def _queries(config: SearchOriginalsConfig) -> list[tuple[reference.MixCubeCulture, str, SearchQuery]]:
-    mix = reference.mixcube()
+def _queries(config: SearchOriginalsConfig, mix: MixCubeReference) -> list[tuple[MixCubeCulture, str, SearchQuery]]:
     out = []
-    for culture, category in cells(config.cultures, config.categories):
+    for culture, category in cells(mix, config.cultures, config.categories):
         template = config.queries.get(category)
         if template is None:
             raise ValueError(f"originals.queries has no template for {category!r}")
@@ -83,11 +83,13 @@ def _queries(config: SearchOriginalsConfig) -> list[tuple[reference.MixCubeCultu
     return out
 
 
-def search_originals(config: SearchOriginalsConfig, searcher: Searcher, fetcher: Fetcher, blobs: BlobStore) -> pa.Table:
-    """MIXCUBE_ORIGINALS rows for every hit and every failed query."""
+def search_originals(
+    config: SearchOriginalsConfig, searcher: Searcher, fetcher: Fetcher, blobs: BlobStore, mix: MixCubeReference
+) -> pa.Table:
+    """MIXCUBE_ORIGINALS rows for every hit and every failed query, for the cultures and categories of `mix`."""
     rows, hits, meta = [], [], {}
     publish = config.search.url_publisher()  # a local corpus's files are published relative to its folder
-    for culture, category, query in _queries(config):
+    for culture, category, query in _queries(config, mix):
         asked = {"engine": searcher.name, "query": query.query, "query_language": query.language_code}
         base = {"culture": culture.name, "country": culture.adjective, "category": category}
         cell = f"search-{culture.iso2.lower()}-{category.lower()}"

@@ -48,6 +48,7 @@ from data.output_paths import check_output
 from data.publish.format import IMAGE_CONFIGS, MANIFEST, ReleaseReadError
 from data.publish.integrity import Manifest, ReleaseIntegrityError, read_manifest, verify_files
 from data.publish.manifest import SHA256
+from data.publish.reader import REFERENCE_DIR
 from data.schemas import STATUS_OK
 from data.workspace import BlobStore, Storage
 
@@ -130,7 +131,8 @@ def read_release(folder: Path, hf_features: bool = False) -> ReleaseImages:
     if mode != "urls":
         raise FetchReleaseError(f"{folder} is a release with its images (mode {mode!r}), not a URL-only one")
     config, id_column = IMAGE_CONFIGS[manifest.name]
-    problems = verify_files(manifest, [config])
+    # The reference pack too: a fetched image table is read with the release's own countries and cultures.
+    problems = verify_files(manifest, [config, REFERENCE_DIR])
     if problems:
         raise ReleaseIntegrityError(folder, problems)
     files = sorted(p for p in (folder / config).glob("*.parquet") if p.is_file())
@@ -280,11 +282,19 @@ def fetch_release(
         # By row, not by id: each row's image is the blob fetched for that row.
         verified = {i: fetched[i]["sha256"] for i, got in zip(wanted, report, strict=True) if got["status"] == OK}
         _write_image_table(storage, storage.path(release.config, IMAGE_PART), release, schema, verified, blobs)
+        _copy_reference(folder, storage)
         images_path = str(out / release.config / IMAGE_PART)
     storage.write_parquet(storage.path(REPORT), pa.Table.from_pylist(report, schema=FETCH_REPORT))
     storage.rm(storage.path(STATE))  # complete: the next run checks every URL afresh
     counts = Counter(r["status"] for r in report)
     return FetchSummary(release.manifest.name, release.manifest.version, dict(counts), str(out / REPORT), images_path)
+
+
+def _copy_reference(folder: Path, storage: Storage) -> None:
+    """The release's reference pack beside the fetched image table (checked against the manifest already)."""
+    source = folder / REFERENCE_DIR
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        storage.write_bytes(storage.path(REFERENCE_DIR, path.relative_to(source).as_posix()), path.read_bytes())
 
 
 def _verdict(row: dict[str, Any], id_column: str, got: dict[str, Any]) -> dict[str, Any]:

@@ -25,8 +25,8 @@ from pydantic import Field, field_validator
 from collectors.search_ddgs import DdgsSearchConfig
 from collectors.search_types import QueryLang, SearchError, SearchHit, SearchQuery
 from collectors.ssrf import storage_refusal
-from data import reference
 from data.image_sources import declared_license, utc_timestamp
+from data.reference import ENGLISH, ReferencePack
 from data.schemas import SEARCH_HITS, STATUS_FAILED, STATUS_OK, blank_row, from_rows
 from data.stage import BackendConfig
 
@@ -37,6 +37,10 @@ class Searcher(Protocol):
     name: str
 
     def search(self, query: SearchQuery, max_results: int) -> list[SearchHit]: ...
+
+    def check(self, pack: ReferencePack) -> None:
+        """Refuse, before any query, an input that names a country or concept the build's pack lacks."""
+        ...
 
 
 class LocalFolderSearchConfig(BackendConfig[Searcher]):
@@ -107,26 +111,34 @@ SearchConfig = Annotated[LocalFolderSearchConfig | DdgsSearchConfig, Field(discr
 
 
 def build_queries(
-    concepts: pa.Table, translations: pa.Table, countries: Sequence[str], skip_identical_native: bool
+    concepts: pa.Table,
+    translations: pa.Table,
+    countries: Sequence[str],
+    skip_identical_native: bool,
+    pack: ReferencePack,
 ) -> list[SearchQuery]:
-    """The English query "{concept} {country}" and the native one, both words in the country's language."""
+    """The English query "{concept} {country}" and the native one, both words in the country's language; names
+    from the reference `pack`."""
     native = {
         (r["concept_id"], r["language_code"]): r["text"]
         for r in translations.select(["concept_id", "language_code", "text"]).to_pylist()
     }
     queries: list[SearchQuery] = []
     for country_name in countries:
-        country = reference.country_by_name()[country_name]
-        pack = reference.language_pack(country.language_code)
+        country = pack.country_by_name()[country_name]
+        native_names = pack.language_pack(country.language_code).countries
+        english_name = pack.language_pack(ENGLISH).countries[country.name].name
         for concept_id, concept in zip(
             concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True
         ):
-            english = f"{concept} {reference.language_pack(reference.ENGLISH).countries[country.name].name}"
+            english = f"{concept} {english_name}"
             common = {
                 "concept_id": concept_id,
                 "concept": concept,
                 "country": country.name,
                 "region": country.ddg_region,
+                "slug": country.slug,
+                "country_code": country.iso2,
             }
             text = native.get((concept_id, country.language_code))
             if text is None:
@@ -139,7 +151,7 @@ def build_queries(
                         SearchQuery(query=english, query_lang=lang, language_code=code, not_searchable=reason, **common)
                     )
                 continue
-            nav = f"{text} {pack.countries[country.name].name}"
+            nav = f"{text} {native_names[country.name].name}"
             queries.append(SearchQuery(query=english, query_lang="eng", language_code="en", **common))
             if not (skip_identical_native and nav == english):
                 queries.append(SearchQuery(query=nav, query_lang="nav", language_code=country.language_code, **common))
@@ -192,7 +204,7 @@ def _query_rows(searcher: Searcher, query: SearchQuery, max_results: int) -> lis
             "error": None,
             "detail": None,
         }
-        # 1-based, as in the authors' image ids (rank 1 = the engine's top hit; data/reference/xcm-bench.csv).
+        # 1-based, as in the authors' image ids (rank 1 = the engine's top hit; data/authors/xcm-bench.csv).
         for rank, hit in enumerate(hits, start=1)
     ]
 
@@ -217,14 +229,41 @@ class LocalFolderSearcher:
             if refusal:
                 raise ValueError(f"local searcher: {refusal}")
         self.config = config
-        self._index = self._read_manifest(config.manifest) if config.manifest else None
+        self._lines: dict[tuple[str, str], list[int]] = {}  # (country, concept) as written -> its manifest lines
+        self._index = self._read_manifest(config.manifest, self._lines) if config.manifest else None
         # The root's and each country's folders, listed once: every query looks one up, and listing a country of
         # 1,000 concepts per query made the search O(queries x concepts) (issue 31).
         self._listings: dict[str, dict[str, list[str]]] = {}
 
+    def check(self, pack: ReferencePack) -> None:
+        """Every manifest row names a country (name, slug or code) and a concept (name or id) of `pack`: a typo
+        would otherwise leave its images unfound, silently."""
+        if self._index is None:
+            return
+        countries = {_key(k) for c in pack.countries for k in (c.name, c.slug, c.iso2)}
+        concepts = {_key(k) for c in pack.concepts for k in _concept_keys(c.concept_id, c.concept)}
+        for (country, concept), lines in sorted(self._lines.items(), key=lambda item: min(item[1])):
+            line = min(lines)
+            if country not in countries:
+                raise ValueError(
+                    f"manifest {self.config.manifest}, line {line}: country {country!r} is not a country of the "
+                    f"reference pack {pack.info.name}"
+                )
+            if concept not in concepts:
+                raise ValueError(
+                    f"manifest {self.config.manifest}, line {line}: concept {concept!r} is not a concept of the "
+                    f"reference pack {pack.info.name}"
+                )
+
     def search(self, query: SearchQuery, max_results: int) -> list[SearchHit]:
         if self._index is not None:
-            hits = self._index.get((query.country, query.concept_id, query.query_lang), [])
+            found = [
+                ranked
+                for country in {_key(k) for k in _country_keys(query)}
+                for concept in {_key(k) for k in _concept_keys(query.concept_id, query.concept)}
+                for ranked in self._index.get((country, concept, query.query_lang), [])
+            ]
+            hits = [hit for _, hit in sorted(found, key=lambda ranked: ranked[0])]
         else:
             hits = self._scan(query)
         return hits[:max_results]
@@ -233,7 +272,7 @@ class LocalFolderSearcher:
 
     def _scan(self, query: SearchQuery) -> list[SearchHit]:
         fs, root = fsspec.core.url_to_fs(self.config.root)
-        country_dir = _match_dir(fs, root, _country_keys(query.country), self._listings)
+        country_dir = _match_dir(fs, root, _country_keys(query), self._listings)
         if country_dir is None:
             raise SearchError("no_results", f"no folder for country {query.country!r} under {self.config.root}")
         concept_dir = _match_dir(fs, country_dir, _concept_keys(query.concept_id, query.concept), self._listings)
@@ -249,7 +288,9 @@ class LocalFolderSearcher:
     # -- manifest ---------------------------------------------------------------------------------------------
 
     @staticmethod
-    def _read_manifest(manifest: str) -> dict[tuple[str, int, str], list[SearchHit]]:
+    def _read_manifest(
+        manifest: str, lines: dict[tuple[str, str], list[int]]
+    ) -> dict[tuple[str, str, str], list[tuple[int, SearchHit]]]:
         fs, path = fsspec.core.url_to_fs(manifest)
         base = path.rsplit("/", 1)[0]
         with fs.open(path, "r", encoding="utf-8") as handle:
@@ -257,11 +298,13 @@ class LocalFolderSearcher:
         required = {"country", "concept", "query_lang", "rank", "path"}
         if rows and not required <= set(rows[0]):
             raise ValueError(f"manifest {manifest} lacks columns {sorted(required - set(rows[0]))}")
-        grouped: dict[tuple[str, int, str], list[tuple[int, SearchHit]]] = {}
+        grouped: dict[tuple[str, str, str], list[tuple[int, SearchHit]]] = {}
         for line, row in enumerate(rows, start=2):
             try:
-                country = reference.resolve_country(row["country"]).name
-                concept_id = _concept_id(row["concept"])
+                # Kept as written: a query finds its rows by its country's and concept's names, slugs and codes.
+                country, concept = _key(row["country"]), _key(row["concept"])
+                if not country or not concept:
+                    raise ValueError("country and concept must not be empty")
                 lang = row["query_lang"].strip()
                 if lang not in ("eng", "nav"):
                     raise ValueError(f"query_lang must be eng or nav, not {lang!r}")
@@ -281,13 +324,23 @@ class LocalFolderSearcher:
                 retrieved_at=retrieved_at,
                 origin_url=(row.get("url") or "").strip() or None,
             )
-            grouped.setdefault((country, concept_id, lang), []).append((rank, hit))
-        return {key: [hit for _, hit in sorted(hits, key=lambda x: x[0])] for key, hits in grouped.items()}
+            grouped.setdefault((country, concept, lang), []).append((rank, hit))
+            lines.setdefault((country, concept), []).append(line)
+        return grouped
 
 
-def _country_keys(country: str) -> set[str]:
-    c = reference.country_by_name()[country]
-    return {c.name.lower(), c.slug, c.iso2.lower(), c.name.lower().replace(" ", "_")}
+def _key(value: str) -> str:
+    """A manifest's country or concept as it is matched: lower case, `_` as a space, one space between words."""
+    return " ".join(value.strip().lower().replace("_", " ").split())
+
+
+def _country_keys(query: SearchQuery) -> set[str]:
+    keys = {query.country.lower(), query.country.lower().replace(" ", "_")}
+    if query.slug:
+        keys |= {query.slug, query.slug.replace(" ", "_")}
+    if query.country_code:
+        keys.add(query.country_code.lower())
+    return keys
 
 
 def _concept_keys(concept_id: int, concept: str) -> set[str]:
@@ -297,14 +350,6 @@ def _concept_keys(concept_id: int, concept: str) -> set[str]:
         concept.lower().replace(" ", "-"),
         str(concept_id),
     }
-
-
-def _concept_id(value: str) -> int:
-    key = value.strip().lower()
-    for concept in reference.concepts():
-        if key in _concept_keys(concept.concept_id, concept.concept):
-            return concept.concept_id
-    raise ValueError(f"unknown concept {value!r}")
 
 
 def _match_dir(

@@ -26,6 +26,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from collectors.search_types import SearchError, SearchHit, SearchQuery
 from data.provenance import scrub
+from data.reference import ReferencePack
 from data.retry import RateLimiter, RetryPolicy, parse_retry_after, prefect_slot, shared_limiter
 from data.stage import BackendConfig, require
 
@@ -161,6 +162,9 @@ class DdgsSearcher:
         self._sleep = sleep
         self._clock = clock
         self._secrets = [config.proxy.get_secret_value()] if config.proxy else []
+
+    def check(self, pack: ReferencePack) -> None:
+        """Nothing to check: the engine is asked for the build's own queries."""
 
     def search(self, query: SearchQuery, max_results: int) -> list[SearchHit]:
         policy = self.config.retry

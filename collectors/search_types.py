@@ -11,7 +11,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from data import reference
 from data.image_sources import UNKNOWN_LICENSE
 
 QueryLang = Literal["eng", "nav"]
@@ -28,13 +27,16 @@ class SearchQuery(BaseModel):
     language_code: str
     region: str
     not_searchable: str | None = None  # why this query is recorded as failed without asking the engine
+    # The reference pack's slug (its name in lower case, spaces kept, as the authors' ids have it) and ISO code of
+    # a 3XCM country; None for another place (a MixCuBe culture), slugged from its name.
+    slug: str | None = None
+    country_code: str | None = None
 
     @property
     def _country_slug(self) -> str:
-        """The 3XCM country's slug (its name in lower case, spaces kept, as the authors' ids have it); another
-        place (a MixCuBe culture) is slugged from its name."""
-        country = reference.country_by_name().get(self.country)
-        return country.slug if country else "-".join("".join(c if c.isalnum() else " " for c in self.country).split())
+        if self.slug:
+            return self.slug
+        return "-".join("".join(c if c.isalnum() else " " for c in self.country).split())
 
     @property
     def query_id(self) -> str:

@@ -1,9 +1,9 @@
 """Translation stage: each concept in the native language of each build country, with its RQ3 descriptor form.
 
-Embedded default: the shipped tables in `data/reference/i18n/` (every row awaiting native review).
-Production: Gemini (constraints of the 3XCM paper, App. R), used by default only where no shipped translation
-exists (new, operator-accepted concepts); it can also be compared with, or replace, the shipped table, and every
-difference is written down as a TRANSLATION_CONFLICTS row.
+Embedded default: the build's reference pack (`i18n/<language>/concepts.csv`; the shipped pack's rows all
+await native review). Production: Gemini (constraints of the 3XCM paper, App. R), used by default only where the
+pack has no translation (new, operator-accepted concepts); it can also be compared with, or replace, the pack's
+table, and every difference is written down as a TRANSLATION_CONFLICTS row.
 """
 
 from __future__ import annotations
@@ -11,16 +11,15 @@ from __future__ import annotations
 import json
 import string
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Annotated, Literal, Protocol
 
 import pyarrow as pa
 from pydantic import BaseModel, Field
 
-from data import reference
 from data.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
-from data.reference import ConceptTranslation
+from data.reference import ENGLISH, ConceptTranslation, CountryName, Language, ReferencePack
 from data.schemas import TRANSLATION_CONFLICTS, TRANSLATIONS, empty, from_rows
 from data.stage import BackendConfig
 
@@ -39,6 +38,17 @@ class ShippedTranslationsConfig(BackendConfig["Translator"]):
     def build(self) -> ShippedTranslator:
         return ShippedTranslator()
 
+    def complete_pack(
+        self,
+        pack: ReferencePack,
+        location: str,
+        languages: list[str],
+        concept_ids: Collection[int] | None,
+        cache_dir: str | None,
+    ) -> bool:
+        """The pack's own rows only: nothing is drafted (False), so what the pack lacks is refused before a build."""
+        return False
+
 
 class GeminiTranslationsConfig(BackendConfig["Translator"]):
     backend: Literal["gemini"] = "gemini"
@@ -55,6 +65,28 @@ class GeminiTranslationsConfig(BackendConfig["Translator"]):
 
     def build(self) -> GeminiTranslator:
         return GeminiTranslator(self)
+
+    def complete_pack(
+        self,
+        pack: ReferencePack,
+        location: str,
+        languages: list[str],
+        concept_ids: Collection[int] | None,
+        cache_dir: str | None,
+    ) -> bool:
+        """Draft what `pack` lacks in `languages` (the language, its country names, the translations of
+        `concept_ids`), marked awaiting native review, into the pack at `location` (a build's copy, never its
+        source); True: drafted."""
+        from collectors.pack_drafts import draft_language  # drafting builds on this module
+        from data.reference import load_pack
+        from data.reference_write import add_language_drafts
+
+        translator = GeminiTranslator(self)
+        for code in languages:
+            current = load_pack(location)
+            drafts = draft_language(current, code, self.gemini, translator, cache_dir, concept_ids)
+            add_language_drafts(current.files, code, drafts.language, drafts.country_names, drafts.translations)
+        return True
 
 
 TranslationsConfig = Annotated[ShippedTranslationsConfig | GeminiTranslationsConfig, Field(discriminator="backend")]
@@ -73,8 +105,16 @@ class MissingTranslationError(LookupError):
 
 class Translator(Protocol):
     def run(
-        self, concepts: list[tuple[int, str]], language_codes: list[str], cache_dir: str | None
+        self, pack: ReferencePack, concepts: list[tuple[int, str]], language_codes: list[str], cache_dir: str | None
     ) -> TranslationOutput: ...
+
+
+@dataclass(frozen=True)
+class NewTranslations:
+    """Gemini's translations of concepts a language lacks: (concept_id, concept, text, descriptor_template)."""
+
+    rows: list[tuple[int, str, str, str]]
+    failures: list[dict]
 
 
 def _row(entry: ConceptTranslation, default_template: str, source: str) -> dict:
@@ -91,23 +131,25 @@ def _row(entry: ConceptTranslation, default_template: str, source: str) -> dict:
 class ShippedTranslator:
     source = "shipped"
 
-    def translate(self, concept_ids: list[int], language_code: str) -> list[ConceptTranslation]:
-        pack = reference.language_pack(language_code)
-        missing = [cid for cid in concept_ids if cid not in pack.concepts]
+    def translate(self, pack: ReferencePack, concept_ids: list[int], language_code: str) -> list[ConceptTranslation]:
+        language = pack.language_pack(language_code)
+        missing = [cid for cid in concept_ids if cid not in language.concepts]
         if missing:
             raise MissingTranslationError(
-                f"no shipped {language_code} translation for concept ids {missing}; "
+                f"no {language_code} translation in pack {pack.info.name} for concept ids {missing}; "
                 "use a translation backend that can translate new concepts (backend: gemini)"
             )
-        return [pack.concepts[cid] for cid in concept_ids]
+        return [language.concepts[cid] for cid in concept_ids]
 
     def run(
-        self, concepts: list[tuple[int, str]], language_codes: list[str], cache_dir: str | None
+        self, pack: ReferencePack, concepts: list[tuple[int, str]], language_codes: list[str], cache_dir: str | None
     ) -> TranslationOutput:
         rows = []
         for code in sorted(set(language_codes)):
-            default_template = reference.language_pack(code).language.descriptor_template
-            rows += [_row(e, default_template, self.source) for e in self.translate([c for c, _ in concepts], code)]
+            default_template = pack.language_pack(code).language.descriptor_template
+            rows += [
+                _row(e, default_template, self.source) for e in self.translate(pack, [c for c, _ in concepts], code)
+            ]
         return TranslationOutput(from_rows(rows, TRANSLATIONS), empty(TRANSLATION_CONFLICTS), failures_table([]))
 
 
@@ -144,21 +186,19 @@ def _nfc(text: str) -> str:
     return unicodedata.normalize("NFC", " ".join(text.split()))
 
 
-def language_countries(code: str) -> list[str]:
-    return [c.name for c in reference.countries() if c.language_code == code]
-
-
-def translation_prompt(code: str, concepts: list[tuple[int, str]]) -> str:
+def translation_prompt(
+    language: Language,
+    countries: list[str],
+    country_forms: dict[str, CountryName],
+    concepts: list[tuple[int, str]],
+) -> str:
     """The translation request; role, strict constraints and the Nigeria mapping are those of 3XCM paper App. R
-    (Figure 22), with its task rewritten from sentence translation to concept + descriptor translation."""
-    pack = reference.language_pack(code)
-    language = pack.language
-    countries = language_countries(code)
+    (Figure 22), with its task rewritten from sentence translation to concept + descriptor translation.
+    `countries`: the pack's countries of this language; `country_forms`: every country's form in the template."""
+    code = language.code
     # App. R maps Nigeria to Yoruba explicitly (its role line says EN-NG); our own countries are listed after it.
     mapping = "".join(f"    *   {name}: {language.name}\n" for name in countries if name != "Nigeria")
-    country_forms = "\n".join(
-        f"    *   {name}: {entry.descriptor_country}" for name, entry in sorted(pack.countries.items())
-    )
+    forms = "\n".join(f"    *   {name}: {entry.descriptor_country}" for name, entry in sorted(country_forms.items()))
     data = {
         "target_country": countries,
         "target_language": f"{language.name} ({language.native_name})",
@@ -187,7 +227,7 @@ def translation_prompt(code: str, concepts: list[tuple[int, str]]) -> str:
         f"The usual form in {language.name} is {json.dumps(language.descriptor_template, ensure_ascii=False)}; "
         "keep it unless this concept needs another form (agreement, classifier, case); you may then write the "
         "concept out inside the template instead of {concept}. {country} must appear exactly once. It is filled "
-        f"with these forms of the country names:\n{country_forms}\n\n"
+        f"with these forms of the country names:\n{forms}\n\n"
         "**Strict Constraints:**\n"
         # App. R, Figure 22, constraints 1-3 verbatim; the line after 2 is ours, for concepts rather than sentences.
         "1. **Grammar & Fluency:** Adjust the sentence structure, classifiers (e.g., Thai 'khan'), and gender "
@@ -234,21 +274,68 @@ class GeminiTranslator:
         self.config = config
         self.source = f"gemini:{config.gemini.model}"
 
+    def ask(
+        self,
+        client: GeminiClient,
+        language: Language,
+        countries: list[str],
+        country_forms: dict[str, CountryName],
+        concepts: list[tuple[int, str]],
+    ) -> tuple[dict[int, TranslatedConcept], list[dict]]:
+        """Gemini's answers for `concepts` in `language`, batch by batch, and a failure row per failed batch."""
+        answered: dict[int, TranslatedConcept] = {}
+        failures = []
+        for start in range(0, len(concepts), self.config.batch_size):
+            batch = concepts[start : start + self.config.batch_size]
+            ids = [cid for cid, _ in batch]
+            request_key = f"{language.code}:{','.join(map(str, ids))}"
+            answer = client.generate_structured(
+                [translation_prompt(language, countries, country_forms, batch)],
+                TranslationBatch,
+                _batch_validator(ids),
+                request_key,
+            )
+            if answer.ok:
+                assert answer.value is not None  # an ok structured answer holds its validated value
+                answered.update({item.concept_id: item for item in answer.value.translations})
+            else:
+                failures.append(failure_row(STAGE, request_key, self.config.gemini.model, answer))
+        return answered, failures
+
+    def translate_new(
+        self,
+        pack: ReferencePack,
+        language: Language,
+        country_forms: dict[str, CountryName],
+        concepts: list[tuple[int, str]],
+        cache_dir: str | None,
+    ) -> NewTranslations:
+        """Drafts for concepts `language` lacks (a pack's new language included): `reference translate`."""
+        countries = [c.name for c in pack.countries if c.language_code == language.code]
+        client = GeminiClient(self.config.gemini, cache_dir=cache_dir)
+        answered, failures = self.ask(client, language, countries, country_forms, concepts)
+        rows = [
+            (cid, name, _nfc(answered[cid].text), _nfc(answered[cid].descriptor_template))
+            for cid, name in concepts
+            if cid in answered
+        ]
+        return NewTranslations(rows, failures)
+
     def run(
-        self, concepts: list[tuple[int, str]], language_codes: list[str], cache_dir: str | None
+        self, pack: ReferencePack, concepts: list[tuple[int, str]], language_codes: list[str], cache_dir: str | None
     ) -> TranslationOutput:
         client = GeminiClient(self.config.gemini, cache_dir=cache_dir)
         rows: list[dict] = []
         conflicts: list[dict] = []
         failures: list[dict] = []
         for code in sorted(set(language_codes)):
-            pack = reference.language_pack(code)
-            default_template = pack.language.descriptor_template
-            if code == reference.ENGLISH:
+            language_pack = pack.language_pack(code)
+            default_template = language_pack.language.descriptor_template
+            if code == ENGLISH:
                 # English is the source language of the concept list: nothing to translate.
                 rows += [
-                    _row(pack.concepts[cid], default_template, "shipped")
-                    if cid in pack.concepts
+                    _row(language_pack.concepts[cid], default_template, "shipped")
+                    if cid in language_pack.concepts
                     else _row(
                         ConceptTranslation(
                             concept_id=cid, concept=name, language_code=code, text=name, review_status="source"
@@ -260,22 +347,16 @@ class GeminiTranslator:
                 ]
                 continue
             policy = self.config.shipped_policy
-            to_ask = [(cid, name) for cid, name in concepts if policy != "fill_missing" or cid not in pack.concepts]
-            answered: dict[int, TranslatedConcept] = {}
-            for start in range(0, len(to_ask), self.config.batch_size):
-                batch = to_ask[start : start + self.config.batch_size]
-                ids = [cid for cid, _ in batch]
-                request_key = f"{code}:{','.join(map(str, ids))}"
-                answer = client.generate_structured(
-                    [translation_prompt(code, batch)], TranslationBatch, _batch_validator(ids), request_key
-                )
-                if answer.ok:
-                    assert answer.value is not None  # an ok structured answer holds its validated value
-                    answered.update({item.concept_id: item for item in answer.value.translations})
-                else:
-                    failures.append(failure_row(STAGE, request_key, self.config.gemini.model, answer))
+            to_ask = [
+                (cid, name) for cid, name in concepts if policy != "fill_missing" or cid not in language_pack.concepts
+            ]
+            countries = [c.name for c in pack.countries if c.language_code == code]
+            answered, asked_failures = self.ask(
+                client, language_pack.language, countries, language_pack.countries, to_ask
+            )
+            failures += asked_failures
             for cid, _ in concepts:
-                shipped = pack.concepts.get(cid)
+                shipped = language_pack.concepts.get(cid)
                 proposed = answered.get(cid)
                 row, conflict = self._resolve(code, cid, shipped, proposed, default_template)
                 rows += [row] if row else []
@@ -334,10 +415,11 @@ class GeminiTranslator:
 
 def run_translations(
     config: ShippedTranslationsConfig | GeminiTranslationsConfig,
+    pack: ReferencePack,
     concepts: pa.Table,
     language_codes: list[str],
     cache_dir: str | None = None,
 ) -> TranslationOutput:
     """Translations of `concepts` (concept_id, concept) into every language; `cache_dir` holds model answers."""
     pairs = list(zip(concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True))
-    return config.build().run(pairs, list(language_codes), cache_dir)
+    return config.build().run(pack, pairs, list(language_codes), cache_dir)

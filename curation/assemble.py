@@ -25,8 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from curation.pool_index import NO_IMAGE, PoolIndex
 from curation.rules import RQ2_RULES, RQ3_RULES, Catalog, DescriptorBalance, PoolCounts, seeded_priority
-from data import reference
 from data.progress import StepProgress, ticking
+from data.reference import ReferencePack
 from data.schemas import BENCHMARK, BENCHMARK_CD, RQ2_SLOTS, UNASSEMBLED
 
 RQ2_PREFIXES = dict(RQ2_SLOTS)  # our slot name -> the authors' column prefix
@@ -66,11 +66,12 @@ class QueryTexts:
     """Query strings in the query country's language, from the translations table.
 
     `languages` (country -> language code) and `descriptor_name` ((language, country) -> the country's form inside
-    the RQ3 template) default to the shipped reference data; a catalog of other countries passes its own."""
+    the RQ3 template) come from the reference `pack`, or are given (a scale test's synthetic countries)."""
 
     def __init__(
         self,
         translations: pa.Table,
+        pack: ReferencePack | None = None,
         languages: Mapping[str, str] | None = None,
         descriptor_name: Callable[[str, str], str] | None = None,
     ) -> None:
@@ -80,15 +81,18 @@ class QueryTexts:
             key = (row["concept_id"], row["language_code"])
             self._text[key] = row["text"]
             self._template[key] = row["descriptor_template"]
+        if pack is not None:
+            languages = languages or {c.name: c.language_code for c in pack.countries}
+            descriptor_name = descriptor_name or (
+                lambda code, country: pack.language_pack(code).countries[country].descriptor_country
+            )
+        if languages is None or descriptor_name is None:
+            raise TypeError("QueryTexts needs a reference pack, or both `languages` and `descriptor_name`")
         self._languages = languages
-        self._descriptor_name = descriptor_name or (
-            lambda code, country: reference.language_pack(code).countries[country].descriptor_country
-        )
+        self._descriptor_name = descriptor_name
 
     def language(self, country: str) -> str:
-        if self._languages is not None:
-            return self._languages[country]
-        return reference.country_by_name()[country].language_code
+        return self._languages[country]
 
     def rq2(self, concept_id: int, country: str) -> tuple[str, str]:
         code = self.language(country)
@@ -337,7 +341,11 @@ def assemble_catalog(
 
 
 def run_assembly(
-    config: AssemblyConfig, image_table: pa.Table, translations: pa.Table, progress: StepProgress | None = None
+    config: AssemblyConfig,
+    image_table: pa.Table,
+    translations: pa.Table,
+    pack: ReferencePack,
+    progress: StepProgress | None = None,
 ) -> Assembly:
-    catalog = Catalog.from_table(image_table)
-    return assemble_catalog(config, catalog, QueryTexts(translations), progress=progress)
+    catalog = Catalog.from_table(image_table, [c.name for c in pack.countries])
+    return assemble_catalog(config, catalog, QueryTexts(translations, pack), progress=progress)

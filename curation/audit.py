@@ -28,11 +28,11 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from data import reference
 from data.concept_names import invalid_name
 from data.output_paths import OutputPathError, check_output
-from data.publish.format import ReleaseReadError
-from data.publish.reader import read_parquet_files
+from data.publish.format import MANIFEST, ReleaseReadError
+from data.publish.reader import read_parquet_files, release_pack
+from data.reference import ReferencePack, default_pack
 from data.schemas import RQ2_SLOTS, XCM_BENCH_CSV_COLUMNS
 from data.text_safety import csv_safe_table
 from data.workspace import Storage
@@ -392,8 +392,9 @@ class _Found:
 
 
 class _Auditor:
-    def __init__(self, table: pa.Table, max_reuse: int) -> None:
+    def __init__(self, table: pa.Table, max_reuse: int, pack: ReferencePack) -> None:
         self.table = table
+        self.pack = pack
         self.cells = _Cells.of(table)
         self.max_reuse = max_reuse
         self.found: list[_Found] = []
@@ -420,7 +421,7 @@ class _Auditor:
 
     def check_rows(self) -> None:
         c = self.cells
-        by_name = reference.country_by_name()
+        by_name = self.pack.country_by_name()
         groups = sorted({country.language_group for country in by_name.values()})
         group_of = np.array(
             [groups.index(by_name[name].language_group) if name in by_name else -1 for name in c.countries],
@@ -628,7 +629,7 @@ class _Auditor:
             details = [f"query_concept_id {given[r]}, the query image id says {from_id[r]}" for r in rows]
             self.add("query_concept_id", int(decided.sum()), rows, QUERY, self.image(QUERY, rows), details)
         if "query_language" in table.column_names:
-            by_name = reference.country_by_name()
+            by_name = self.pack.country_by_name()
             expected = np.array([by_name[n].language_code if n in by_name else None for n in c.countries], dtype=object)
             want = expected[c.country[QUERY]]
             given = np.array(table["query_language"].to_pylist(), dtype=object)
@@ -771,16 +772,19 @@ def audit_benchmark(
     max_reuse: int = DEFAULT_MAX_REUSE,
     source: str = "<table>",
     metadata_source: str | None = None,
+    *,
+    pack: ReferencePack,
 ) -> Audit:
     """Audit an RQ2 benchmark table (the authors' 16 columns, optionally our query columns) and, when given, check it
-    against an image_metadata table. Tables that cannot be audited raise `AuditInputError`."""
+    against an image_metadata table; `pack`: the reference pack naming its countries' language groups and languages.
+    Tables that cannot be audited raise `AuditInputError`."""
     if max_reuse < 1:
         raise ValueError(f"max_reuse must be at least 1, not {max_reuse}")
     started = time.perf_counter()
     benchmark = check_benchmark_table(benchmark, source)  # idempotent: cheap casts when already checked
     if metadata is not None:
         metadata = check_metadata_table(metadata, metadata_source or "<image_metadata>")
-    auditor = _Auditor(benchmark, max_reuse)
+    auditor = _Auditor(benchmark, max_reuse, pack)
     auditor.check_rows()
     per_image = auditor.check_consistency()
     concept_id = auditor.check_image_ids(per_image)
@@ -808,10 +812,26 @@ def audit_benchmark(
     return Audit(report, violations)
 
 
+def pack_of(path: Path, metadata: Path | None) -> ReferencePack:
+    """The reference pack of the benchmark at `path`: the release's own (the folder, or the release a CSV or
+    `--metadata` lies in), else the default pack (the authors' file was built for the shipped countries)."""
+    for folder in (path if path.is_dir() else path.parent.parent, metadata.parent if metadata else None):
+        if folder is not None and (folder / MANIFEST).is_file():
+            return release_pack(folder)
+    return default_pack()
+
+
 def audit_path(path: Path, metadata: Path | None = None, max_reuse: int = DEFAULT_MAX_REUSE) -> Audit:
-    """Read FILE (and the metadata) and audit it; bad input raises `AuditInputError`."""
+    """Read FILE (and the metadata) and audit it against its reference pack; bad input raises `AuditInputError`."""
     inputs = load_input(path, metadata)
-    return audit_benchmark(inputs.benchmark, inputs.metadata, max_reuse, inputs.source, inputs.metadata_source)
+    return audit_benchmark(
+        inputs.benchmark,
+        inputs.metadata,
+        max_reuse,
+        inputs.source,
+        inputs.metadata_source,
+        pack=pack_of(path, metadata),
+    )
 
 
 def check_out_path(path: Path, inputs: Iterable[Path] = ()) -> None:

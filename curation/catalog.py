@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from data import reference
 from data.image_sources import declared_license
+from data.reference import ReferencePack
 from data.schemas import IMAGE_METADATA, STATUS_OK
 
 
@@ -35,9 +35,11 @@ def build_catalog(
     tags: pa.Table,
     translations: pa.Table,
     copies: pa.Table,
+    pack: ReferencePack,
     public_url: Callable[[str], str] = lambda url: url,
 ) -> pa.Table:
-    """`public_url` turns a fetch location into what the release records (local paths become relative).
+    """`public_url` turns a fetch location into what the release records (local paths become relative); `pack`
+    names the countries (language, group, order).
 
     Columnar (issue 31): the columns are taken with Arrow, and only the derived ones (url, licence, tags) pass
     through Python, one list each; a dict per image of every input table cost about 6 GB at a million images."""
@@ -57,7 +59,7 @@ def build_catalog(
 
     concept_ids = from_hits("concept_id").to_pylist()
     names = dict(zip(concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True))
-    by_name = reference.country_by_name()
+    by_name = pack.country_by_name()
     country_names = from_hits("country").to_pylist()
     countries = [by_name[name] for name in country_names]
     native = {(r["concept_id"], r["language_code"]): r["text"] for r in translations.to_pylist()}
@@ -109,7 +111,7 @@ def build_catalog(
         "license": [declared_license(v) for v in from_hits("license").to_pylist()],
         "license_filter": from_hits("license_filter"),
     }
-    country_order = {c.name: i for i, c in enumerate(reference.countries())}
+    country_order = {c.name: i for i, c in enumerate(pack.countries)}
     # Python's sort was stable over the images' order; so is lexsort (the last key is the primary one).
     order = np.lexsort(
         (

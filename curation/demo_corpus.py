@@ -43,18 +43,32 @@ from curation.image_thumbnails import (
     _reduce_to_draft_scale,
     decode_reduced,
 )
-from data import reference
+from data.reference import ENGLISH, Country, ReferencePack, pack_or_default
 from data.workspace import Storage
 
-DEMO_COUNTRIES = ["USA", "UK", "Spain", "Argentina", "Japan", "Thailand", "Kenya", "Saudi Arabia"]
-DEMO_CONCEPTS = ["train", "food", "wedding", "school", "market", "dance"]
+#: A pack without a `demo` section draws its first concepts, this many, in every one of its countries.
+DEMO_CONCEPT_COUNT = 4
+
+
+def demo_selection(reference: str | None) -> tuple[list[str], list[str]]:
+    """The demo's (countries, concepts) for the pack at `reference` (None: the default pack): its pack.json's
+    `demo`, or every country and the first concepts."""
+    pack = pack_or_default(reference)
+    chosen = pack.info.demo
+    countries = list(chosen.countries) if chosen and chosen.countries else [c.name for c in pack.countries]
+    concepts = list(chosen.concepts) if chosen else [c.concept for c in pack.concepts[:DEMO_CONCEPT_COUNT]]
+    return countries, concepts
+
+
+def _default_demo() -> tuple[list[str], list[str]]:
+    return demo_selection(None)
 
 
 class DemoCorpusConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    countries: list[str] = Field(default_factory=lambda: list(DEMO_COUNTRIES))
-    concepts: list[str] = Field(default_factory=lambda: list(DEMO_CONCEPTS))
+    countries: list[str] = Field(default_factory=lambda: _default_demo()[0])
+    concepts: list[str] = Field(default_factory=lambda: _default_demo()[1])
     images_per_query: int = Field(default=3, ge=1, le=9)
     width: int = Field(default=320, ge=96)
     height: int = Field(default=240, ge=96)
@@ -338,7 +352,7 @@ def _calibrated_lookalike(
     return None if best is None else best[1]
 
 
-def country_folder(country: reference.Country) -> str:
+def country_folder(country: Country) -> str:
     """A country's corpus folder: its slug with `_` for a space (`saudi_arabia`), so no corpus path holds a space;
     the local searcher matches either form."""
     return country.slug.replace(" ", "_")
@@ -393,10 +407,10 @@ def _draw_original(config: DemoCorpusConfig, original: _Original) -> bytes:
     return _jpeg(draw_scene(_rng(config.seed, *original.key), config.width, config.height, original.label))
 
 
-def _plan(config: DemoCorpusConfig, root: str) -> _Plan:
-    countries = [reference.resolve_country(c) for c in config.countries]
+def _plan(config: DemoCorpusConfig, root: str, pack: ReferencePack) -> _Plan:
+    countries = [pack.resolve_country(c) for c in config.countries]
     # In name order, and pictures seeded by name: the corpus does not move when concepts are renumbered.
-    concepts = sorted((c for c in reference.concepts() if c.concept in config.concepts), key=lambda c: c.concept)
+    concepts = sorted((c for c in pack.concepts if c.concept in config.concepts), key=lambda c: c.concept)
     if len(concepts) != len(set(config.concepts)):
         known = {c.concept for c in concepts}
         raise ValueError(f"unknown demo concepts: {sorted(set(config.concepts) - known)}")
@@ -404,7 +418,7 @@ def _plan(config: DemoCorpusConfig, root: str) -> _Plan:
     folders: list[str] = []  # country by country, as the originals
     originals: list[_Original] = []
     for country in countries:
-        langs = ["eng"] if country.language_code == reference.ENGLISH else ["eng", "nav"]
+        langs = ["eng"] if country.language_code == ENGLISH else ["eng", "nav"]
         for concept in concepts:
             name = concept.concept.replace(" ", "_")
             for lang in langs:
@@ -579,6 +593,8 @@ def generate_demo_corpus(
     root: str,
     progress: Callable[[str, int, int], None] | None = None,
     workers: int | None = None,
+    *,
+    pack: ReferencePack,
 ) -> GroundTruth:
     """Write the corpus under `root` (an fsspec URL) and return what was planted. Every file goes through the
     workspace's atomic writer, so a crash mid-generation never leaves a half-written picture under a final name.
@@ -586,9 +602,9 @@ def generate_demo_corpus(
     `progress(stage, done, total)` is told of each concept drawn, in files (a look-alike kind counts once, planted
     or not). `workers`: processes drawing concepts (default: one per core for a large corpus, else none beyond
     this one); the corpus is the same whatever their number. They are spawned, so a script that starts them needs
-    the usual `if __name__ == "__main__":` guard."""
+    the usual `if __name__ == "__main__":` guard. `pack`: the reference pack naming the countries and concepts."""
     storage = Storage(root)
-    plan = _plan(config, root)
+    plan = _plan(config, root, pack)
     total = len(plan.bad_files) + sum(task.units for task in plan.tasks)
     done = 0
 

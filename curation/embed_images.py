@@ -37,7 +37,8 @@ def embeddings_table(
 ) -> pa.Table:
     values = pa.array(np.asarray(vectors, dtype=np.float16).ravel(), pa.float16())
     offsets = pa.array(np.arange(0, vectors.size + 1, max(1, vectors.shape[1]), dtype=np.int32)[: len(image_ids) + 1])
-    lists = pa.ListArray.from_arrays(offsets, values, mask=pa.array([e is not None for e in errors]))
+    # Typed: an empty shard's mask would be of type null, which pyarrow refuses as a mask.
+    lists = pa.ListArray.from_arrays(offsets, values, mask=pa.array([e is not None for e in errors], pa.bool_()))
     return pa.table(
         {
             "image_id": pa.array(list(image_ids), pa.string()),

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from data import reference, schemas
+from data import schemas
 from data.image_sources import declared_license
+from data.reference import MixCubeReference
 from data.schemas import STATUS_OK
 
 
@@ -28,11 +29,17 @@ class Quintets:
 
 
 def assemble_quintets(
-    originals: pa.Table, attempts: pa.Table, scores: dict[str, dict], qa: pa.Table, sizes: dict[str, int]
+    originals: pa.Table,
+    attempts: pa.Table,
+    scores: dict[str, dict],
+    qa: pa.Table,
+    sizes: dict[str, int],
+    mix: MixCubeReference,
 ) -> Quintets:
-    """`scores`: attempt id -> {"brisque", "clip_similarity"}; `qa`: SYNTHESIS_QA; `sizes`: sha256 -> bytes."""
-    mix = reference.mixcube()
-    ethnicities = [e.label for e in mix.ethnicities]  # the dataset labels, in the reference order
+    """`scores`: attempt id -> {"brisque", "clip_similarity"}; `qa`: SYNTHESIS_QA; `sizes`: sha256 -> bytes; `mix`:
+    the reference pack's cultures, categories and ethnicities (the default pack's four make quintets; a pack with
+    another number of ethnicities makes groups of 1 + that many)."""
+    ethnicities = [e.label for e in mix.ethnicities]  # the dataset labels, in the pack's order
     category_order = {c: i for i, c in enumerate(mix.categories)}
     culture_order = {c.name: i for i, c in enumerate(mix.cultures)}
     decisions = {r["attempt_id"]: r for r in qa.to_pylist()}

@@ -23,13 +23,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from curation.assemble import AssemblyConfig, QueryTexts, assemble_catalog
-from curation.audit import Audit, AuditInputError, audit_benchmark, load_input
+from curation.audit import Audit, AuditInputError, audit_benchmark, load_input, pack_of
 from curation.rules import RQ2_RULES, Catalog, in_pool
 from curation.validate import ValidationReport, validate_benchmark
-from data import reference
-from data.provenance import code_version, reference_data_sha256
+from data.provenance import code_version
 from data.publish.format import ReleaseReadError
 from data.publish.reader import read_parts_as
+from data.reference import ReferencePack
 from data.schemas import CATALOG, RQ2_SLOTS
 
 IMAGE_ID = r"^(?P<country>[^-]+)-(?P<concept_id>\d+)-(?P<rank>\d+)-(?P<lang>eng|nav)$"
@@ -60,6 +60,7 @@ class Reassembly:
     audit_after: Audit
     max_reuse: int
     seed: int
+    pack: ReferencePack  # the pool's reference pack (its countries, languages and translations)
 
     def manifest(self) -> dict[str, Any]:
         """What the reassembled folder's manifest and card state (no machine path: the input by name and hash)."""
@@ -78,7 +79,8 @@ class Reassembly:
             "reuse_before": self.audit_before.report.reuse.maximum,
             "reuse_after": self.audit_after.report.reuse.maximum,
             "code_version": code_version(),
-            "reference_data_sha256": reference_data_sha256(),
+            "reference_data_sha256": self.pack.digest,
+            "reference": self.pack.record(),
         }
 
 
@@ -93,7 +95,7 @@ def input_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def pool_from(benchmark: pa.Table, metadata: pa.Table | None) -> Pool:
+def pool_from(benchmark: pa.Table, metadata: pa.Table | None, pack: ReferencePack) -> Pool:
     """Every image the benchmark names, as a catalog ordered by its original index."""
     if metadata is not None and set(CATALOG.names) <= set(metadata.column_names):
         table = metadata.select(CATALOG.names).sort_by("index_in_dataset")
@@ -126,13 +128,13 @@ def pool_from(benchmark: pa.Table, metadata: pa.Table | None) -> Pool:
         raise AuditInputError(f"image ids outside the 3XCM scheme, e.g. {bad}")
     concept_ids = pc.cast(pc.struct_field(parts, "concept_id"), pa.int32()).to_pylist()
     countries = [country for _, (_, _, country) in ordered]
-    by_name = reference.country_by_name()
+    by_name = pack.country_by_name()
     unknown = sorted(set(countries) - set(by_name))
     if unknown:
-        raise AuditInputError(f"countries outside the 16 of 3XCM: {unknown}")
+        raise AuditInputError(f"countries outside the reference pack {pack.info.name}: {unknown}")
     concepts = [concept for _, (_, concept, _) in ordered]
     native = [
-        _native(c, by_name[country].language_code, name)
+        _native(pack, c, by_name[country].language_code, name)
         for c, country, name in zip(concept_ids, countries, concepts, strict=True)
     ]
     n = len(ordered)
@@ -178,9 +180,8 @@ def _catalog_of(path: Path, metadata: Path | None) -> pa.Table | None:
         raise AuditInputError(str(exc)) from None
 
 
-def _native(concept_id: int, language: str, name: str) -> str:
-    pack = reference.language_pack(language)
-    entry = pack.concepts.get(concept_id)
+def _native(pack: ReferencePack, concept_id: int, language: str, name: str) -> str:
+    entry = pack.language_pack(language).concepts.get(concept_id)
     return entry.text if entry is not None else name
 
 
@@ -214,13 +215,14 @@ def reassemble(path: Path, seed: int = 0, max_reuse: int = 5, metadata: Path | N
     """Reassemble the benchmark at `path` (the authors' CSV, a Parquet file or a release folder) over its own pool."""
     inputs = load_input(path, metadata)
     benchmark = inputs.benchmark
-    before = audit_benchmark(benchmark, inputs.metadata, max_reuse, inputs.source, inputs.metadata_source)
+    pack = pack_of(path, metadata)
+    before = audit_benchmark(benchmark, inputs.metadata, max_reuse, inputs.source, inputs.metadata_source, pack=pack)
     try:
-        pool = pool_from(benchmark, _catalog_of(path, metadata))
+        pool = pool_from(benchmark, _catalog_of(path, metadata), pack)
     except AuditInputError as exc:
         message = str(exc)
         raise AuditInputError(message if message.startswith(inputs.source) else f"{inputs.source}: {message}") from None
-    catalog = Catalog.from_table(pool.table)
+    catalog = Catalog.from_table(pool.table, [c.name for c in pack.countries])
     position = {int(index): row for row, index in enumerate(pool.original_index.tolist())}
     rows = np.array(
         [[position[int(i)] for i in benchmark[f"{prefix}index"].to_pylist()] for _, prefix in SLOT_PREFIXES],
@@ -229,8 +231,8 @@ def reassemble(path: Path, seed: int = 0, max_reuse: int = 5, metadata: Path | N
     keep_mask, replaced = kept_rows(catalog, rows, max_reuse)
     keep = {int(rows[r, 0]): tuple(int(i) for i in rows[r, 1:]) for r in np.flatnonzero(keep_mask)}
     queries_of = np.unique(rows[:, 0])  # one query per image, in index order (the order the choices are made)
-    translations = _translations(catalog)
-    texts = QueryTexts(translations)
+    translations = _translations(catalog, pack)
+    texts = QueryTexts(translations, pack)
     while True:
         assembly = assemble_catalog(AssemblyConfig(seed=seed), catalog, texts, keep, queries_of)
         # Kept rows can use up a small pool before a later query needs it: give the rows that hold an image past
@@ -246,14 +248,14 @@ def reassemble(path: Path, seed: int = 0, max_reuse: int = 5, metadata: Path | N
         replaced["max_reuse"] = replaced.get("max_reuse", 0) + len(over)
     validation = validate_benchmark(
         pool.table, assembly.benchmark, assembly.benchmark_cd, translations,
-        max_reuse={"rq2": max_reuse, "rq3": None}, balance=False, id_scheme=False,
+        max_reuse={"rq2": max_reuse, "rq3": None}, balance=False, id_scheme=False, pack=pack,
     )  # fmt: skip
     order = {int(q): r for r, q in enumerate(rows[:, 0].tolist())}
     rq2 = assembly.benchmark.take(
         np.argsort([order[q] for q in assembly.benchmark["query_index"].to_pylist()], kind="stable")
     )
     rq2, rq3 = _original_indexes(rq2, pool), _original_indexes(assembly.benchmark_cd, pool)
-    after = audit_benchmark(rq2, None, max_reuse, "reassembled")
+    after = audit_benchmark(rq2, None, max_reuse, "reassembled", pack=pack)
     return Reassembly(
         source=inputs.source,
         source_sha256=input_sha256(path),
@@ -268,17 +270,19 @@ def reassemble(path: Path, seed: int = 0, max_reuse: int = 5, metadata: Path | N
         audit_after=after,
         max_reuse=max_reuse,
         seed=seed,
+        pack=pack,
     )
 
 
-def _translations(catalog: Catalog) -> pa.Table:
-    """The shipped translations of the pool's concepts, in the pool's languages."""
+def _translations(catalog: Catalog, pack: ReferencePack) -> pa.Table:
+    """The pack's translations of the pool's concepts, in the pool's languages."""
     from collectors.concepts import ShippedConceptsConfig, run_concepts
     from collectors.translations import ShippedTranslationsConfig, run_translations
 
     wanted = sorted({int(c) for c in catalog.concept.tolist()})
-    concepts = run_concepts(ShippedConceptsConfig(include=[str(c) for c in wanted]))
-    return run_translations(ShippedTranslationsConfig(), concepts, sorted(set(catalog.country_language))).translations
+    concepts = run_concepts(ShippedConceptsConfig(include=[str(c) for c in wanted]), pack)
+    languages = sorted(set(catalog.country_language))
+    return run_translations(ShippedTranslationsConfig(), pack, concepts, languages).translations
 
 
 def _original_indexes(table: pa.Table, pool: Pool) -> pa.Table:

@@ -15,13 +15,12 @@ replay), so a million images never need a mask per query.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import pyarrow as pa
-
-from data import reference
 
 Partition = Literal["cell_x", "cell_y", "concept", "country_x", "country_y", "all"]
 
@@ -55,8 +54,8 @@ TASK_RULES = {"rq2": RQ2_RULES, "rq3": RQ3_RULES}
 
 @dataclass
 class Catalog:
-    """The image table as arrays; row i is index_in_dataset i. Countries keep the reference order (others, a
-    synthetic scale test's, follow by name); groups come from the table's own `language_group` column."""
+    """The image table as arrays; row i is index_in_dataset i. Countries keep the reference pack's order (others
+    follow by name); groups come from the table's own `language_group` column."""
 
     image_id: np.ndarray  # object (str)
     concept_name: np.ndarray  # object (str)
@@ -75,12 +74,14 @@ class Catalog:
     concept_stride: int = 1
 
     @classmethod
-    def from_table(cls, table: pa.Table) -> Catalog:
+    def from_table(cls, table: pa.Table, country_order: Sequence[str]) -> Catalog:
+        """`country_order`: the reference pack's countries in its order (seeded choices over countries follow it:
+        a release is checked and repaired in the order it was built in)."""
         if table.column("index_in_dataset").to_pylist() != list(range(table.num_rows)):
             raise ValueError("image table rows must be in index_in_dataset order 0..n-1")
         names = table.column("country").to_pylist()
         present = set(names)
-        ordered = [c.name for c in reference.countries() if c.name in present]
+        ordered = [name for name in country_order if name in present]
         ordered += sorted(present - set(ordered))
         position = {name: i for i, name in enumerate(ordered)}
         group_of = dict(zip(names, table.column("language_group").to_pylist(), strict=True))

@@ -47,6 +47,7 @@ from curation.assemble import (
 from curation.rules import RQ2_RULES, RQ3_RULES, Catalog, PoolCounts
 from curation.validate import TAKEN_DOWN_INDEX, ValidationReport, validate_benchmark
 from data.denylist import TAKEN_DOWN
+from data.reference import ReferencePack
 from data.schemas import BENCHMARK, BENCHMARK_CD, CATALOG, UNASSEMBLED
 
 REQUESTED = "requested"
@@ -246,8 +247,11 @@ def take_down_xcm(
     seed: int,
     max_reuse: int | None = None,
     released_sha256: Callable[[], dict[str, str]] | None = None,
+    *,
+    pack: ReferencePack,
 ) -> XcmTakedown:
-    """Remove what `request` names from a 3XCM release's tables (`images`: its image_metadata without bytes)."""
+    """Remove what `request` names from a 3XCM release's tables (`images`: its image_metadata without bytes);
+    `pack`: the reference pack the release was built from (its country order)."""
     why = with_copies(images, named_rows(images, request, "image_id", released_sha256))
     gone = np.zeros(images.num_rows, dtype=bool)
     gone[list(why)] = True
@@ -256,7 +260,7 @@ def take_down_xcm(
     kept = images.filter(pa.array(~gone))
     at = kept.schema.get_field_index("index_in_dataset")
     kept = kept.set_column(at, kept.schema.field(at), pa.array(range(kept.num_rows), kept.schema.field(at).type))
-    catalog = Catalog.from_table(kept)
+    catalog = Catalog.from_table(kept, [c.name for c in pack.countries])
     removed = _removed(images, why, "image_id")
 
     changes = {"rq2": TaskChange(), "rq3": TaskChange()}
@@ -274,6 +278,7 @@ def take_down_xcm(
         max_reuse={"rq2": max_reuse, "rq3": max_reuse},
         unassembled=new_unassembled,
         balance=False,
+        pack=pack,
     )
     return XcmTakedown(
         images=kept,

@@ -15,7 +15,7 @@ reason is `taken_down` (`culturebench takedown`) names an image that is no longe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -34,9 +34,9 @@ from curation.rules import (
     in_pool,
     seeded_priority,
 )
-from data import reference
 from data.denylist import TAKEN_DOWN
 from data.progress import StepProgress, Steps
+from data.reference import ReferencePack
 from data.schemas import BENCHMARK, BENCHMARK_CD, CATALOG
 
 IMAGE_ID = r"^(?P<slug>[a-z0-9_ ]+)-(?P<concept>\d+)-(?P<rank>\d+)-(?P<lang>eng|nav)$"
@@ -77,6 +77,7 @@ class _Checker:
         max_reuse: int | Mapping[str, int | None] | None,
         balance: bool,
         id_scheme: bool,
+        country_order: Sequence[str],
     ) -> None:
         self.images = images
         self.texts = texts
@@ -85,7 +86,7 @@ class _Checker:
         self.id_scheme = id_scheme
         self.violations: list[Violation] = []
         self.queried: dict[str, set[int]] = {}  # task -> image rows used as a query
-        self.catalog = Catalog.from_table(images)
+        self.catalog = Catalog.from_table(images, country_order)
         self.counts = PoolCounts(self.catalog)
 
     def add(self, table: str, row: int | None, rule: str, detail: str) -> None:
@@ -139,9 +140,9 @@ class _Checker:
     def check_image_ids(self, ids: pa.Array, values: np.ndarray) -> None:
         """Each image id encodes its row: the country (its name lower-cased), concept id, rank and query language."""
         parts = pc.extract_regex(ids, IMAGE_ID)
-        slugs = {c.name: c.slug for c in reference.countries()}
         countries = self.images.column("country").to_pylist()
-        expected_slug = pa.array([slugs.get(c, c.lower()) for c in countries], pa.string())
+        # A country's slug is its name in lower case (data/reference_models.py `Country`).
+        expected_slug = pa.array([c.lower() for c in countries], pa.string())
         concept = self.images.column("concept_id").combine_chunks()
         rank = self.images.column("rank").combine_chunks()
         lang = self.images.column("query_lang").combine_chunks()
@@ -162,8 +163,7 @@ class _Checker:
             bad,
             "image_id_scheme",
             lambda r: (
-                f"{values[r]} does not encode "
-                f"{(slugs.get(countries[r], countries[r].lower()), int(concept_np[r]), int(rank_np[r]), lang_np[r])}"
+                f"{values[r]} does not encode {(countries[r].lower(), int(concept_np[r]), int(rank_np[r]), lang_np[r])}"
             ),
         )
 
@@ -402,16 +402,18 @@ def validate_benchmark(
     texts: QueryTexts | None = None,
     id_scheme: bool = True,
     progress: StepProgress | None = None,
+    pack: ReferencePack,
 ) -> ValidationReport:
     """Check every row; with `unassembled`, also that every image is a query or is listed there with a reason.
     `max_reuse` caps candidate reuse for both tasks, or per task ({"rq2": 5, "rq3": None}).
 
     `balance=False` leaves out the replay of the least-used choices (a benchmark repaired around rows it kept
-    cannot have chosen them least-used); `texts` replaces the shipped language data for other countries;
-    `id_scheme=False` leaves out the image id format (a pool of the authors' images keeps their ids as published)."""
-    texts = texts or (QueryTexts(translations) if translations is not None else None)
+    cannot have chosen them least-used); `texts` replaces the pack's language data for other countries;
+    `id_scheme=False` leaves out the image id format (a pool of the authors' images keeps their ids as published).
+    `pack`: the reference pack the benchmark was built from (its country order, languages and names)."""
+    texts = texts or (QueryTexts(translations, pack) if translations is not None else None)
     steps = Steps(progress, 5)  # images and schemas, RQ2 rows, RQ3 rows, each task's completeness
-    checker = _Checker(images, texts, max_reuse, balance, id_scheme)
+    checker = _Checker(images, texts, max_reuse, balance, id_scheme, [c.name for c in pack.countries])
     checker.check_images()
     if checker.violations:
         return ValidationReport(violations=checker.violations, rows_checked={"image_metadata": images.num_rows})

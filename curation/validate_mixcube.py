@@ -16,19 +16,20 @@ from pathlib import Path
 import pyarrow as pa
 
 from curation.validate import ValidationReport, Violation
-from data import reference
+from data.reference import MixCubeReference
 from data.review_labels import ACCEPT
 from data.schemas import MIXCUBE_ROWS
 
 TABLE = "default"
 
 
-def validate_quintets(rows: pa.Table, masks: set[str] | None = None) -> ValidationReport:
-    """Every rule above on the `default` table (without image bytes); `masks`: the sha256 of the masks shipped."""
+def validate_quintets(rows: pa.Table, mix: MixCubeReference, masks: set[str] | None = None) -> ValidationReport:
+    """Every rule above on the `default` table (without image bytes); `mix`: the reference pack's cultures and
+    ethnicities the release was built for; `masks`: the sha256 of the masks shipped."""
     missing = [name for name in MIXCUBE_ROWS.names if name not in rows.column_names]
     if missing:
         return _report([Violation(table=TABLE, row=None, rule="schema", detail=f"missing columns {missing}")], rows)
-    violations = list(_violations(rows.select(MIXCUBE_ROWS.names).to_pylist(), masks))
+    violations = list(_violations(rows.select(MIXCUBE_ROWS.names).to_pylist(), mix, masks))
     if rows.num_rows == 0:
         violations.append(Violation(table=TABLE, row=None, rule="non_empty", detail="the release has no quintet"))
     return _report(violations, rows)
@@ -38,8 +39,7 @@ def _report(violations: list[Violation], rows: pa.Table) -> ValidationReport:
     return ValidationReport(violations=violations, rows_checked={TABLE: rows.num_rows})
 
 
-def _violations(rows: list[dict], masks: set[str] | None) -> Iterator[Violation]:
-    mix = reference.mixcube()
+def _violations(rows: list[dict], mix: MixCubeReference, masks: set[str] | None) -> Iterator[Violation]:
     order = [mix.original_label, *(e.label for e in mix.ethnicities)]
     countries = {c.adjective for c in mix.cultures}
     seen: set[str] = set()

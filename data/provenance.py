@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 import subprocess
 from collections.abc import Iterable
 from functools import cache
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
 from typing import Any, overload
 
@@ -41,21 +40,6 @@ def code_version() -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         info.update(git_commit=None, git_dirty=None)
     return info
-
-
-@cache
-def reference_data_sha256() -> str:
-    """One hash over every shipped reference file, so a release names the exact data it was built from."""
-    digest = hashlib.sha256()
-    root = resources.files("data").joinpath("reference")
-    for path in sorted(_walk(root), key=lambda p: str(p)):
-        digest.update(str(path.relative_to(Path(str(root)))).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def _walk(root: Any) -> list[Path]:
-    return [p for p in Path(str(root)).rglob("*") if p.is_file()]
 
 
 @overload

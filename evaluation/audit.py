@@ -17,13 +17,12 @@ import matplotlib.pyplot as plt  # data.figures, imported below too, makes it dr
 import numpy as np
 import pyarrow as pa
 
-from data import reference
+from data.audit_prompt_sets import ENGLISH, ENGLISH_FALLBACK, PROMPT_SETS, AuditPrompts
 from data.figures import figure_png
 from data.publish.card import markdown_table
 from data.publish.reader import Release
+from data.reference import MixCubeReference
 from evaluation import audit_metrics as am
-from evaluation.audit_prompts import ENGLISH, ENGLISH_FALLBACK, PROMPT_SETS, AuditPrompts, load_audit_prompts
-from evaluation.audit_prompts import prompts_version as prompts_version
 from evaluation.encoders import TextImageEncoder
 from evaluation.metrics_3xcm import TIE_TOLERANCE, _group_rng, _percentile_interval, tied_winners
 from evaluation.parts import Headline, ResultPart
@@ -34,8 +33,6 @@ STAGE = "MixCuBe audit"
 CONFIDENCE = 0.95
 #: The headline's language: English is the seed's own text for all three sets (no drafts), and its Table 1's.
 HEADLINE_LANGUAGE = ENGLISH
-_REFERENCE = reference.mixcube()
-ORIGINAL = _REFERENCE.original_label
 _COLUMNS = ["sample_id", "original_id", "country", "category", "ethnicity", "placeholder"]
 
 
@@ -53,10 +50,10 @@ def _rows(release: Release) -> list[dict[str, Any]]:
     return rows
 
 
-def _groups(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The original first, then the swaps in the reference's order, then any other ethnicity seen."""
+def _groups(rows: Sequence[dict[str, Any]], mix: MixCubeReference) -> list[str]:
+    """The original first, then the swaps in the pack's order, then any other ethnicity seen."""
     seen = list(dict.fromkeys(str(r["ethnicity"]) for r in rows))
-    preferred = [ORIGINAL, *(e.label for e in _REFERENCE.ethnicities)]
+    preferred = [mix.original_label, *(e.label for e in mix.ethnicities)]
     return [g for g in preferred if g in seen] + [g for g in seen if g not in preferred]
 
 
@@ -83,9 +80,12 @@ def _interval(samples: np.ndarray) -> list[float | None]:
 class _Audit:
     """The state of one run: images in release order, their quintet and group, the prompts' vectors."""
 
-    def __init__(self, rows: list[dict[str, Any]], prompts: AuditPrompts, n_resamples: int, seed: int) -> None:
+    def __init__(
+        self, rows: list[dict[str, Any]], prompts: AuditPrompts, mix: MixCubeReference, n_resamples: int, seed: int
+    ) -> None:
         self.rows, self.prompts, self.n_resamples, self.seed = rows, prompts, n_resamples, seed
-        self.groups = _groups(rows)
+        self.original = mix.original_label  # the release pack's label of an unswapped image
+        self.groups = _groups(rows, mix)
         self.quintets = list(dict.fromkeys(str(r["original_id"]) for r in rows))
         q_index = {q: k for k, q in enumerate(self.quintets)}
         self.q = np.array([q_index[str(r["original_id"])] for r in rows], dtype=np.int64)
@@ -114,9 +114,9 @@ class _Audit:
     def _original_rows(self) -> np.ndarray:
         """Per image, the row of its quintet's original; -1 for an original, or a swap whose quintet has none."""
         out = np.full(len(self.rows), -1, dtype=np.int64)
-        if ORIGINAL not in self.groups:
+        if self.original not in self.groups:
             return out
-        o = self.groups.index(ORIGINAL)
+        o = self.groups.index(self.original)
         row_of = {int(q): k for k, (q, g) in enumerate(zip(self.q, self.g, strict=True)) if g == o}
         for k, (q, g) in enumerate(zip(self.q, self.g, strict=True)):
             if g != o and int(q) in row_of:
@@ -168,15 +168,17 @@ def evaluate_audit(
     prompts: AuditPrompts | None = None,
 ) -> ResultPart:
     """Seed 001's audit (§3.5-3.6, App. A-B) of `encoder` on the release's quintets, in every language of
-    `prompts` (the shipped App. B sets by default), with our paired reading.
+    `prompts` (the release's reference pack's App. B sets by default), with our paired reading; the groups are the
+    pack's ethnicities.
 
     `headline["max_skew"]` is, per prompt set, the English MaxSkew (HEADLINE_LANGUAGE: the seed's own prompts for
     all three sets, and its Table 1's language), as are `pct_NA` ... `pct_NH`; every language's is in `metrics`.
     `per_query` has one row per image × language × prompt set (`audit_metrics.AUDIT_PER_QUERY`). Intervals are
     95% percentile bootstraps over quintets, `n_resamples` each (0: none), seeded by `seed`."""
-    prompts = prompts or load_audit_prompts()
+    pack = release.pack()
+    prompts = prompts or pack.prompts()
     rows = _rows(release)
-    state = _Audit(rows, prompts, n_resamples, seed)
+    state = _Audit(rows, prompts, pack.mixcube(), n_resamples, seed)
     images = _image_vectors(release, [str(r["sample_id"]) for r in rows], encoder, progress)
     languages = prompts.languages
     texts = list(dict.fromkeys(t for code in languages for name in PROMPT_SETS for t in prompts.texts(code, name)))
@@ -284,11 +286,11 @@ def _only(present: np.ndarray, group: int) -> np.ndarray:
 
 def _moves(state: _Audit, code: str, harm: str, flags: np.ndarray, top_ids: list[str], out: _Collected) -> None:
     """Ours: each swap whose top-1 crosses a harm category's border relative to its own original."""
-    if ORIGINAL not in state.groups:
+    if state.original not in state.groups:
         return
     flag, label = state.cube(flags.astype(np.float64)), np.full(state.present.shape, "", dtype=object)
     label[state.q, state.g] = top_ids
-    o = state.groups.index(ORIGINAL)
+    o = state.groups.index(state.original)
     for q, meta in enumerate(state.quintet_meta):
         if not state.present[q, o]:
             continue
@@ -311,9 +313,9 @@ def _moves(state: _Audit, code: str, harm: str, flags: np.ndarray, top_ids: list
 
 
 def _shifts(state: _Audit, code: str, name: str, lean: np.ndarray, harmful: np.ndarray, out: _Collected) -> None:
-    if ORIGINAL not in state.groups:
+    if state.original not in state.groups:
         return
-    o = state.groups.index(ORIGINAL)
+    o = state.groups.index(state.original)
     for g, group in enumerate(state.groups):
         if g == o:
             continue
@@ -522,7 +524,7 @@ def _card(state: _Audit, out: _Collected, warnings: list[str], metrics: dict[str
     ]
     shifts = [r for r in out.shift if r["language"] == HEADLINE_LANGUAGE]
     paired: list[dict[str, str]] = []
-    for group in [g for g in state.groups if g != ORIGINAL]:
+    for group in [g for g in state.groups if g != state.original]:
         row = {"swap": group}
         for name in PROMPT_SETS:
             found = next((r for r in shifts if r["ethnicity"] == group and r["prompt_set"] == name), None)
@@ -551,7 +553,7 @@ def skew_heatmap_png(max_skew: dict[str, dict[str, float | None]], languages: li
 
 def _moves_summary(moves: list[dict[str, Any]], state: _Audit) -> dict[str, dict[str, dict[str, dict[str, int]]]]:
     """language -> harm -> swap -> {"into": n, "out_of": n}, every swap listed (zeros included)."""
-    swaps = [g for g in state.groups if g != ORIGINAL]
+    swaps = [g for g in state.groups if g != state.original]
     summary = {
         code: {h: {g: {"into": 0, "out_of": 0} for g in swaps} for h in am.HARM_RATES}
         for code in state.prompts.languages
@@ -575,7 +577,7 @@ def _part(state: _Audit, prompts: AuditPrompts, out: _Collected) -> ResultPart:
         }
     metrics: dict[str, Any] = {
         "prompts": {
-            "version": prompts_version(prompts),
+            "version": prompts.version_key(),
             "sets": {name: prompts.ids(name) for name in PROMPT_SETS},
             "languages": _status(prompts),
         },

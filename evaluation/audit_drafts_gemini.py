@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from data import reference
 from data.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
+from data.reference_parse import language_names
 from data.stage import BackendConfig
 from evaluation.audit_prompts import (
     PROMPT_SETS,
@@ -54,11 +54,8 @@ class DraftBatch(BaseModel):
 
 
 def _language_name(code: str) -> str:
-    try:
-        language = reference.language_pack(code).language
-    except (FileNotFoundError, KeyError, OSError):
-        return code
-    return f"{language.name} ({language.native_name})"
+    english, native = language_names(code)  # CLDR's names: the language need not be in any pack yet
+    return f"{english} ({native})" if english != code else code
 
 
 def draft_prompt(code: str, prompt_set: str, prompts: AuditPrompts) -> str:

@@ -1,8 +1,9 @@
 """A vision-language model on a MixCuBe release: the paper's two tasks, its scoring, and its tables and figures
 (MixCuBe paper §3, App. A.5, B.2, B.3, C and D).
 
-**Country Identification** (§3). Every image is asked its category's question (App. B.2, `COUNTRY_PROMPTS`). "A
-model's output that did not include the exact ground-truth country or culture verbatim was marked as incorrect"
+**Country Identification** (§3). Every image is asked its category's question (App. B.2, the release's reference
+pack's `evaluation_prompts`). "A model's output that did not include the exact ground-truth country or culture
+verbatim was marked as incorrect"
 (§3); the accepted names are the culture's own, its country's, and the aliases of App. A.5 (`ground_truth_terms`).
 How `is_correct` matches them:
 
@@ -49,17 +50,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from data import reference
+from data.reference import MixCubeCulture, MixCubeReference
 from data.workspace import sha256_bytes
 from evaluation.answer_match import contains_term
 from evaluation.vlm import MODEL_OUTCOMES, Answer, VisionLanguageModel
 
 logger = logging.getLogger(__name__)
 
-_REFERENCE = reference.mixcube()
-
-#: App. B.2, verbatim, per category (kept in data/reference/mixcube.json, the project's one copy).
-COUNTRY_PROMPTS: dict[str, str] = dict(_REFERENCE.evaluation_prompts)
+# App. B.2's prompts, verbatim per category, the cultures, ethnicities and App. A.5's aliases are the release's
+# reference pack's (`MixCubeReference`, its mixcube.json): every function below takes it as `mix`.
 
 #: §3: "For this task, we focus only on the Food category".
 MARKER_CATEGORY = "Food"
@@ -92,7 +91,6 @@ RESEMBLING_PAIRS: frozenset[tuple[str, str]] = frozenset(
     {("Korean", "EastAsian"), ("Myanmar", "EastAsian"), ("British", "Caucasian")}
 )
 
-ORIGINAL = _REFERENCE.original_label
 Task = Literal["country", "marker"]
 MarkerQuestion = Literal["shared", "separate"]
 
@@ -164,51 +162,51 @@ MIXCUBE_SWAP_DROPS = pa.schema(
 
 
 # -- scoring -------------------------------------------------------------------------------------------------------
-def _culture(country: str) -> reference.MixCubeCulture | None:
+def _culture(country: str, mix: MixCubeReference) -> MixCubeCulture | None:
     key = " ".join(country.split()).lower()
-    for culture in _REFERENCE.cultures:
+    for culture in mix.cultures:
         if key in (culture.adjective.lower(), culture.name.lower(), culture.iso2.lower()):
             return culture
     return None
 
 
-def ground_truth_terms(country: str) -> tuple[str, ...]:
+def ground_truth_terms(country: str, mix: MixCubeReference) -> tuple[str, ...]:
     """The names an answer may contain for `country` (a culture as the release spells it, e.g. "Korean"): the value
     itself, the culture's adjective, its country's name and the accepted labels of App. A.5 (for South Korea and
     Myanmar the paper lists none; the project's lists are name, short name and adjective, data/reference/
     mixcube.json). §3: the output must include "the exact ground-truth country or culture". An unknown culture
     gives just its own name."""
     name = " ".join(country.split())
-    culture = _culture(name)
+    culture = _culture(name, mix)
     if culture is None:
         return (name,)
     return tuple(dict.fromkeys([name, culture.adjective, culture.name, *culture.label_aliases]))
 
 
-def is_correct(answer: str, country: str) -> bool:
+def is_correct(answer: str, country: str, mix: MixCubeReference) -> bool:
     """§3's rule: correct only if the answer contains the ground-truth country or culture (`ground_truth_terms`);
     names case-insensitively at the start of a word, acronyms (UK, US, USA) case-sensitively as whole words."""
-    return contains_term(answer, ground_truth_terms(country))
+    return contains_term(answer, ground_truth_terms(country, mix))
 
 
-def cultures_named(answer: str, cultures: Sequence[str], enough: int | None = None) -> int:
+def cultures_named(answer: str, cultures: Sequence[str], mix: MixCubeReference, enough: int | None = None) -> int:
     """How many of `cultures` the answer names by §3's rule (`is_correct` for each); counting stops at `enough`."""
     named = 0
     for culture in cultures:
-        if is_correct(answer, culture):
+        if is_correct(answer, culture, mix):
             named += 1
             if enough is not None and named >= enough:
                 break
     return named
 
 
-def _several_cultures(per_image: pa.Table) -> tuple[int, int]:
+def _several_cultures(per_image: pa.Table, mix: MixCubeReference) -> tuple[int, int]:
     """Scored answers that name more than one culture (the reference's five and any other the rows hold), and how
     many of them were scored correct. §3's rule counts such an answer correct when the right one is among them, so
     an answer listing every culture is always right: the card says so when there are any."""
     countries = per_image.column("country").to_pylist()
-    cultures = [c.adjective for c in _REFERENCE.cultures]
-    cultures += [c for c in dict.fromkeys(countries) if _culture(c) is None]
+    cultures = [c.adjective for c in mix.cultures]
+    cultures += [c for c in dict.fromkeys(countries) if _culture(c, mix) is None]
     several = correct = 0
     for answer, error, right in zip(
         per_image.column("answer").to_pylist(),
@@ -216,7 +214,7 @@ def _several_cultures(per_image: pa.Table) -> tuple[int, int]:
         per_image.column("correct").to_pylist(),
         strict=True,
     ):
-        if error is None and answer and cultures_named(answer, cultures, enough=2) >= 2:
+        if error is None and answer and cultures_named(answer, cultures, mix, enough=2) >= 2:
             several += 1
             correct += bool(right)
     return several, correct
@@ -250,9 +248,9 @@ def parse_verdict(text: str | None) -> bool | None:
     return found.pop() == "yes" if len(found) == 1 else None
 
 
-def _score(answer: Answer, country: str) -> bool | None:
+def _score(answer: Answer, country: str, mix: MixCubeReference) -> bool | None:
     if answer.error is None:
-        return is_correct(answer.text or "", country)
+        return is_correct(answer.text or "", country, mix)
     if answer.error in MODEL_OUTCOMES:  # a refusal or an empty answer names no country: incorrect (§3)
         return False
     return None  # a transport failure is not scored
@@ -285,6 +283,7 @@ def evaluate_images(
     vlm: VisionLanguageModel,
     judge: VisionLanguageModel | None,
     *,
+    mix: MixCubeReference,
     progress: Callable[[int], None] | None = None,
     workers: int = 1,
     marker_question: MarkerQuestion = "shared",
@@ -299,9 +298,10 @@ def evaluate_images(
     missing = [name for name in REQUIRED_COLUMNS if name not in rows.column_names]
     if missing:
         raise ValueError(f"MixCuBe rows lack the column(s) {missing}")
-    unknown = sorted(set(rows.column("category").to_pylist()) - set(COUNTRY_PROMPTS))
+    prompts = mix.evaluation_prompts
+    unknown = sorted(set(rows.column("category").to_pylist()) - set(prompts))
     if unknown:
-        raise ValueError(f"categories without an App. B.2 prompt: {unknown}; known: {sorted(COUNTRY_PROMPTS)}")
+        raise ValueError(f"categories without an App. B.2 prompt: {unknown}; known: {sorted(prompts)}")
     if workers < 1:
         raise ValueError("workers must be at least 1")
     images = _image_bytes(rows)
@@ -317,7 +317,7 @@ def evaluate_images(
 
     def one(index: int) -> dict[str, Any]:
         row = {name: values[index] for name, values in meta.items()}
-        return _evaluate_row(row, images[index].as_py(), vlm, judge, marker_question)
+        return _evaluate_row(row, images[index].as_py(), vlm, judge, marker_question, mix)
 
     out: list[dict[str, Any] | None] = [None] * rows.num_rows
     if workers == 1:
@@ -348,8 +348,9 @@ def _evaluate_row(
     vlm: VisionLanguageModel,
     judge: VisionLanguageModel | None,
     marker_question: MarkerQuestion,
+    mix: MixCubeReference,
 ) -> dict[str, Any]:
-    prompt = COUNTRY_PROMPTS[row["category"]]
+    prompt = mix.evaluation_prompts[row["category"]]
     no_image = Answer(None, "no_image", "the row holds no image bytes", 0, False)
     answer = vlm.ask(prompt, image) if image is not None else no_image
     out = {
@@ -357,7 +358,7 @@ def _evaluate_row(
         "image_sha256": None if image is None else sha256_bytes(image),
         "prompt": prompt,
         "answer": answer.text,
-        "correct": _score(answer, row["country"]),
+        "correct": _score(answer, row["country"], mix),
         "error": answer.error,
         "error_detail": answer.detail,
         "attempts": answer.attempts,
@@ -408,16 +409,16 @@ def _ordered(values: Iterable[str], preferred: Sequence[str]) -> list[str]:
     return [v for v in preferred if v in seen] + [v for v in seen if v not in preferred]
 
 
-def _countries(values: Iterable[str]) -> list[str]:
-    return _ordered(values, [c.adjective for c in _REFERENCE.cultures])
+def _countries(values: Iterable[str], mix: MixCubeReference) -> list[str]:
+    return _ordered(values, [c.adjective for c in mix.cultures])
 
 
-def _categories(values: Iterable[str]) -> list[str]:
-    return _ordered(values, _REFERENCE.categories)
+def _categories(values: Iterable[str], mix: MixCubeReference) -> list[str]:
+    return _ordered(values, mix.categories)
 
 
-def _ethnicities(values: Iterable[str]) -> list[str]:
-    return _ordered(values, [ORIGINAL, *(e.label for e in _REFERENCE.ethnicities)])
+def _ethnicities(values: Iterable[str], mix: MixCubeReference) -> list[str]:
+    return _ordered(values, [mix.original_label, *(e.label for e in mix.ethnicities)])
 
 
 def _rate(correct: int, answered: int) -> float | None:
@@ -464,20 +465,20 @@ def _groups(per_image: pa.Table) -> dict[tuple[str, str, str], _Tally]:
     return _tallies(per_image, lambda r: (r["country"], r["category"], r["ethnicity"]))
 
 
-def _sorted_keys(keys: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+def _sorted_keys(keys: Iterable[tuple[str, str, str]], mix: MixCubeReference) -> list[tuple[str, str, str]]:
     keys = list(keys)
-    countries = _countries(k[0] for k in keys)
-    categories = _categories(k[1] for k in keys)
-    ethnicities = _ethnicities(k[2] for k in keys)
+    countries = _countries((k[0] for k in keys), mix)
+    categories = _categories((k[1] for k in keys), mix)
+    ethnicities = _ethnicities((k[2] for k in keys), mix)
     return sorted(keys, key=lambda k: (countries.index(k[0]), categories.index(k[1]), ethnicities.index(k[2])))
 
 
-def accuracy_table(per_image: pa.Table) -> pa.Table:
+def accuracy_table(per_image: pa.Table, mix: MixCubeReference) -> pa.Table:
     """Accuracy per country x category x ethnicity (App. D Table 7; Table 8a in the marker columns, Food only).
     Unscored rows count in `n` and `failed`, never in the denominator `answered`."""
     groups = _groups(per_image)
     rows = []
-    for key in _sorted_keys(groups):
+    for key in _sorted_keys(groups, mix):
         tally = groups[key]
         food = tally.food
         rows.append(
@@ -502,17 +503,17 @@ def _difference(original: float | None, swap: float | None) -> float | None:
     return None if original is None or swap is None else original - swap
 
 
-def swap_drops(per_image: pa.Table) -> pa.Table:
+def swap_drops(per_image: pa.Table, mix: MixCubeReference) -> pa.Table:
     """Per country x category x swap ethnicity: the originals' accuracy, the swap's, and the drop (original - swap;
     positive when the swap lost accuracy). Groups are compared as wholes, as App. D's tables do, not image by image;
     a group with nothing scored has a null accuracy and a null drop."""
     groups = _groups(per_image)
     rows = []
-    for country, category, ethnicity in _sorted_keys(groups):
-        if ethnicity == ORIGINAL:
+    for country, category, ethnicity in _sorted_keys(groups, mix):
+        if ethnicity == mix.original_label:
             continue
         swap = groups[(country, category, ethnicity)]
-        original = groups.get((country, category, ORIGINAL), _Tally())
+        original = groups.get((country, category, mix.original_label), _Tally())
         food = category == MARKER_CATEGORY
         rows.append(
             {
@@ -532,17 +533,22 @@ def swap_drops(per_image: pa.Table) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=MIXCUBE_SWAP_DROPS)
 
 
-def _by(per_image: pa.Table, column: str, order: Callable[[Iterable[str]], list[str]]) -> dict[str, _Tally]:
+def _by(
+    per_image: pa.Table,
+    column: str,
+    order: Callable[[Iterable[str], MixCubeReference], list[str]],
+    mix: MixCubeReference,
+) -> dict[str, _Tally]:
     tallies = _tallies(per_image, lambda r: r[column])
-    return {value: tallies[value] for value in order(tallies)}
+    return {value: tallies[value] for value in order(tallies, mix)}
 
 
-def summary(per_image: pa.Table) -> dict[str, Any]:
+def summary(per_image: pa.Table, mix: MixCubeReference) -> dict[str, Any]:
     """JSON-ready headline numbers: accuracy overall, by ethnicity, country and category, original vs synthesized
     (§3's comparison), the marker accuracy on Food, the failures by error class, and the scored answers that name
     more than one culture (`several_cultures_warnings`)."""
     everything = _tallies(per_image, lambda r: "all").get("all", _Tally())
-    kind = _tallies(per_image, lambda r: "original" if r["ethnicity"] == ORIGINAL else "synthesized")
+    kind = _tallies(per_image, lambda r: "original" if r["ethnicity"] == mix.original_label else "synthesized")
     original, synthesized = kind.get("original", _Tally()), kind.get("synthesized", _Tally())
     food = per_image.filter(pc.equal(per_image["category"], MARKER_CATEGORY))
     marker = _tallies(food, lambda r: "all").get("all", _Tally())
@@ -552,16 +558,16 @@ def summary(per_image: pa.Table) -> dict[str, Any]:
         for e, c in zip(per_image["error"].to_pylist(), per_image["correct"].to_pylist(), strict=True)
         if c is None
     )
-    several, several_correct = _several_cultures(per_image)
+    several, several_correct = _several_cultures(per_image, mix)
     return {
         "images": everything.n,
         "answered": everything.answered,
         "correct": everything.correct,
         "failed": everything.n - everything.answered,
         "accuracy": everything.accuracy,
-        "accuracy_by_ethnicity": {k: t.accuracy for k, t in _by(per_image, "ethnicity", _ethnicities).items()},
-        "accuracy_by_country": {k: t.accuracy for k, t in _by(per_image, "country", _countries).items()},
-        "accuracy_by_category": {k: t.accuracy for k, t in _by(per_image, "category", _categories).items()},
+        "accuracy_by_ethnicity": {k: t.accuracy for k, t in _by(per_image, "ethnicity", _ethnicities, mix).items()},
+        "accuracy_by_country": {k: t.accuracy for k, t in _by(per_image, "country", _countries, mix).items()},
+        "accuracy_by_category": {k: t.accuracy for k, t in _by(per_image, "category", _categories, mix).items()},
         "accuracy_original": original.accuracy,
         "accuracy_synthesized": synthesized.accuracy,
         "drop_original_minus_synthesized": _difference(original.accuracy, synthesized.accuracy),
@@ -571,7 +577,7 @@ def summary(per_image: pa.Table) -> dict[str, Any]:
         "marker_judged": marker.marker_answered,
         "marker_accuracy": _rate(marker.marker_correct, marker.marker_answered),
         "marker_accuracy_by_ethnicity": {
-            k: _rate(t.marker_correct, t.marker_answered) for k, t in _by(food, "ethnicity", _ethnicities).items()
+            k: _rate(t.marker_correct, t.marker_answered) for k, t in _by(food, "ethnicity", _ethnicities, mix).items()
         },
         "failures": dict(sorted(unscored.items())),
         "errors": dict(sorted(errors.items())),
@@ -585,8 +591,8 @@ def summary(per_image: pa.Table) -> dict[str, Any]:
 _CATEGORY_ABBREVIATIONS = {"Clothes": "Clot", "Festival": "Fest", "Food": "Food"}
 
 
-def _country_code(country: str) -> str:
-    culture = _culture(country)
+def _country_code(country: str, mix: MixCubeReference) -> str:
+    culture = _culture(country, mix)
     if culture is None:
         return country
     return "UK" if culture.iso2 == "GB" else culture.iso2
@@ -627,11 +633,11 @@ def _task_columns(task: Task) -> tuple[str, str]:
     )
 
 
-def fig3_bars_png(per_image: pa.Table, task: Task = "country") -> bytes:
+def fig3_bars_png(per_image: pa.Table, mix: MixCubeReference, task: Task = "country") -> bytes:
     """Fig. 3: for each country-category pair, the accuracy on the originals (solid) and on the synthesized images
     of the four ethnicities together (pale); a marker per swap ethnicity shows its own accuracy."""
     column, title = _task_columns(task)
-    table = accuracy_table(per_image)
+    table = accuracy_table(per_image, mix)
     if task == "marker":
         table = table.filter(pc.equal(table["category"], MARKER_CATEGORY))
     rows = table.to_pylist()
@@ -639,11 +645,12 @@ def fig3_bars_png(per_image: pa.Table, task: Task = "country") -> bytes:
     if not pairs:
         return _empty_png(f"{title} accuracy")
     plt = _pyplot()
-    swaps = _ethnicities(r["ethnicity"] for r in rows if r["ethnicity"] != ORIGINAL)
-    swaps = [e for e in swaps if e != ORIGINAL]
+    original_label = mix.original_label
+    swaps = _ethnicities((r["ethnicity"] for r in rows if r["ethnicity"] != original_label), mix)
+    swaps = [e for e in swaps if e != original_label]
     answered_key = "answered" if task == "country" else "marker_answered"
     correct_key = "correct" if task == "country" else "marker_correct"
-    countries = _countries(p[0] for p in pairs)
+    countries = _countries((p[0] for p in pairs), mix)
     colours = plt.get_cmap("tab10")
     markers = "o^sDvP*X"
     figure, axes = plt.subplots(figsize=(max(6.0, 0.6 * len(pairs) + 2.5), 3.8))
@@ -651,8 +658,8 @@ def fig3_bars_png(per_image: pa.Table, task: Task = "country") -> bytes:
     for x, (country, category) in enumerate(pairs):
         group = [r for r in rows if r["country"] == country and r["category"] == category]
         colour = colours(countries.index(country) % 10)
-        original = next((r[column] for r in group if r["ethnicity"] == ORIGINAL), None)
-        synthesized = [r for r in group if r["ethnicity"] != ORIGINAL]
+        original = next((r[column] for r in group if r["ethnicity"] == original_label), None)
+        synthesized = [r for r in group if r["ethnicity"] != original_label]
         pooled = _rate(sum(r[correct_key] or 0 for r in synthesized), sum(r[answered_key] or 0 for r in synthesized))
         if original is not None:
             axes.bar(x - width / 2, original, width, color=colour, edgecolor="black", linewidth=0.4)
@@ -663,7 +670,9 @@ def fig3_bars_png(per_image: pa.Table, task: Task = "country") -> bytes:
                 k = swaps.index(r["ethnicity"])
                 axes.plot(x + width / 2, r[column], markers[k % len(markers)], color="black", markersize=3.5)
     axes.set_xticks(
-        range(len(pairs)), [f"{_country_code(c)}-{_CATEGORY_ABBREVIATIONS.get(k, k)}" for c, k in pairs], rotation=60
+        range(len(pairs)),
+        [f"{_country_code(c, mix)}-{_CATEGORY_ABBREVIATIONS.get(k, k)}" for c, k in pairs],
+        rotation=60,
     )
     axes.set_ylim(0, 1.05)
     axes.set_ylabel("accuracy")
@@ -680,12 +689,12 @@ def fig3_bars_png(per_image: pa.Table, task: Task = "country") -> bytes:
     return _png(figure)
 
 
-def fig4_heatmap_png(per_image: pa.Table, task: Task = "country") -> bytes:
+def fig4_heatmap_png(per_image: pa.Table, mix: MixCubeReference, task: Task = "country") -> bytes:
     """Fig. 4 (Fig. 8b with `task="marker"`): rows are countries, columns category x swap ethnicity, each cell the
     swap's accuracy minus the originals' (negative = a drop), on a diverging colormap centred at 0; §3's
     resembling pairs (`RESEMBLING_PAIRS`) are boxed in red; a cell without data is grey."""
     _, title = _task_columns(task)
-    drops = swap_drops(per_image)
+    drops = swap_drops(per_image, mix)
     if task == "marker":
         drops = drops.filter(pc.equal(drops["category"], MARKER_CATEGORY))
     original_key, swap_key = (
@@ -699,9 +708,9 @@ def fig4_heatmap_png(per_image: pa.Table, task: Task = "country") -> bytes:
     plt = _pyplot()
     from matplotlib.colors import TwoSlopeNorm
 
-    countries = _countries(r["country"] for r in rows)
-    categories = _categories(r["category"] for r in rows)
-    swaps = [e for e in _ethnicities(r["ethnicity"] for r in rows) if e != ORIGINAL]
+    countries = _countries((r["country"] for r in rows), mix)
+    categories = _categories((r["category"] for r in rows), mix)
+    swaps = [e for e in _ethnicities((r["ethnicity"] for r in rows), mix) if e != mix.original_label]
     columns = [(c, e) for c in categories for e in swaps]
     matrix = np.full((len(countries), len(columns)), np.nan)
     for r in rows:
@@ -725,7 +734,7 @@ def fig4_heatmap_png(per_image: pa.Table, task: Task = "country") -> bytes:
     axes.set_xticks(
         range(len(columns)), [f"{_CATEGORY_ABBREVIATIONS.get(c, c)}\n{e}" for c, e in columns], fontsize=7, rotation=90
     )
-    axes.set_yticks(range(len(countries)), [_country_code(c) for c in countries], fontsize=8)
+    axes.set_yticks(range(len(countries)), [_country_code(c, mix) for c in countries], fontsize=8)
     figure.colorbar(image, ax=axes, fraction=0.04, label="swap - original")
     axes.set_title(f"{title} accuracy difference (synthesized - original)", fontsize=10)
     return _png(figure)

@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 
 from curation.rules import Catalog
-from data import reference
 from data.publish.reader import Release
+from data.reference import ENGLISH, UNKNOWN_REGION, ReferencePack
 from evaluation import metrics_3xcm as m
 from evaluation import retrieval_metrics as rm
 from evaluation import retrieval_report as report
@@ -49,7 +49,8 @@ class Pool:
     countries: np.ndarray  # object (str), per image
     regions: np.ndarray  # object (str), per image
     languages: np.ndarray  # object (str): the image's country's language code
-    unknown_region: list[str]  # countries outside the reference data
+    unknown_region: list[str]  # countries outside the reference pack
+    pack: ReferencePack  # the release's own: regions, languages and translations
 
 
 def load_pool(release: Release) -> Pool:
@@ -65,15 +66,16 @@ def load_pool(release: Release) -> Pool:
     if table.num_rows == 0:
         raise ValueError(f"{release.path}: image_metadata has no images to retrieve")
     table = table.sort_by("index_in_dataset")
-    return pool_from_table(table)
+    return pool_from_table(table, release.pack())
 
 
-def pool_from_table(table: pa.Table) -> Pool:
-    """The pool of an image table with the CATALOG columns (`language_code` from the reference data where absent,
-    `language_group` from it, `tags` the image's own concept): rows renumbered 0..n-1 in their order."""
+def pool_from_table(table: pa.Table, pack: ReferencePack) -> Pool:
+    """The pool of an image table with the CATALOG columns (`language_code` from the reference pack where absent,
+    `language_group` from it, `tags` the image's own concept): rows renumbered 0..n-1 in their order. Regions are
+    the pack's (the default pack's are GlobalRG's Table 1)."""
     countries = [str(c) for c in table.column("country").to_pylist()]
     if "language_code" not in table.column_names:
-        known = reference.country_by_name()
+        known = pack.country_by_name()
         codes = [known[c].language_code if c in known else "unknown" for c in countries]
         table = table.append_column("language_code", pa.array(codes, pa.string()))
     if "language_group" not in table.column_names:
@@ -83,16 +85,17 @@ def pool_from_table(table: pa.Table) -> Pool:
     table = table.set_column(
         table.column_names.index("index_in_dataset"), "index_in_dataset", pa.array(range(table.num_rows), pa.int32())
     )
-    regions = [reference.region_of(c) for c in countries]
-    unknown = sorted({c for c, r in zip(countries, regions, strict=True) if r == reference.UNKNOWN_REGION})
+    regions = [pack.region_of(c) for c in countries]
+    unknown = sorted({c for c, r in zip(countries, regions, strict=True) if r == UNKNOWN_REGION})
     return Pool(
         table=table,
-        catalog=Catalog.from_table(table),
+        catalog=Catalog.from_table(table, [c.name for c in pack.countries]),
         image_ids=[str(i) for i in table.column("image_id").to_pylist()],
         countries=np.array(countries, dtype=object),
         regions=np.array(regions, dtype=object),
         languages=np.array([str(c) for c in table.column("language_code").to_pylist()], dtype=object),
         unknown_region=unknown,
+        pack=pack,
     )
 
 
@@ -108,7 +111,7 @@ def build_queries(pool: Pool) -> tuple[list[Query], int, list[tuple[str, str]]]:
     """One query per concept of the pool and query language: English (the concept's name) and each native language
     of the pool's countries. A native query is the concept's `concept_in_native` in that language, the text the
     build wrote (3XCM's RQ2 query text and Δsim's q_C use the same column); for a concept with no image in that
-    language's countries, the shipped translation. Returns the queries, how many took the shipped translation, and
+    language's countries, the pack's translation. Returns the queries, how many took the pack's translation, and
     the (concept, language) pairs with no text at all."""
     table = pool.table
     names: dict[int, str] = {}
@@ -122,20 +125,20 @@ def build_queries(pool: Pool) -> tuple[list[Query], int, list[tuple[str, str]]]:
     ):
         names.setdefault(int(concept_id), str(concept))
         native.setdefault((int(concept_id), str(language)), Counter())[str(native_text)] += 1
-    languages = [reference.ENGLISH, *sorted(set(pool.languages) - {reference.ENGLISH})]
+    languages = [ENGLISH, *sorted(set(pool.languages) - {ENGLISH})]
     queries: list[Query] = []
     shipped, missing = 0, []
     for concept_id in sorted(names):
         for language in languages:
             text: str | None
-            if language == reference.ENGLISH:
+            if language == ENGLISH:
                 text = names[concept_id]
             elif (concept_id, language) in native:
                 # One translation per (concept, language) in a build; were there two, the most used, then the first.
                 counts = native[(concept_id, language)]
                 text = min(counts, key=lambda t: (-counts[t], t))
             else:
-                text = _shipped_translation(concept_id, language)
+                text = _pack_translation(pool.pack, concept_id, language)
                 shipped += text is not None
             if text is None:
                 missing.append((names[concept_id], language))
@@ -144,10 +147,9 @@ def build_queries(pool: Pool) -> tuple[list[Query], int, list[tuple[str, str]]]:
     return queries, shipped, missing
 
 
-def _shipped_translation(concept_id: int, language: str) -> str | None:
-    if language not in reference.NATIVE_LANGUAGES:
-        return None
-    entry = reference.language_pack(language).concepts.get(concept_id)
+def _pack_translation(pack: ReferencePack, concept_id: int, language: str) -> str | None:
+    known = pack.languages.get(language)
+    entry = known.concepts.get(concept_id) if known is not None and language != ENGLISH else None
     return entry.text if entry is not None else None
 
 
@@ -498,9 +500,10 @@ def _settings(pool: Pool, n_queries: int, n_resamples: int, seed: int) -> dict[s
         "ranking": "cosine, highest first; an exact tie goes to the image earlier in image_metadata; MRR's rank = "
         "1 + the images scoring above the best relevant one + those tying it and lying before it",
         "regions": {
-            "reading": "data/reference/countries.csv `region`, GlobalRG's unit of region diversity; not checked "
-            "against the paper's Table 1 (data/reference/README.md)",
-            "by_country": {c: reference.region_of(c) for c in sorted(set(pool.countries))},
+            "reading": "the release's reference pack, countries.csv `region`: GlobalRG's unit of region diversity "
+            "(§3.2); the default pack's regions are GlobalRG's Table 1",
+            "pack": pool.pack.info.name,
+            "by_country": {c: pool.pack.region_of(c) for c in sorted(set(pool.countries))},
             "unknown_region_countries": pool.unknown_region,
             "n_unknown_region_countries": len(pool.unknown_region),
         },

@@ -202,7 +202,7 @@ def build_vlms(
     `predictions`, the model answers from that file, read and checked against the release's rows here."""
     if config.predictions is not None:
         release = release or open_release(config)
-        answers = config.predictions.build(release.path / "default")
+        answers = config.predictions.build(release.path / "default", release.pack().mixcube().evaluation_prompts)
         return answers, config.judge.build() if config.judge is not None else None
     model = _vlm_config(config.model or demo_vlm(config.demo_models), config.task)
     judge_config = config.judge or (model if config.model is None else None)  # the demo model judges itself
@@ -222,14 +222,12 @@ def settings_3xcm(config: Evaluate3XCMConfig) -> dict[str, Any]:
     return settings
 
 
-def settings_audit(config: EvaluateMixCubeConfig) -> dict[str, Any]:
-    from evaluation.audit import prompts_version
-
+def settings_audit(config: EvaluateMixCubeConfig, release: Release) -> dict[str, Any]:
     return {
         "task": "audit",
         "bootstrap_resamples": config.bootstrap_resamples,
         "seed": config.seed,
-        "prompts": prompts_version(),
+        "prompts": release.pack().prompts().version_key(),  # the release's own prompt sets
     }
 
 
@@ -307,7 +305,7 @@ def run_audit(
         tables={},
         metrics=with_parts("mixcube", "audit", {}, {"audit": part}),
         figures={},
-        settings=settings_audit(config),
+        settings=settings_audit(config, release),
         skipped=part.skipped,
         demo=config.demo,
         warnings=part.warnings,
@@ -339,12 +337,13 @@ def run_mixcube(
             progress("ask the model", done, total)
 
     parts = []
+    mix = release.pack().mixcube()  # the release's own cultures, ethnicities, prompts and aliases
     holds_gpu = vlm.runs_locally or (judge is not None and judge.runs_locally)
     with prefect_slot(config.gpu_concurrency_limit if holds_gpu else None):
         for file in files:  # a batch of rows (with their image bytes) at a time, not the whole release
             for batch in pq.ParquetFile(file).iter_batches(batch_size=config.batch_rows):
                 rows = pa.Table.from_batches([batch])
-                parts.append(mx.evaluate_images(rows, vlm, judge, progress=advance, workers=workers))
+                parts.append(mx.evaluate_images(rows, vlm, judge, mix=mix, progress=advance, workers=workers))
     per_image = pa.concat_tables(parts)
     cached = sum(per_image["cached"].to_pylist())
     log.info("%d of %d answers came from the cache", cached, per_image.num_rows)
@@ -352,18 +351,18 @@ def run_mixcube(
     per_image = per_image.drop_columns(["attempts", "cached"])
     skipped = [] if judge is not None else ["Cultural Marker Identification (Food): no judge model configured"]
     figures = {
-        "accuracy_bars.png": mx.fig3_bars_png(per_image),
-        "swap_difference.png": mx.fig4_heatmap_png(per_image),
+        "accuracy_bars.png": mx.fig3_bars_png(per_image, mix),
+        "swap_difference.png": mx.fig4_heatmap_png(per_image, mix),
     }
     if judge is not None:  # the paper's Fig. 8b: the same bars for Cultural Marker Identification
-        figures["marker_accuracy_bars.png"] = mx.fig3_bars_png(per_image, task="marker")
-    metrics = _with_intervals(mx.summary(per_image), per_image)
+        figures["marker_accuracy_bars.png"] = mx.fig3_bars_png(per_image, mix, task="marker")
+    metrics = _with_intervals(mx.summary(per_image, mix), per_image)
     return EvaluationResult(
         benchmark="mixcube",
         release=release,
         model=vlm.identity.model_dump(mode="json"),
         per_query=per_image,
-        tables={"accuracy": mx.accuracy_table(per_image), "swap_drops": mx.swap_drops(per_image)},
+        tables={"accuracy": mx.accuracy_table(per_image, mix), "swap_drops": mx.swap_drops(per_image, mix)},
         metrics=metrics,
         figures=figures,
         settings=settings_mixcube(judge, vlm),
@@ -424,7 +423,7 @@ def evaluate_and_write(config: Evaluate3XCMConfig | EvaluateMixCubeConfig, progr
         identity, settings = encoder.identity, settings_3xcm(config)
     elif config.task == "audit":
         encoder = build_encoder(config)
-        identity, settings = encoder.identity, settings_audit(config)
+        identity, settings = encoder.identity, settings_audit(config, release)
     else:
         models = build_vlms(config, release)
         identity, settings = models[0].identity, settings_mixcube(models[1], models[0])

@@ -36,7 +36,7 @@ def generate_concepts(
     candidates, failures = generate_concept_candidates(config, cache_dir or default_cache_dir(review_file))
     fs, path = fsspec.core.url_to_fs(review_file)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    added = write_review_file(candidates, review_file) if candidates.num_rows else 0
+    added = write_review_file(candidates, review_file, config.pack()) if candidates.num_rows else 0
     return GenerationSummary(
         review_file=review_file,
         candidates=candidates.num_rows,

@@ -8,7 +8,7 @@
 Up to 50,000 images the catalog is the paper's: the 139 shipped concepts and the 16 countries (3XCM paper §3.2.1,
 App. K). Past that it is synthetic, 1,000 concepts x 100 countries in language groups shaped like the paper's (a
 group of 3, two of 2, the rest alone, repeated), with the skew of the authors' release: each concept's and each
-country's weight is drawn from the image counts per concept and per country in `data/reference/xcm-bench.csv`, and
+country's weight is drawn from the image counts per concept and per country in `data/authors/xcm-bench.csv`, and
 each (concept, country) cell holds a Poisson count around their product. Everywhere, 30% of the images carry an
 extra concept tag and 1% are byte copies of an image of another concept.
 
@@ -38,7 +38,7 @@ from collectors.translations import ShippedTranslationsConfig, run_translations
 from curation.assemble import AssemblyConfig, QueryTexts, assemble_catalog
 from curation.rules import RQ2_RULES, Catalog, PoolCounts, in_pool
 from curation.validate import validate_benchmark
-from data import reference
+from data.reference import default_pack
 from data.schemas import CATALOG
 
 PAPER_SCALE_LIMIT = 50_000
@@ -100,8 +100,8 @@ def _rows(concept_ids: np.ndarray, countries: list[str], country_of: np.ndarray,
 def paper_catalog(n: int, seed: int) -> tuple[pa.Table, QueryTexts, pa.Table]:
     """The shipped concepts and countries, images spread uniformly over them."""
     rng = np.random.default_rng(seed)
-    countries = list(reference.countries())
-    concepts = {c.concept_id: c.concept for c in reference.concepts()}
+    countries = list(default_pack().countries)
+    concepts = {c.concept_id: c.concept for c in default_pack().concepts}
     ids = np.array(sorted(concepts))
     rows = _rows(
         ids[rng.integers(0, len(ids), n)],
@@ -122,8 +122,8 @@ def paper_catalog(n: int, seed: int) -> tuple[pa.Table, QueryTexts, pa.Table]:
 
 
 def _release_skew() -> tuple[np.ndarray, np.ndarray]:
-    """Images per concept and per country in the authors' release (data/reference/xcm-bench.csv)."""
-    text = resources.files("data").joinpath("reference", "xcm-bench.csv").read_text(encoding="utf-8")
+    """Images per concept and per country in the authors' release (data/authors/xcm-bench.csv)."""
+    text = resources.files("data").joinpath("authors", "xcm-bench.csv").read_text(encoding="utf-8")
     images: dict[str, tuple[str, str]] = {}
     for row in csv.DictReader(StringIO(text)):
         for prefix in ("query_", "semantically_relevant_candidate_", "culturally_relevant_candidate_",

@@ -8,9 +8,10 @@
 The corpus is laid out for the local-folder searcher (`<country>/<concept>/<eng|nav>/<NN>_<name>.<ext>`). Up to
 44k images it is the paper's catalog (139 shipped concepts x 16 countries, 1 to 10 images per query). Past that the
 searcher's top-10 cap needs more cells: synthetic English-speaking countries (eng queries only) are added, and past
-200k synthetic concepts too (about 1,000 images per concept, as at the paper's scale). They enter the build through
-an extended copy of `data/reference/` that this script installs in each process (`install_reference`): the build
-config names countries and concepts from the reference data, and nothing else changes.
+200k synthetic concepts too (about 1,000 images per concept, as at the paper's scale). They enter the build as a
+reference pack of their own (`write_pack`: the default pack with the synthetic countries and concepts added), passed
+as the build config's `reference`, as `culturebench build 3xcm --reference DIR` passes one: nothing of the package is
+patched.
 
 Images are cheap and web-like: a seeded colour grid of 6 x 8 cells blown up to the image size and saved as JPEG
 (about 4 KB), so every pHash is distinct. Sizes come from a crawl-like distribution, most images in a few common
@@ -31,7 +32,6 @@ In the same run, the decode floor: reading and decoding every stored image once,
 from __future__ import annotations
 
 import argparse
-import csv
 import io
 import json
 import math
@@ -55,7 +55,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: the repository's packages
     sys.path.insert(0, str(ROOT))
 
-from data import reference  # noqa: E402
+from data.reference import ENGLISH, ReferencePack, default_pack, load_pack  # noqa: E402
+from data.reference_files import CONCEPTS_FILE, COUNTRIES_FILE, PackFiles, write_pack_files  # noqa: E402
+from data.text_safety import csv_bytes  # noqa: E402
 
 # Web image sizes and their shares in a crawl (a few dominant sizes, then a long tail), as full-size pixels.
 WEB_SIZES: tuple[tuple[int, int, float], ...] = (
@@ -125,9 +127,9 @@ class Shape:
 
 def shape_for(images: int, one_size: bool = False, size_scale: float = 0.25) -> Shape:
     """The paper's catalog while top-10 per query reaches `images`; then synthetic countries, then concepts."""
-    real = tuple(c.name for c in reference.countries())
-    columns = sum(1 if c.language_code == reference.ENGLISH else 2 for c in reference.countries())  # 29
-    shipped = len(reference.concepts())
+    real = tuple(c.name for c in default_pack().countries)
+    columns = sum(1 if c.language_code == ENGLISH else 2 for c in default_pack().countries)  # 29
+    shipped = len(default_pack().concepts)
     if images <= shipped * columns * 10:
         k = max(1, min(10, round(images / (shipped * columns))))
         return Shape(shipped, 0, real, k, one_size, size_scale)
@@ -145,70 +147,60 @@ def _letters(index: int) -> str:
     return out
 
 
-def write_reference(shape: Shape, folder: Path) -> Path:
-    """A copy of `data/reference/` with the shape's synthetic concepts and English-speaking countries appended."""
+def write_pack(shape: Shape, folder: Path) -> Path:
+    """The default reference pack with the shape's synthetic concepts and English-speaking countries added, as a pack
+    folder of its own (checked by the same loader as any pack)."""
     groups = "own" if shape.own_groups else "en"
-    target = folder / f"reference-v3-c{shape.concepts}-s{shape.synthetic_countries}-{groups}"
-    if (target / "done").exists():
+    target = folder / f"pack-v4-c{shape.concepts}-s{shape.synthetic_countries}-{groups}"
+    if target.is_dir():
         return target
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(ROOT / "data" / "reference", target)
-    shipped = len(reference.concepts())
+    base = default_pack()
+    shipped = len(base.concepts)
     synthetic = [(SYNTHETIC_CONCEPT_BASE + i, f"synthetic concept {i:05d}") for i in range(shape.concepts - shipped)]
-    with open(target / "concepts.csv", "a", encoding="utf-8", newline="") as handle:
-        csv.writer(handle).writerows([cid, name, "", ""] for cid, name in synthetic)
-    # The shipped translator reads every concept from the language packs: each pack names the synthetic ones too.
-    for pack in sorted((target / "i18n").glob("*/concepts.csv")):
-        code = pack.parent.name
-        with open(pack, "a", encoding="utf-8", newline="") as handle:
-            rows = [[cid, name, f"{name} ({code})", "", "awaiting_native_review"] for cid, name in synthetic]
-            csv.writer(handle).writerows(rows)
-    used = {c.iso2 for c in reference.countries()}
+    used = {c.iso2 for c in base.countries}
     codes = [a + b for a in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" for b in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if a + b not in used]
     if shape.synthetic_countries > len(codes):
-        raise ValueError(f"at most {len(codes)} synthetic countries (ISO 3166 alpha-2 codes)")
-    rows = list(zip(synthetic_countries(shape), codes, strict=False))
-    with open(target / "countries.csv", "a", encoding="utf-8", newline="") as countries:
-        for name, iso2 in rows:
-            csv.writer(countries).writerow(
-                [
-                    name,
-                    iso2,
-                    name.lower(),
-                    "en",
-                    "English",
-                    iso2.lower() if shape.own_groups else "en",
-                    f"{iso2.lower()}-en",
-                    "Synthetic",
-                ]
+        raise ValueError(f"at most {len(codes)} synthetic countries (two-letter codes)")
+    countries = list(zip(synthetic_countries(shape), codes, strict=False))
+    files = dict(base.files.files)
+
+    def add(name: str, rows: list[list[Any]]) -> None:
+        text = files[name].decode("utf-8")
+        files[name] = (text + csv_bytes([], rows).decode("utf-8").lstrip("\r\n")).encode("utf-8")
+
+    add(CONCEPTS_FILE, [[cid, name, "", ""] for cid, name in synthetic])
+    # Each synthetic country speaks English; with `own_groups`, each in a language group of its own (`en-<code>`).
+    add(
+        COUNTRIES_FILE,
+        [
+            [name, iso2, name.lower(), "en", "English", f"en-{iso2.lower()}" if shape.own_groups else "en",
+             f"{iso2.lower()}-en", "Synthetic"]
+            for name, iso2 in countries
+        ],
+    )  # fmt: skip
+    for code in sorted(base.languages):
+        # The pack's translator reads every concept from the language packs: each names the synthetic ones too.
+        if code != ENGLISH:
+            add(
+                f"i18n/{code}/{CONCEPTS_FILE}",
+                [[cid, n, f"{n} ({code})", "", "awaiting_native_review"] for cid, n in synthetic],
             )
-    # Every language names every country: RQ3's descriptors put a country's name into another's language.
-    for names in sorted((target / "i18n").glob("*/countries.csv")):
-        with open(names, "a", encoding="utf-8", newline="") as handle:
-            csv.writer(handle).writerows([iso2, name, name, name] for name, iso2 in rows)
-    (target / "done").write_text("ok")
+        # Every language names every country: RQ3's descriptors put a country's name into another's language.
+        add(f"i18n/{code}/{COUNTRIES_FILE}", [[iso2, name, name, name] for name, iso2 in countries])
+    staging = folder / f".{target.name}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    write_pack_files(PackFiles(str(staging), files), target)
+    load_pack(target)  # checked as any pack is
     return target
 
 
 def concept_names(shape: Shape) -> list[str] | None:
-    every = reference.concepts()
+    every = default_pack().concepts
     return None if shape.concepts >= len(every) else [c.concept for c in every[: shape.concepts]]
 
 
 def synthetic_countries(shape: Shape) -> list[str]:
     return [f"Synthland {_letters(i)}" for i in range(shape.synthetic_countries)]
-
-
-def install_reference(folder: Path) -> None:
-    """Read the reference data from `folder` in this process (every cached table is read again)."""
-
-    def read(*parts: str) -> str:
-        return folder.joinpath(*parts).read_text(encoding="utf-8")
-
-    reference._reference_file = read  # the one reader every table goes through
-    for cached in (reference.countries, reference.country_by_name, reference.concepts, reference.concept_by_name):
-        cached.cache_clear()
-    reference.language_pack.cache_clear()
 
 
 # -- the corpus plan: every file's kind, source and size, decided before a picture is drawn -----------------------
@@ -223,14 +215,14 @@ class Plan:
     concept: np.ndarray
 
 
-def plan_corpus(shape: Shape) -> Plan:
-    countries = [reference.resolve_country(c) for c in shape.real_countries]
-    countries += [reference.country_by_name()[c] for c in synthetic_countries(shape)]
-    concepts = list(reference.concepts())[: shape.concepts]
+def plan_corpus(shape: Shape, pack: ReferencePack) -> Plan:
+    countries = [pack.resolve_country(c) for c in shape.real_countries]
+    countries += [pack.country_by_name()[c] for c in synthetic_countries(shape)]
+    concepts = list(pack.concepts)[: shape.concepts]
     rel: list[str] = []
     concept_of: list[int] = []
     for country in countries:
-        langs = ("eng",) if country.language_code == reference.ENGLISH else ("eng", "nav")
+        langs = ("eng",) if country.language_code == ENGLISH else ("eng", "nav")
         folder_country = country.slug.replace(" ", "_")
         for ci, entry in enumerate(concepts):
             name = entry.concept.replace(" ", "_")
@@ -332,8 +324,9 @@ def _draw_slice(args: tuple[str, int, int, int]) -> int:
     return stop - start
 
 
-def generate_corpus(shape: Shape, folder: Path, workers: int) -> tuple[Path, dict[str, Any]]:
-    """The corpus for `shape` under `folder`, generated unless a finished one is there."""
+def generate_corpus(shape: Shape, folder: Path, workers: int, pack: ReferencePack) -> tuple[Path, dict[str, Any]]:
+    """The corpus for `shape` (its countries and concepts named by `pack`) under `folder`, generated unless a
+    finished one is there."""
     global _PLAN
     root = folder / f"corpus-{shape.key}"
     done = root / "corpus.json"
@@ -341,7 +334,7 @@ def generate_corpus(shape: Shape, folder: Path, workers: int) -> tuple[Path, dic
         return root, json.loads(done.read_text())
     shutil.rmtree(root, ignore_errors=True)
     start = time.perf_counter()
-    _PLAN = plan = plan_corpus(shape)
+    _PLAN = plan = plan_corpus(shape, pack)
     n = len(plan.rel)
     slices = [(str(root), shape.seed, a, min(n, a + 2000)) for a in range(0, n, 2000)]
     with multiprocessing.get_context("fork").Pool(workers) as pool:
@@ -359,11 +352,12 @@ def generate_corpus(shape: Shape, folder: Path, workers: int) -> tuple[Path, dic
 # -- the build --------------------------------------------------------------------------------------------------
 
 
-def build_config(shape: Shape, corpus: Path, work: Path) -> Any:
+def build_config(shape: Shape, corpus: Path, work: Path, pack: str) -> Any:
     from flows.xcm.config import Build3XCMConfig
 
     return Build3XCMConfig.model_validate(
         {
+            "reference": pack,
             "countries": list(shape.real_countries) + synthetic_countries(shape),
             # All of the (extended) reference concepts, or the shape's first ones.
             "concepts": {"backend": "shipped", "include": concept_names(shape)},
@@ -394,12 +388,12 @@ def _rusage() -> tuple[float, float]:
 
 def run_in_process(spec: dict[str, Any], names: list[str]) -> list[Measure]:
     """`names` (stages, `release`, `import`) one after another in this process, each measured."""
-    install_reference(Path(spec["reference"]))
-    from flows.xcm.build import release
+    from flows.xcm.build import XCM, release
     from flows.xcm.stages import GRAPH
 
     shape = Shape(**{**spec["shape"], "real_countries": tuple(spec["shape"]["real_countries"])})
-    build = GRAPH.build(build_config(shape, Path(spec["corpus"]), Path(spec["work"])))
+    build = GRAPH.build(build_config(shape, Path(spec["corpus"]), Path(spec["work"]), spec["reference"]))
+    XCM.prepare_reference(build)  # the build's copy of its pack, as a build started by the CLI takes it
     out = []
     for name in names:
         cpu0, _ = _rusage()
@@ -432,11 +426,10 @@ def run_stage_process(spec_path: Path, names: list[str]) -> list[Measure]:
 
 
 def stored_paths(work: Path, spec: dict[str, Any]) -> list[str]:
-    install_reference(Path(spec["reference"]))
     from flows.xcm.stages import GRAPH
 
     shape = Shape(**{**spec["shape"], "real_countries": tuple(spec["shape"]["real_countries"])})
-    build = GRAPH.build(build_config(shape, Path(spec["corpus"]), work))
+    build = GRAPH.build(build_config(shape, Path(spec["corpus"]), work, spec["reference"]))
     images = build.ws.read_table("images").select(["sha256", "status"]).to_pylist()
     return [build.ws.blobs.path(r["sha256"]) for r in images if r["status"] == "ok"]
 
@@ -449,9 +442,8 @@ def copy_search_compare(work: Path, spec: dict[str, Any]) -> dict[str, Any]:
     from curation.image_dedup import EXACT_PIXEL_WINDOW, hamming_pairs
     from flows.xcm.stages import GRAPH
 
-    install_reference(Path(spec["reference"]))
     shape = Shape(**{**spec["shape"], "real_countries": tuple(spec["shape"]["real_countries"])})
-    ws = GRAPH.build(build_config(shape, Path(spec["corpus"]), work)).ws
+    ws = GRAPH.build(build_config(shape, Path(spec["corpus"]), work, spec["reference"])).ws
     images = ws.read_table("images").select(["image_id", "width", "height", "status"]).to_pylist()
     size = {r["image_id"]: (r["width"] or 0, r["height"] or 0) for r in images if r["status"] == "ok"}
     hashes = [r for r in ws.read_table("image_hashes").select(["image_id", "phash"]).to_pylist() if r["phash"]]
@@ -561,7 +553,7 @@ def main() -> None:
     if args.concepts:
         overrides["concepts"] = args.concepts
     if args.countries:
-        overrides["real_countries"] = tuple(reference.resolve_country(c).name for c in args.countries.split(","))
+        overrides["real_countries"] = tuple(default_pack().resolve_country(c).name for c in args.countries.split(","))
     if args.synthetic_countries is not None:
         overrides["synthetic_countries"] = args.synthetic_countries
     if args.per_query:
@@ -570,11 +562,10 @@ def main() -> None:
     shape = Shape(**{**asdict(shape), **overrides})
     folder = Path(args.root)
     folder.mkdir(parents=True, exist_ok=True)
-    ref = write_reference(shape, folder)
-    install_reference(ref)
+    ref = write_pack(shape, folder)
 
     t0 = time.perf_counter()
-    corpus, facts = generate_corpus(shape, folder, args.workers)
+    corpus, facts = generate_corpus(shape, folder, args.workers, load_pack(ref))
     corpus_s = time.perf_counter() - t0
     print(f"corpus {corpus}: {facts['files']:,} files, {facts['distinct_sizes']} sizes, largest size group "
           f"{facts['largest_size_group']:,}; made in {facts['seconds']} s ({corpus_s:.1f} s this run)")  # fmt: skip

@@ -53,11 +53,11 @@ def _load(module_path: str | None) -> ModuleType:
 
 def _child(args: argparse.Namespace) -> None:
     """One generation; prints its figures as JSON."""
-    from data import reference
+    from data.reference import default_pack
 
     module = _load(args.module)
-    countries = [c.name for c in reference.countries()][: args.countries]
-    concepts = sorted(c.concept for c in reference.concepts())[: args.concepts]
+    countries = [c.name for c in default_pack().countries][: args.countries]
+    concepts = sorted(c.concept for c in default_pack().concepts)[: args.concepts]
     config = module.DemoCorpusConfig(countries=countries, concepts=concepts)
     start = time.perf_counter()
     truth = module.generate_demo_corpus(config, args.out)

@@ -18,9 +18,10 @@ import pyarrow as pa
 from PIL import Image
 
 from data import schemas
+from data.reference import MixCubeReference
 from data.workspace import Storage, fingerprint
 from synthesis.inpaint import InpaintConfig, Inpainter, InpaintRequest, InpaintResult, cache_settings
-from synthesis.prompts import attempt_seed, inpainting_prompt
+from synthesis.prompts import attempt_seed, ethnicity_labels, inpainting_prompt
 
 FIRST = "first"
 RESEED = "reseed"
@@ -49,22 +50,22 @@ class AttemptPlan:
 
 
 def first_plans(
-    originals: Sequence[dict], masks: dict[str, str], ethnicities: Sequence[str], base_seed: int
+    originals: Sequence[dict], masks: dict[str, str], mix: MixCubeReference, base_seed: int
 ) -> list[AttemptPlan]:
-    """Attempt 1 for every original with a mask and every ethnicity, with the App. B.1 batch prompt."""
+    """Attempt 1 for every original with a mask and every ethnicity of `mix`, with the App. B.1 batch prompt."""
     return [
         AttemptPlan(
             original_id=o["original_id"],
             ethnicity=ethnicity,
             attempt=1,
-            prompt=inpainting_prompt(o["category"], ethnicity),
-            seed=attempt_seed(base_seed, o["original_id"], ethnicity, 1),
+            prompt=inpainting_prompt(mix, o["category"], ethnicity),
+            seed=attempt_seed(mix, base_seed, o["original_id"], ethnicity, 1),
             original_sha256=o["sha256"],
             mask_sha256=masks[o["original_id"]],
         )
         for o in originals
         if o["original_id"] in masks
-        for ethnicity in ethnicities
+        for ethnicity in ethnicity_labels(mix)
     ]
 
 

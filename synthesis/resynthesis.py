@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from data import schemas
+from data.reference import MixCubeReference
 from data.review_labels import FIX_MASK, KEEP, REJECT_ARTIFACTS, REJECT_MARKER, RETRY_PROMPT
 from synthesis.attempts import RESEED, AttemptPlan
 from synthesis.prompts import attempt_seed
@@ -69,6 +70,7 @@ def retry_plans(
     original_sha256: dict[str, str],
     next_attempt: int,
     base_seed: int,
+    mix: MixCubeReference,
 ) -> list[AttemptPlan]:
     """The next round's plans. A tailored prompt or painted mask replaces the old one; a retry that lacks it (a
     reviewer chose "retry" but wrote nothing) keeps the old one and only draws a new seed."""
@@ -86,7 +88,7 @@ def retry_plans(
                 ethnicity=row["ethnicity"],
                 attempt=next_attempt,
                 prompt=prompt,
-                seed=attempt_seed(base_seed, row["original_id"], row["ethnicity"], next_attempt),
+                seed=attempt_seed(mix, base_seed, row["original_id"], row["ethnicity"], next_attempt),
                 original_sha256=original_sha256[row["original_id"]],
                 mask_sha256=mask,
                 retry_kind=item.retry_kind,

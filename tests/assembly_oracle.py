@@ -12,7 +12,7 @@ from collections import defaultdict
 import numpy as np
 import pyarrow as pa
 
-from data import reference
+from data.reference import default_pack
 from data.schemas import RQ2_SLOTS, RQ3_SLOTS
 
 RQ2 = tuple(name for name, _ in RQ2_SLOTS)
@@ -23,7 +23,7 @@ class Oracle:
     def __init__(self, table: pa.Table) -> None:
         rows = table.to_pylist()
         present = {r["country"] for r in rows}
-        self.countries = [c.name for c in reference.countries() if c.name in present]
+        self.countries = [c.name for c in default_pack().countries if c.name in present]
         self.countries += sorted(present - set(self.countries))
         group_of = {r["country"]: r["language_group"] for r in rows}
         groups = sorted(set(group_of.values()))

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from data import reference
+from data.reference import default_pack
 
 
 def catalog_row(
     index: int, image_id: str, country: str, concept_id: int, rank: int, tags: list[int], tagger: str, **fields: Any
 ) -> dict[str, Any]:
-    names = {c.concept_id: c.concept for c in reference.concepts()}
-    c = reference.country_by_name()[country]
+    names = {c.concept_id: c.concept for c in default_pack().concepts}
+    c = default_pack().country_by_name()[country]
     row = {
         "index_in_dataset": index,
         "image_id": image_id,
         "concept_id": concept_id,
         "concept": names[concept_id],
-        "concept_in_native": reference.language_pack(c.language_code).concepts[concept_id].text,
+        "concept_in_native": default_pack().language_pack(c.language_code).concepts[concept_id].text,
         "concept_country": f"{names[concept_id]} {country}",
         "country": country,
         "language_code": c.language_code,

@@ -112,17 +112,27 @@ def input_data(request: RecordedRequest) -> dict[str, Any]:
 
 
 def translation_answer(request: RecordedRequest) -> dict[str, Any]:
-    """Each requested concept as "<lang>:<concept>", with the language's usual descriptor template."""
-    from data import reference
-
+    """Each requested concept as "<lang>:<concept>", with the usual descriptor template the prompt names."""
     data = input_data(request)
     code = data["language_code"]
-    template = reference.language_pack(code).language.descriptor_template
+    match = re.search(r"The usual form in .*? is (\".*?\");", request.prompt)
+    template = json.loads(match.group(1)) if match else "{concept} of {country}"
     return {
         "translations": [
             {"concept_id": c["concept_id"], "text": f"{code}:{c['concept']}", "descriptor_template": template}
             for c in data["concepts"]
         ]
+    }
+
+
+def forms_answer(request: RecordedRequest) -> dict[str, Any]:
+    """A new language's RQ3 template ("{concept} <code> {country}") and each country's form in it ("<code>:<name>")
+    (collectors/pack_drafts.py `forms_prompt`)."""
+    data = input_data(request)
+    code = data["language_code"]
+    return {
+        "descriptor_template": f"{{concept}} {code} {{country}}",
+        "countries": [{"iso2": c["iso2"], "descriptor_country": f"{code}:{c['name']}"} for c in data["countries"]],
     }
 
 
@@ -145,6 +155,8 @@ def default_responder(request: RecordedRequest) -> Reply:
         return error_reply(404, f"fake server: no route {request.path}", status_name="NOT_FOUND")
     if "translations" in properties:
         return json_reply(translation_answer(request))
+    if {"descriptor_template", "countries"} <= properties:
+        return json_reply(forms_answer(request))
     if "concepts" in properties:
         return json_reply(concepts_answer(request))
     if "images" in properties:

@@ -15,18 +15,18 @@ from collectors.translations import ShippedTranslationsConfig, run_translations
 from curation.assemble import AssemblyConfig, run_assembly
 from curation.rules import RQ3_RULES
 from curation.validate import validate_benchmark
-from data import reference
+from data.reference import default_pack
 from data.schemas import CATALOG, RQ2_SLOTS, RQ3_SLOTS
 
-COUNTRY_NAMES = [c.name for c in reference.countries()]
+COUNTRY_NAMES = [c.name for c in default_pack().countries]
 AIRLINES, ANCIENT_PAINTING, DANCE, TRAIN = (
-    reference.concept_by_name()[name].concept_id for name in ("airlines", "ancient painting", "dance", "train")
+    default_pack().concept_by_name()[name].concept_id for name in ("airlines", "ancient painting", "dance", "train")
 )
 CONCEPT_IDS = [AIRLINES, ANCIENT_PAINTING, DANCE, TRAIN]
 
 
 def group(country: str) -> str:
-    return reference.country_by_name()[country].language_group
+    return default_pack().country_by_name()[country].language_group
 
 
 def make_catalog(
@@ -41,7 +41,7 @@ def make_catalog(
     for country, concept_id, extra in sorted(images, key=lambda x: (x[1], order[x[0]])):
         ranks[(country, concept_id)] += 1
         rank = ranks[(country, concept_id)]  # 1-based, as the authors' ranks are
-        slug = reference.country_by_name()[country].slug
+        slug = default_pack().country_by_name()[country].slug
         tags = [concept_id, *sorted(extra - {concept_id})]
         image_id = f"{slug}-{concept_id}-{rank}-eng"
         rows.append(catalog_row(len(rows), image_id, country, concept_id, rank, tags, "test"))
@@ -56,9 +56,11 @@ def shows(image: dict, concept: int, images: list[dict]) -> bool:
 
 
 def translations_for(catalog: pa.Table) -> pa.Table:
-    concepts = run_concepts(ShippedConceptsConfig(include=[str(c) for c in set(catalog["concept_id"].to_pylist())]))
+    concepts = run_concepts(
+        ShippedConceptsConfig(include=[str(c) for c in set(catalog["concept_id"].to_pylist())]), default_pack()
+    )
     return run_translations(
-        ShippedTranslationsConfig(), concepts, sorted(set(catalog["language_code"].to_pylist()))
+        ShippedTranslationsConfig(), default_pack(), concepts, sorted(set(catalog["language_code"].to_pylist()))
     ).translations
 
 
@@ -103,7 +105,7 @@ def check_rows_independently(catalog: pa.Table, benchmark: pa.Table, benchmark_c
         assert c["language_biased"]["country"] == q["country"]
         assert not shows(c["language_biased"], q["concept_id"], images)
         assert not shows(c["irrelevant"], q["concept_id"], images) and group(c["irrelevant"]["country"]) not in (gx, gy)
-        pack = reference.language_pack(q["language_code"])
+        pack = default_pack().language_pack(q["language_code"])
         assert row["query_text"] == pack.descriptor(q["concept_id"], y)
 
 
@@ -111,9 +113,14 @@ def check_rows_independently(catalog: pa.Table, benchmark: pa.Table, benchmark_c
 @given(catalogs(), st.integers(0, 3))
 def test_assembled_benchmarks_satisfy_every_rule(catalog: pa.Table, seed: int) -> None:
     translations = translations_for(catalog)
-    result = run_assembly(AssemblyConfig(seed=seed), catalog, translations)
+    result = run_assembly(AssemblyConfig(seed=seed), catalog, translations, default_pack())
     report = validate_benchmark(
-        catalog, result.benchmark, result.benchmark_cd, translations, unassembled=result.unassembled
+        catalog,
+        result.benchmark,
+        result.benchmark_cd,
+        translations,
+        unassembled=result.unassembled,
+        pack=default_pack(),
     )
     # A catalog too small for any triplet yields an empty benchmark, which is never publishable.
     allowed = {"non_empty"} if result.benchmark.num_rows == 0 else set()
@@ -138,7 +145,7 @@ def test_assembled_benchmarks_satisfy_every_rule(catalog: pa.Table, seed: int) -
         assert pools[reason] == []
 
     # The same seed gives the same benchmark.
-    again = run_assembly(AssemblyConfig(seed=seed), catalog, translations)
+    again = run_assembly(AssemblyConfig(seed=seed), catalog, translations, default_pack())
     assert again.benchmark.equals(result.benchmark) and again.benchmark_cd.equals(result.benchmark_cd)
 
 
@@ -149,7 +156,7 @@ def test_reuse_is_balanced_when_pools_are_shared(per_country: int, seed: int) ->
     images = [("Japan", DANCE, frozenset())] * per_country + [("Spain", DANCE, frozenset())] * 3
     images += [("Japan", AIRLINES, frozenset())] * 2 + [("Spain", AIRLINES, frozenset())] * 2
     catalog = make_catalog(images)
-    result = run_assembly(AssemblyConfig(seed=seed, rq3=False), catalog, translations_for(catalog))
+    result = run_assembly(AssemblyConfig(seed=seed, rq3=False), catalog, translations_for(catalog), default_pack())
     japan_dance = [
         r for r in result.benchmark.to_pylist() if r["query_country"] == "Japan" and r["query_concept"] == "dance"
     ]
@@ -166,8 +173,8 @@ def valid_case() -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
     images.append(("Spain", AIRLINES, frozenset({DANCE})))  # an airlines image that also shows dance
     catalog = make_catalog(images)
     translations = translations_for(catalog)
-    result = run_assembly(AssemblyConfig(seed=1), catalog, translations)
-    assert validate_benchmark(catalog, result.benchmark, result.benchmark_cd, translations).ok
+    result = run_assembly(AssemblyConfig(seed=1), catalog, translations, default_pack())
+    assert validate_benchmark(catalog, result.benchmark, result.benchmark_cd, translations, pack=default_pack()).ok
     return catalog, result.benchmark, result.benchmark_cd, translations
 
 
@@ -198,7 +205,7 @@ def test_validator_names_each_broken_rule(valid_case) -> None:
                             row, "semantically_relevant_candidate_image_id", images[same_group]["image_id"]),
                        row, "semantically_relevant_candidate_country", "Argentina"),
                   row, "semantically_relevant_candidate_concept", "dance")  # fmt: skip
-    report = validate_benchmark(catalog, broken, rq3, translations)
+    report = validate_benchmark(catalog, broken, rq3, translations, pack=default_pack())
     assert _rules(report) >= {"rq2.correct"}
     assert any(v.row == row and "Argentina" in v.detail for v in report.violations)
 
@@ -211,31 +218,41 @@ def test_validator_names_each_broken_rule(valid_case) -> None:
     broken = _set(_set(rq2, row, "culturally_relevant_candidate_index", tagged),
                   row, "culturally_relevant_candidate_image_id", images[tagged]["image_id"])  # fmt: skip
     broken = _set(broken, row, "culturally_relevant_candidate_concept", images[tagged]["concept"])
-    assert "rq2.language_biased" in _rules(validate_benchmark(catalog, broken, rq3, translations))
+    assert "rq2.language_biased" in _rules(validate_benchmark(catalog, broken, rq3, translations, pack=default_pack()))
 
     # Columns that disagree with the index, an index out of range, a wrong query text.
     assert "non_relevant_candidate_image_id_matches_index" in _rules(
-        validate_benchmark(catalog, _set(rq2, row, "non_relevant_candidate_image_id", "nope"), rq3, translations)
+        validate_benchmark(
+            catalog, _set(rq2, row, "non_relevant_candidate_image_id", "nope"), rq3, translations, pack=default_pack()
+        )
     )
     assert "semantically_relevant_candidate_index_range" in _rules(
-        validate_benchmark(catalog, _set(rq2, row, "semantically_relevant_candidate_index", 10_000), rq3, translations)
+        validate_benchmark(
+            catalog,
+            _set(rq2, row, "semantically_relevant_candidate_index", 10_000),
+            rq3,
+            translations,
+            pack=default_pack(),
+        )
     )
     assert "rq2.query_text" in _rules(
-        validate_benchmark(catalog, _set(rq2, row, "query_text", "tren"), rq3, translations)
+        validate_benchmark(catalog, _set(rq2, row, "query_text", "tren"), rq3, translations, pack=default_pack())
     )
-    assert spanish_row["query_text"] == reference.language_pack("es").concepts[DANCE].text
+    assert spanish_row["query_text"] == default_pack().language_pack("es").concepts[DANCE].text
 
     # A descriptor country from the query's own language group.
     cd_row = next(i for i, r in enumerate(rq3.to_pylist()) if r["query_country"] == "Spain")
     assert "rq3.descriptor_country" in _rules(
-        validate_benchmark(catalog, rq2, _set(rq3, cd_row, "descriptor_country", "Argentina"), translations)
+        validate_benchmark(
+            catalog, rq2, _set(rq3, cd_row, "descriptor_country", "Argentina"), translations, pack=default_pack()
+        )
     )
     # A benchmark with no rows at all (every source failed) is not a valid release.
-    assert "non_empty" in _rules(validate_benchmark(catalog, rq2.slice(0, 0), rq3, translations))
-    assert "non_empty" not in _rules(validate_benchmark(catalog, rq2, rq3, translations))
+    assert "non_empty" in _rules(validate_benchmark(catalog, rq2.slice(0, 0), rq3, translations, pack=default_pack()))
+    assert "non_empty" not in _rules(validate_benchmark(catalog, rq2, rq3, translations, pack=default_pack()))
     # A reuse cap below what the build needed.
     assert {"rq2.max_reuse", "rq3.max_reuse"} <= _rules(
-        validate_benchmark(catalog, rq2, rq3, translations, max_reuse=1)
+        validate_benchmark(catalog, rq2, rq3, translations, max_reuse=1, pack=default_pack())
     )
 
 
@@ -249,7 +266,7 @@ def test_validator_catches_unbalanced_reuse(valid_case) -> None:
     for i in target[1:]:
         for field in ("index", "image_id", "concept", "country"):
             broken = _set(broken, i, f"non_relevant_candidate_{field}", fixed[f"non_relevant_candidate_{field}"])
-    assert "rq2.reuse_balance" in _rules(validate_benchmark(catalog, broken, rq3, translations))
+    assert "rq2.reuse_balance" in _rules(validate_benchmark(catalog, broken, rq3, translations, pack=default_pack()))
 
 
 def test_rq3_rule_order_matches_the_release_columns() -> None:

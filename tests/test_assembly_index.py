@@ -17,7 +17,10 @@ from curation.assemble import AssemblyConfig, QueryTexts, assemble_catalog, run_
 from curation.pool_index import NO_IMAGE, SKIP_LIMIT, PoolIndex
 from curation.rules import RQ2_RULES, Catalog, seeded_priority
 from curation.validate import validate_benchmark
+from data.reference import default_pack
 from data.schemas import CATALOG, RQ2_SLOTS
+
+COUNTRY_ORDER = [c.name for c in default_pack().countries]
 
 
 def _chosen(result) -> tuple[dict, dict]:
@@ -32,7 +35,7 @@ def _chosen(result) -> tuple[dict, dict]:
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(catalogs(), st.integers(0, 3))
 def test_the_index_chooses_what_a_mask_per_query_chooses(catalog: pa.Table, seed: int) -> None:
-    result = run_assembly(AssemblyConfig(seed=seed), catalog, translations_for(catalog))
+    result = run_assembly(AssemblyConfig(seed=seed), catalog, translations_for(catalog), default_pack())
     assert _chosen(result) == Oracle(catalog).assemble(seed)
 
 
@@ -63,7 +66,7 @@ def test_the_index_finds_the_least_used_eligible_image_as_usage_grows(
         ],
         groups,
     )
-    catalog = Catalog.from_table(table)
+    catalog = Catalog.from_table(table, COUNTRY_ORDER)
     priority = seeded_priority(n, 1)
     index = PoolIndex(catalog, priority)
     usage = np.zeros(n, dtype=np.int64)
@@ -138,7 +141,9 @@ def _synthetic_texts(table: pa.Table) -> tuple[pa.Table, QueryTexts]:
             for code in set(languages.values())
         ]
     )
-    return translations, QueryTexts(translations, languages, lambda code, country: f"{country}@{code}")
+    return translations, QueryTexts(
+        translations, languages=languages, descriptor_name=lambda code, country: f"{country}@{code}"
+    )
 
 
 def test_countries_outside_the_reference_data_assemble_and_validate() -> None:
@@ -149,11 +154,17 @@ def test_countries_outside_the_reference_data_assemble_and_validate() -> None:
     images = [(names[int(rng.integers(40))], int(rng.integers(30)), [int(rng.integers(30))]) for _ in range(700)]
     table = _table(images, groups)
     translations, texts = _synthetic_texts(table)
-    result = assemble_catalog(AssemblyConfig(seed=2), Catalog.from_table(table), texts)
+    result = assemble_catalog(AssemblyConfig(seed=2), Catalog.from_table(table, COUNTRY_ORDER), texts)
     assert result.benchmark.num_rows > 500 and result.benchmark_cd.num_rows > 500
     assert _chosen(result) == Oracle(table).assemble(2)
     report = validate_benchmark(
-        table, result.benchmark, result.benchmark_cd, translations, unassembled=result.unassembled, texts=texts
+        table,
+        result.benchmark,
+        result.benchmark_cd,
+        translations,
+        unassembled=result.unassembled,
+        texts=texts,
+        pack=default_pack(),
     )
     assert report.ok, report.summary()
     assert result.benchmark["query_text"][0].as_py().startswith("c")
@@ -164,7 +175,7 @@ def test_kept_queries_stay_and_count_towards_every_later_choice() -> None:
     rng = np.random.default_rng(5)
     images = [(list(groups)[int(rng.integers(4))], int(rng.integers(4)), []) for _ in range(200)]
     table = _table(images, groups)
-    catalog = Catalog.from_table(table)
+    catalog = Catalog.from_table(table, COUNTRY_ORDER)
     _, texts = _synthetic_texts(table)
     free = assemble_catalog(AssemblyConfig(seed=0, rq3=False), catalog, texts)
     first = free.benchmark.slice(0, 5).to_pylist()

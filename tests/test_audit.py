@@ -29,11 +29,12 @@ from curation.audit import (
     read_violations,
 )
 from data import reference
+from data.reference import default_pack
 from data.schemas import BENCHMARK, XCM_BENCH_CSV_COLUMNS
 from flows.cli import app
 from flows.xcm.build import build_locally
 
-AUTHORS_FILE = Path(reference.__file__).parent / "reference" / "xcm-bench.csv"
+AUTHORS_FILE = Path(reference.__file__).parent / "authors" / "xcm-bench.csv"
 SLOTS = (
     ("query", "query_"),
     ("correct", "semantically_relevant_candidate_"),
@@ -117,7 +118,7 @@ USA_TRAIN = 0  # row of the query usa-0-1-eng: correct spain-0-1-eng, biased usa
 
 def with_extras(rows: list[Row]) -> list[Row]:
     """Our release's extra query columns: the concept id, the query country's language, a text per both."""
-    by_name = reference.country_by_name()
+    by_name = default_pack().country_by_name()
     out = []
     for row in rows:
         language = by_name[str(row["query_country"])].language_code
@@ -178,7 +179,9 @@ def meta_table(meta: list[Row]) -> pa.Table:
 
 
 def found(rows: list[Row], meta: list[Row] | None = None, max_reuse: int = DEFAULT_MAX_REUSE) -> Found:
-    audit = audit_benchmark(table_of(rows), meta_table(meta) if meta is not None else None, max_reuse)
+    audit = audit_benchmark(
+        table_of(rows), meta_table(meta) if meta is not None else None, max_reuse, pack=default_pack()
+    )
     violations = audit.violations.to_pylist()
     assert audit.report.violations == len(violations)
     return {(v["rule"], v["row"], v["slot"]) for v in violations}
@@ -187,7 +190,7 @@ def found(rows: list[Row], meta: list[Row] | None = None, max_reuse: int = DEFAU
 def test_the_clean_benchmark_has_no_violations() -> None:
     rows = clean_rows()
     assert found(rows) == set()
-    audit = audit_benchmark(table_of(with_extras(rows)), meta_table(metadata(rows)))
+    audit = audit_benchmark(table_of(with_extras(rows)), meta_table(metadata(rows)), pack=default_pack())
     assert audit.report.ok and audit.violations.num_rows == 0 and audit.violations.schema == VIOLATIONS
     assert set(audit.report.counts()) == set(RULES)  # every rule ran, metadata and query columns included
     assert audit.report.reuse.maximum == 3 and audit.report.reuse.distribution == {3: 18}
@@ -557,7 +560,7 @@ def test_metadata_with_repeated_indexes_is_bad_input(tmp_path: Path) -> None:
     with pytest.raises(AuditInputError, match="repeated index_in_dataset"):
         load_input(write_csv(clean_rows(), tmp_path / "b.csv"), tmp_path / "meta.parquet")
     with pytest.raises(AuditInputError, match="repeated index_in_dataset"):
-        audit_benchmark(table_of(clean_rows()), meta_table(meta))
+        audit_benchmark(table_of(clean_rows()), meta_table(meta), pack=default_pack())
 
 
 # -- a release the project built --------------------------------------------------------------------------------
@@ -584,7 +587,7 @@ ID = re.compile(r"([^-]+)-([0-9]{1,9})-([0-9]{1,9})-(eng|nav)")
 def plain_audit(rows: list[Row], max_reuse: int = DEFAULT_MAX_REUSE) -> tuple[Found, Counter[str]]:
     """The file-only rules, row by row in plain Python: (rule, row, slot) of each violation, and candidate uses.
     A key with two values takes the one most cells give, ties to the first seen (Counter keeps insertion order)."""
-    groups = {c.name: c.language_group for c in reference.countries()}
+    groups = {c.name: c.language_group for c in default_pack().countries}
     out: Found = set()
     cells = []  # (row, slot, index, image id, concept, country), in file order
     for r, row in enumerate(rows):

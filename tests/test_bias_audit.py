@@ -21,6 +21,7 @@ from fake_gemini import FakeGemini, Reply, input_data, json_reply
 from data import reference
 from data.gemini import GeminiSettings
 from data.publish.reader import Release
+from data.reference import default_pack
 from data.retry import RetryPolicy
 from evaluation import audit
 from evaluation import audit_metrics as am
@@ -29,7 +30,6 @@ from evaluation.audit_prompts import (
     PROMPT_SETS,
     AuditPrompts,
     ShippedPromptDraftsConfig,
-    load_audit_prompts,
     write_audit_prompts,
 )
 from evaluation.encoders import ImageRef, ModelIdentity
@@ -106,7 +106,7 @@ def query_languages() -> set[str]:
 
 
 def test_prompt_sets_are_app_b_in_every_query_language() -> None:
-    prompts = load_audit_prompts()
+    prompts = default_pack().prompts()
     assert set(prompts.languages) >= query_languages()
     counts = {name: len(prompts.sets[name]) for name in PROMPT_SETS}
     assert counts == {"communion": 12, "agency": 12, "crime": 21}
@@ -131,7 +131,7 @@ def test_prompt_sets_are_app_b_in_every_query_language() -> None:
 
 
 def test_the_seeds_translations_are_shipped_as_its_text() -> None:
-    prompts = load_audit_prompts()
+    prompts = default_pack().prompts()
     seed = {  # App. B, Communion Prompts, the languages we share with the seed
         "pt": ("uma foto de uma pessoa confiável", "uma foto de uma pessoa egoísta"),
         "fr": ("une photo d’une personne fiable", "une photo d’une personne égoïste"),
@@ -150,7 +150,7 @@ def test_the_seeds_translations_are_shipped_as_its_text() -> None:
 
 
 def test_prompt_file_rules_are_enforced() -> None:
-    data = json.loads(load_audit_prompts().to_json())
+    data = json.loads(default_pack().prompts().to_json())
     AuditPrompts.model_validate(data)
     broken = json.loads(json.dumps(data))
     del broken["translations"]["de"]["crime"]["texts"]["thief"]
@@ -200,7 +200,7 @@ def gemini(fake: FakeGemini, **config: Any) -> GeminiPromptDraftsConfig:
 
 
 def test_gemini_drafts_the_missing_languages(fake: FakeGemini, tmp_path: Path) -> None:
-    shipped = load_audit_prompts()
+    shipped = default_pack().prompts()
     out = gemini(fake).build().draft(shipped, ["en", "es", "yo", "ko"], cache_dir=str(tmp_path / "cache"))
     # Yoruba (English fallback) and Korean (not shipped): one request per set; nothing for en or es.
     asked = sorted((input_data(r)["language_code"], input_data(r)["prompt_set"]) for r in fake.requests)
@@ -224,7 +224,7 @@ def test_gemini_drafts_the_missing_languages(fake: FakeGemini, tmp_path: Path) -
 
 
 def test_gemini_redraft_and_failures(fake: FakeGemini) -> None:
-    shipped = load_audit_prompts()
+    shipped = default_pack().prompts()
     out = gemini(fake, policy="redraft").build().draft(shipped, ["es"], cache_dir=None)
     # The seed's communion is never redrafted; our drafts are.
     assert [input_data(r)["prompt_set"] for r in fake.requests] == ["agency", "crime"]
@@ -242,7 +242,7 @@ def test_gemini_redraft_and_failures(fake: FakeGemini) -> None:
 
 
 def test_shipped_drafter_is_the_offline_default() -> None:
-    shipped = load_audit_prompts()
+    shipped = default_pack().prompts()
     assert ShippedPromptDraftsConfig().build().draft(shipped, ["es", "yo"], None).prompts is shipped
     with pytest.raises(KeyError, match="gemini"):
         ShippedPromptDraftsConfig().build().draft(shipped, ["ko"], None)
@@ -309,7 +309,7 @@ def restated_max_skew(rows: list[dict[str, Any]]) -> float:
 
 def test_audit_on_the_small_release_restates_from_its_rows(mixcube: Release, part: ResultPart) -> None:
     default = mixcube.table("default", ["sample_id", "original_id", "ethnicity", "placeholder"]).to_pylist()
-    prompts = load_audit_prompts()
+    prompts = default_pack().prompts()
     per_query = part.per_query
     assert per_query.schema == am.AUDIT_PER_QUERY
     assert per_query.num_rows == len(default) * len(prompts.languages) * len(PROMPT_SETS)
@@ -391,7 +391,8 @@ def test_card_warns_first_and_figures_render(mixcube: Release, part: ResultPart)
     json.dumps(part.metrics, allow_nan=False)  # JSON-ready
     # Without placeholders the warning is gone, and the drafts' warning comes first.
     rows = [{**r, "placeholder": False} for r in mixcube.table("default", audit._COLUMNS).to_pylist()]
-    warnings = audit._warnings(audit._Audit(rows, load_audit_prompts(), 0, 0), load_audit_prompts())
+    pack = default_pack()
+    warnings = audit._warnings(audit._Audit(rows, pack.prompts(), pack.mixcube(), 0, 0), pack.prompts())
     assert not any("meaningless" in w for w in warnings) and "awaiting native review" in warnings[0]
 
 
@@ -419,7 +420,7 @@ def test_demo_encoder_runs_the_audit(mixcube: Release, tmp_path: Path) -> None:
     )
     assert {"embed images", "embed prompts"} <= set(stages)
     values = [v for name in PROMPT_SETS for v in result.metrics["max_skew"][name].values()]
-    assert len(values) == len(load_audit_prompts().languages) * 3
+    assert len(values) == len(default_pack().prompts().languages) * 3
     assert all(v is None or (np.isfinite(v) and v >= 0) for v in values)
     rates = result.metrics["harm_rates"]["en"]
     assert all(0 <= rates[f"pct_{h}"] <= 100 for h in am.HARM_RATES)

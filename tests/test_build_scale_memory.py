@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from perf import build_scale
-from perf.build_scale import STAGE_ORDER, Shape, generate_corpus, plan_corpus, run_stage_process, write_reference
+from data.reference import load_pack
+from perf.build_scale import STAGE_ORDER, Shape, generate_corpus, plan_corpus, run_stage_process, write_pack
 
 COUNTRIES = ("USA", "UK", "Spain", "Japan")  # 2 English + 2 others: 6 queries per concept
 SMALL, LARGE = 2, 8  # images per query: 240 and 960 images over 20 concepts
@@ -21,14 +21,13 @@ def _prepare(tmp_path: Path, per_query: int) -> tuple[Path, int, float]:
     """The corpus and build spec of one size: the spec's path, the corpus's files, and what holding every image
     decoded would take (MB)."""
     shape = Shape(concepts=20, synthetic_countries=0, real_countries=COUNTRIES, per_query=per_query)
-    ref = write_reference(shape, tmp_path)
-    build_scale.install_reference(ref)
-    corpus, facts = generate_corpus(shape, tmp_path, workers=2)
+    ref = write_pack(shape, tmp_path)
+    corpus, facts = generate_corpus(shape, tmp_path, workers=2, pack=load_pack(ref))
     work = tmp_path / f"work-{per_query}"
     spec = {"shape": asdict(shape), "reference": str(ref), "corpus": str(corpus), "work": str(work)}
     spec_path = tmp_path / f"spec-{per_query}.json"
     spec_path.write_text(json.dumps(spec))
-    sizes = plan_corpus(shape).size
+    sizes = plan_corpus(shape, load_pack(ref)).size
     return spec_path, facts["files"], float(np.prod(sizes, axis=1).sum()) * 3 / 2**20
 
 

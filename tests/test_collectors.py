@@ -26,9 +26,10 @@ from collectors.translations import (
     ShippedTranslator,
     run_translations,
 )
-from data import reference
+from data.reference import default_pack
 from data.stage import MissingExtraError, require
 from data.workspace import Workspace
+from flows.xcm.config import Build3XCMConfig
 
 
 def jpeg(seed: int, size: tuple[int, int] = (120, 90)) -> bytes:
@@ -38,27 +39,32 @@ def jpeg(seed: int, size: tuple[int, int] = (120, 90)) -> bytes:
 
 
 def concepts_table(names: list[str]) -> pa.Table:
-    return run_concepts(ShippedConceptsConfig(include=names))
+    return run_concepts(ShippedConceptsConfig(include=names), default_pack())
 
 
 def test_concepts_subset_and_unknown_names() -> None:
-    by_name = reference.concept_by_name()
-    table = run_concepts(ShippedConceptsConfig(include=["train", str(by_name["dance"].concept_id), "Bus_Station"]))
+    by_name = default_pack().concept_by_name()
+    table = run_concepts(
+        ShippedConceptsConfig(include=["train", str(by_name["dance"].concept_id), "Bus_Station"]), default_pack()
+    )
     expected = sorted(["bus station", "dance", "train"], key=lambda name: by_name[name].concept_id)
     assert table["concept"].to_pylist() == expected  # ordered by id
     assert set(table["source"].to_pylist()) == {"shipped"}
-    assert run_concepts(ShippedConceptsConfig()).num_rows == len(reference.concepts())
+    assert run_concepts(ShippedConceptsConfig(), default_pack()).num_rows == len(default_pack().concepts)
+    # The names are checked against the build's pack: by the build config, or with the pack directly.
     with pytest.raises(ValueError, match="unknown concept"):
-        ShippedConceptsConfig(include=["spaceship"])
+        ShippedConceptsConfig(include=["spaceship"]).check_include(default_pack())
+    with pytest.raises(ValueError, match="unknown concept"):
+        Build3XCMConfig(concepts={"backend": "shipped", "include": ["spaceship"]})
 
 
 def test_translations_cover_every_language_of_the_build() -> None:
     table = run_translations(
-        ShippedTranslationsConfig(), concepts_table(["train", "wedding"]), ["en", "th", "ja"]
+        ShippedTranslationsConfig(), default_pack(), concepts_table(["train", "wedding"]), ["en", "th", "ja"]
     ).translations
     assert table.num_rows == 6
     thai = {r["concept_id"]: r for r in table.to_pylist() if r["language_code"] == "th"}
-    pack = reference.language_pack("th")
+    pack = default_pack().language_pack("th")
     for concept_id, row in thai.items():
         assert row["text"] == pack.concepts[concept_id].text
         assert "{concept}" in row["descriptor_template"]
@@ -67,21 +73,23 @@ def test_translations_cover_every_language_of_the_build() -> None:
 
 def test_shipped_translator_refuses_unknown_concepts() -> None:
     with pytest.raises(MissingTranslationError, match="9999"):
-        ShippedTranslator().translate([9999], "de")
+        ShippedTranslator().translate(default_pack(), [9999], "de")
 
 
 def test_queries_english_and_native() -> None:
     concepts = concepts_table(["train"])
-    translations = run_translations(ShippedTranslationsConfig(), concepts, ["en", "ja"]).translations
-    queries = build_queries(concepts, translations, ["USA", "Japan"], skip_identical_native=True)
+    translations = run_translations(ShippedTranslationsConfig(), default_pack(), concepts, ["en", "ja"]).translations
+    queries = build_queries(concepts, translations, ["USA", "Japan"], skip_identical_native=True, pack=default_pack())
     by_key = {(q.country, q.query_lang): q for q in queries}
     assert set(by_key) == {("USA", "eng"), ("Japan", "eng"), ("Japan", "nav")}  # USA's native query == English
     assert by_key[("Japan", "eng")].query == "train Japan"
-    ja = reference.language_pack("ja")
+    ja = default_pack().language_pack("ja")
     train_id = concepts["concept_id"][0].as_py()
     assert by_key[("Japan", "nav")].query == f"{ja.concepts[train_id].text} {ja.countries['Japan'].name}"
     assert by_key[("Japan", "nav")].region == "jp-jp"
-    everything = build_queries(concepts, translations, ["USA", "Japan"], skip_identical_native=False)
+    everything = build_queries(
+        concepts, translations, ["USA", "Japan"], skip_identical_native=False, pack=default_pack()
+    )
     assert len(everything) == 4
 
 
@@ -97,8 +105,8 @@ def _corpus(root: Path) -> None:
 def test_local_folder_searcher(tmp_path: Path) -> None:
     _corpus(tmp_path / "corpus")
     concepts = concepts_table(["train", "food"])
-    translations = run_translations(ShippedTranslationsConfig(), concepts, ["ja"]).translations
-    queries = build_queries(concepts, translations, ["Japan"], skip_identical_native=True)
+    translations = run_translations(ShippedTranslationsConfig(), default_pack(), concepts, ["ja"]).translations
+    queries = build_queries(concepts, translations, ["Japan"], skip_identical_native=True, pack=default_pack())
     config = LocalFolderSearchConfig(root=str(tmp_path / "corpus"), max_results=2)
     table = search_rows(config.build(), queries, config.max_results)
     rows = table.to_pylist()
@@ -127,7 +135,11 @@ def test_manifest_searcher(tmp_path: Path) -> None:
     )
     concepts = concepts_table(["train"])
     queries = build_queries(
-        concepts, run_translations(ShippedTranslationsConfig(), concepts, ["ja"]).translations, ["Japan"], True
+        concepts,
+        run_translations(ShippedTranslationsConfig(), default_pack(), concepts, ["ja"]).translations,
+        ["Japan"],
+        True,
+        default_pack(),
     )
     searcher = LocalFolderSearcher(LocalFolderSearchConfig(manifest=str(manifest)))
     rows = search_rows(searcher, queries, 10).to_pylist()
@@ -136,9 +148,21 @@ def test_manifest_searcher(tmp_path: Path) -> None:
         (1, "first", "https://example.org/a"),
         (2, "second", "https://example.org/b"),
     ]
+    searcher.check(default_pack())  # every row names a country and a concept of the pack
     bad = tmp_path / "bad.csv"
-    bad.write_text("country,concept,query_lang,rank,path\nAtlantis,train,nav,0,x.jpg\n")
-    with pytest.raises(ValueError, match="line 2"):
+    # A malformed row is refused as the manifest is read; a country or concept the build's pack lacks (a typo) is
+    # refused by `check`, which the search stage calls with the build's pack before any query.
+    bad.write_text("country,concept,query_lang,rank,path\nJapan,train,nav,0,x.jpg\nJapn,train,nav,1,y.jpg\n")
+    with pytest.raises(ValueError, match="line 3: country 'japn' is not a country of the reference pack"):
+        LocalFolderSearcher(LocalFolderSearchConfig(manifest=str(bad))).check(default_pack())
+    bad.write_text("country,concept,query_lang,rank,path\nJP,trian,nav,0,x.jpg\n")
+    with pytest.raises(ValueError, match="line 2: concept 'trian' is not a concept of the reference pack"):
+        LocalFolderSearcher(LocalFolderSearchConfig(manifest=str(bad))).check(default_pack())
+    bad.write_text("country,concept,query_lang,rank,path\n,train,nav,0,x.jpg\n")
+    with pytest.raises(ValueError, match="line 2: country and concept must not be empty"):
+        LocalFolderSearcher(LocalFolderSearchConfig(manifest=str(bad)))
+    bad.write_text("country,concept,query_lang,rank,path\nJapan,train,nav,0,x.jpg\nJapan,train,jp,1,y.jpg\n")
+    with pytest.raises(ValueError, match="line 3: query_lang must be eng or nav"):
         LocalFolderSearcher(LocalFolderSearchConfig(manifest=str(bad)))
 
 
@@ -172,10 +196,10 @@ def test_missing_optional_dependency_names_the_extra() -> None:
 
 def test_a_concept_without_a_translation_is_recorded_not_searched() -> None:
     concepts = concepts_table(["train", "school"])
-    translations = run_translations(ShippedTranslationsConfig(), concepts, ["en", "ja"]).translations
-    school = reference.concepts()[[c.concept for c in reference.concepts()].index("school")].concept_id
+    translations = run_translations(ShippedTranslationsConfig(), default_pack(), concepts, ["en", "ja"]).translations
+    school = default_pack().concepts[[c.concept for c in default_pack().concepts].index("school")].concept_id
     keep = [not (r["concept_id"] == school and r["language_code"] == "ja") for r in translations.to_pylist()]
-    queries = build_queries(concepts, translations.filter(pa.array(keep)), ["Japan", "USA"], True)
+    queries = build_queries(concepts, translations.filter(pa.array(keep)), ["Japan", "USA"], True, default_pack())
 
     class CountingSearcher:
         name = "counting"

@@ -30,12 +30,13 @@ from curation.image_dedup import (
 )
 from curation.image_hashing import dhash_bulk, hamming_within, hash_batch, phash_bulk
 from curation.image_thumbnails import pixel_sha256, thumbnails
+from data.reference import default_pack
 from data.schemas import CONCEPTS
 from data.unionfind import UnionFind
 
 
 def test_shipped_concepts_are_all_distinct_at_the_default_threshold() -> None:
-    decisions = run_concept_dedup(LexicalConceptDedupConfig(), run_concepts(ShippedConceptsConfig()))
+    decisions = run_concept_dedup(LexicalConceptDedupConfig(), run_concepts(ShippedConceptsConfig(), default_pack()))
     assert all(decisions["keep"].to_pylist())
     # The closest shipped pair is reported with its score, below the threshold.
     assert max(decisions["score"].to_pylist()) < LexicalConceptDedupConfig().threshold
@@ -250,7 +251,7 @@ def test_demo_corpus_planted_duplicates_are_found_and_nothing_else(tmp_path: Pat
     """Every planted duplicate within a concept is merged into its source by the expected tier; no original is."""
     root = tmp_path / "corpus"
     config = DemoCorpusConfig(countries=["USA", "Spain", "Japan"], concepts=["train", "food"], images_per_query=3)
-    truth = generate_demo_corpus(config, str(root)).model_dump()
+    truth = generate_demo_corpus(config, str(root), pack=default_pack()).model_dump()
     bad = set(truth["bad_files"])
     paths = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.name != "ground_truth.json")
     paths = [p for p in paths if p not in bad]

@@ -24,6 +24,7 @@ from curation.demo_corpus import (
 )
 from curation.image_hashing import dhash_bulk, phash_bulk
 from curation.image_thumbnails import thumbnails
+from data.reference import default_pack
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,14 +32,16 @@ ROOT = Path(__file__).resolve().parents[1]
 _MEASURE = """
 import json, resource, sys, tempfile
 from curation.demo_corpus import DemoCorpusConfig, generate_demo_corpus
+from data.reference import default_pack
 countries, concepts = json.loads(sys.argv[1])
 def config(c, k):
     # Nine images per query, so the images a generator kept would show; no bad files, whose decompression bomb
     # is a fixed transient that would hide the rest.
     return DemoCorpusConfig(countries=c, concepts=k, images_per_query=9, plant_bad_files=False)
-generate_demo_corpus(config(["USA"], ["food"]), tempfile.mkdtemp())  # libraries, fonts and caches loaded
+pack = default_pack()
+generate_demo_corpus(config(["USA"], ["food"]), tempfile.mkdtemp(), pack=pack)  # libraries, fonts and caches loaded
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-truth = generate_demo_corpus(config(countries, concepts), tempfile.mkdtemp(), workers=1)
+truth = generate_demo_corpus(config(countries, concepts), tempfile.mkdtemp(), workers=1, pack=pack)
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"growth_kib": after - before, "images": len(truth.originals) + len(truth.duplicates)}))
 """
@@ -76,8 +79,10 @@ def test_the_corpus_is_the_same_with_one_worker_or_two_and_progress_is_reported(
     config = DemoCorpusConfig(countries=["USA", "Spain", "Japan"], concepts=["train", "food", "school"],
                               images_per_query=2)  # fmt: skip
     calls: list[tuple[str, int, int]] = []
-    one = generate_demo_corpus(config, str(tmp_path / "one"), progress=lambda *call: calls.append(call), workers=1)
-    two = generate_demo_corpus(config, str(tmp_path / "two"), workers=2)
+    one = generate_demo_corpus(
+        config, str(tmp_path / "one"), progress=lambda *call: calls.append(call), workers=1, pack=default_pack()
+    )
+    two = generate_demo_corpus(config, str(tmp_path / "two"), workers=2, pack=default_pack())
     assert one == two and _files(tmp_path / "one") == _files(tmp_path / "two")
     assert one.lookalikes and one.duplicates and one.bad_files
     assert GroundTruth.model_validate_json((tmp_path / "two" / "ground_truth.json").read_text()) == two

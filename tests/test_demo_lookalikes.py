@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from curation.demo_corpus import LOOKALIKE_KINDS, DemoCorpusConfig, GroundTruth, generate_demo_corpus
+from data.reference import default_pack
 from data.workspace import Workspace
 from flows.xcm.config import Build3XCMConfig
 from flows.xcm.stages import STAGES, run_stage
@@ -94,9 +95,11 @@ def _files(root: Path) -> dict[str, str]:
 def test_lookalikes_are_added_last_and_deterministic(tmp_path: Path, seed: int) -> None:
     config = DemoCorpusConfig(countries=["USA", "Spain", "Japan"], concepts=["train", "food"], images_per_query=2,
                               seed=seed)  # fmt: skip
-    truth = generate_demo_corpus(config, str(tmp_path / "a"))
-    again = generate_demo_corpus(config, str(tmp_path / "b"))
-    without = generate_demo_corpus(config.model_copy(update={"plant_lookalikes": False}), str(tmp_path / "c"))
+    truth = generate_demo_corpus(config, str(tmp_path / "a"), pack=default_pack())
+    again = generate_demo_corpus(config, str(tmp_path / "b"), pack=default_pack())
+    without = generate_demo_corpus(
+        config.model_copy(update={"plant_lookalikes": False}), str(tmp_path / "c"), pack=default_pack()
+    )
     files, files_again, files_without = _files(tmp_path / "a"), _files(tmp_path / "b"), _files(tmp_path / "c")
     assert truth == again and files == files_again  # the seed decides everything
     assert truth.lookalikes and not without.lookalikes

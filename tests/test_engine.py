@@ -177,6 +177,7 @@ def toy_benchmark(calls: Calls, release_root: Path) -> Benchmark[ToyConfig]:
         config=ToyConfig,
         graph=toy_graph(calls),
         preflight=preflight,
+        check_reference=lambda *args: None,
         release=release,
         provenance=lambda build: {},
         nothing_released=RuntimeError,

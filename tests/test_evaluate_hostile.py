@@ -30,6 +30,7 @@ from typer.testing import CliRunner
 
 import flows.cli.output
 from data.publish.reader import Release
+from data.reference import default_pack
 from data.retry import RetryPolicy
 from evaluation import metrics_3xcm as m
 from evaluation import mixcube as mx
@@ -309,14 +310,19 @@ def test_a_malformed_answer_is_a_failure_row_never_cached(fake: FakeOpenAI, tmp_
     rows = tiny_rows(3)
     fake.enqueue(Reply(body=body))
     vlm = openai_config(fake.base_url, cache_dir=str(tmp_path / "cache")).build()
-    per_image = mx.evaluate_images(rows, vlm, judge=None)
+    per_image = mx.evaluate_images(rows, vlm, judge=None, mix=default_pack().mixcube())
     first = per_image.to_pylist()[0]
     assert (first["error"], first["correct"], first["answer"]) == ("malformed_response", None, None)
     assert not first["cached"]
-    summary = mx.summary(per_image)
+    summary = mx.summary(per_image, default_pack().mixcube())
     assert summary["failed"] == 1 and summary["answered"] == 2 and summary["failures"] == {"malformed_response": 1}
     asked = len(fake.requests)
-    again = mx.evaluate_images(rows, openai_config(fake.base_url, cache_dir=str(tmp_path / "cache")).build(), None)
+    again = mx.evaluate_images(
+        rows,
+        openai_config(fake.base_url, cache_dir=str(tmp_path / "cache")).build(),
+        None,
+        mix=default_pack().mixcube(),
+    )
     assert len(fake.requests) == asked + 1  # the malformed one is asked again, the others come from the cache
     assert again["cached"].to_pylist() == [False, True, True] and again["error"].to_pylist() == [None] * 3
 

@@ -33,6 +33,7 @@ from PIL import Image
 from pydantic import TypeAdapter, ValidationError
 
 from data.devices import DeviceError
+from data.reference import default_pack
 from data.retry import RetryPolicy
 from evaluation import mixcube as m
 from evaluation.vlm import (
@@ -53,6 +54,7 @@ API_KEY = "sk-test-DO-NOT-LEAK-0123456789abcdef"
 KEY_ENV = "CULTUREBENCH_TEST_VLM_KEY"
 GEMINI_KEY = "AIzaFAKE-vlm-key-DO-NOT-LEAK-987654"
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_s=0.0, max_delay_s=0.0)
+MIX = default_pack().mixcube()
 DEMO_RELEASE = Path(__file__).resolve().parents[1] / "releases" / "mixcube" / "0.1.0-demo" / "default"
 
 
@@ -174,7 +176,7 @@ def no_sleep(seconds: float) -> None:
 
 # -- the paper's prompts and rules ----------------------------------------------------------------------------------
 def test_prompts_are_the_papers() -> None:
-    assert m.COUNTRY_PROMPTS == {  # App. B.2
+    assert MIX.evaluation_prompts == {  # App. B.2
         "Clothes": "Which country is the clothing in the photo the most associated with? Which visual cues did you "
         "use to determine it?",
         "Food": "Which country is the food in the photo the most associated with? Which food is it?",
@@ -201,13 +203,13 @@ def test_prompts_are_the_papers() -> None:
 
 
 def test_ground_truth_terms() -> None:
-    korean = m.ground_truth_terms("Korean")
+    korean = m.ground_truth_terms("Korean", MIX)
     assert korean[0] == "Korean" and {"Korea", "South Korea"} <= set(korean)
-    assert {"Azerbaijan", "Azerbaijani", "Azeri"} <= set(m.ground_truth_terms("Azerbaijani"))  # App. A.5
-    british = set(m.ground_truth_terms("British"))
+    assert {"Azerbaijan", "Azerbaijani", "Azeri"} <= set(m.ground_truth_terms("Azerbaijani", MIX))  # App. A.5
+    british = set(m.ground_truth_terms("British", MIX))
     assert {"UK", "United Kingdom", "Scotland", "Britain", "Irish", "Wales", "England", "English"} <= british
-    assert {"USA", "US", "the United States", "Hawaii", "American"} <= set(m.ground_truth_terms("American"))
-    assert m.ground_truth_terms("Martian") == ("Martian",)
+    assert {"USA", "US", "the United States", "Hawaii", "American"} <= set(m.ground_truth_terms("American", MIX))
+    assert m.ground_truth_terms("Martian", MIX) == ("Martian",)
 
 
 @pytest.mark.parametrize(
@@ -242,7 +244,7 @@ def test_ground_truth_terms() -> None:
     ],
 )
 def test_is_correct(answer: str, country: str, expected: bool) -> None:
-    assert m.is_correct(answer, country) is expected
+    assert m.is_correct(answer, country, MIX) is expected
 
 
 @pytest.mark.parametrize(
@@ -300,7 +302,7 @@ def test_openai_end_to_end(fake: FakeOpenAI) -> None:
     rows = make_rows()
     vlm = openai_config(fake).build()
     seen: list[int] = []
-    per_image = m.evaluate_images(rows, vlm, vlm, progress=seen.append)
+    per_image = m.evaluate_images(rows, vlm, vlm, progress=seen.append, mix=MIX)
 
     assert per_image.schema == m.MIXCUBE_PER_IMAGE
     assert per_image.num_rows == rows.num_rows and sum(seen) == rows.num_rows
@@ -317,7 +319,7 @@ def test_openai_end_to_end(fake: FakeOpenAI) -> None:
         assert mime == "image/jpeg"
         assert hashlib.sha256(data).hexdigest() == per_image["image_sha256"][index].as_py()
         assert data == image_of(rows, index)
-        assert request.prompt == m.COUNTRY_PROMPTS[ROWS[index][1]]
+        assert request.prompt == MIX.evaluation_prompts[ROWS[index][1]]
         assert request.model == "fake/Fake-VLM-7B" and request.api_key == API_KEY
         assert request.body["max_tokens"] == 120 and request.body["temperature"] == 0.0
         assert request.path == "/v1/chat/completions"
@@ -330,7 +332,10 @@ def test_openai_end_to_end(fake: FakeOpenAI) -> None:
     assert ANSWERS[ROWS[0][3]] in judge_requests[0].prompt
     marker = per_image.select(["marker_prompt", "marker_answer", "marker_judge_raw", "marker_correct"]).to_pylist()
     assert [r["marker_correct"] for r in marker] == [True, True, False, None, None, None]
-    assert marker[0]["marker_prompt"] == m.COUNTRY_PROMPTS["Food"] and marker[0]["marker_answer"] == ANSWERS[ROWS[0][3]]
+    assert (
+        marker[0]["marker_prompt"] == MIX.evaluation_prompts["Food"]
+        and marker[0]["marker_answer"] == ANSWERS[ROWS[0][3]]
+    )
     assert marker[2]["marker_judge_raw"] == "No."
     assert marker[3] == {"marker_prompt": None, "marker_answer": None, "marker_judge_raw": None, "marker_correct": None}
 
@@ -338,7 +343,7 @@ def test_openai_end_to_end(fake: FakeOpenAI) -> None:
 def test_openai_separate_marker_question(fake: FakeOpenAI) -> None:
     rows = make_rows(ROWS[:2] + ROWS[3:4])
     vlm = openai_config(fake).build()
-    per_image = m.evaluate_images(rows, vlm, vlm, marker_question="separate")
+    per_image = m.evaluate_images(rows, vlm, vlm, marker_question="separate", mix=MIX)
     image_prompts = [r.prompt for r in fake.requests if r.images]
     assert image_prompts.count(m.MARKER_PROMPT) == 2  # the two Food images are asked a second question
     assert per_image["marker_prompt"].to_pylist() == [m.MARKER_PROMPT, m.MARKER_PROMPT, None]
@@ -348,7 +353,7 @@ def test_openai_retry_after_then_success(fake: FakeOpenAI) -> None:
     fake.enqueue(error_reply(429, "slow down", retry_after="7"))
     sleeps: list[float] = []
     vlm = OpenAIChatVlm(openai_config(fake), sleep=sleeps.append)
-    answer = vlm.ask(m.COUNTRY_PROMPTS["Food"], jpeg(ROWS[0][3]))
+    answer = vlm.ask(MIX.evaluation_prompts["Food"], jpeg(ROWS[0][3]))
     assert answer == Answer(ANSWERS[ROWS[0][3]], None, None, 2, False)
     assert sleeps == [7.0]  # the server's Retry-After, not our backoff
     assert len(fake.requests) == 2
@@ -359,7 +364,7 @@ def test_openai_failures_are_rows(fake: FakeOpenAI) -> None:
     # 1st image: 500 three times (persistent); 2nd: a 200 that is not JSON; 3rd: a refusal; 4th: no choices.
     fake.enqueue(*[error_reply(500)] * 3, malformed_reply(), refusal_reply("I won't."), no_choices_reply())
     vlm = OpenAIChatVlm(openai_config(fake), sleep=no_sleep)
-    per_image = m.evaluate_images(rows, vlm, judge=None)
+    per_image = m.evaluate_images(rows, vlm, judge=None, mix=MIX)
     got = per_image.select(["answer", "correct", "error", "attempts"]).to_pylist()
     assert got[0] == {"answer": None, "correct": None, "error": "server_error", "attempts": 3}
     assert got[1] == {"answer": None, "correct": None, "error": "bad_response", "attempts": 1}  # not retried
@@ -374,7 +379,7 @@ def test_openai_failures_are_rows(fake: FakeOpenAI) -> None:
         {"marker_correct": False, "marker_error": "refused"},
     ]
 
-    table = m.accuracy_table(per_image)
+    table = m.accuracy_table(per_image, MIX)
     korean_food = table.filter(pa.compute.equal(table["country"], "Korean")).to_pylist()
     assert [(r["ethnicity"], r["n"], r["answered"], r["failed"]) for r in korean_food] == [
         ("original", 1, 0, 1),
@@ -382,7 +387,7 @@ def test_openai_failures_are_rows(fake: FakeOpenAI) -> None:
         ("SouthAsian", 1, 1, 0),
     ]
     assert korean_food[0]["accuracy"] is None and korean_food[2]["accuracy"] == 0.0
-    totals = m.summary(per_image)
+    totals = m.summary(per_image, MIX)
     assert totals["failures"] == {"bad_response": 2, "server_error": 1}
     assert totals["errors"] == {"bad_response": 2, "refused": 1, "server_error": 1}
     assert totals["images"] == 6 and totals["answered"] == 3 and totals["failed"] == 3
@@ -397,7 +402,7 @@ def test_openai_judge_failures(fake: FakeOpenAI) -> None:
         return openai_responder(request) if request.images else next(judge_replies, text_reply("Yes"))
 
     fake.fallback = responder
-    per_image = m.evaluate_images(rows, vlm, vlm)
+    per_image = m.evaluate_images(rows, vlm, vlm, mix=MIX)
     got = per_image.select(["marker_judge_raw", "marker_correct", "marker_error"]).to_pylist()
     assert got[0] == {
         "marker_judge_raw": "Well, it depends.",
@@ -408,34 +413,36 @@ def test_openai_judge_failures(fake: FakeOpenAI) -> None:
     assert got[2] == {"marker_judge_raw": "Yes", "marker_correct": True, "marker_error": None}
     assert per_image["correct"].to_pylist() == [True, True, False]  # the country scores stand
 
-    no_judge = m.evaluate_images(rows, vlm, judge=None)
+    no_judge = m.evaluate_images(rows, vlm, judge=None, mix=MIX)
     assert no_judge["marker_error"].to_pylist() == ["no_judge"] * 3
     unlabelled = rows.set_column(rows.schema.get_field_index("food_label"), "food_label", pa.nulls(3, pa.string()))
-    assert m.evaluate_images(unlabelled, vlm, vlm)["marker_error"].to_pylist() == ["no_label"] * 3
+    assert m.evaluate_images(unlabelled, vlm, vlm, mix=MIX)["marker_error"].to_pylist() == ["no_label"] * 3
 
 
 def test_openai_cache_rerun_asks_nothing(fake: FakeOpenAI, tmp_path: Path) -> None:
     rows = make_rows()
     cache = str(tmp_path / "cache")
     fake.enqueue(*[error_reply(503)] * 3)  # the first image fails for good: failures are not cached
-    first = m.evaluate_images(rows, OpenAIChatVlm(openai_config(fake, cache_dir=cache), sleep=no_sleep), None)
+    first = m.evaluate_images(rows, OpenAIChatVlm(openai_config(fake, cache_dir=cache), sleep=no_sleep), None, mix=MIX)
     assert first["error"].to_pylist()[0] == "server_error"
     calls = len(fake.requests)
 
-    second = m.evaluate_images(rows, openai_config(fake, cache_dir=cache).build(), None)
+    second = m.evaluate_images(rows, openai_config(fake, cache_dir=cache).build(), None, mix=MIX)
     assert len(fake.requests) == calls + 1  # only the failed image is asked again
     assert second["cached"].to_pylist() == [False, True, True, True, True, True]
-    third = m.evaluate_images(rows, openai_config(fake, cache_dir=cache).build(), None, workers=3)
+    third = m.evaluate_images(rows, openai_config(fake, cache_dir=cache).build(), None, workers=3, mix=MIX)
     assert len(fake.requests) == calls + 1  # a full rerun asks nothing
     assert all(third["cached"].to_pylist()) and third["attempts"].to_pylist() == [0] * 6
     assert third["answer"].to_pylist() == second["answer"].to_pylist()
     assert third["correct"].to_pylist() == [True, True, False, True, False, True]
 
-    renamed = m.evaluate_images(rows, openai_config(fake, cache_dir=cache, name="Another display name").build(), None)
+    renamed = m.evaluate_images(
+        rows, openai_config(fake, cache_dir=cache, name="Another display name").build(), None, mix=MIX
+    )
     assert len(fake.requests) == calls + 1 and all(renamed["cached"].to_pylist())  # the display name is no part of it
 
     # Anything that decides the answer is in the key: another max_tokens asks again.
-    m.evaluate_images(rows.slice(0, 1), openai_config(fake, cache_dir=cache, max_tokens=50).build(), None)
+    m.evaluate_images(rows.slice(0, 1), openai_config(fake, cache_dir=cache, max_tokens=50).build(), None, mix=MIX)
     assert len(fake.requests) == calls + 2
 
 
@@ -449,7 +456,7 @@ def test_api_key_never_leaks(fake: FakeOpenAI, tmp_path: Path, caplog: pytest.Lo
     fake.enqueue(echo_key, text_reply(f"Korea, says {API_KEY}"), *[error_reply(500, f"boom {API_KEY}")] * 3)
     config = openai_config(fake, cache_dir=str(cache))
     vlm = OpenAIChatVlm(config, sleep=no_sleep)
-    per_image = m.evaluate_images(make_rows(), vlm, vlm)
+    per_image = m.evaluate_images(make_rows(), vlm, vlm, mix=MIX)
     assert fake.requests[0].api_key == API_KEY  # it did go to the server, and only there
     assert per_image["error"].to_pylist()[:2] == ["bad_request", None]
     assert "**redacted**" in per_image["error_detail"][0].as_py()
@@ -457,7 +464,7 @@ def test_api_key_never_leaks(fake: FakeOpenAI, tmp_path: Path, caplog: pytest.Lo
 
     texts = [
         json.dumps(per_image.to_pylist(), default=str),
-        json.dumps(m.summary(per_image)),
+        json.dumps(m.summary(per_image, MIX)),
         vlm.identity.model_dump_json(),
         config.model_dump_json(),
         repr(vlm),
@@ -480,7 +487,7 @@ def test_bad_and_missing_images_ask_nothing(fake: FakeOpenAI) -> None:
     rows = make_rows(ROWS[:2])
     images = pa.array([None, {"bytes": b"\x00garbage", "path": "x"}], rows.schema.field("image").type)
     broken = rows.set_column(rows.schema.get_field_index("image"), "image", images)
-    per_image = m.evaluate_images(broken, vlm, vlm)
+    per_image = m.evaluate_images(broken, vlm, vlm, mix=MIX)
     assert per_image["error"].to_pylist() == ["no_image", "bad_image"]
     assert per_image["correct"].to_pylist() == [None, None]
     assert per_image["image_sha256"][0].as_py() is None
@@ -490,11 +497,11 @@ def test_bad_and_missing_images_ask_nothing(fake: FakeOpenAI) -> None:
 def test_input_errors_raise(fake: FakeOpenAI) -> None:
     vlm = openai_config(fake).build()
     with pytest.raises(ValueError, match="image"):
-        m.evaluate_images(make_rows().drop(["image"]), vlm, None)
+        m.evaluate_images(make_rows().drop(["image"]), vlm, None, mix=MIX)
     odd = make_rows(ROWS[:1])
     odd = odd.set_column(odd.schema.get_field_index("category"), "category", pa.array(["Music"]))
     with pytest.raises(ValueError, match="Music"):
-        m.evaluate_images(odd, vlm, None)
+        m.evaluate_images(odd, vlm, None, mix=MIX)
     assert not fake.requests
 
 
@@ -505,7 +512,7 @@ def test_demo_release_rows(fake: FakeOpenAI) -> None:
         pytest.skip("no demo release here (make demo builds it)")
     rows = pq.read_table(files[0]).slice(0, 10)
     fake.fallback = lambda request: text_reply("Azerbaijani baklava" if request.images else "Yes")
-    per_image = m.evaluate_images(rows, openai_config(fake).build(), openai_config(fake).build(), workers=2)
+    per_image = m.evaluate_images(rows, openai_config(fake).build(), openai_config(fake).build(), workers=2, mix=MIX)
     assert per_image.num_rows == 10 and per_image["sample_id"].to_pylist() == rows["sample_id"].to_pylist()
     sent = {hashlib.sha256(r.images[0][1]).hexdigest() for r in fake.requests if r.images}
     assert sent == set(per_image["image_sha256"].to_pylist())
@@ -536,7 +543,7 @@ def test_gemini_end_to_end(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> 
         vlm = config.build()
         assert vlm.identity.backend == "gemini" and vlm.identity.model_id == "gemini--gemini-2.5-flash"
         assert vlm.identity.endpoint == fake.base_url and vlm.identity.weights_sha256 is None
-        per_image = m.evaluate_images(rows, vlm, vlm)
+        per_image = m.evaluate_images(rows, vlm, vlm, mix=MIX)
         got = per_image.select(["correct", "error", "attempts"]).to_pylist()
         assert got[0] == {"correct": True, "error": None, "attempts": 2}  # 429 (Retry-After) then the answer
         assert got[1] == {"correct": None, "error": "server_error", "attempts": 3}
@@ -547,16 +554,16 @@ def test_gemini_end_to_end(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> 
         assert image_requests[0].model == "gemini-2.5-flash" and image_requests[0].api_key == GEMINI_KEY
         ((mime, data),) = image_requests[-1].images
         assert mime == "image/jpeg" and data == image_of(rows, 5)
-        assert image_requests[-1].prompt == m.COUNTRY_PROMPTS["Clothes"]
+        assert image_requests[-1].prompt == MIX.evaluation_prompts["Clothes"]
         generation = image_requests[-1].generation_config
         assert generation["temperature"] == 0.0 and generation["maxOutputTokens"] == 120
         assert list(generation["thinkingConfig"].values()) == [0]  # thinking off (google-genai keeps snake_case here)
 
         calls = len(fake.requests)
-        rerun = m.evaluate_images(rows, gemini_config(fake, cache_dir=str(cache)).build(), vlm)
+        rerun = m.evaluate_images(rows, gemini_config(fake, cache_dir=str(cache)).build(), vlm, mix=MIX)
         assert len(fake.requests) == calls + 2  # only the failed image again, and now its judge call
         assert rerun["correct"].to_pylist() == [True, True, False, True, False, True]
-        again = m.evaluate_images(rows, gemini_config(fake, cache_dir=str(cache)).build(), vlm)
+        again = m.evaluate_images(rows, gemini_config(fake, cache_dir=str(cache)).build(), vlm, mix=MIX)
         assert len(fake.requests) == calls + 2 and all(again["cached"].to_pylist())
 
     texts = [caplog.text, json.dumps(per_image.to_pylist(), default=str), repr(vlm)]
@@ -568,7 +575,7 @@ def test_gemini_refusal_and_missing_key(monkeypatch: pytest.MonkeyPatch) -> None
     blocked = GeminiReply(body={"promptFeedback": {"blockReason": "SAFETY"}, "candidates": []})
     with FakeGemini(gemini_responder) as fake:
         fake.enqueue(blocked)
-        answer = gemini_config(fake).build().ask(m.COUNTRY_PROMPTS["Food"], jpeg((200, 30, 30)))
+        answer = gemini_config(fake).build().ask(MIX.evaluation_prompts["Food"], jpeg((200, 30, 30)))
         assert answer.error == "refused" and answer.text is None and "SAFETY" in (answer.detail or "")
         monkeypatch.delenv("GEMINI_API_KEY")
         with pytest.raises(VlmConfigError, match="GEMINI_API_KEY"):
@@ -592,7 +599,7 @@ def test_transformers_end_to_end(tiny_vlm: Path, tmp_path: Path) -> None:
     assert str(tiny_vlm) not in vlm.identity.model_dump_json()  # no machine path in a results card
 
     rows = make_rows(ROWS[:2] + ROWS[3:4])
-    per_image = m.evaluate_images(rows, vlm, vlm)
+    per_image = m.evaluate_images(rows, vlm, vlm, mix=MIX)
     assert per_image.schema == m.MIXCUBE_PER_IMAGE and per_image.num_rows == 3
     for row in per_image.to_pylist():
         assert row["error"] in (None, "empty")
@@ -603,7 +610,7 @@ def test_transformers_end_to_end(tiny_vlm: Path, tmp_path: Path) -> None:
     assert all(r["marker_judge_raw"] is not None or r["marker_error"] == "empty" for r in food)
 
     # Greedy decoding and the cache: a rerun gives the same raw answers without generating.
-    again = m.evaluate_images(rows, config.build(), None)
+    again = m.evaluate_images(rows, config.build(), None, mix=MIX)
     assert again["answer"].to_pylist() == per_image["answer"].to_pylist() and all(again["cached"].to_pylist())
     text_only = vlm.ask("Answer only in Yes or No.")
     assert text_only.error in (None, "empty") and isinstance(text_only.text, str)
@@ -640,14 +647,14 @@ def per_image_rows(spec: list[tuple[str, str, str, bool | None, bool | None]]) -
                 "placeholder": False,
                 "image_sha256": "0" * 64,
                 "food_label": "Kimchi" if food else None,
-                "prompt": m.COUNTRY_PROMPTS[category],
+                "prompt": MIX.evaluation_prompts[category],
                 "answer": None if correct is None else "x",
                 "correct": correct,
                 "error": "server_error" if correct is None else None,
                 "error_detail": None,
                 "attempts": 1,
                 "cached": False,
-                "marker_prompt": m.COUNTRY_PROMPTS[category] if food else None,
+                "marker_prompt": MIX.evaluation_prompts[category] if food else None,
                 "marker_answer": None,
                 "marker_judge_raw": None,
                 "marker_correct": marker if food else None,
@@ -674,7 +681,7 @@ SYNTHETIC = [
 
 
 def test_accuracy_table_arithmetic() -> None:
-    table = m.accuracy_table(per_image_rows(SYNTHETIC))
+    table = m.accuracy_table(per_image_rows(SYNTHETIC), MIX)
     assert table.schema == m.MIXCUBE_ACCURACY
     got = {(r["country"], r["category"], r["ethnicity"]): r for r in table.to_pylist()}
     assert list(got)[:3] == [
@@ -695,7 +702,7 @@ def test_accuracy_table_arithmetic() -> None:
 
 
 def test_swap_drops_arithmetic() -> None:
-    drops = m.swap_drops(per_image_rows(SYNTHETIC))
+    drops = m.swap_drops(per_image_rows(SYNTHETIC), MIX)
     assert drops.schema == m.MIXCUBE_SWAP_DROPS
     got = {(r["country"], r["category"], r["ethnicity"]): r for r in drops.to_pylist()}
     assert set(got) == {
@@ -716,7 +723,7 @@ def test_swap_drops_arithmetic() -> None:
 
 
 def test_summary() -> None:
-    totals = m.summary(per_image_rows(SYNTHETIC))
+    totals = m.summary(per_image_rows(SYNTHETIC), MIX)
     json.dumps(totals)  # JSON-ready
     assert (totals["images"], totals["answered"], totals["correct"], totals["failed"]) == (16, 14, 9, 2)
     assert totals["accuracy"] == 9 / 14
@@ -745,6 +752,6 @@ def test_figures_are_pngs() -> None:
     per_image = per_image_rows(SYNTHETIC)
     for draw in (m.fig3_bars_png, m.fig4_heatmap_png):
         for task in ("country", "marker"):
-            _check_png(draw(per_image, task=task))
-        assert draw(per_image) == draw(per_image)  # byte-stable
-        _check_png(draw(per_image.slice(0, 0)))  # no data: still a figure
+            _check_png(draw(per_image, MIX, task=task))
+        assert draw(per_image, MIX) == draw(per_image, MIX)  # byte-stable
+        _check_png(draw(per_image.slice(0, 0), MIX))  # no data: still a figure

@@ -21,8 +21,8 @@ import pytest
 import yaml
 from lmms_eval_run import HARNESS_PYTHON, SKIP_REASON, run_lmms_eval
 
-from data import reference
 from data.publish.reader import Release
+from data.reference import default_pack
 from data.workspace import sha256_bytes
 from evaluation import mixcube as mx
 from evaluation.exports import lmms_eval as lx
@@ -43,6 +43,9 @@ _TaskLoader.add_constructor("!function", lambda loader, node: ("!function", load
 def _load_yaml(path: Path) -> dict[str, Any]:
     loaded: dict[str, Any] = yaml.load(path.read_text(encoding="utf-8"), Loader=_TaskLoader)
     return loaded
+
+
+MIX = default_pack().mixcube()
 
 
 def _import_utils(path: Path) -> ModuleType:
@@ -105,7 +108,7 @@ FIXED_ANSWERS = (
 
 
 def _candidate_answers() -> list[str]:
-    terms = sorted({t for c in reference.mixcube().cultures for t in mx.ground_truth_terms(c.adjective)})
+    terms = sorted({t for c in MIX.cultures for t in mx.ground_truth_terms(c.adjective, MIX)})
     answers = list(FIXED_ANSWERS)
     for term, template in itertools.product(terms, ANSWER_TEMPLATES):
         answers.append(
@@ -116,7 +119,7 @@ def _candidate_answers() -> list[str]:
 
 def _candidate_countries() -> list[str]:
     countries = ["Atlantis", "", "  ", "GB", "gb", "US", "us", "U.K.", "Korea"]
-    for culture in reference.mixcube().cultures:
+    for culture in MIX.cultures:
         for value in (culture.adjective, culture.name, culture.iso2):
             countries += [value, value.lower(), value.upper(), f"  {value} ", "  ".join(value.split())]
     return list(dict.fromkeys(countries))
@@ -143,7 +146,7 @@ def _answers_for(rows: pa.Table) -> dict[str, str]:
     for index, (sample_id, country) in enumerate(
         zip(rows.column("sample_id").to_pylist(), rows.column("country").to_pylist(), strict=True)
     ):
-        own = mx.ground_truth_terms(country)
+        own = mx.ground_truth_terms(country, MIX)
         # every third answer names the row's own culture (in some spelling), the others anything
         out[sample_id] = (
             f"I think {own[index % len(own)]}, maybe." if index % 3 == 0 else candidates[(index * 7) % len(candidates)]
@@ -158,11 +161,11 @@ def _ours(rows: pa.Table, answers: dict[str, str]) -> pa.Table:
         key = sha256_bytes(image)
         assert by_bytes.get(key, answers[sample_id]) == answers[sample_id], "two rows with the same bytes"
         by_bytes[key] = answers[sample_id]
-    return mx.evaluate_images(rows, _MapVlm(by_bytes), None)
+    return mx.evaluate_images(rows, _MapVlm(by_bytes), None, mix=MIX)
 
 
 def _our_metrics(per_image: pa.Table) -> dict[str, Any]:
-    summary = mx.summary(per_image)
+    summary = mx.summary(per_image, MIX)
     by_ethnicity = summary["accuracy_by_ethnicity"]
     return {
         "mixcube_accuracy": summary["accuracy"],
@@ -170,11 +173,11 @@ def _our_metrics(per_image: pa.Table) -> dict[str, Any]:
         "mixcube_accuracy_by_country": summary["accuracy_by_country"],
         "mixcube_accuracy_by_category": summary["accuracy_by_category"],
         "mixcube_drop_by_ethnicity": {
-            e: by_ethnicity[mx.ORIGINAL] - v for e, v in by_ethnicity.items() if e != mx.ORIGINAL
+            e: by_ethnicity[MIX.original_label] - v for e, v in by_ethnicity.items() if e != MIX.original_label
         },
         "mixcube_swap_drops": {
             f"{r['country']}/{r['category']}/{r['ethnicity']}": r["drop"]
-            for r in mx.swap_drops(per_image).to_pylist()
+            for r in mx.swap_drops(per_image, MIX).to_pylist()
             if r["drop"] is not None
         },
     }
@@ -269,17 +272,17 @@ def test_utils_is_self_contained(exported: Path, utils: ModuleType, release: Pat
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "True"
-    assert utils.COUNTRY_PROMPTS == mx.COUNTRY_PROMPTS
+    assert MIX.evaluation_prompts == utils.COUNTRY_PROMPTS
     assert utils.RELEASE["path"] == str(release.resolve())
 
 
 def test_is_correct_agrees_with_ours(utils: ModuleType) -> None:
     answers, countries = _candidate_answers(), _candidate_countries()
     for country in countries:
-        assert utils.ground_truth_terms(country) == mx.ground_truth_terms(country), country
+        assert utils.ground_truth_terms(country) == mx.ground_truth_terms(country, MIX), country
     verdicts = {}
     for answer, country in itertools.product(answers, countries):
-        ours = mx.is_correct(answer, country)
+        ours = mx.is_correct(answer, country, MIX)
         assert utils.is_correct(answer, country) == ours, (answer, country)
         verdicts[ours] = verdicts.get(ours, 0) + 1
     assert verdicts.get(True, 0) > 100 and verdicts.get(False, 0) > 100, verdicts
@@ -292,7 +295,7 @@ def test_hooks_and_aggregations_agree_with_ours(release: Path, utils: ModuleType
     docs = rows.drop(["image"]).to_pylist()
     records: dict[str, list[dict[str, Any]]] = {m: [] for m in utils.METRICS}
     for doc in docs:
-        assert utils.doc_to_text(doc) == mx.COUNTRY_PROMPTS[doc["category"]]
+        assert utils.doc_to_text(doc) == MIX.evaluation_prompts[doc["category"]]
         assert utils.doc_to_text(doc, {"pre_prompt": "<", "post_prompt": ">"}) == f"<{utils.doc_to_text(doc)}>"
         for metric, record in utils.process_results(doc, [answers[doc["sample_id"]]]).items():
             records[metric].append(record)
@@ -329,7 +332,7 @@ def test_lmms_eval_runs_the_export_offline(release: Path, exported: Path, tmp_pa
     categories = dict(zip(rows["sample_id"].to_pylist(), rows["category"].to_pylist(), strict=True))
     assert sorted(a["sample_id"] for a in asked) == sorted(categories)
     for a in asked:
-        assert a["prompt"] == mx.COUNTRY_PROMPTS[categories[a["sample_id"]]]
+        assert a["prompt"] == MIX.evaluation_prompts[categories[a["sample_id"]]]
         assert len(a["images"]) == 1 and a["images"][0][1] == "RGB"
 
     # per image: lmms-eval's verdict is ours on the same answer

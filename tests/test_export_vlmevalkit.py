@@ -22,9 +22,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from evaluation.mixcube import COUNTRY_PROMPTS
+from data.reference import default_pack
 from flows.cli import app
 
+COUNTRY_PROMPTS = default_pack().mixcube().evaluation_prompts
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS_PYTHON = ROOT / ".venv-harness-vlmevalkit" / "bin" / "python"
 

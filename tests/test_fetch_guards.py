@@ -27,7 +27,7 @@ from collectors.importer import ImportConfig, import_hits
 from collectors.mixcube_search import SearchOriginalsConfig, search_originals
 from collectors.search import LocalFolderSearchConfig, LocalFolderSearcher, SearchHit, SearchQuery
 from collectors.ssrf import storage_refusal
-from data import reference
+from data.reference import default_pack
 from data.workspace import Workspace
 from flows.engine.config import ConfigError, build_config
 from flows.mixcube.config import BuildMixCubeConfig
@@ -164,7 +164,7 @@ def test_a_manifest_of_web_urls_is_fetched_only_by_the_guarded_downloader(
     )
     searcher = LocalFolderSearcher(LocalFolderSearchConfig(manifest=str(manifest)))
     query = SearchQuery(
-        concept_id=next(c.concept_id for c in reference.concepts() if c.concept == "train"),
+        concept_id=next(c.concept_id for c in default_pack().concepts if c.concept == "train"),
         concept="train",
         country="Japan",
         query="q",
@@ -202,7 +202,7 @@ def test_mixcube_search_originals_never_import_web_urls(host: FakeImageHost, ws:
         search={"backend": "local", "root": "/nowhere"}, download={"backend": "local"}, cultures=["Myanmar"]
     )
     fetcher = config.download.build()(ws)
-    rows = search_originals(config, WebSearcher(), fetcher, ws.blobs).to_pylist()
+    rows = search_originals(config, WebSearcher(), fetcher, ws.blobs, default_pack().mixcube()).to_pylist()
     assert rows and {(r["status"], r["error"]) for r in rows} == {("failed", "blocked_protocol")}
     assert served(host) == {}
 

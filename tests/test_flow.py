@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 import collectors.importer
 from curation.image_dedup import PerceptualTierConfig
 from curation.validate import validate_benchmark
+from data.reference import default_pack
 from data.schemas import CATALOG
 from flows.cli import app
 from flows.xcm.build import build_locally
@@ -38,7 +39,7 @@ def test_prefect_flow_builds_a_valid_release(prefect: Path, small_demo_config: B
     images = load_dataset(summary.release_path, "image_metadata", split="train")
     benchmark = load_dataset(summary.release_path, "benchmark", split="train").data.table
     sextets = load_dataset(summary.release_path, "benchmark_cd", split="train").data.table
-    report = validate_benchmark(images.data.table.select(CATALOG.names), benchmark, sextets)
+    report = validate_benchmark(images.data.table.select(CATALOG.names), benchmark, sextets, pack=default_pack())
     assert report.ok, report.summary()
 
     async def read_run() -> tuple:

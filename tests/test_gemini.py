@@ -31,8 +31,8 @@ from collectors.translations import (
     check_descriptor_template,
     run_translations,
 )
-from data import reference
 from data.gemini import GeminiClient, GeminiConfigError, GeminiSettings
+from data.reference import default_pack
 from data.retry import RetryPolicy
 from data.schemas import CONCEPT_CANDIDATES, LLM_FAILURES, TRANSLATION_CONFLICTS, TRANSLATIONS
 
@@ -69,18 +69,18 @@ def concepts(*names_or_pairs: str | tuple[int, str]) -> pa.Table:
         if isinstance(item, tuple):
             rows.append({"concept_id": item[0], "concept": item[1], "source": "gemini"})
         else:
-            rows += run_concepts(ShippedConceptsConfig(include=[item])).to_pylist()
+            rows += run_concepts(ShippedConceptsConfig(include=[item]), default_pack()).to_pylist()
     return pa.Table.from_pylist(rows)
 
 
 def shipped_id(name: str) -> int:
-    return next(c.concept_id for c in reference.concepts() if c.concept == name)
+    return next(c.concept_id for c in default_pack().concepts if c.concept == name)
 
 
 def translate(fake: FakeGemini, table: pa.Table, codes: list[str], cache: Path | None, **config: object):
     gemini = settings(fake, **config.pop("gemini", {}))
     return run_translations(
-        GeminiTranslationsConfig(gemini=gemini, **config), table, codes, str(cache) if cache else None
+        GeminiTranslationsConfig(gemini=gemini, **config), default_pack(), table, codes, str(cache) if cache else None
     )
 
 
@@ -113,7 +113,7 @@ def test_concept_candidates_flag_shipped_names_and_ids_are_stable(fake: FakeGemi
     assert rows["kite flying"]["near_shipped"] is None and rows["kite flying"]["rationale"] == "r"
     assert rows["Trains"]["candidate_id"] == candidate_id("train") != candidate_id("kite flying")
     # All 16 countries by default.
-    assert all(c.name in fake.requests[0].prompt for c in reference.countries())
+    assert all(c.name in fake.requests[0].prompt for c in default_pack().countries)
 
 
 def test_partial_concept_answers_are_asked_again_then_reported(fake: FakeGemini) -> None:
@@ -137,7 +137,7 @@ def test_translation_request_follows_app_r_and_answers_become_rows(fake: FakeGem
     assert rows[(1000, "ja")]["text"] == "ja:kite"
     assert rows[(1000, "ja")]["review_status"] == REVIEW_MACHINE
     assert rows[(1000, "ja")]["source"] == "gemini:gemini-2.5-flash"
-    assert rows[(1000, "ja")]["descriptor_template"] == reference.language_pack("ja").language.descriptor_template
+    assert rows[(1000, "ja")]["descriptor_template"] == default_pack().language_pack("ja").language.descriptor_template
     # English is the source language: no request, the concept name itself.
     assert rows[(1001, "en")]["text"] == "lantern" and rows[(1001, "en")]["review_status"] == "source"
     [request] = fake.requests
@@ -155,7 +155,7 @@ def test_translation_request_follows_app_r_and_answers_become_rows(fake: FakeGem
 
 
 def test_nigeria_is_asked_in_yoruba(fake: FakeGemini) -> None:
-    assert reference.country_by_name()["Nigeria"].language_code == "yo"
+    assert default_pack().country_by_name()["Nigeria"].language_code == "yo"
     out = translate(fake, concepts((1000, "kite")), ["yo"], None)
     [request] = fake.requests
     assert "fluency in Yoruba (Èdè Yorùbá)" in request.prompt
@@ -345,7 +345,7 @@ def test_fill_missing_uses_shipped_rows_and_asks_only_for_new_concepts(fake: Fak
     train = shipped_id("train")
     out = translate(fake, concepts("train", (1000, "kite")), ["th"], None)
     rows = {r["concept_id"]: r for r in out.translations.to_pylist()}
-    assert rows[train]["text"] == reference.language_pack("th").concepts[train].text
+    assert rows[train]["text"] == default_pack().language_pack("th").concepts[train].text
     assert rows[train]["source"] == "shipped" and rows[1000]["source"].startswith("gemini:")
     [request] = fake.requests
     assert [c["concept_id"] for c in input_data(request)["concepts"]] == [1000]
@@ -357,7 +357,7 @@ def test_fill_missing_uses_shipped_rows_and_asks_only_for_new_concepts(fake: Fak
 
 def agree_on(concept_id: int, code: str):
     """A responder that returns the shipped translation for `concept_id` and "<lang>:<concept>" for the rest."""
-    pack = reference.language_pack(code)
+    pack = default_pack().language_pack(code)
 
     def respond(request):
         answer = translation_answer(request)
@@ -374,7 +374,7 @@ def agree_on(concept_id: int, code: str):
 @pytest.mark.parametrize("policy", ["compare", "replace"])
 def test_compare_and_replace_record_every_difference(fake: FakeGemini, policy: str) -> None:
     train, wedding = shipped_id("train"), shipped_id("wedding")
-    pack = reference.language_pack("ja")
+    pack = default_pack().language_pack("ja")
     fake.enqueue(agree_on(wedding, "ja"))
     out = translate(fake, concepts("train", "wedding", (1000, "kite")), ["ja"], None, shipped_policy=policy)
     assert [c["concept_id"] for c in input_data(fake.requests[0])["concepts"]] == [train, wedding, 1000]
@@ -394,7 +394,7 @@ def test_compare_and_replace_record_every_difference(fake: FakeGemini, policy: s
 
 
 def test_shipped_backend_returns_the_new_output_shape() -> None:
-    out = run_translations(ShippedTranslationsConfig(), concepts("train"), ["de", "en"])
+    out = run_translations(ShippedTranslationsConfig(), default_pack(), concepts("train"), ["de", "en"])
     assert out.translations.num_rows == 2 and out.conflicts.num_rows == 0 and out.failures.num_rows == 0
 
 
@@ -427,41 +427,41 @@ def candidate_table(*names: str) -> pa.Table:
 
 def test_review_file_merge_keeps_operator_decisions_and_ids(tmp_path: Path) -> None:
     path = str(tmp_path / "review" / "concepts.csv")
-    assert write_review_file(candidate_table("kite", "lantern", "swing"), path) == 3
-    changed = accept_candidates(path, [candidate_id("lantern"), candidate_id("kite")])
+    assert write_review_file(candidate_table("kite", "lantern", "swing"), path, default_pack()) == 3
+    changed = accept_candidates(path, default_pack(), [candidate_id("lantern"), candidate_id("kite")])
     assert sorted(r.concept_id for r in changed) == [FIRST_NEW_CONCEPT_ID, FIRST_NEW_CONCEPT_ID + 1]
-    accept_candidates(path, [candidate_id("swing")], reject=True)
+    accept_candidates(path, default_pack(), [candidate_id("swing")], reject=True)
     # The operator renames an accepted concept by hand; a rerun of generation must not undo it.
     text = Path(path).read_text().replace(",lantern,", ",paper lantern,")
     Path(path).write_text(text)
-    assert write_review_file(candidate_table("kite", "lantern", "swing", "drum"), path) == 1
-    rows = {r.candidate_id: r for r in read_review_file(path)}
+    assert write_review_file(candidate_table("kite", "lantern", "swing", "drum"), path, default_pack()) == 1
+    rows = {r.candidate_id: r for r in read_review_file(path, default_pack())}
     assert rows[candidate_id("lantern")].concept == "paper lantern"
     assert rows[candidate_id("swing")].review_status == "rejected"
     assert rows[candidate_id("drum")].review_status == "pending" and rows[candidate_id("drum")].concept_id is None
     # Accept all pending: the new id continues after the highest one in the file.
-    [drum] = accept_candidates(path)
+    [drum] = accept_candidates(path, default_pack())
     assert drum.concept_id == FIRST_NEW_CONCEPT_ID + 2
-    assert accept_candidates(path) == []  # nothing pending any more
+    assert accept_candidates(path, default_pack()) == []  # nothing pending any more
     with pytest.raises(KeyError, match="nope"):
-        accept_candidates(path, ["nope"])
+        accept_candidates(path, default_pack(), ["nope"])
 
 
 def test_reviewed_backend_adds_only_accepted_candidates(tmp_path: Path) -> None:
     path = str(tmp_path / "concepts.csv")
-    write_review_file(candidate_table("kite", "lantern", "swing"), path)
-    accept_candidates(path, [candidate_id("kite")])
-    accept_candidates(path, [candidate_id("swing")], reject=True)
-    table = run_concepts(ReviewedConceptsConfig(review_file=path, include=["train", "food"]))
+    write_review_file(candidate_table("kite", "lantern", "swing"), path, default_pack())
+    accept_candidates(path, default_pack(), [candidate_id("kite")])
+    accept_candidates(path, default_pack(), [candidate_id("swing")], reject=True)
+    table = run_concepts(ReviewedConceptsConfig(review_file=path, include=["train", "food"]), default_pack())
     rows = table.to_pylist()
     assert [(r["concept"], r["source"]) for r in rows] == [
         *sorted(((c, "shipped") for c in ("train", "food")), key=lambda x: shipped_id(x[0])),
         ("kite", "gemini"),
     ]
     assert rows[-1]["concept_id"] == FIRST_NEW_CONCEPT_ID
-    everything = run_concepts(ReviewedConceptsConfig(review_file=path))
-    assert everything.num_rows == len(reference.concepts()) + 1
-    only_new = run_concepts(ReviewedConceptsConfig(review_file=path, include_shipped=False))
+    everything = run_concepts(ReviewedConceptsConfig(review_file=path), default_pack())
+    assert everything.num_rows == len(default_pack().concepts) + 1
+    only_new = run_concepts(ReviewedConceptsConfig(review_file=path, include_shipped=False), default_pack())
     assert only_new["concept"].to_pylist() == ["kite"]
 
 
@@ -470,7 +470,10 @@ def test_reviewed_backend_adds_only_accepted_candidates(tmp_path: Path) -> None:
     [
         (lambda t: t.replace(",pending,", ",maybe,", 1), "line 2: review_status 'maybe'"),
         (lambda t: t.replace(",pending,", ",accepted,", 1), "line 2: 'kite' is accepted but has no concept_id"),
-        (lambda t: t.replace(",pending,,", ",pending,12,", 1), "line 2: concept_id 12 is negative or a shipped"),
+        (
+            lambda t: t.replace(",pending,,", ",pending,12,", 1),
+            "line 2: concept_id 12 is negative or a concept id of the reference pack",
+        ),
         (lambda t: t.replace(",pending,,", ",pending,x1,", 1), "line 2: concept_id 'x1' is not an integer"),
         (lambda t: t + "short,row\n", "line 4: expected 8 fields"),
         (lambda t: t.replace("review_status", "status", 1), "line 1: missing column"),
@@ -478,10 +481,10 @@ def test_reviewed_backend_adds_only_accepted_candidates(tmp_path: Path) -> None:
 )
 def test_malformed_review_file_names_the_line(tmp_path: Path, edit, message: str) -> None:
     path = tmp_path / "concepts.csv"
-    write_review_file(candidate_table("kite", "lantern"), str(path))
+    write_review_file(candidate_table("kite", "lantern"), str(path), default_pack())
     path.write_text(edit(path.read_text()))
     with pytest.raises(ReviewFileError, match=message.replace("(", r"\(")):
-        run_concepts(ReviewedConceptsConfig(review_file=str(path)))
+        run_concepts(ReviewedConceptsConfig(review_file=str(path)), default_pack())
 
 
 def test_concepts_config_is_a_discriminated_union() -> None:

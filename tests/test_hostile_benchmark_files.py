@@ -21,7 +21,7 @@ from data.schemas import XCM_BENCH_CSV_COLUMNS
 from data.text_safety import csv_cell, csv_safe_table
 from flows.cli import app
 
-AUTHORS = Path(reference.__file__).parent / "reference" / "xcm-bench.csv"
+AUTHORS = Path(reference.__file__).parent / "authors" / "xcm-bench.csv"
 FORMULAS = ['=HYPERLINK("http://x","y")', "=cmd|' /C calc'!A0", "+1+1", "-2+3", "@SUM(A1)", "\tx", "\r=1"]
 
 

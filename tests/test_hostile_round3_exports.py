@@ -34,7 +34,7 @@ from flows.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "releases"
-AUTHORS = Path(reference.__file__).parent / "reference" / "xcm-bench.csv"
+AUTHORS = Path(reference.__file__).parent / "authors" / "xcm-bench.csv"
 FORMULA = '=HYPERLINK("http://x","y")'
 #: The CLI in a child process (a FIFO or /dev/zero could block or exhaust the test itself), from this checkout.
 CLI = [sys.executable, "-c", "import sys; from flows.cli import app; sys.exit(app())"]

@@ -22,9 +22,10 @@ from typer.testing import CliRunner
 
 import flows.cli.output
 from data.publish.reader import Release
+from data.reference import default_pack
 from evaluation import audit
 from evaluation import retrieval_metrics as rm
-from evaluation.audit_prompts import PROMPT_SETS, load_audit_prompts
+from evaluation.audit_prompts import PROMPT_SETS
 from evaluation.encoders import ImageRef, ModelIdentity
 from evaluation.metrics_3xcm import TIE_TOLERANCE
 from evaluation.retrieval import Pool, Query, evaluate_pool, pool_from_table
@@ -221,7 +222,7 @@ def _pool(countries: Sequence[str]) -> Pool:
         }
         for i, country in enumerate(countries)
     ]
-    return pool_from_table(pa.Table.from_pylist(rows))
+    return pool_from_table(pa.Table.from_pylist(rows), default_pack())
 
 
 def test_ndcg_counts_a_tie_between_images_of_different_grade_inside_the_top_k() -> None:
@@ -249,7 +250,7 @@ def mixcube_copy(folder: Path) -> Path:
 
 
 def audit_texts() -> list[str]:
-    prompts = load_audit_prompts()
+    prompts = default_pack().prompts()
     return sorted({t for code in prompts.languages for name in PROMPT_SETS for t in prompts.texts(code, name)})
 
 
@@ -337,6 +338,6 @@ def test_prompt_vectors_that_tie_leave_the_harm_rates_to_the_prompt_order(tmp_pa
     top1 = part.metrics["ties"]["top1"]
     assert top1["en"] == dict.fromkeys(PROMPT_SETS, n)
     (warning,) = [w for w in part.warnings if "tied its runner-up" in w]
-    languages = ", ".join(load_audit_prompts().languages)
+    languages = ", ".join(default_pack().prompts().languages)
     assert f"of the {n} images" in warning and f"crime in {languages}" in warning
     assert "%NA, %NC, %C, %NH" in warning and "not measured" in warning

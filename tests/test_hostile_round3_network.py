@@ -457,7 +457,7 @@ def test_a_release_listing_a_file_of_another_kind_is_refused_before_any_call(
 def test_every_file_a_release_writer_produces_is_of_a_release_kind(
     small_releases: dict[str, Path], tmp_path: Path
 ) -> None:
-    from data.publish.hub import RELEASE_FILE
+    from data.publish.hub import is_release_file
 
     folders = [*small_releases.values()]
     folders += [ROOT / "releases" / "3xcm" / "0.1.0-demo", ROOT / "releases" / "mixcube" / "0.1.0-demo"]
@@ -476,4 +476,5 @@ def test_every_file_a_release_writer_produces_is_of_a_release_kind(
         if not folder.is_dir():
             continue  # the demo releases, before `make demo`
         files = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
-        assert files and [rel for rel in files if not RELEASE_FILE.fullmatch(rel)] == [], folder
+        assert files and [rel for rel in files if not is_release_file(rel)] == [], folder
+        assert any(rel.startswith("reference/") for rel in files), folder  # every release carries its pack

@@ -24,11 +24,13 @@ import pyarrow.parquet as pq
 import pytest
 from test_predictions import default_rows, error_line, invoke, write_tsv
 
+from data.reference import default_pack
 from evaluation import mixcube as mx
 from evaluation.predictions import MAX_ANSWER_BYTES, PredictionsError
 from evaluation.predictions import lmms_eval as lmms_reader
 from evaluation.predictions import vlmevalkit as xlsx_reader
 
+MIX = default_pack().mixcube()
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
 WORKBOOK = (
@@ -312,7 +314,7 @@ def per_image(answers: list[tuple[str | None, str, str | None]]) -> pa.Table:
     """Per-image rows of (answer, culture, error), scored by §3's rule as `evaluate_images` scores them."""
     rows = []
     for n, (answer, country, error) in enumerate(answers):
-        correct = None if error else mx.is_correct(answer or "", country)
+        correct = None if error else mx.is_correct(answer or "", country, MIX)
         rows.append({"sample_id": f"s-{n}", "original_id": f"o-{n}", "country": country, "category": "Clothes",
                      "ethnicity": "original", "placeholder": False, "answer": answer, "correct": correct,
                      "error": error})  # fmt: skip
@@ -321,30 +323,30 @@ def per_image(answers: list[tuple[str | None, str, str | None]]) -> pa.Table:
 
 
 def test_answers_naming_several_cultures_are_counted() -> None:
-    every = ", ".join(c.adjective for c in mx._REFERENCE.cultures)
-    culture = mx._REFERENCE.cultures[0].adjective
-    other = mx._REFERENCE.cultures[1].name
+    every = ", ".join(c.adjective for c in MIX.cultures)
+    culture = MIX.cultures[0].adjective
+    other = MIX.cultures[1].name
     table = per_image(
         [
             (every, culture, None),  # names all: correct by §3, counted
-            (f"{culture} or maybe {other}", mx._REFERENCE.cultures[2].adjective, None),  # two, both wrong: counted
+            (f"{culture} or maybe {other}", MIX.cultures[2].adjective, None),  # two, both wrong: counted
             (f"It is {culture}.", culture, None),  # one: not counted
             (every, culture, "timeout"),  # unscored: not counted
         ]
     )
-    metrics = mx.summary(table)
+    metrics = mx.summary(table, MIX)
     assert metrics["answers_naming_several_cultures"] == 2
     assert metrics["correct_naming_several_cultures"] == 1
-    assert mx.several_cultures_warnings(metrics) and not mx.several_cultures_warnings(mx.summary(table.slice(2, 1)))
+    assert mx.several_cultures_warnings(metrics) and not mx.several_cultures_warnings(
+        mx.summary(table.slice(2, 1), MIX)
+    )
 
 
 def test_an_answer_naming_every_culture_scores_everything_and_the_card_says_so(
     small_releases: dict[str, Path], tmp_path: Path
 ) -> None:
     release = small_releases["mixcube"]
-    every = (
-        " ".join(c.name for c in mx._REFERENCE.cultures) + " " + " ".join(c.adjective for c in mx._REFERENCE.cultures)
-    )
+    every = " ".join(c.name for c in MIX.cultures) + " " + " ".join(c.adjective for c in MIX.cultures)
     rows = [[i, r["sample_id"], every] for i, r in enumerate(default_rows(release))]
     file = write_tsv(tmp_path / "m_MixCuBe.tsv", ["index", "sample_id", "prediction"], rows)
     out = tmp_path / "out"

@@ -21,7 +21,7 @@ from tiny_sdxl import build_tiny_sdxl_inpaint
 
 import synthesis.inpaint
 from data.devices import DeviceError
-from data.reference import mixcube
+from data.reference import default_pack
 from data.workspace import Storage, Workspace
 from synthesis.attempts import AttemptPlan, ResultCache, run_attempts
 from synthesis.inpaint import (
@@ -41,6 +41,8 @@ from synthesis.inpaint import (
     result_for,
 )
 from synthesis.prompts import attempt_seed, inpainting_prompt
+
+MIX = default_pack().mixcube()
 
 # Not a multiple of 8 on purpose: the pipeline must run at 72x56 and the result come back at 77x59.
 WIDTH, HEIGHT = 77, 59
@@ -73,7 +75,7 @@ def request(seed: int, original: str = "orig-1", ethnicity: str = "EastAsian", a
         attempt=attempt,
         image=photo(image_seed, size),
         mask=box_mask(size, (size[0] // 4, size[1] // 4, 3 * size[0] // 4, 3 * size[1] // 4)),
-        prompt=inpainting_prompt("Food", ethnicity),
+        prompt=inpainting_prompt(MIX, "Food", ethnicity),
         seed=seed,
     )
 
@@ -96,42 +98,45 @@ def lettering_pixels(image: Image.Image) -> np.ndarray:
 
 
 def test_prompts_render_every_category_and_ethnicity() -> None:
-    ref = mixcube()
+    ref = default_pack().mixcube()
     seen = set()
     for category in ref.categories:
         for entry in ref.ethnicities:
-            by_label = inpainting_prompt(category, entry.label)
-            assert by_label == inpainting_prompt(category, entry.prompt_name)
+            by_label = inpainting_prompt(MIX, category, entry.label)
+            assert by_label == inpainting_prompt(MIX, category, entry.prompt_name)
             assert by_label == ref.inpainting_prompts[category].replace("{ethnicity}", entry.prompt_name)
             assert by_label.startswith(entry.prompt_name + " person(s) ") and "{" not in by_label
             seen.add(by_label)
     assert len(seen) == len(ref.categories) * len(ref.ethnicities) == 12
     # The paper's own wording (App. B.1), with the spaced prompt name for the EastAsian label.
-    assert inpainting_prompt("Food", "EastAsian") == "East Asian person(s) with food"
-    assert inpainting_prompt("Festival", "African") == "African person(s) at an occasion"
+    assert inpainting_prompt(MIX, "Food", "EastAsian") == "East Asian person(s) with food"
+    assert inpainting_prompt(MIX, "Festival", "African") == "African person(s) at an occasion"
 
 
 def test_prompts_reject_unknown_category_and_ethnicity() -> None:
     with pytest.raises(ValueError, match=r"unknown category 'Sports'.*'Food'"):
-        inpainting_prompt("Sports", "African")
+        inpainting_prompt(MIX, "Sports", "African")
     with pytest.raises(ValueError, match=r"unknown ethnicity 'Martian'.*'EastAsian' / 'East Asian'"):
-        inpainting_prompt("Food", "Martian")
+        inpainting_prompt(MIX, "Food", "Martian")
     with pytest.raises(ValueError, match="unknown ethnicity"):
-        attempt_seed(0, "orig-1", "original", 0)  # the original's label is no inpainting target
+        attempt_seed(MIX, 0, "orig-1", "original", 0)  # the original's label is no inpainting target
 
 
 def test_attempt_seeds_are_distinct_and_stable(tmp_path: Path) -> None:
-    seeds = [attempt_seed(7, "orig-1", "African", attempt) for attempt in range(50)]
+    seeds = [attempt_seed(MIX, 7, "orig-1", "African", attempt) for attempt in range(50)]
     assert len(set(seeds)) == 50
     assert all(0 <= s < 2**31 for s in seeds)
-    assert seeds == [attempt_seed(7, "orig-1", "African", attempt) for attempt in range(50)]
+    assert seeds == [attempt_seed(MIX, 7, "orig-1", "African", attempt) for attempt in range(50)]
     keys = [(7, "orig-1", "African"), (7, "orig-2", "African"), (7, "orig-1", "Caucasian"), (8, "orig-1", "African")]
-    assert len({attempt_seed(*key, 0) for key in keys}) == len(keys)
-    assert attempt_seed(7, "orig-1", "EastAsian", 3) == attempt_seed(7, "orig-1", "East Asian", 3)
+    assert len({attempt_seed(MIX, *key, 0) for key in keys}) == len(keys)
+    assert attempt_seed(MIX, 7, "orig-1", "EastAsian", 3) == attempt_seed(MIX, 7, "orig-1", "East Asian", 3)
     with pytest.raises(ValueError, match="attempt must be >= 0"):
-        attempt_seed(7, "orig-1", "African", -1)
+        attempt_seed(MIX, 7, "orig-1", "African", -1)
     # Another process with another hash salt computes the same seeds (no reliance on Python's hash()).
-    code = "from synthesis.prompts import attempt_seed as s; print([s(7, 'orig-1', 'African', a) for a in range(50)])"
+    code = (
+        "from data.reference import default_pack; from synthesis.prompts import attempt_seed as s; "
+        "m = default_pack().mixcube(); print([s(m, 7, 'orig-1', 'African', a) for a in range(50)])"
+    )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=Path(__file__).parents[1], env=env, capture_output=True, text=True, check=True

@@ -21,7 +21,7 @@ import collectors.importer
 from curation.catalog import build_catalog
 from curation.image_thumbnails import pixel_sha256
 from curation.validate import validate_benchmark
-from data import reference
+from data.reference import default_pack
 from data.schemas import CATALOG, COPIES, IMAGE_DEDUP, RQ2_SLOTS, STATUS_OK
 from data.stage import stats_from_table
 from data.workspace import DamagedFileError, Workspace
@@ -30,7 +30,7 @@ from flows.xcm.build import XCM, build_locally, release
 from flows.xcm.config import Build3XCMConfig
 from flows.xcm.stages import BuildValidationError
 
-FOOD, DANCE, WEDDING = (reference.concept_by_name()[name].concept_id for name in ("food", "dance", "wedding"))
+FOOD, DANCE, WEDDING = (default_pack().concept_by_name()[name].concept_id for name in ("food", "dance", "wedding"))
 RQ2_DISTRACTORS = {prefix for slot, prefix in RQ2_SLOTS if slot != "correct"}
 RQ3_DISTRACTORS = {f"{slot}_candidate_" for slot in ("cultural_descriptor_relevant", "language_biased", "irrelevant")}
 
@@ -146,7 +146,7 @@ def _case(shared: str) -> tuple[pa.Table, pa.Table]:
 @pytest.mark.parametrize("shared", ["bytes", "pixels"])
 def test_the_validator_rejects_a_distractor_that_copies_an_image_of_the_query_concept(shared: str) -> None:
     catalog, benchmark = _case(shared)
-    report = validate_benchmark(catalog, benchmark, None)
+    report = validate_benchmark(catalog, benchmark, None, pack=default_pack())
     assert "rq2.language_biased" in {v.rule for v in report.violations}, report.summary()
     # The same row with a candidate that is no copy passes the slot rule.
     clean = catalog.set_column(
@@ -154,7 +154,9 @@ def test_the_validator_rejects_a_distractor_that_copies_an_image_of_the_query_co
     ).set_column(
         catalog.schema.get_field_index("sha256"), "sha256", pa.array([f"{i:064x}" for i in range(catalog.num_rows)])
     )
-    assert "rq2.language_biased" not in {v.rule for v in validate_benchmark(clean, benchmark, None).violations}
+    assert "rq2.language_biased" not in {
+        v.rule for v in validate_benchmark(clean, benchmark, None, pack=default_pack()).violations
+    }
 
 
 def test_every_image_gets_the_concepts_and_tags_of_its_copies_under_other_concepts() -> None:
@@ -196,7 +198,7 @@ def test_every_image_gets_the_concepts_and_tags_of_its_copies_under_other_concep
         ],
         schema=COPIES,
     )
-    catalog = build_catalog(concepts, hits, images, review, tags, translations, copies)
+    catalog = build_catalog(concepts, hits, images, review, tags, translations, copies, default_pack())
     by_id = {r["image_id"]: r["tags"] for r in catalog.to_pylist()}
     assert by_id == {dance_1: [DANCE, *sorted([FOOD, WEDDING])], dance_2: [DANCE]}  # its own tags, then its copies'
 
@@ -209,7 +211,7 @@ def test_the_validator_ties_the_query_to_its_image_and_accounts_for_every_image(
     images = ws.read_table("image_metadata")
     benchmark, translations = ws.read_table("assembly"), ws.read_table("translations")
     unassembled = ws.read_extra_table("assembly", "unassembled")
-    assert validate_benchmark(images, benchmark, None, translations, unassembled=unassembled).ok
+    assert validate_benchmark(images, benchmark, None, translations, unassembled=unassembled, pack=default_pack()).ok
 
     # One row's query moved, text and id together, to another concept: consistent, but not its image's.
     rows = benchmark.to_pylist()
@@ -217,12 +219,12 @@ def test_the_validator_ties_the_query_to_its_image_and_accounts_for_every_image(
                  and t["concept_id"] != rows[0]["query_concept_id"])  # fmt: skip
     rows[0].update(query_concept_id=other["concept_id"], query_text=other["text"])
     moved = pa.Table.from_pylist(rows, schema=benchmark.schema)
-    report = validate_benchmark(images, moved, None, translations)
+    report = validate_benchmark(images, moved, None, translations, pack=default_pack())
     assert [v.rule for v in report.violations] == ["rq2.query_concept_id"], report.summary()
 
     # A dropped row: its image is neither a query nor unassembled.
     dropped = benchmark.slice(1)
-    report = validate_benchmark(images, dropped, None, translations, unassembled=unassembled)
+    report = validate_benchmark(images, dropped, None, translations, unassembled=unassembled, pack=default_pack())
     assert {v.rule for v in report.violations} == {"rq2.complete"}
     assert rows[0]["query_image_id"] in report.violations[0].detail
     # Listed in unassembled with a reason, it is accounted for.
@@ -235,7 +237,7 @@ def test_the_validator_ties_the_query_to_its_image_and_accounts_for_every_image(
             ),
         ]
     )
-    assert validate_benchmark(images, dropped, None, translations, unassembled=explained).ok
+    assert validate_benchmark(images, dropped, None, translations, unassembled=explained, pack=default_pack()).ok
 
 
 # -- a damaged workspace -----------------------------------------------------------------------------------------
@@ -418,7 +420,9 @@ def test_the_demo_corpus_and_the_contact_sheet_are_written_through_the_workspace
     real = Storage.write_bytes
     monkeypatch.setattr(Storage, "write_bytes", lambda self, path, data: written.append(path) or real(self, path, data))
     root = tmp_path / "corpus"
-    generate_demo_corpus(DemoCorpusConfig(countries=["USA", "Japan"], concepts=["train", "food"]), str(root))
+    generate_demo_corpus(
+        DemoCorpusConfig(countries=["USA", "Japan"], concepts=["train", "food"]), str(root), pack=default_pack()
+    )
     on_disk = sorted(str(p) for p in root.rglob("*") if p.is_file())
     assert on_disk and sorted(written) == on_disk
     written.clear()

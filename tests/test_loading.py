@@ -50,7 +50,7 @@ def folders(small_releases: dict[str, Path], tmp_path_factory: pytest.TempPathFa
         "semantically_relevant_candidate_image_id"
     ][0].as_py()
     invoke("takedown", str(parent), "--image-id", image_id, "--reason", "asked", "--date", "2026-05-01")
-    pool = ROOT / "data" / "reference" / "xcm-bench.csv"
+    pool = ROOT / "data" / "authors" / "xcm-bench.csv"
     invoke("reassemble", "--pool", str(pool), "--out", str(root / "reassembled"))
     for name in ("3xcm", "mixcube"):
         invoke("evaluate", name, str(small_releases[name]), "--demo-model", "--out", str(root / f"eval-{name}"))

@@ -27,6 +27,7 @@ from data.publish.manifest import (
     validated,
 )
 from data.publish.release import ReleaseConfig, ReleaseWriter
+from data.reference import default_pack
 
 SHA = "ab" * 32
 BASE: dict[str, Any] = {"name": "3xcm", "version": "0.0.1", "files": {"a.parquet": {"sha256": SHA, "bytes": 3}}}
@@ -206,7 +207,7 @@ def test_a_reassembled_benchmark_reads_back_unchanged(tmp_path: Path) -> None:
     from flows.cli import app
 
     out = tmp_path / "reassembled"
-    pool = ROOT / "data" / "reference" / "xcm-bench.csv"
+    pool = ROOT / "data" / "authors" / "xcm-bench.csv"
     result = CliRunner().invoke(app, ["reassemble", "--pool", str(pool), "--out", str(out)])
     assert result.exit_code == 0, result.output
     document = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
@@ -238,7 +239,9 @@ def test_a_release_writer_refuses_bad_provenance_before_writing(tmp_path: Path) 
 
     config = ReleaseConfig(root=str(tmp_path / "rel"), version="0.0.1")
     with pytest.raises(ManifestError, match="field 'deviations'"):
-        write_mixcube_release(config, None, None, {"deviations": "none"})  # refused before blobs or rows are read
+        write_mixcube_release(
+            config, None, None, {"deviations": "none"}, default_pack()
+        )  # refused before blobs or rows are read
     assert not (tmp_path / "rel").exists()
 
 

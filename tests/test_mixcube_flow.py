@@ -20,7 +20,7 @@ import synthesis.inpaint
 from annotation.collect import ReviewPending
 from annotation.label_configs import ACCEPT, FIX_MASK, REJECT_MARKER, RETRY_PROMPT
 from collectors.mixcube_originals import LocalOriginalsConfig
-from data import reference
+from data.reference import default_pack
 from data.workspace import Workspace
 from flows.cli import app
 from flows.mixcube.build import NothingToRelease, build_locally
@@ -28,7 +28,7 @@ from flows.mixcube.config import BuildMixCubeConfig
 from flows.mixcube.stages import GRAPH
 
 ROOT = Path(__file__).resolve().parents[1]
-ETHNICITIES = [e.label for e in reference.mixcube().ethnicities]
+ETHNICITIES = [e.label for e in default_pack().mixcube().ethnicities]
 MIXCUBE_DEMO = ["build", "mixcube", "--demo", "--engine", "local"]
 
 

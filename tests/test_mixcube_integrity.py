@@ -20,12 +20,14 @@ from test_search_ddgs import body, fake_engine
 import collectors.mixcube_originals as originals_mod
 import synthesis.inpaint
 from collectors.mixcube_originals import LocalOriginalsConfig, collect_originals, culture_by_name, demo_scene
+from data.reference import default_pack
 from data.schemas import STATUS_OK
 from data.workspace import Workspace
 from flows.mixcube.build import build_locally
 from flows.mixcube.config import BuildMixCubeConfig
 from flows.mixcube.stages import GRAPH
 
+MIX = default_pack().mixcube()  # the shipped MixCuBe reference
 ORIENTATION = 0x0112  # EXIF tag 274
 # The transpose that stores an upright picture under EXIF orientation n: the inverse of what a reader applies to
 # show it (EXIF 2.32 §4.6.4; Pillow's exif_transpose applies 6 as ROTATE_270 and 8 as ROTATE_90).
@@ -54,7 +56,7 @@ def stored_as(upright: Image.Image, orientation: int, fmt: str = "JPEG") -> byte
 
 
 def scene() -> Image.Image:
-    return demo_scene(culture_by_name("UK"), "Food", 0, 0)
+    return demo_scene(culture_by_name(MIX, "UK"), "Food", 0, 0)
 
 
 def raw_decode(data: bytes) -> Image.Image:
@@ -90,7 +92,7 @@ def test_every_exif_orientation_is_applied_once_and_losslessly(tmp_path: Path, o
     (tmp_path / "photo.png").write_bytes(received)
     ws = Workspace(str(tmp_path / "ws"), "mixcube-orientation")
     config = LocalOriginalsConfig(root=str(tmp_path), labels_csv=str(write_labels(tmp_path, ["photo.png"])))
-    row = collect_originals(config, ws.blobs.put).to_pylist()[0]
+    row = collect_originals(config, ws.blobs.put, MIX).to_pylist()[0]
     assert row["status"] == STATUS_OK and (row["width"], row["height"]) == UPRIGHT_SIZE
     assert row["received_sha256"] == sha(received)
     stored = ws.blobs.get(row["sha256"])
@@ -107,10 +109,10 @@ def test_an_upright_jpeg_keeps_its_bytes_and_the_demo_records_what_it_received(t
     (tmp_path / "plain.jpg").write_bytes(buffer.getvalue())
     ws = Workspace(str(tmp_path / "ws"), "mixcube-upright")
     config = LocalOriginalsConfig(root=str(tmp_path), labels_csv=str(write_labels(tmp_path, ["plain.jpg"])))
-    row = collect_originals(config, ws.blobs.put).to_pylist()[0]
+    row = collect_originals(config, ws.blobs.put, MIX).to_pylist()[0]
     assert ws.blobs.get(row["sha256"]) == buffer.getvalue() and row["received_sha256"] == row["sha256"]
     assert row["format"] == "JPEG"
-    demo = collect_originals(originals_mod.DemoOriginalsConfig(per_cell=1, cultures=["UK"]), ws.blobs.put)
+    demo = collect_originals(originals_mod.DemoOriginalsConfig(per_cell=1, cultures=["UK"]), ws.blobs.put, MIX)
     assert demo["received_sha256"].to_pylist() == demo["sha256"].to_pylist()
 
 
@@ -249,7 +251,7 @@ def collect(tree: Path, lines: list[str]) -> tuple[list[dict], list[bytes]]:
         stored.append(data)
         return sha(data)
 
-    table = collect_originals(LocalOriginalsConfig(root=str(tree / "root"), labels_csv=str(labels)), put)
+    table = collect_originals(LocalOriginalsConfig(root=str(tree / "root"), labels_csv=str(labels)), put, MIX)
     return table.to_pylist(), stored
 
 
@@ -320,7 +322,7 @@ def test_an_unreadable_labels_csv_is_one_input_error_naming_it(tmp_path: Path, c
     error = getattr(originals_mod, "OriginalsInputError", None)
     assert error is not None and issubclass(error, ValueError)
     with pytest.raises(error, match=match) as raised:
-        collect_originals(LocalOriginalsConfig(root=str(tmp_path), labels_csv=str(labels)), sha)
+        collect_originals(LocalOriginalsConfig(root=str(tmp_path), labels_csv=str(labels)), sha, MIX)
     assert str(labels) in str(raised.value) and "originals.labels_csv" in str(raised.value)
 
 
@@ -329,7 +331,7 @@ def test_a_missing_root_is_an_input_error(tmp_path: Path) -> None:
     error = getattr(originals_mod, "OriginalsInputError", None)
     assert error is not None
     with pytest.raises(error, match=r"originals\.root"):
-        collect_originals(LocalOriginalsConfig(root=str(tmp_path / "nowhere"), labels_csv=str(labels)), sha)
+        collect_originals(LocalOriginalsConfig(root=str(tmp_path / "nowhere"), labels_csv=str(labels)), sha, MIX)
 
 
 def test_a_utf8_labels_csv_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
@@ -337,4 +339,4 @@ def test_a_utf8_labels_csv_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
     text = "image_file,culture,category,food_label\nk.jpg,UK,Food,Tea\n"
     (tmp_path / "labels.csv").write_bytes(text.encode("utf-8-sig"))
     config = LocalOriginalsConfig(root=str(tmp_path), labels_csv=str(tmp_path / "labels.csv"))
-    assert collect_originals(config, sha)["status"].to_pylist() == [STATUS_OK]
+    assert collect_originals(config, sha, MIX)["status"].to_pylist() == [STATUS_OK]

@@ -16,7 +16,7 @@ from collectors.mixcube_originals import (
     LocalOriginalsConfig,
     collect_originals,
 )
-from data import reference
+from data.reference import default_pack
 from data.schemas import STATUS_OK
 from data.workspace import Workspace
 
@@ -29,8 +29,8 @@ def haar_faces(data: bytes) -> int:
 
 def test_demo_originals_cover_every_cell_with_labels_and_a_detectable_face(tmp_path: Path) -> None:
     ws = Workspace(str(tmp_path), "mixcube-demo")
-    table = collect_originals(DemoOriginalsConfig(per_cell=2), ws.blobs.put)
-    mix = reference.mixcube()
+    table = collect_originals(DemoOriginalsConfig(per_cell=2), ws.blobs.put, default_pack().mixcube())
+    mix = default_pack().mixcube()
     assert table.num_rows == len(mix.cultures) * len(mix.categories) * 2
     assert set(table["status"].to_pylist()) == {STATUS_OK} and set(table["source"].to_pylist()) == {"demo"}
     cells = {(r["culture"], r["category"]) for r in table.to_pylist()}
@@ -58,7 +58,9 @@ def test_local_import_keeps_labels_and_reports_every_bad_row(tmp_path: Path) -> 
         "kimchi.jpg,Atlantis,Food,\n"
     )
     ws = Workspace(str(tmp_path / "ws"), "mixcube-local")
-    table = collect_originals(LocalOriginalsConfig(root=str(root), labels_csv=str(labels)), ws.blobs.put)
+    table = collect_originals(
+        LocalOriginalsConfig(root=str(root), labels_csv=str(labels)), ws.blobs.put, default_pack().mixcube()
+    )
     rows = table.to_pylist()
     assert rows[0]["status"] == STATUS_OK and rows[0]["culture"] == "South Korea" and rows[0]["country"] == "Korean"
     assert rows[0]["category"] == "Food" and rows[0]["food_label"] == "김치, Kimchi"
@@ -71,4 +73,6 @@ def test_local_import_needs_the_label_columns(tmp_path: Path) -> None:
     labels = tmp_path / "labels.csv"
     labels.write_text("file,country\nx.jpg,UK\n")
     with pytest.raises(ValueError, match=r"missing columns \['category', 'culture', 'image_file'\]"):
-        collect_originals(LocalOriginalsConfig(root=str(tmp_path), labels_csv=str(labels)), lambda data: "")
+        collect_originals(
+            LocalOriginalsConfig(root=str(tmp_path), labels_csv=str(labels)), lambda data: "", default_pack().mixcube()
+        )

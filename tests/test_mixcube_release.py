@@ -17,9 +17,10 @@ from annotation.backends import AutoAcceptReviewConfig, ReviewContext
 from annotation.synthesis_qa import run_synthesis_qa
 from collectors.mixcube_originals import DemoOriginalsConfig, collect_originals
 from curation.quintets import assemble_quintets
-from data import reference, schemas
+from data import schemas
 from data.publish.folder import ReleaseExistsError
 from data.publish.release import ReleaseConfig
+from data.reference import default_pack
 from data.workspace import Workspace
 from flows.mixcube.release import write_mixcube_release
 from synthesis.attempts import first_plans, run_attempts
@@ -27,20 +28,19 @@ from synthesis.faces import HaarFaceConfig, build_face_detector
 from synthesis.inpaint import PlaceholderInpaintConfig, build_inpainter
 from synthesis.masks import EllipseMaskConfig, build_masker, mask_png
 
-ETHNICITIES = [e.label for e in reference.mixcube().ethnicities]
+MIX = default_pack().mixcube()
+ETHNICITIES = [e.label for e in MIX.ethnicities]
 
 
 def build_rows(ws: Workspace, drop: tuple[str, str] | None = None) -> tuple[pa.Table, list[dict]]:
-    originals = collect_originals(DemoOriginalsConfig(per_cell=1, cultures=["South Korea", "UK"]), ws.blobs.put)
+    originals = collect_originals(DemoOriginalsConfig(per_cell=1, cultures=["South Korea", "UK"]), ws.blobs.put, MIX)
     detector, masker = build_face_detector(HaarFaceConfig()), build_masker(EllipseMaskConfig())
     masks = {}
     for original in originals.to_pylist():
         pixels = np.array(Image.open(io.BytesIO(ws.blobs.get(original["sha256"]))).convert("RGB"))
         masks[original["original_id"]] = ws.blobs.put(mask_png(masker.mask(pixels, detector.detect(pixels))))
     plans = [
-        p
-        for p in first_plans(originals.to_pylist(), masks, ETHNICITIES, base_seed=0)
-        if (p.original_id, p.ethnicity) != drop
+        p for p in first_plans(originals.to_pylist(), masks, MIX, base_seed=0) if (p.original_id, p.ethnicity) != drop
     ]
     attempts_table = run_attempts(build_inpainter(PlaceholderInpaintConfig()), plans, ws.blobs.get, ws.blobs.put)
     candidates = [
@@ -60,7 +60,7 @@ def build_rows(ws: Workspace, drop: tuple[str, str] | None = None) -> tuple[pa.T
     sizes = {
         sha: len(ws.blobs.get(sha)) for sha in originals["sha256"].to_pylist() + attempts_table["sha256"].to_pylist()
     }
-    quintets = assemble_quintets(originals, attempts_table, {}, qa.qa, sizes)
+    quintets = assemble_quintets(originals, attempts_table, {}, qa.qa, sizes, MIX)
     return quintets.rows, quintets.incomplete
 
 
@@ -72,7 +72,7 @@ def test_release_keeps_the_public_columns_and_order_and_marks_placeholders(tmp_p
     rows, incomplete = build_rows(ws)
     assert incomplete == [] and rows.num_rows == 2 * 3 * 5
     config = ReleaseConfig(root=str(tmp_path / "rel"), version="0.0.1")
-    result = write_mixcube_release(config, ws.blobs, rows, {"demo": True, "incomplete": incomplete})
+    result = write_mixcube_release(config, ws.blobs, rows, {"demo": True, "incomplete": incomplete}, default_pack())
     release = Path(result.path)
 
     loaded = datasets.load_dataset(str(release), split="train")
@@ -101,15 +101,15 @@ def test_release_keeps_the_public_columns_and_order_and_marks_placeholders(tmp_p
     assert [x["__key__"] for x in samples] == rows["sample_id"].to_pylist()
     assert json.loads(samples[1]["json"])["ethnicity"] == ETHNICITIES[0] and samples[1]["jpg"][:3] == b"\xff\xd8\xff"
 
-    again = write_mixcube_release(config, ws.blobs, rows, {"demo": True, "incomplete": incomplete})
+    again = write_mixcube_release(config, ws.blobs, rows, {"demo": True, "incomplete": incomplete}, default_pack())
     assert again.status == "unchanged"
     with pytest.raises(ReleaseExistsError):
-        write_mixcube_release(config, ws.blobs, rows.slice(5), {"demo": True, "incomplete": incomplete})
+        write_mixcube_release(config, ws.blobs, rows.slice(5), {"demo": True, "incomplete": incomplete}, default_pack())
 
 
 def test_an_original_without_every_swap_is_left_out_and_reported(tmp_path: Path) -> None:
     ws = Workspace(str(tmp_path / "ws"), "mixcube-gap")
-    first = collect_originals(DemoOriginalsConfig(per_cell=1, cultures=["South Korea", "UK"]), ws.blobs.put)
+    first = collect_originals(DemoOriginalsConfig(per_cell=1, cultures=["South Korea", "UK"]), ws.blobs.put, MIX)
     gap = (first["original_id"][0].as_py(), "Caucasian")
     rows, incomplete = build_rows(ws, drop=gap)
     assert incomplete == [{"original_id": gap[0], "missing": ["Caucasian"]}]

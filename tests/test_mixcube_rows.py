@@ -17,7 +17,8 @@ from collectors.mixcube_originals import DemoOriginalsConfig, LocalOriginalsConf
 from collectors.mixcube_search import SearchOriginalsConfig
 from curation.filter_rows import filter_stats, filters_table
 from curation.synthesis_filters import ERROR, KEEP, REJECT_BRISQUE
-from data import reference, schemas
+from data import schemas
+from data.reference import MixCubeCulture, default_pack
 from data.schemas import STATUS_FAILED, STATUS_OK
 from synthesis.face_rows import decode_rgb, faces_table
 from synthesis.faces import FaceBox
@@ -354,27 +355,28 @@ def test_filters_table_empty_shard_is_an_empty_table() -> None:
 # ---------------------------------------------------------------- what the originals configs tell the flow
 
 
-def names(wanted: list[tuple[reference.MixCubeCulture, str]]) -> list[tuple[str, str]]:
+def names(wanted: list[tuple[MixCubeCulture, str]]) -> list[tuple[str, str]]:
     return [(culture.name, category) for culture, category in wanted]
 
 
 def test_originals_configs_name_their_demo_seed_and_wanted_cells() -> None:
-    every = names(cells(None, None))
-    assert len(every) == len(reference.mixcube().cultures) * len(reference.mixcube().categories)
+    mix = default_pack().mixcube()
+    every = names(cells(mix, None, None))
+    assert len(every) == len(mix.cultures) * len(mix.categories)
 
     local = LocalOriginalsConfig(root="/data", labels_csv="/data/labels.csv")
-    assert local.demo_seed is None and names(local.wanted_cells()) == every
+    assert local.demo_seed is None and names(local.wanted_cells(mix)) == every
 
     demo = DemoOriginalsConfig(seed=7, cultures=["Myanmar", "South Korea"], categories=["Food"])
     assert demo.demo_seed == 7
-    assert names(demo.wanted_cells()) == names(cells(["Myanmar", "South Korea"], ["Food"]))
-    assert len(demo.wanted_cells()) == 2
-    assert DemoOriginalsConfig().demo_seed == 0 and names(DemoOriginalsConfig().wanted_cells()) == every
+    assert names(demo.wanted_cells(mix)) == names(cells(mix, ["Myanmar", "South Korea"], ["Food"]))
+    assert len(demo.wanted_cells(mix)) == 2
+    assert DemoOriginalsConfig().demo_seed == 0 and names(DemoOriginalsConfig().wanted_cells(mix)) == every
 
     search = SearchOriginalsConfig(categories=["Clothes", "Festival"])
     assert search.demo_seed is None
-    assert names(search.wanted_cells()) == names(cells(None, ["Clothes", "Festival"]))
-    assert names(SearchOriginalsConfig().wanted_cells()) == every
+    assert names(search.wanted_cells(mix)) == names(cells(mix, None, ["Clothes", "Festival"]))
+    assert names(SearchOriginalsConfig().wanted_cells(mix)) == every
 
     # Nothing new is serialised: the manifest's config and the build id stay as they were.
     assert "demo_seed" not in demo.model_dump() and "wanted_cells" not in search.model_dump()

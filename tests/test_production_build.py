@@ -36,7 +36,7 @@ from typer.testing import CliRunner
 
 from collectors.search import build_queries
 from curation.demo_corpus import DemoCorpusConfig, country_folder, generate_demo_corpus
-from data import reference
+from data.reference import default_pack
 from data.workspace import Workspace
 from flows.cli import app
 from flows.xcm.config import Build3XCMConfig
@@ -52,7 +52,9 @@ def corpus_host(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """The demo corpus (with its bad files) served over HTTP on 127.0.0.1."""
     root = tmp_path / "web"
     generate_demo_corpus(
-        DemoCorpusConfig(countries=COUNTRIES, concepts=[*SHIPPED, NEW_CONCEPT_FOLDER], images_per_query=2), str(root)
+        DemoCorpusConfig(countries=COUNTRIES, concepts=[*SHIPPED, NEW_CONCEPT_FOLDER], images_per_query=2),
+        str(root),
+        pack=default_pack(),
     )
     handler = functools.partial(_QuietHandler, directory=str(root))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -83,12 +85,12 @@ class FakeDuckDuckGo:
     def folders(self) -> dict[str, Path]:
         if self._folders is None:
             concepts = self.ws.read_table("concepts")
-            queries = build_queries(concepts, self.ws.read_table("translations"), COUNTRIES, True)
+            queries = build_queries(concepts, self.ws.read_table("translations"), COUNTRIES, True, default_pack())
             names = dict(zip(concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True))
             self._folders = {}
             for q in queries:
                 concept = NEW_CONCEPT_FOLDER if q.concept_id == self.new_concept_id else names[q.concept_id]
-                country = country_folder(reference.country_by_name()[q.country])
+                country = country_folder(default_pack().country_by_name()[q.country])
                 self._folders[q.query] = self.root / country / concept / q.query_lang
         return self._folders
 
@@ -286,7 +288,7 @@ def test_production_backends_build_a_valid_release_end_to_end(
     assert all(r["method"].startswith("bge-m3:") and r["keep"] for r in dedup)
     # Translations: Gemini was asked only for the new concept, once per non-English language; the shipped rows stay.
     translations = ws.read_table("translations").to_pylist()
-    languages = {reference.country_by_name()[c].language_code for c in COUNTRIES} - {"en"}
+    languages = {default_pack().country_by_name()[c].language_code for c in COUNTRIES} - {"en"}
     assert len(translation_requests) == len(languages)
     new_rows = [t for t in translations if t["concept_id"] == new_concept_id and t["language_code"] != "en"]
     assert {t["language_code"] for t in new_rows} == languages
@@ -294,7 +296,7 @@ def test_production_backends_build_a_valid_release_end_to_end(
     assert all(t["source"] == "shipped" for t in translations if t["concept_id"] != new_concept_id)
     # Search went through ddgs with each country's region code.
     regions = {c["l"] for c in ddg.calls}
-    assert regions == {reference.country_by_name()[c].ddg_region for c in COUNTRIES}
+    assert regions == {default_pack().country_by_name()[c].ddg_region for c in COUNTRIES}
     search = ws.read_table("search").to_pylist()
     assert {r["searcher"] for r in search} == {"ddgs:duckduckgo"}
     assert all(r["status"] == "ok" and r["url"].startswith(base_url) for r in search)

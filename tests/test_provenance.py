@@ -36,9 +36,9 @@ from collectors.mixcube_search import DEFAULT_QUERIES
 from collectors.search import LocalFolderSearchConfig, LocalFolderSearcher, search_rows
 from collectors.search_ddgs import DdgsSearchConfig, DdgsSearcher
 from curation.demo_corpus import DemoCorpusConfig, country_folder, generate_demo_corpus
-from data import reference
 from data.image_sources import UNKNOWN_LICENSE, domain, utc_timestamp
 from data.publish.sources import DOMAINS_FIGURE
+from data.reference import default_pack
 from data.schemas import MIXCUBE_ROWS, SOURCE_FIELDS, XCM_BENCH_CSV_COLUMNS
 from flows.mixcube.build import build_locally as build_mixcube_locally
 from flows.mixcube.config import BuildMixCubeConfig
@@ -174,7 +174,7 @@ def test_every_released_3xcm_image_row_carries_its_provenance(tmp_path: Path) ->
     for row in rows:
         assert set(XCM_PROVENANCE) <= set(row), sorted(set(XCM_PROVENANCE) - set(row))
         assert row["engine"] == "ddgs:duckduckgo" and (row["query"], row["region"]) in hits
-        country = reference.country_by_name()[row["country"]]
+        country = default_pack().country_by_name()[row["country"]]
         assert row["region"] == country.ddg_region and row["language_code"] == country.language_code
         assert row["query_lang"] in ("eng", "nav") and row["rank"] in (1, 2)
         assert row["source_page"].startswith("https://site") and row["url"].startswith(host.url("/"))
@@ -212,7 +212,7 @@ def write_manifest(root: Path) -> Path:
             ["country", "concept", "query_lang", "rank", "path", "url", "source_page", "license", "retrieved_at"]
         )
         for name in COUNTRIES:
-            country = reference.country_by_name()[name]
+            country = default_pack().country_by_name()[name]
             for concept in CONCEPTS:
                 for lang in ("eng", "nav"):
                     folder = root / country_folder(country) / concept / lang
@@ -230,7 +230,9 @@ def write_manifest(root: Path) -> Path:
 
 def test_a_local_manifest_declares_licence_url_page_and_time_else_unknown(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
-    generate_demo_corpus(DemoCorpusConfig(countries=COUNTRIES, concepts=CONCEPTS, images_per_query=2), str(corpus))
+    generate_demo_corpus(
+        DemoCorpusConfig(countries=COUNTRIES, concepts=CONCEPTS, images_per_query=2), str(corpus), pack=default_pack()
+    )
     manifest = write_manifest(corpus)
     config = Build3XCMConfig.demo(
         workspace_root=str(tmp_path / "ws"),
@@ -306,7 +308,7 @@ def check_quintets(rows: list[dict]) -> dict[str, dict]:
 def test_mixcube_rows_carry_the_labels_csv_provenance(tmp_path: Path, with_columns: bool) -> None:
     root = tmp_path / "originals"
     root.mkdir()
-    korea = culture_by_name("South Korea")
+    korea = culture_by_name(default_pack().mixcube(), "South Korea")
     for index in range(2):
         demo_scene(korea, "Food", index, seed=0).save(root / f"{index}.jpg", format="JPEG", quality=92)
     header = "image_file,culture,category,food_label" + (
@@ -355,10 +357,14 @@ def test_a_bad_labels_time_is_a_row_with_its_reason(tmp_path: Path) -> None:
 
     root = tmp_path / "o"
     root.mkdir()
-    demo_scene(culture_by_name("Azerbaijan"), "Clothes", 0, seed=0).save(root / "a.jpg", format="JPEG")
+    demo_scene(culture_by_name(default_pack().mixcube(), "Azerbaijan"), "Clothes", 0, seed=0).save(
+        root / "a.jpg", format="JPEG"
+    )
     labels = tmp_path / "labels.csv"
     labels.write_text("image_file,culture,category,retrieved_at\na.jpg,Azerbaijan,Clothes,03/04/2023\n")
-    rows = import_local(LocalOriginalsConfig(root=str(root), labels_csv=str(labels)), lambda data: "sha").to_pylist()
+    rows = import_local(
+        LocalOriginalsConfig(root=str(root), labels_csv=str(labels)), lambda data: "sha", default_pack().mixcube()
+    ).to_pylist()
     assert rows[0]["status"] == "failed" and rows[0]["error"].startswith("bad_retrieved_at: retrieved_at '03/04/2023'")
 
 

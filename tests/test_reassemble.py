@@ -16,12 +16,12 @@ from typer.testing import CliRunner
 import flows.cli
 from curation.audit import audit_path
 from curation.reassemble import reassemble
-from data import reference
+from data.reference import default_pack
 from data.schemas import RQ2_SLOTS, XCM_BENCH_CSV_COLUMNS
 from flows.cli import app
 from flows.xcm.build import build_locally
 
-AUTHORS = Path(__file__).resolve().parents[1] / "data" / "reference" / "xcm-bench.csv"
+AUTHORS = Path(__file__).resolve().parents[1] / "data" / "authors" / "xcm-bench.csv"
 SLOTS = (("query", "query_"), *RQ2_SLOTS)
 
 
@@ -46,7 +46,7 @@ def _images(rows: list[dict[str, str]]) -> dict[str, tuple[str, str, str]]:
 
 
 def _group(country: str) -> str:
-    return reference.country_by_name()[country].language_group
+    return default_pack().country_by_name()[country].language_group
 
 
 def test_the_authors_benchmark_reassembled_keeps_their_images_and_breaks_no_rule(tmp_path: Path) -> None:

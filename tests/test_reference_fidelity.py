@@ -1,6 +1,6 @@
 """Our concept ids, image counts and image ids against the 3XCM authors' published release.
 
-Every expectation here is derived from `data/reference/xcm-bench.csv` (the authors' RQ2 file, vendored unchanged;
+Every expectation here is derived from `data/authors/xcm-bench.csv` (the authors' RQ2 file, vendored unchanged;
 see data/reference/README.md), never typed in: its image ids are `{country}-{concept_id}-{rank}-{eng|nav}`, and
 its `*_concept` columns name the concept of each id.
 """
@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from collectors.concept_generation import FIRST_NEW_CONCEPT_ID
-from data import reference
+from data.reference import default_pack
 from flows.xcm.build import build_locally
 from flows.xcm.config import Build3XCMConfig
 
@@ -45,7 +45,7 @@ class Release:
 
 
 def _release_bytes() -> bytes:
-    return resources.files("data").joinpath("reference", "xcm-bench.csv").read_bytes()
+    return resources.files("data").joinpath("authors", "xcm-bench.csv").read_bytes()
 
 
 @cache
@@ -80,38 +80,38 @@ def test_the_vendored_file_is_the_authors_unchanged() -> None:
 
 
 def test_concept_ids_and_names_are_the_authors() -> None:
-    ours = {c.concept_id: c.concept for c in reference.concepts()}
+    ours = {c.concept_id: c.concept for c in default_pack().concepts}
     assert ours == authors_concepts()
-    assert [c.concept_id for c in reference.concepts()] == sorted(ours)  # shipped in id order
+    assert [c.concept_id for c in default_pack().concepts] == sorted(ours)  # shipped in id order
     # Accepted new concepts are numbered from FIRST_NEW_CONCEPT_ID up, clear of every shipped id.
     assert max(ours) < FIRST_NEW_CONCEPT_ID
 
 
 def test_expected_image_counts_are_the_release_counts() -> None:
     release = authors_release().images
-    for concept in reference.concepts():
+    for concept in default_pack().concepts:
         assert concept.release_image_count == len(release[concept.concept_id]), concept
         # Table 10 agrees with the release wherever it has the concept; the concepts it lacks have no count.
         if concept.paper_image_count is not None:
             assert concept.paper_image_count == concept.release_image_count, concept
-    lacking = {c.concept for c in reference.concepts() if c.paper_image_count is None}
+    lacking = {c.concept for c in default_pack().concepts if c.paper_image_count is None}
     assert lacking == {"storytelling", "cartoon"}  # in the release, lost from our copy of Table 10
     # Each image the release references is counted once, under its one concept.
-    assert sum(c.release_image_count or 0 for c in reference.concepts()) == sum(map(len, release.values()))
+    assert sum(c.release_image_count or 0 for c in default_pack().concepts) == sum(map(len, release.values()))
 
 
 def test_country_slugs_are_the_country_part_of_the_authors_ids() -> None:
     parts = authors_release().country_parts
-    for country in reference.countries():
+    for country in default_pack().countries:
         assert country.slug == country.name.lower()
-        assert reference.resolve_country(country.slug) == country
-        assert reference.resolve_country(country.slug.replace(" ", "_")) == country  # the old slug form
+        assert default_pack().resolve_country(country.slug) == country
+        assert default_pack().resolve_country(country.slug.replace(" ", "_")) == country  # the old slug form
     mismatched = set()
     for part, name in parts:
-        if part != reference.resolve_country(name).slug:
+        if part != default_pack().resolve_country(name).slug:
             mismatched.add((part, name))
     assert mismatched == AUTHORS_QUIRKS
-    assert {name for _, name in parts} == {c.name for c in reference.countries()}
+    assert {name for _, name in parts} == {c.name for c in default_pack().countries}
     assert min(authors_release().ranks) == 1
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from data import reference
 from data.publish.reader import Release
+from data.reference import default_pack
 from evaluation import retrieval_metrics as rm
 from evaluation.encoders import ImageRef, ModelIdentity
 from evaluation.metrics_3xcm import Vectors
@@ -119,7 +120,7 @@ def test_mrr_precision_and_ndcg_equal_ir_measures(
     images = _grid(["USA", "UK", "Spain", "Japan", "Kenya"])
     images[0]["tags"] = [0, 1]  # a train image tagged food
     images[5]["pixel_sha256"] = images[20]["pixel_sha256"] = "same-pixels"  # a train and a food image
-    pool = pool_from_table(_table(images))
+    pool = pool_from_table(_table(images), default_pack())
     queries, _, _ = build_queries(pool)
     q, x = vectors(len(queries), len(pool.image_ids), np.random.default_rng(7))
     monkeypatch.setattr(rm, "BLOCK_ELEMENTS", 7 * len(queries))  # blocks of 7 images: the merge runs 9 times
@@ -210,7 +211,7 @@ def test_relevance_is_graded_by_the_assembly_rule() -> None:
         {"concept_id": 2, "country": "UK", "sha256": "b"},  # 4: school, bytes of image 5
         {"concept_id": 1, "country": "USA", "sha256": "b"},  # 5: food
     ]
-    pool = pool_from_table(_table(images))
+    pool = pool_from_table(_table(images), default_pack())
     queries, _, _ = build_queries(pool)
     q, x = _random_vectors(len(queries), len(images), np.random.default_rng(1))
     part = evaluate_pool(pool, queries, q, x, n_resamples=0, seed=0)
@@ -237,13 +238,13 @@ def test_relevance_is_graded_by_the_assembly_rule() -> None:
 
 
 def test_countries_outside_the_reference_have_an_unknown_region() -> None:
-    known = reference.countries()
+    known = default_pack().countries
     assert all(c.region and c.region != reference.UNKNOWN_REGION for c in known)
     assert len({c.region for c in known}) <= 10  # GlobalRG's 10 regions at most
-    assert reference.region_of("Japan") == reference.country_by_name()["Japan"].region
-    assert reference.region_of("Atlantis") == reference.UNKNOWN_REGION
+    assert default_pack().region_of("Japan") == default_pack().country_by_name()["Japan"].region
+    assert default_pack().region_of("Atlantis") == reference.UNKNOWN_REGION
 
-    pool = pool_from_table(_table(_grid(["USA", "Japan", "Atlantis"], per_cell=2)))
+    pool = pool_from_table(_table(_grid(["USA", "Japan", "Atlantis"], per_cell=2)), default_pack())
     assert pool.unknown_region == ["Atlantis"]
     queries, _, missing = build_queries(pool)
     assert not missing and {q.language for q in queries} == {"en", "ja", "xx"}

@@ -28,7 +28,7 @@ from pydantic import TypeAdapter
 from collectors import search_ddgs
 from collectors.search import SearchConfig, SearchError, SearchHit, SearchQuery, search_rows
 from collectors.search_ddgs import DdgsSearchConfig, DdgsSearcher
-from data import reference
+from data.reference import default_pack
 from data.retry import RetryPolicy
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_s=0.001, max_delay_s=0.002)
@@ -59,7 +59,7 @@ def make_query(country: str = "Japan", concept: str = "train", concept_id: int =
         query=f"{concept} {country}",
         query_lang=lang,
         language_code="en",
-        region=reference.country_by_name()[country].ddg_region,
+        region=default_pack().country_by_name()[country].ddg_region,
     )
 
 

@@ -12,6 +12,7 @@ from PIL import Image
 from collectors.search import LocalFolderSearchConfig
 from collectors.search_types import SearchQuery
 from data import reference
+from data.reference import default_pack
 
 
 def _query(concept: reference.Concept, lang: str = "eng") -> SearchQuery:
@@ -27,7 +28,7 @@ def _query(concept: reference.Concept, lang: str = "eng") -> SearchQuery:
 
 
 def test_folders_listed_once_per_searcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    concepts = reference.concepts()[:12]
+    concepts = default_pack().concepts[:12]
     for concept in concepts:
         folder = tmp_path / "japan" / concept.concept.replace(" ", "_") / "eng"
         folder.mkdir(parents=True)

@@ -28,8 +28,8 @@ from curation.tagging import (
     TagRequest,
     run_tagging,
 )
-from data import reference
 from data.gemini import GeminiSettings
+from data.reference import default_pack
 from data.retry import RetryPolicy
 from data.schemas import CATALOG, LLM_FAILURES, RQ2_SLOTS, RQ3_SLOTS, TAGS
 
@@ -339,7 +339,7 @@ def test_tagging_config_picks_the_backend_and_bounds_the_batch() -> None:
 
 
 # -- the assembler and the tags ----------------------------------------------------------------------------------
-DANCE, COSTUME, DRINK = (reference.concept_by_name()[name].concept_id for name in ("dance", "costume", "drink"))
+DANCE, COSTUME, DRINK = (default_pack().concept_by_name()[name].concept_id for name in ("dance", "costume", "drink"))
 
 
 def catalog_from_tags(images: list[tuple[str, int]], tags: pa.Table) -> pa.Table:
@@ -378,7 +378,7 @@ def test_a_distractor_tagged_with_the_query_concept_is_never_used(
         ("Japan", DANCE), ("Kenya", DANCE), ("Spain", DANCE), ("Spain", DANCE),
         ("Japan", DRINK), ("Kenya", DRINK), ("Spain", DRINK),
     ]  # fmt: skip
-    country_order = {c.name: i for i, c in enumerate(reference.countries())}
+    country_order = {c.name: i for i, c in enumerate(default_pack().countries)}
     images.sort(key=lambda image: (image[1], country_order[image[0]]))  # catalog order: concept id, then country
     suspect = len(images) - 1 - images[::-1].index(("Spain", COSTUME))
     store = Store()
@@ -386,7 +386,7 @@ def test_a_distractor_tagged_with_the_query_concept_is_never_used(
         TagRequest(image_id=f"img-{i}", concept_id=concept, sha256=store.add(i))
         for i, (_, concept) in enumerate(images)
     ]
-    names = {c.concept_id: c.concept for c in reference.concepts()}
+    names = {c.concept_id: c.concept for c in default_pack().concepts}
     answers = {i: [names[concept]] for i, (_, concept) in enumerate(images)}
     if shows_dance:
         answers[suspect] = [names[COSTUME], names[DANCE]]  # a costume photo taken at a dance
@@ -396,12 +396,14 @@ def test_a_distractor_tagged_with_the_query_concept_is_never_used(
     assert by_image(tags)[f"img-{suspect}"]["concept_ids"] == ([COSTUME, DANCE] if shows_dance else [COSTUME])
 
     catalog = catalog_from_tags(images, tags)
-    concepts = run_concepts(ShippedConceptsConfig(include=[str(k) for k in (COSTUME, DANCE, DRINK)]))
-    translations = run_translations(ShippedTranslationsConfig(), concepts, ["es", "ja", "sw"]).translations
+    concepts = run_concepts(ShippedConceptsConfig(include=[str(k) for k in (COSTUME, DANCE, DRINK)]), default_pack())
+    translations = run_translations(
+        ShippedTranslationsConfig(), default_pack(), concepts, ["es", "ja", "sw"]
+    ).translations
 
     used_for_dance = False
     for seed in range(3):
-        result = run_assembly(AssemblyConfig(seed=seed), catalog, translations)
+        result = run_assembly(AssemblyConfig(seed=seed), catalog, translations, default_pack())
         assert result.benchmark.num_rows > 0 and result.benchmark_cd.num_rows > 0
         columns = [f"{prefix}index" for _, prefix in RQ2_SLOTS]
         dance_rows = [r for r in result.benchmark.to_pylist() if r["query_concept_id"] == DANCE]

@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 from curation.assemble import RQ2_PREFIXES, RQ3_PREFIXES
 from curation.rules import RQ2_RULES, RQ3_RULES, Catalog, in_pool
 from data.denylist import FILE as DENYLIST
+from data.reference import default_pack
 from data.schemas import XCM_BENCH_CSV_COLUMNS
 from flows.cli import app
 from flows.mixcube.build import build_locally as build_mixcube
@@ -161,7 +162,7 @@ def assert_untouched_rows_identical(parent: Path, patch: Path, removed_ids: set[
 
 def assert_repaired_only_the_removed_slot(changed: dict, removed_ids: set[str], patch: Path) -> None:
     images = table(patch, "image_metadata").drop_columns(["image"])
-    catalog = Catalog.from_table(images)
+    catalog = Catalog.from_table(images, [c.name for c in default_pack().countries])
     position = {name: i for i, name in enumerate(catalog.country_names)}
     for config, rules, prefixes in (("benchmark", RQ2_RULES, RQ2_PREFIXES), ("benchmark_cd", RQ3_RULES, RQ3_PREFIXES)):
         candidates = tuple(prefixes.values())

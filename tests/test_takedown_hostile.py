@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from data import denylist as denylist_module
 from data.denylist import FILE as DENYLIST
 from data.denylist import DenylistEntry, read_denylist, write_denylist
+from data.reference import default_pack
 from data.text_safety import markdown_text
 from data.workspace import Storage
 from flows.cli import app
@@ -301,7 +302,7 @@ def test_a_pool_index_over_an_empty_catalog_has_no_image() -> None:
     from curation.rules import RQ2_RULES, RQ3_RULES, Catalog
 
     images = read_table(DEMO / "3xcm" / "0.1.0-demo", "image_metadata").drop_columns(["image"]).slice(0, 0)
-    catalog = Catalog.from_table(images)
+    catalog = Catalog.from_table(images, [c.name for c in default_pack().countries])
     index = PoolIndex(catalog, np.arange(0, dtype=np.int64))
     assert index.cells == 0 and index.usages().tolist() == []
     for slot in (*RQ2_RULES, *RQ3_RULES):
@@ -320,6 +321,7 @@ def test_taking_down_every_3xcm_image_fails_validation_instead_of_crashing() -> 
         read_table(folder, "unassembled"),
         TakedownRequest(tuple(images["image_id"].to_pylist())),
         seed=0,
+        pack=default_pack(),
     )
     assert result.images.num_rows == 0 and result.benchmark.num_rows == 0 and result.benchmark_cd.num_rows == 0
     assert not result.validation.ok
@@ -359,7 +361,9 @@ def url_only_mixcube(tmp_path_factory: pytest.TempPathFactory) -> Path:
     batch = hash_batch([lambda sha=sha: ws.blobs.get(sha) for sha in shas])
     rows = with_phash(rows, {sha: int(batch.phash[i]) for i, sha in enumerate(shas)})
     config = ReleaseConfig(root=str(base / "rel"), version="0.0.1", mode="urls")
-    return Path(write_mixcube_release(config, ws.blobs, rows, {"demo": True, "incomplete": incomplete}).path)
+    return Path(
+        write_mixcube_release(config, ws.blobs, rows, {"demo": True, "incomplete": incomplete}, default_pack()).path
+    )
 
 
 def test_a_url_only_mixcube_takedown_writes_a_url_only_patch(url_only_mixcube: Path, tmp_path: Path) -> None:
@@ -411,6 +415,7 @@ def test_a_url_only_3xcm_takedown_writes_a_url_only_patch(tmp_path: Path) -> Non
         demo.table("benchmark_cd"),
         demo.table("unassembled"),
         provenance,
+        default_pack(),
     )
     parent = Path(written.path)
     assert "image" not in read_table(parent, "image_metadata").column_names

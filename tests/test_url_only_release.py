@@ -111,6 +111,10 @@ def test_a_url_only_3xcm_release_round_trips_through_fetch_release(tmp_path: Pat
             assert sha256_bytes(data) == row["sha256"]  # JPEG originals: released as downloaded
             assert data == blob(tmp_path / "ws", row["sha256"])
         assert loaded[0]["image"].size == (320, 240)  # decoded by datasets' Image feature
+        # The release's reference pack comes along: the fetched table is read with the release's own countries.
+        from data.reference import load_pack
+
+        assert load_pack(out / "reference").digest == load_pack(release / "reference").digest
 
         # -- the sources move on: one image changed, one gone, one opted out -------------------------------------
         direct = [r for r in rows if r["rank"] == 2]  # /img/<n>/...: not behind a redirect
@@ -159,6 +163,7 @@ def test_a_url_only_mixcube_release_keeps_the_swaps_bytes_and_names_the_original
 
     from curation.image_hashing import hash_batch
     from data.publish.release import ReleaseConfig, with_phash
+    from data.reference import default_pack
     from data.workspace import Workspace
     from flows.mixcube.release import GRID, write_mixcube_release
 
@@ -168,7 +173,9 @@ def test_a_url_only_mixcube_release_keeps_the_swaps_bytes_and_names_the_original
     batch = hash_batch([lambda sha=sha: ws.blobs.get(sha) for sha in shas])
     rows = with_phash(rows, {sha: int(batch.phash[i]) for i, sha in enumerate(shas)})
     config = ReleaseConfig(root=str(tmp_path / "rel"), version="0.0.1", mode="urls")
-    release = Path(write_mixcube_release(config, ws.blobs, rows, {"demo": True, "incomplete": incomplete}).path)
+    release = Path(
+        write_mixcube_release(config, ws.blobs, rows, {"demo": True, "incomplete": incomplete}, default_pack()).path
+    )
 
     manifest = json.loads((release / "manifest.json").read_text())
     assert manifest["mode"] == "urls"

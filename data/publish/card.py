@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from data.publish.format import WEBDATASET_FEATURES
+from data.reference import ReferencePack
 from data.review_labels import AUTO_ACCEPT
+from data.text_safety import code_span, markdown_text
 
 LICENSE = "cc-by-nc-sa-4.0"
 
@@ -147,4 +149,32 @@ def auto_accept_notice(what: str) -> str:
     return (
         f"> **No human reviewed the {what}.** The auto-accept policy decided in the reviewers' place, so this "
         "release is not human-reviewed as the paper's is.\n"
+    )
+
+
+def pack_country_rows(pack: ReferencePack, countries: Collection[str]) -> list[dict[str, str]]:
+    """The pack's rows of the countries a release holds, in the pack's order, escaped for a card."""
+    return [
+        {
+            "country": markdown_text(c.name),
+            "ISO 3166": markdown_text(c.iso2),
+            "language": markdown_text(f"{c.language_name} ({c.language_code})"),
+            "language group": markdown_text(c.language_group),
+            "region": markdown_text(c.region),
+        }
+        for c in pack.countries
+        if c.name in countries
+    ]
+
+
+def reference_section(pack: ReferencePack, rows: list[dict[str, str]], what: str) -> str:
+    """The card's account of the reference pack the release was built from, then `rows` (escaped by the caller:
+    pack text is outside input), which say `what` the release holds of it."""
+    which = "the shipped default pack, unchanged" if pack.is_default else "a pack of its own, not the shipped default"
+    return (
+        "\n## Reference pack\n\n"
+        f"Built from the reference pack {code_span(pack.info.name)} {code_span(pack.info.version)} ({which}; "
+        f"sha256 {code_span(pack.digest)}). The release carries it in `reference/` (its countries, languages, "
+        "concepts, translations, cultures and prompts), so every command that reads the release needs nothing else. "
+        f"{what}\n\n" + markdown_table(rows)
     )

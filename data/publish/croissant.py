@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from data.publish.card import LICENSE
 from data.publish.rai import RaiTexts
+from data.reference import ReferencePack
 
 FILE = "croissant.json"
 CONFORMS_TO = ["http://mlcommons.org/croissant/1.1", "http://mlcommons.org/croissant/RAI/1.0"]
@@ -142,6 +143,9 @@ class ReleaseFacts:
     file_groups: tuple[FileGroup, ...]
     composition: tuple[str, ...]  # datasheet lines: what the rows are, per country and category
     rai: RaiTexts
+    # The reference pack's countries with their regions, as `spatialCoverage` (schema.org Place), and its record.
+    coverage: tuple[tuple[str, str], ...] = ()
+    reference: str = ""  # one sentence naming the pack the release was built from
 
 
 # --- the JSON-LD ---------------------------------------------------------------------------------------------------
@@ -208,8 +212,30 @@ def croissant_jsonld(
         "distribution": distribution,
         "recordSet": record_sets,
     }
+    if facts.coverage:
+        doc["spatialCoverage"] = [
+            {"@type": "sc:Place", "name": country, "containedInPlace": {"@type": "sc:Place", "name": region}}
+            for country, region in facts.coverage
+        ]
+    if facts.reference:
+        doc["description"] = f"{doc['description']} {facts.reference}"
     doc.update(facts.rai.as_jsonld())
     return doc
+
+
+def with_pack(facts: ReleaseFacts, pack: ReferencePack, countries: Collection[str]) -> ReleaseFacts:
+    """`facts` with the reference pack's countries (those the release holds), their regions, and its name."""
+    coverage = tuple((c.name, c.region) for c in pack.countries if c.name in countries)
+    return replace(facts, coverage=coverage, reference=pack_sentence(pack))
+
+
+def pack_sentence(pack: ReferencePack) -> str:
+    """Which pack a release was built from, in one sentence (for the card and Croissant)."""
+    which = "the shipped default reference pack" if pack.is_default else "the reference pack"
+    return (
+        f"Built from {which} {pack.info.name} {pack.info.version} (sha256 {pack.digest}), which the release "
+        "carries in reference/."
+    )
 
 
 def to_bytes(doc: dict[str, Any]) -> bytes:

@@ -14,7 +14,8 @@ each file's size and its git blob sha1, or its LFS sha256 for a file the Hub sto
 The token goes to `huggingface_hub` only (its Authorization header): never into a message, a log or a file, and
 never over plain http except to a loopback host (`check_endpoint`: a Hub elsewhere must be https://).
 
-Only the kinds of file a release writer produces are uploaded (`RELEASE_FILE`): a manifest that lists anything else
+Only the kinds of file a release writer produces are uploaded (`RELEASE_FILE`, and the files of the reference pack
+under `reference/`): a manifest that lists anything else
 (the Hub's own `.gitattributes`, whose LFS rules it would replace, a script, a dotfile) is refused before the first
 call to the Hub, naming the file.
 """
@@ -34,6 +35,8 @@ from urllib.parse import SplitResult, urlsplit
 
 from data.publish.format import MANIFEST
 from data.publish.integrity import ReleaseIntegrityError, file_digest, read_manifest, verify_files
+from data.publish.reader import REFERENCE_DIR
+from data.reference_files import pack_file_kind
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -61,6 +64,13 @@ RELEASE_FILE = re.compile(
     r"|benchmarks/[a-z0-9][a-z0-9_-]*\.csv|food_label\.csv"
     r"|masks/[0-9a-f]{64}\.png"
 )
+
+
+def is_release_file(rel: str) -> bool:
+    """A file of a kind a release writer produces: `RELEASE_FILE`, or a file of the reference pack it carries."""
+    if rel.startswith(f"{REFERENCE_DIR}/"):
+        return pack_file_kind(rel.removeprefix(f"{REFERENCE_DIR}/")) is not None
+    return RELEASE_FILE.fullmatch(rel) is not None
 
 
 class PublishInputError(ValueError):
@@ -170,10 +180,10 @@ def local_files(folder: Path) -> tuple[str, str, dict[str, LocalFile]]:
             raise PublishInputError(
                 f"{folder / MANIFEST}: lists {rel}, the Hub's own file (its LFS rules); a release never replaces it"
             )
-        if not RELEASE_FILE.fullmatch(rel):
+        if not is_release_file(rel):
             raise PublishInputError(
                 f"{folder / MANIFEST}: lists {rel!r}, which is not a file a release holds (card, manifest, Croissant, "
-                "Parquet configs, image tars, figures, benchmark CSVs, masks); nothing was uploaded"
+                "Parquet configs, image tars, figures, benchmark CSVs, masks, reference pack); nothing was uploaded"
             )
     problems = verify_files(manifest)  # what `verified` does, on the manifest just checked (read once)
     if problems:

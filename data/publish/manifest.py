@@ -173,6 +173,21 @@ class Validation(BaseModel):
     balance_replayed: StrictBool | None = None
 
 
+class PackRecord(BaseModel):
+    """The reference pack a release was built from (its files are the release's `reference/`)."""
+
+    model_config = _STRICT
+
+    name: StrictStr
+    version: StrictStr
+    licence: StrictStr
+    sha256: Sha256  # over every file's name and content (`ReferencePack.digest`)
+    default: StrictBool  # the shipped default pack, byte for byte
+    countries: list[StrictStr]
+    languages: list[StrictStr]
+    regions: list[StrictStr]
+
+
 class Provenance(BaseModel):
     """What a build (or a patch) states about how its release was made. Every field is optional: a manifest of an
     older build, or of another benchmark, lacks some; keys not named here stay as given (`model_extra`)."""
@@ -185,6 +200,7 @@ class Provenance(BaseModel):
     backends: dict[str, Any] = {}
     deviations: list[StrictStr] = []
     reference_data_sha256: StrictStr | None = None
+    reference: PackRecord | None = None
     seeds: dict[str, StrictInt | None] = {}
     stage_fingerprints: dict[str, StrictStr | None] = {}
     stage_stats: list[dict[str, Any]] = []
@@ -279,6 +295,7 @@ class ReassembledManifest(BaseModel):
     input: dict[str, StrictStr]
     validation: Validation
     reference_data_sha256: StrictStr | None = None
+    reference: PackRecord | None = None
 
 
 def dotted(loc: tuple[int | str, ...]) -> str:

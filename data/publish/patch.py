@@ -40,8 +40,9 @@ from data.publish.format import IMAGE_CONFIGS, MANIFEST, SEMVER, ImageConfig
 from data.publish.images import ReleasedImages
 from data.publish.integrity import read_manifest
 from data.publish.manifest import ReleaseManifest
-from data.publish.reader import read_parquet_files
+from data.publish.reader import read_parquet_files, release_pack
 from data.publish.release import ReleaseConfig
+from data.reference import ReferencePack
 
 #: Manifest keys that describe the release file by file, or the release itself: not carried over from the parent.
 _OWN_KEYS = ("name", "version", "files", "parent", "takedowns", "validation", "mode")
@@ -136,6 +137,10 @@ class ParentRelease:
     @property
     def name(self) -> str:
         return self.manifest.name
+
+    def pack(self) -> ReferencePack:
+        """The reference pack the parent was built from; its patch carries it on."""
+        return release_pack(self.folder)
 
     @property
     def version(self) -> str:

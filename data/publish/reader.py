@@ -18,6 +18,19 @@ from data.publish.format import MANIFEST, ReleaseReadError
 from data.publish.images import ReleasedImages
 from data.publish.integrity import ReleaseIntegrityError, read_manifest, verified
 from data.publish.manifest import ReleaseManifest
+from data.reference import ReferencePack, default_pack, load_pack
+from data.reference_files import PACK_FILE
+
+#: The folder of a release that holds its reference pack (`data/publish/release.py` writes it).
+REFERENCE_DIR = "reference"
+
+
+def release_pack(folder: Path) -> ReferencePack:
+    """The reference pack a release folder was built from: its own `reference/`, checked as any pack is. A release
+    written before packs existed has none: it was built from the shipped data, the default pack."""
+    if (folder / REFERENCE_DIR / PACK_FILE).is_file():
+        return load_pack(folder / REFERENCE_DIR)
+    return default_pack()
 
 
 def read_parquet_files(files: list[Path], columns: list[str] | None = None) -> pa.Table:
@@ -79,6 +92,13 @@ class Release:
             raise
         if manifest.sha256 != self.manifest_sha256:
             raise ReleaseReadError(f"{self.path / MANIFEST}: changed while it was read; evaluate again")
+
+    def pack(self) -> ReferencePack:
+        """The reference pack this release carries (its countries, languages, regions and cultures), its files
+        checked against the manifest first."""
+        if (self.path / REFERENCE_DIR).is_dir():
+            self.verify([REFERENCE_DIR])
+        return release_pack(self.path)
 
     def has(self, config: str) -> bool:
         return any((self.path / config).glob("*.parquet"))

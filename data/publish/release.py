@@ -13,8 +13,10 @@ from data.progress import StepProgress
 from data.publish.folder import ImmutableFolder
 from data.publish.format import SEMVER
 from data.publish.manifest import ReleaseManifest
+from data.publish.reader import REFERENCE_DIR
 from data.publish.shards import ImageRow, ShardLimits, write_image_shards
 from data.publish.tables import write_csv, write_table
+from data.reference import ReferencePack
 from data.workspace import Storage
 
 
@@ -47,6 +49,11 @@ class ReleaseWriter(ImmutableFolder):
 
     def write_csv(self, rel: str, table: pa.Table, columns: Iterable[str]) -> None:
         write_csv(self, rel, table, columns)
+
+    def write_reference(self, pack: ReferencePack) -> None:
+        """The pack the release was built from, byte for byte, as `reference/`: the release needs nothing else."""
+        for name, data in sorted(pack.files.files.items()):
+            self.write_bytes(f"{REFERENCE_DIR}/{name}", data)
 
     def write_images(
         self,

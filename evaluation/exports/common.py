@@ -87,16 +87,13 @@ def check_values(release: Release, config: str, table: pa.Table, rules: Mapping[
                 raise refuse(release, config, row, column, value, rule.wanted)
 
 
-def mixcube_rules() -> dict[str, Allowed]:
-    """MixCuBe's columns a harness export writes, each checked against its reference: the cultures, the categories
-    with an App. B.2 prompt, the ethnicities (and `original`), the sample id pattern."""
-    from data import reference
-    from evaluation import mixcube as mx
-
-    ref = reference.mixcube()
+def mixcube_rules(release: Release) -> dict[str, Allowed]:
+    """MixCuBe's columns a harness export writes, each checked against the release's own reference pack: the
+    cultures, the categories with an App. B.2 prompt, the ethnicities (and `original`), the sample id pattern."""
+    ref = release.pack().mixcube()
     return {
         "country": one_of((c.adjective for c in ref.cultures), "a MixCuBe culture"),
-        "category": one_of(mx.COUNTRY_PROMPTS, "a category with an App. B.2 prompt"),
+        "category": one_of(ref.evaluation_prompts, "a category with an App. B.2 prompt"),
         "ethnicity": one_of([ref.original_label, *(e.label for e in ref.ethnicities)], "a MixCuBe ethnicity"),
         "sample_id": Allowed(
             lambda value: isinstance(value, str) and SAMPLE_ID.fullmatch(value) is not None,

@@ -7,7 +7,7 @@ The export writes
   (absolute, read-only: lmms-eval's `datasets.load_dataset` reads the card's `default` config, split `train`); no
   image is copied. `generate_until`, greedy, 120 new tokens at most (App. C.2's cap, as `culturebench evaluate`).
 - `culturebench_mixcube/utils.py`: `evaluation/exports/lmms_eval_task.py` with its data block filled in: the App.
-  B.2 prompts (`evaluation.mixcube.COUNTRY_PROMPTS`), the ground-truth terms of every culture
+  B.2 prompts (the release pack's `evaluation_prompts`), the ground-truth terms of every culture
   (`evaluation.mixcube.ground_truth_terms`) and the lookup from a culture's spellings to them, so that the task
   imports neither culturebench nor anything but the standard library. Its `is_correct` is our scorer's, copied.
 - `README.md`: the command and what it measures.
@@ -23,7 +23,6 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from data import reference
 from data.publish.folder import ImmutableFolder
 from data.publish.reader import Release
 from data.text_safety import code_span
@@ -79,7 +78,7 @@ def release_path(release: Release) -> str:
 
 def utils_source(release: Release) -> str:
     """The task's utils.py: the template with the release's and the scorer's data written into its data block."""
-    ref = reference.mixcube()
+    ref = release.pack().mixcube()  # the release's own cultures, prompts and aliases
     keys: dict[str, str] = {}
     for culture in ref.cultures:  # the first culture a spelling names wins, as evaluation.mixcube._culture
         for key in (culture.adjective, culture.name, culture.iso2):
@@ -91,16 +90,16 @@ def utils_source(release: Release) -> str:
             "path": release_path(release),
             "manifest_sha256": release.manifest_sha256,
         },
-        "ORIGINAL": mx.ORIGINAL,
-        "COUNTRY_PROMPTS: dict[str, str]": dict(mx.COUNTRY_PROMPTS),
+        "ORIGINAL": ref.original_label,
+        "COUNTRY_PROMPTS: dict[str, str]": dict(ref.evaluation_prompts),
         "GROUND_TRUTH_TERMS: dict[str, list[str]]": {
-            c.adjective: list(mx.ground_truth_terms(c.adjective)) for c in ref.cultures
+            c.adjective: list(mx.ground_truth_terms(c.adjective, ref)) for c in ref.cultures
         },
         "CULTURE_KEYS: dict[str, str]": keys,
         "ORDER: dict[str, list[str]]": {
             "country": [c.adjective for c in ref.cultures],
             "category": list(ref.categories),
-            "ethnicity": [mx.ORIGINAL, *(e.label for e in ref.ethnicities)],
+            "ethnicity": [ref.original_label, *(e.label for e in ref.ethnicities)],
         },
     }
     template = TEMPLATE.read_text(encoding="utf-8")
@@ -163,7 +162,8 @@ def command(folder: str, results: str = "RESULTS") -> str:
 
 
 def readme(release: Release, counts: Counter[str], n: int) -> str:
-    by_ethnicity = ", ".join(f"{e} {counts[e]}" for e in [mx.ORIGINAL, *sorted(set(counts) - {mx.ORIGINAL})])
+    original = release.pack().mixcube().original_label
+    by_ethnicity = ", ".join(f"{e} {counts[e]}" for e in [original, *sorted(set(counts) - {original})])
     return f"""# MixCuBe {release.version} for lmms-eval
 
 The Country Identification task of MixCuBe (*When Tom Eats Kimchi*, §3) on the release
@@ -212,7 +212,9 @@ def export(release: Release, folder: ImmutableFolder) -> str:
     release.verify(("default",))
     require_columns(release, "default", [*_READ, "image"])
     rows = release.table("default", columns=_READ)
-    check_values(release, "default", rows, mixcube_rules())  # the README counts ethnicities; the task groups by all
+    check_values(
+        release, "default", rows, mixcube_rules(release)
+    )  # the README counts ethnicities; the task groups by all
     counts = Counter(rows.column("ethnicity").to_pylist())
     folder.write_bytes(TASK_YAML, task_yaml(release).encode())
     folder.write_bytes(TASK_UTILS, utils_source(release).encode())

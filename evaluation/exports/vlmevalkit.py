@@ -7,7 +7,7 @@ Columns (`TSV_COLUMNS`), one row per row of the release's `default` table, in it
   (`evaluation.predictions.vlmevalkit` maps it back to `sample_id`);
 - `image`: the released image bytes, base64 (standard alphabet, no line breaks); empty for a row without bytes,
   which VLMEvalKit skips (and no prediction is expected for it);
-- `question`: the App. B.2 prompt of the row's category, exactly `evaluation.mixcube.COUNTRY_PROMPTS`;
+- `question`: the App. B.2 prompt of the row's category, exactly the release pack's `evaluation_prompts`;
 - `answer`: the culture (the release's `country`); our scorer also accepts its country and App. A.5's aliases;
 - `category`: the ethnicity (original or a swap), `l2-category`: the culture, `split`: the image category
   (Food, Clothes, Festival): what VLMEvalKit groups by;
@@ -49,12 +49,13 @@ def tsv_bytes(release: Release) -> bytes:
     release.verify(("default",))
     require_columns(release, "default", _READ)
     rows = release.table("default", columns=_READ)
-    check_values(release, "default", rows, mixcube_rules())
+    check_values(release, "default", rows, mixcube_rules(release))
     try:
         images = mx._image_bytes(rows)
     except ValueError as exc:
         raise ExportError(f"{release.path / 'default'}: {exc}") from None
     columns = {name: rows.column(name).to_pylist() for name in ("sample_id", "country", "category", "ethnicity")}
+    prompts = release.pack().mixcube().evaluation_prompts  # App. B.2, as the release's reference pack holds it
 
     def line(index: int) -> tuple[object, ...]:
         image = images[index].as_py()
@@ -64,7 +65,7 @@ def tsv_bytes(release: Release) -> bytes:
         return (
             index,
             base64.b64encode(image).decode("ascii") if image is not None else "",
-            mx.COUNTRY_PROMPTS[category],
+            prompts[category],
             columns["country"][index],
             columns["ethnicity"][index],
             columns["country"][index],

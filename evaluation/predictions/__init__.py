@@ -130,8 +130,9 @@ class PredictionsConfig(BaseModel):
         default=None, description="The model that answered; default: from the file's name (VLMEvalKit's <model>_...)."
     )
 
-    def build(self, default_folder: Path) -> PredictionsVlm:
-        """Read and check the file against the release's `default` rows (in `default_folder`)."""
+    def build(self, default_folder: Path, prompts: dict[str, str]) -> PredictionsVlm:
+        """Read and check the file against the release's `default` rows (in `default_folder`); `prompts`: the App.
+        B.2 prompt of each category, as the release's reference pack holds them."""
         path = Path(self.path)
         module = reader(self.format)
         digest = sha256_bytes(read_prediction_bytes(path))  # its bytes not kept while the reader holds them too
@@ -146,7 +147,7 @@ class PredictionsConfig(BaseModel):
             "file": path.name,
             "sha256": digest,
         }
-        return PredictionsVlm(rows, answers, name=name, source=source)
+        return PredictionsVlm(rows, answers, prompts, name=name, source=source)
 
 
 class PredictionsVlm:
@@ -156,9 +157,9 @@ class PredictionsVlm:
 
     runs_locally = False
 
-    def __init__(self, rows: pa.Table, answers: dict[str, str], *, name: str, source: dict[str, Any]) -> None:
-        from evaluation.mixcube import COUNTRY_PROMPTS
-
+    def __init__(
+        self, rows: pa.Table, answers: dict[str, str], prompts: dict[str, str], *, name: str, source: dict[str, Any]
+    ) -> None:
         self.identity = VlmIdentity(backend="predictions", model_id=slug(source["format"], name), name=name)
         self.source = source
         self._queues: dict[tuple[str, str], deque[str]] = defaultdict(deque)
@@ -168,8 +169,8 @@ class PredictionsVlm:
             rows.column("image_sha256").to_pylist(),
             strict=True,
         ):
-            if digest is not None and category in COUNTRY_PROMPTS:
-                self._queues[(digest, COUNTRY_PROMPTS[category])].append(answers[sample_id])
+            if digest is not None and category in prompts:
+                self._queues[(digest, prompts[category])].append(answers[sample_id])
         self._file = source["file"]
 
     def ask(self, prompt: str, image: bytes | None = None) -> Answer:

@@ -1,9 +1,10 @@
 """`culturebench`: run builds with or without Prefect, print configs, validate releases, evaluate models.
 
 One module per command group: `build` (`build 3xcm|mixcube`, `config`), `release` (`validate`, `audit`,
-`reassemble`), `concepts`, `evaluate`, `fetch_release`, `takedown`, `prefect_setup`; `output` holds what they share
-(the console, progress bars, one-line messages) and `errors` the one error type: a command refuses by raising a
-`CliError` or a domain error, and `CliGroup`, every group's class, prints its line and exits with its code."""
+`reassemble`), `concepts`, `reference`, `evaluate`, `fetch_release`, `takedown`, `prefect_setup`; `output`
+holds what they share (the console, progress bars, one-line messages) and `errors` the one error type: a command
+refuses by raising a `CliError` or a domain error, and `CliGroup`, every group's class, prints its line and exits
+with its code."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from flows.cli.fetch_release import fetch_release_command
 from flows.cli.output import console
 from flows.cli.prefect_setup import prefect_setup_command
 from flows.cli.publish import publish_command
+from flows.cli.reference import reference_app
 from flows.cli.release import audit_command, reassemble_command, validate_command
 from flows.cli.takedown import takedown_command
 
@@ -30,6 +32,7 @@ app = typer.Typer(cls=CliGroup, help="Build the 3XCM and MixCuBe cultural-bias b
 app.add_typer(build_app, name="build")
 app.add_typer(concepts_app, name="concepts")
 app.add_typer(evaluate_app, name="evaluate")
+app.add_typer(reference_app, name="reference")
 app.command("takedown")(takedown_command)
 app.command("fetch-release")(fetch_release_command)
 app.command("config")(config_command)

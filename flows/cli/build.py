@@ -26,8 +26,16 @@ class Engine(StrEnum):
     local = "local"
 
 
-def _overrides(workspace_root: str | None, release_root: str | None, version: str | None, build_id: str | None) -> dict:
+def _overrides(
+    workspace_root: str | None,
+    release_root: str | None,
+    version: str | None,
+    build_id: str | None,
+    reference: str | None = None,
+) -> dict:
     out: dict[str, Any] = {}
+    if reference:
+        out["reference"] = reference
     if workspace_root:
         out["workspace_root"] = workspace_root
     if build_id:
@@ -50,6 +58,13 @@ WorkspaceOption = Annotated[str | None, typer.Option(help="Workspace root (fsspe
 ReleaseRootOption = Annotated[str | None, typer.Option(help="Release root (fsspec URL).")]
 VersionOption = Annotated[str | None, typer.Option(help="Release version (semver).")]
 BuildIdOption = Annotated[str | None, typer.Option(help="Build id (default: derived from the config).")]
+ReferenceOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Reference pack folder (or fsspec URL) naming the countries, languages, concepts and cultures to build "
+        "for (default: the shipped pack; `culturebench reference init DIR` starts one)."
+    ),
+]
 CloseReviewsOption = Annotated[
     bool, typer.Option(help="Import open reviews as they stand; items short of annotations are undecided.")
 ]
@@ -65,11 +80,13 @@ def _add_build_command(name: str, entry: benchmarks.Entry) -> None:
         version: VersionOption = None,
         build_id: BuildIdOption = None,
         close_reviews: CloseReviewsOption = False,
+        reference: ReferenceOption = None,
     ) -> None:
         if entry.needs and not (config or demo):
             raise BadInput(entry.needs)
         benchmark = benchmarks.get(name)
-        cfg = _config(benchmark.config, config, demo, _overrides(workspace_root, release_root, version, build_id))
+        overrides = _overrides(workspace_root, release_root, version, build_id, reference)
+        cfg = _config(benchmark.config, config, demo, overrides)
         _run_build(benchmark, cfg, engine, close_reviews)
 
     command.__annotations__["demo"] = Annotated[bool, typer.Option(help=entry.demo_help)]
@@ -165,6 +182,7 @@ def config_command(
     demo: Annotated[bool, typer.Option(help="Print the demo config.")] = False,
     schema: Annotated[bool, typer.Option(help="Print the JSON schema instead of a config.")] = False,
     benchmark: Annotated[BenchmarkName, typer.Option(help="Which build's config.")] = "3xcm",  # type: ignore[assignment]  # Typer makes the enum of it
+    reference: ReferenceOption = None,
 ) -> None:
     """Print the default (or demo) build config as JSON, to edit and pass with --config. A benchmark without a
     default input (MixCuBe's originals) prints its demo config unless --schema is given."""
@@ -172,5 +190,10 @@ def config_command(
     if schema:
         typer.echo(json.dumps(model.model_json_schema(), indent=2))
         return
-    cfg = model.demo() if demo or benchmarks.REGISTRY[benchmark].needs else model()
+    given = {"reference": reference} if reference else {}
+    cfg = (
+        model.demo(**given)
+        if demo or benchmarks.REGISTRY[benchmark].needs
+        else build_config(given, model=model, source="--reference")
+    )
     typer.echo(cfg.model_dump_json(indent=2))

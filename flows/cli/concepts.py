@@ -55,12 +55,17 @@ def concepts_accept_command(
         list[str] | None, typer.Argument(help="Candidates to decide (all pending if none).")
     ] = None,
     reject: Annotated[bool, typer.Option(help="Reject instead of accepting.")] = False,
+    reference: Annotated[
+        str | None, typer.Option(help="The reference pack the review file extends (default: the shipped one).")
+    ] = None,
 ) -> None:
-    """Accept (or reject) candidates; each accepted one gets a stable new concept id (1000 and up)."""
+    """Accept (or reject) candidates; each accepted one gets a stable new concept id (1000 and up, after the
+    pack's own ids)."""
     from collectors.concept_generation import accept_candidates
+    from data.reference import pack_or_default
 
     try:  # a ReviewFileError: exit 2
-        changed = accept_candidates(review_file, candidate_ids or None, reject=reject)
+        changed = accept_candidates(review_file, pack_or_default(reference), candidate_ids or None, reject=reject)
     except (KeyError, FileNotFoundError) as exc:  # an unknown candidate id, no review file
         raise BadInput(exc) from None
     for row in changed:

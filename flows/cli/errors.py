@@ -84,6 +84,9 @@ def _os_error(exc: Any) -> CliError:
 DOMAIN_ERRORS: dict[str, Callable[[Any], CliError]] = {
     # exit 2: input that cannot be used
     "flows.engine.config.ConfigError": BadInput,
+    "data.reference_files.PackErrors": BadInput,
+    "data.reference_files.PackError": BadInput,
+    "collectors.pack_needs.PackIncomplete": BadInput,
     "flows.cli.output.InputFileError": BadInput,
     "data.publish.format.ReleaseReadError": BadInput,
     "data.output_paths.OutputPathError": BadInput,

@@ -28,7 +28,10 @@ from prefect.utilities.hashing import file_hash
 
 from data.publish.folder import ReleaseResult
 from data.publish.format import IMAGE_CONFIGS, ImageConfig
+from data.reference import ReferencePack
+from data.workspace import Workspace
 from flows.engine.graph import Build, BuildGraph, ConfigT, Progress
+from flows.engine.reference import prepare_pack
 from flows.engine.runner import BuildSummary, ProgressArtifact, execute_in_prefect, execute_locally, summary_markdown
 
 if TYPE_CHECKING:
@@ -58,6 +61,10 @@ class Benchmark(Generic[ConfigT]):
     # Fails fast (ConfigError, FileNotFoundError, MissingExtraError) on a config that cannot build: a missing
     # weights file must not surface after hours of search, download or inpainting. Cheap: nothing large is loaded.
     preflight: Callable[[ConfigT], None]
+    # Checks the build's copy of its reference pack before the first stage: whatever the build needs and the pack
+    # lacks is refused in one line (or, where a backend can draft it, drafted into the copy). (config, pack, the
+    # copy's URL, workspace).
+    check_reference: Callable[[ConfigT, ReferencePack, str, Workspace], None]
     # Validate and materialise the release, reporting the rows written as the stage "release".
     release: Callable[[Build[ConfigT], Progress | None], ReleaseResult]
     provenance: Callable[[Build[ConfigT]], dict[str, Any]]  # what the manifest records of the build
@@ -85,6 +92,12 @@ class Benchmark(Generic[ConfigT]):
     def build(self, config: ConfigT) -> Build[ConfigT]:
         return self.graph.build(config)
 
+    def prepare_reference(self, build: Build[ConfigT]) -> ReferencePack:
+        """The build's copy of its reference pack, taken and checked before the first stage."""
+        return prepare_pack(
+            build.config, build.ws, lambda pack, url: self.check_reference(build.config, pack, url, build.ws)
+        )
+
     def run(
         self,
         config: ConfigT,
@@ -100,6 +113,7 @@ class Benchmark(Generic[ConfigT]):
         self.preflight(config)
         if engine == "local":
             build = self.build(config)
+            self.prepare_reference(build)
             return execute_locally(build, lambda: self.release(build, progress), progress, close_reviews)
         return self._flow_after_preflight(config, close_reviews=close_reviews)
 
@@ -129,6 +143,7 @@ class Benchmark(Generic[ConfigT]):
         if preflight:
             self.preflight(config)
         build = self.build(config)
+        self.prepare_reference(build)
         summary = execute_in_prefect(build, close_reviews, lambda: self.release(build, ProgressArtifact()))
         create_markdown_artifact(
             key=f"{self.flow_name}-summary",

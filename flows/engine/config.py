@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from data.provenance import portable_paths, redact
+from data.reference import ReferencePack, load_pack, pack_or_default
 from data.workspace import fingerprint
 from flows.engine.task_runner import DefaultTaskRunnerConfig, TaskRunnerConfig
 
@@ -22,7 +23,10 @@ class BuildConfigBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
     build_prefix: ClassVar[str]
     # Fields that do not change what is collected or drawn: changing them continues the same build.
-    outside_build_id: ClassVar[frozenset[str]] = frozenset({"build_id", "workspace_root", "release", "task_runner"})
+    # The reference pack counts by its content, not its path (`resolved_build_id`).
+    outside_build_id: ClassVar[frozenset[str]] = frozenset(
+        {"build_id", "workspace_root", "release", "task_runner", "reference"}
+    )
 
     build_id: str | None = Field(
         default=None,
@@ -34,13 +38,28 @@ class BuildConfigBase(BaseModel):
         default_factory=DefaultTaskRunnerConfig,
         description="Where a Prefect run's sharded stages run: in the flow's process, or on a Dask cluster.",
     )
+    reference: str | None = Field(
+        default=None,
+        description="The reference pack (a folder path or fsspec URL) naming the countries, languages, concepts and "
+        "cultures to build for; None for the shipped default pack (`culturebench reference init DIR` copies it).",
+    )
+
+    def pack(self) -> ReferencePack:
+        """The reference pack this config names (checked; read once per process while its files are unchanged)."""
+        return pack_or_default(self.reference)
 
     def released_config(self) -> dict[str, Any]:
         """The config as a release's manifest records it: secrets redacted, without where the build ran (its
         workspace, its task runner, its release root), and with local paths (models, corpora) as their names plus
         the sha256 of a file, so the same config releases the same bytes wherever it ran and no machine path is
         published."""
-        where: dict[str, bool | set[str]] = {"workspace_root": True, "task_runner": True, "release": {"root"}}
+        # The pack is recorded by its name, version and sha256 (the manifest's `reference`), not its path.
+        where: dict[str, bool | set[str]] = {
+            "workspace_root": True,
+            "task_runner": True,
+            "release": {"root"},
+            "reference": True,
+        }
         released: dict[str, Any] = portable_paths(redact(self.model_dump(mode="json", exclude=where)))
         return released
 
@@ -53,6 +72,9 @@ class BuildConfigBase(BaseModel):
         if self.build_id:
             return self.build_id
         content = self.model_dump(mode="json", exclude=set(self.outside_build_id))
+        pack = self.pack()
+        if not pack.is_default:  # a build of the default pack keeps the id it had before packs existed
+            content["reference"] = pack.digest
         return f"{self.build_prefix}-{fingerprint(content)[:12]}"
 
 
@@ -105,6 +127,9 @@ def build_config(
 ) -> ConfigT:
     """The config of `model` (3XCM or MixCuBe) from a mapping; `demo` starts from the model's demo config."""
     merged = merge(raw, overrides or {})
+    if isinstance(merged.get("reference"), str) and merged["reference"]:
+        # Checked here, not inside validation: each problem of the pack is its own line, naming its file and field.
+        load_pack(merged["reference"])
     try:
         return model.demo(**merged) if demo else model.model_validate(merged)
     except ValidationError as exc:

@@ -22,9 +22,11 @@ import pyarrow as pa
 from annotation.backends import LabelStudioFilesReviewConfig, ReviewConfig, ReviewContext
 from annotation.label_configs import ReviewKind
 from collectors.concept_generation import review_file_sha256
+from data.reference import ReferencePack
 from data.stage import stats_from_table
 from data.stage_stats import StageStats
 from data.workspace import StageMarker, Workspace, fingerprint
+from flows.engine.reference import prepare_pack, workspace_pack
 from flows.engine.shards import MapShards, ShardPlan, attempt_key, run_sharded, write_shard
 
 Progress = Callable[[str, int, int], None]
@@ -34,6 +36,8 @@ class BuildConfig(Protocol):
     workspace_root: str
 
     def resolved_build_id(self) -> str: ...
+
+    def pack(self) -> ReferencePack: ...
 
 
 ConfigT = TypeVar("ConfigT", bound=BuildConfig)
@@ -47,6 +51,15 @@ class StageContext(Generic[ConfigT]):
     stage: str = ""  # the stage's name
     progress: Progress | None = None
     accept_incomplete: bool = False  # an operator closed the open reviews: missing votes become undecided
+    # Where the build's copy of its reference pack comes from (read when a stage first asks for it).
+    pack_source: Callable[[], ReferencePack] | None = None
+
+    @property
+    def pack(self) -> ReferencePack:
+        """The build's copy of its reference pack (flows/engine/reference.py)."""
+        if self.pack_source is None:
+            raise LookupError(f"stage {self.stage!r} runs without a reference pack")
+        return self.pack_source()
 
     def table(self, stage: str) -> pa.Table:
         return self.ws.read_table(stage)
@@ -150,6 +163,15 @@ class Build(Generic[ConfigT]):
     def stage(self, name: str) -> Stage:
         return self.stages[name]
 
+    @property
+    def pack(self) -> ReferencePack:
+        """The build's copy of its reference pack, taken before the first stage (`prepare_pack`, which a benchmark's
+        run calls with its checks); a build driven stage by stage without it takes the copy now."""
+        try:
+            return workspace_pack(self.ws)
+        except FileNotFoundError:
+            return prepare_pack(self.config, self.ws)
+
     def review(self) -> ReviewConfig:
         return self.graph.review(self.config)
 
@@ -176,6 +198,7 @@ class Build(Generic[ConfigT]):
             config=self.config,
             ws=self.ws,
             fingerprint=self.fingerprints[name],
+            pack_source=lambda: self.pack,
             stage=name,
             progress=progress,
             accept_incomplete=accept_incomplete,

@@ -15,12 +15,14 @@ from typing import Any
 from curation.synthesis_filters import resolve_brisque_weights
 from curation.validate import ValidationReport
 from curation.validate_mixcube import shipped_masks, validate_quintets
-from data.provenance import code_version, reference_data_sha256
+from data.provenance import code_version
 from data.publish.folder import ReleaseResult
 from data.publish.format import ReleaseReadError
-from data.publish.reader import read_parquet_parts
+from data.publish.reader import read_parquet_parts, release_pack
 from data.publish.release import with_phash
+from data.reference import ReferencePack
 from data.schemas import MIXCUBE_ROWS
+from data.workspace import Workspace
 from flows.engine.benchmark import Benchmark
 from flows.engine.graph import Build, Progress
 from flows.mixcube import patch
@@ -41,6 +43,11 @@ def check_backends(config: BuildMixCubeConfig) -> None:
     config.inpaint.build()
     if config.filters.brisque is not None:
         resolve_brisque_weights(config.filters.brisque)
+
+
+def check_reference(config: BuildMixCubeConfig, pack: ReferencePack, location: str, ws: Workspace) -> None:
+    """Before the first stage: the pack has MixCuBe's cultures, categories, ethnicities and prompts."""
+    pack.mixcube()  # a PackError naming mixcube.json when it has none
 
 
 def backends(config: BuildMixCubeConfig) -> dict[str, Any]:
@@ -66,7 +73,8 @@ def provenance(build: Build[BuildMixCubeConfig]) -> dict[str, Any]:
         "demo": config.is_demo,
         "config": config.released_config(),
         "code_version": code_version(),
-        "reference_data_sha256": reference_data_sha256(),
+        "reference_data_sha256": build.pack.digest,
+        "reference": build.pack.record(),
         "seeds": {"synthesis": config.seed, "demo_originals": config.originals.demo_seed},
         "backends": {**backends(config), "qa": reviewers},
         "deviations": mixcube_deviations(config, reviewers),
@@ -106,7 +114,7 @@ def release(build: Build[BuildMixCubeConfig], progress: Progress | None = None) 
         phash = {sha: None if batch.errors[i] else int(batch.phash[i]) for i, sha in enumerate(shas)}
         rows = with_phash(rows, phash)
     written = None if progress is None else partial(progress, "release")
-    return write_mixcube_release(build.config.release, ws.blobs, rows, provenance(build), progress=written)
+    return write_mixcube_release(build.config.release, ws.blobs, rows, provenance(build), build.pack, progress=written)
 
 
 def validate_release(folder: Path, patch: bool = False) -> ValidationReport:
@@ -115,7 +123,7 @@ def validate_release(folder: Path, patch: bool = False) -> ValidationReport:
     rows = read_parquet_parts(folder / IMAGES.config, list(MIXCUBE_ROWS.names))
     if rows is None:
         raise ReleaseReadError(f"{folder} has no {IMAGES.config}/*.parquet")
-    return validate_quintets(rows, shipped_masks(folder))
+    return validate_quintets(rows, release_pack(folder).mixcube(), shipped_masks(folder))
 
 
 MIXCUBE: Benchmark[BuildMixCubeConfig] = Benchmark(
@@ -131,6 +139,7 @@ MIXCUBE: Benchmark[BuildMixCubeConfig] = Benchmark(
     config=BuildMixCubeConfig,
     graph=GRAPH,
     preflight=check_backends,
+    check_reference=check_reference,
     release=release,
     provenance=provenance,
     nothing_released=NothingToRelease,

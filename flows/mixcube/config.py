@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 
 from annotation.backends import LabelStudioFilesReviewConfig, ReviewConfig
 from collectors.fetch import web_hits_problem
-from collectors.mixcube_originals import DemoOriginalsConfig, LocalOriginalsConfig
+from collectors.mixcube_originals import DemoOriginalsConfig, LocalOriginalsConfig, cells
 from collectors.mixcube_search import SearchOriginalsConfig
 from collectors.ssrf import storage_refusal
 from curation.synthesis_filters import SynthesisFilterConfig
@@ -101,6 +101,13 @@ class BuildMixCubeConfig(BuildConfigBase):
                     break
         if problem:
             raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _cultures_are_the_packs(self) -> BuildMixCubeConfig:
+        """The cultures and categories the originals name are the reference pack's (its mixcube.json)."""
+        mix = self.pack().mixcube()
+        cells(mix, getattr(self.originals, "cultures", None), getattr(self.originals, "categories", None))
         return self
 
     @property

@@ -10,7 +10,6 @@ from typing import Any
 import pyarrow as pa
 
 from curation.takedown import TakedownRequest, take_down_mixcube
-from data import reference
 from data.publish.changelog import code_span, render_changelog
 from data.publish.folder import ReleaseResult
 from data.publish.images import ReleasedImages
@@ -57,6 +56,7 @@ def write_mixcube_patch(
         _ReleasedBlobs(parent, images),
         rows.select([n for n in (*MIXCUBE_ROWS.names, "phash") if n in rows.column_names]),  # a URL-only parent's
         provenance,
+        parent.pack(),
         changelog=render_changelog(validated(Provenance, provenance).takedowns or []),
     )
 
@@ -71,7 +71,7 @@ def cells_below_target(parent: ParentRelease, rows: pa.Table) -> list[dict[str, 
     originals = [
         r
         for r in rows.select(["country", "category", "ethnicity"]).to_pylist()
-        if r["ethnicity"] == reference.mixcube().original_label
+        if r["ethnicity"] == parent.pack().mixcube().original_label
     ]
     counts: dict[tuple[str, str], int] = {}
     for row in originals:

@@ -28,6 +28,7 @@ from data.publish.card import (
     front_matter,
     hub_metadata,
     markdown_table,
+    reference_section,
     url_only_notice,
     webdataset_loading,
 )
@@ -38,7 +39,9 @@ from data.publish.manifest import Provenance, validated
 from data.publish.release import ReleaseConfig, ReleaseWriter
 from data.publish.shards import BlobSource, ImageRow, TableImageRows, to_release_jpeg
 from data.publish.sources import DOMAINS_FIGURE, domains_png, sources_section
+from data.reference import ReferencePack
 from data.schemas import MIXCUBE_ROWS
+from data.text_safety import markdown_text
 from flows.mixcube.release_facts import mixcube_facts
 
 NAME = "mixcube"
@@ -57,11 +60,11 @@ def _jpeg(data: bytes) -> bytes:
     return to_release_jpeg(data, "JPEG" if data[:3] == b"\xff\xd8\xff" else "PNG")
 
 
-def before_after_grid(rows: pa.Table, load: Any, originals: int = GRID_ORIGINALS) -> bytes:
-    """One line per original: the original, then its swaps, captioned with the ethnicity."""
-    lines = [rows.slice(5 * k, 5).to_pylist() for k in range(min(originals, rows.num_rows // 5))]
+def before_after_grid(rows: pa.Table, load: Any, group: int, originals: int = GRID_ORIGINALS) -> bytes:
+    """One line per original: the original, then its swaps (`group` images in all), captioned with the ethnicity."""
+    lines = [rows.slice(group * k, group).to_pylist() for k in range(min(originals, rows.num_rows // group))]
     line_height = THUMB * 3 // 4 + 14  # 4:3 thumbnails and a caption
-    grid = Image.new("RGB", (5 * THUMB, max(1, len(lines)) * line_height), (255, 255, 255))
+    grid = Image.new("RGB", (group * THUMB, max(1, len(lines)) * line_height), (255, 255, 255))
     draw = ImageDraw.Draw(grid)
     for y, line in enumerate(lines):
         for x, row in enumerate(line):
@@ -81,11 +84,13 @@ def write_mixcube_release(
     blobs: BlobSource,
     rows: pa.Table,
     provenance: dict[str, Any],
+    pack: ReferencePack,
     *,
     changelog: str = "",
     progress: StepProgress | None = None,
 ) -> ReleaseResult:
-    """`changelog` ends the card of a patch release (`flows/mixcube/patch.py`).
+    """`pack`: the reference pack the release was built from, carried in `reference/`. `changelog` ends the card
+    of a patch release (`flows/mixcube/patch.py`).
 
     A URL-only release (`config.mode` `urls`) keeps the bytes of the swaps (we made them; they have no URL) and
     publishes each original by its `url`, `sha256` and `phash` (a column `rows` must have), with a null `image`;
@@ -118,14 +123,18 @@ def write_mixcube_release(
         writer.write_csv("food_label.csv", labels, ["image_file", "label"])
         for sha in sorted({m for m in rows["mask_sha256"].to_pylist() if m}):
             writer.write_bytes(f"masks/{sha}.png", blobs.get(sha))
+        writer.write_reference(pack)
+        mix = pack.mixcube()
         if not urls:
-            writer.write_bytes(GRID, before_after_grid(rows, blobs.get))
+            writer.write_bytes(GRID, before_after_grid(rows, blobs.get, 1 + len(mix.ethnicities)))
         writer.write_bytes(DOMAINS_FIGURE, domains_png(_originals(rows)["url"].to_pylist(), "originals"))
         # After the data files (their hashes go into it), before the card (its datasheet states the same facts).
         facts = mixcube_facts(config.version, rows, stated, mode=config.mode)
+        held = {c.iso2 for c in mix.cultures if c.adjective in set(rows["country"].to_pylist())}
+        facts = croissant.with_pack(facts, pack, {c.name for c in pack.countries if c.iso2 in held})
         jsonld = croissant.croissant_jsonld(facts, writer.files, writer.sizes)
         writer.write_bytes(croissant.FILE, croissant.to_bytes(jsonld))
-        card = render_card(rows, shards, stated, facts.languages, config.version, config.mode)
+        card = render_card(rows, shards, stated, facts.languages, config.version, pack, config.mode)
         writer.write_bytes("README.md", (card + datasheet_section(facts) + changelog).encode())
         return writer.commit({"name": NAME, "version": config.version, **provenance, "mode": config.mode})
     except BaseException:
@@ -139,9 +148,20 @@ def render_card(
     provenance: Provenance,
     languages: Sequence[str],
     version: str,
+    pack: ReferencePack,
     mode: str = "images",
 ) -> str:
     configs = (CardConfig("default", rows.num_rows, default=True, path="default/train-*"),)
+    mix = pack.mixcube()
+    swaps = len(mix.ethnicities)
+    # The default pack's four ethnicities make the paper's quintets; another pack's make groups of 1 + its number.
+    groups = "quintets" if swaps == 4 else f"groups of {swaps + 1}"
+    names = ", ".join(markdown_text(e.prompt_name) for e in mix.ethnicities)
+    food_line = "`food_label.csv` lists the food images with\ntheir native and English names."
+    lead = (
+        f"Each original photo of food, a festival or clothing is followed by {_count_words(swaps)} copies in which "
+        f"the people were inpainted\ninto another ethnicity ({names}), following *When Tom Eats Kimchi* (MixCuBe)."
+    )
     head = front_matter(
         card_configs(configs),
         pretty_name="MixCuBe (culturebench build)",
@@ -172,8 +192,7 @@ def render_card(
 # MixCuBe, culturebench build {version}
 
 {url_only_notice(mode, "culturebench fetch-release")}{"".join(f"> {w}{chr(10)}{chr(10)}" for w in warnings)}{notice}
-Each original photo of food, a festival or clothing is followed by four copies in which the people were inpainted
-into another ethnicity (African, Caucasian, East Asian, South Asian), following *When Tom Eats Kimchi* (MixCuBe).
+{lead}
 
 {deviations_section(provenance.deviations)}
 
@@ -182,10 +201,9 @@ Columns: `country` (adjective), `category`, `ethnicity` (`original` or the swap)
 `brisque`, `clip_similarity`, `review_decision`, `reviewer`, `placeholder`, `food_label`, `synthesized` (a swap),
 then where the original came from (`engine`, `query`, `query_language`, `region`, `rank`, `source_page`, `url`,
 `final_url`, `retrieved_at`, `http_status`, `content_type`, `license`, `license_filter`; a swap carries its
-original's). Rows are ordered as each original followed by its 4 swaps. `food_label.csv` lists the food images with
-their native and English names.
+original's). Rows are ordered as each original followed by its {swaps} swaps. {food_line}
 
-{rows.num_rows} images ({rows.num_rows // 5} quintets) in {len(shards["parquet"])} Parquet and
+{rows.num_rows} images ({rows.num_rows // (swaps + 1)} {groups}) in {len(shards["parquet"])} Parquet and
 {len(shards["webdataset"])} WebDataset shards. Originals left out for lack of an accepted swap: {len(incomplete)}.
 {_losses(provenance)}
 
@@ -194,8 +212,29 @@ their native and English names.
 {markdown_table(cell_rows)}
 {_sources(rows)}
 Provenance (config, code version, seeds, per-file sha256) is in `manifest.json`.
-"""
+""" + reference_section(pack, culture_rows(pack), CULTURES_NOTE)
     return head + body
+
+
+CULTURES_NOTE = "Its MixCuBe cultures, with each one's region where the pack has it (-: not among its countries):"
+
+
+def _count_words(n: int) -> str:
+    return {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}.get(n, str(n))
+
+
+def culture_rows(pack: ReferencePack) -> list[dict[str, str]]:
+    """The pack's MixCuBe cultures for the card, escaped (pack text is outside input)."""
+    regions = {c.iso2: c.region for c in pack.countries}
+    return [
+        {
+            "culture": markdown_text(c.name),
+            "ISO 3166": markdown_text(c.iso2),
+            "country column": markdown_text(c.adjective),
+            "region": markdown_text(regions[c.iso2]) if c.iso2 in regions else "-",
+        }
+        for c in pack.mixcube().cultures
+    ]
 
 
 def _grid_or_note(mode: str) -> str:

@@ -24,7 +24,7 @@ from collectors.mixcube_search import SearchOriginalsConfig, search_originals
 from curation.filter_rows import filter_stats, filters_table
 from curation.quintets import assemble_quintets
 from curation.synthesis_filters import KEEP, build_synthesis_filter
-from data import reference, schemas
+from data import schemas
 from data.retry import prefect_slot
 from data.schemas import STATUS_OK
 from data.stage import stats_from_table
@@ -39,7 +39,6 @@ from synthesis.face_rows import faces_table
 from synthesis.faces import build_face_detector
 from synthesis.inpaint import build_inpainter
 from synthesis.mask_rows import masks_table
-from synthesis.prompts import ethnicity_labels
 from synthesis.resynthesis import Outcome, left_over, outcomes, retry_plans
 
 StageContext = GraphContext[BuildMixCubeConfig]
@@ -98,11 +97,11 @@ def _originals(ctx: StageContext) -> StageOutput:
     config = ctx.config.originals
     if isinstance(config, SearchOriginalsConfig):
         fetcher = fetcher_without_taken_down(config.download.build()(ctx.ws), ctx, "mixcube")
-        table = search_originals(config, config.search.build(), fetcher, ctx.ws.blobs)
+        table = search_originals(config, config.search.build(), fetcher, ctx.ws.blobs, ctx.pack.mixcube())
         # The downloader stores the bytes as received: turn them upright here, as the other backends do at ingest.
         table = upright_fetched(table, ctx.ws.blobs.get, ctx.ws.blobs.put)
     else:
-        table = collect_originals(config, ctx.ws.blobs.put)
+        table = collect_originals(config, ctx.ws.blobs.put, ctx.pack.mixcube())
     table = originals_without_taken_down(table, ctx)  # the release root's denylist (culturebench takedown)
     return StageOutput(table, stats=stats_from_table(ctx.stage, table, demo=ctx.config.is_demo))
 
@@ -136,12 +135,12 @@ def _synthesis(round_: int) -> Callable[[StageContext], ShardPlan]:
     def run(ctx: StageContext) -> ShardPlan:
         originals, masks = masked_originals(ctx)
         if round_ == 1:
-            plans = first_plans(originals, masks, ethnicity_labels(), ctx.config.seed)
+            plans = first_plans(originals, masks, ctx.pack.mixcube(), ctx.config.seed)
         else:
             previous = round_tables(ctx, round_ - 1).outcomes()
             requests = ctx.ws.read_extra_table(f"qa_r{round_ - 1}", "requests")
             sha = {o["original_id"]: o["sha256"] for o in originals}
-            plans = retry_plans(previous, requests, sha, round_, ctx.config.seed)
+            plans = retry_plans(previous, requests, sha, round_, ctx.config.seed, ctx.pack.mixcube())
         inpainter = lazily(partial(build_inpainter, ctx.config.inpaint))
         results = lazily(
             lambda: ResultCache(ctx.ws.storage, ctx.ws.file_path("inpaint_cache"), ctx.config.inpaint, inpainter())
@@ -265,7 +264,10 @@ def _quintets(ctx: StageContext) -> StageOutput:
     qa = pa.concat_tables([r.qa for r in rounds])
     shas = [o["sha256"] for o in originals] + [s for s in attempts["sha256"].to_pylist() if s]
     sizes = {sha: ctx.ws.blobs.size(sha) for sha in set(shas)}
-    quintets = assemble_quintets(schemas.from_rows(originals, schemas.MIXCUBE_ORIGINALS), attempts, scores, qa, sizes)
+    mix = ctx.pack.mixcube()
+    quintets = assemble_quintets(
+        schemas.from_rows(originals, schemas.MIXCUBE_ORIGINALS), attempts, scores, qa, sizes, mix
+    )
     leftover = left_over([o for r in rounds for o in r.outcomes()], ctx.config.max_attempts)
     by_original: dict[str, Counter] = {}
     for row in leftover.to_pylist():
@@ -274,7 +276,7 @@ def _quintets(ctx: StageContext) -> StageOutput:
     stats = QuintetsStats(
         stage=ctx.stage,
         rows_in=len(originals),
-        kept=quintets.rows.num_rows // 5,
+        kept=quintets.rows.num_rows // (1 + len(mix.ethnicities)),
         dropped=len(quintets.incomplete),
         dropped_by_reason=dict(sorted(reasons.items())),
         left_over_by_outcome=dict(sorted(Counter(leftover["outcome"].to_pylist()).items())),
@@ -291,11 +293,12 @@ def _quintets(ctx: StageContext) -> StageOutput:
 
 def below_target(ctx: StageContext, rows: pa.Table) -> list[dict]:
     """Culture x category cells with fewer released originals than `target_per_cell`."""
-    wanted = ctx.config.originals.wanted_cells()
+    mix = ctx.pack.mixcube()
+    wanted = ctx.config.originals.wanted_cells(mix)
     released = Counter(
         (r["country"], r["category"])
         for r in rows.select(["country", "category", "ethnicity"]).to_pylist()
-        if r["ethnicity"] == reference.mixcube().original_label
+        if r["ethnicity"] == mix.original_label
     )
     target = ctx.config.target_per_cell
     return [

@@ -11,13 +11,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from collectors.pack_needs import MISSING_COLUMNS, PackIncomplete, missing_for_build, missing_summary
 from curation.validate import ValidationReport, validate_benchmark
-from data.provenance import code_version, reference_data_sha256
+from data.provenance import code_version
 from data.publish.folder import ReleaseResult
 from data.publish.format import ReleaseReadError
-from data.publish.reader import read_parquet_parts, read_parts_as
+from data.publish.reader import read_parquet_parts, read_parts_as, release_pack
 from data.publish.release import with_phash
+from data.reference import ReferencePack, load_pack
 from data.schemas import CATALOG
+from data.text_safety import csv_bytes
+from data.workspace import Workspace
 from flows.engine.benchmark import Benchmark
 from flows.engine.config import ConfigError
 from flows.engine.graph import Build, Progress
@@ -54,6 +58,32 @@ def preflight(config: Build3XCMConfig) -> None:
         config.image_dedup.embedding.embedder.build()
 
 
+def check_reference(config: Build3XCMConfig, pack: ReferencePack, location: str, ws: Workspace) -> None:
+    """Before the first stage: the pack holds every language, translation and country name the build needs. What
+    it lacks is drafted into the build's copy where the translation backend can (Gemini), else refused in one
+    line naming the file (in the workspace) that lists each missing entry."""
+    known = config.concepts.pack_concepts(pack)
+    concepts = [(c.concept_id, c.concept) for c in known] if known is not None else None
+    missing = missing_for_build(pack, config.countries, concepts)
+    cache = ws.storage.fs.unstrip_protocol(ws.file_path("model_cache"))
+    ids = [cid for cid, _ in concepts] if concepts is not None else None
+    languages = sorted({m.language for m in missing})
+    if missing and config.translations.complete_pack(pack, location, languages, ids, cache):
+        missing = missing_for_build(load_pack(location), config.countries, concepts)
+    if not missing:
+        return
+    path = ws.file_path("reference_missing.csv")
+    ws.storage.write_bytes(
+        path, csv_bytes(MISSING_COLUMNS, [[m.kind, m.language, m.concept_id, m.concept, m.country] for m in missing])
+    )
+    source = config.reference or "the default pack"
+    raise PackIncomplete(
+        f"the reference pack {pack.info.name} lacks {missing_summary(missing)} that this build needs, each listed "
+        f"in {ws.storage.display(path)}: add them to {source}, draft them with `culturebench reference translate "
+        f"PACK --languages {','.join(languages)}`, or build with translations.backend: gemini"
+    )
+
+
 def provenance(build: Build[Build3XCMConfig]) -> dict[str, Any]:
     config, stats = build.config, build.stats()
     by_name = {s.stage: s for s in stats}
@@ -64,7 +94,8 @@ def provenance(build: Build[Build3XCMConfig]) -> dict[str, Any]:
         "build_id": build.build_id,
         "config": config.released_config(),
         "code_version": code_version(),
-        "reference_data_sha256": reference_data_sha256(),
+        "reference_data_sha256": build.pack.digest,
+        "reference": build.pack.record(),
         "seeds": {
             "assembly": config.assembly.seed,
             "demo_corpus": config.demo_corpus.seed if config.demo_corpus else None,
@@ -84,7 +115,8 @@ def release(build: Build[Build3XCMConfig], progress: Progress | None = None) -> 
     card and manifest state this run's verdict, not a stage's earlier one."""
     config, ws = build.config, build.ws
     tables = published_tables(ws)
-    report = validate_tables(config, tables)
+    pack = build.pack
+    report = validate_tables(config, tables, pack)
     if not report.ok:
         raise BuildValidationError(f"the tables to release break the benchmark rules:\n{report.summary()}")
     images = tables.images
@@ -100,6 +132,7 @@ def release(build: Build[Build3XCMConfig], progress: Progress | None = None) -> 
         tables.benchmark_cd,
         tables.unassembled,
         {**provenance(build), "validation": {"summary": report.summary()}},
+        pack,
         progress=None if progress is None else partial(progress, "release"),
     )
 
@@ -122,6 +155,7 @@ def validate_release(folder: Path, patch: bool = False) -> ValidationReport:
         tables["benchmark_cd"],
         unassembled=tables["unassembled"],
         balance=not patch,
+        pack=release_pack(folder),
     )
 
 
@@ -138,6 +172,7 @@ XCM: Benchmark[Build3XCMConfig] = Benchmark(
     config=Build3XCMConfig,
     graph=GRAPH,
     preflight=preflight,
+    check_reference=check_reference,
     release=release,
     provenance=provenance,
     nothing_released=BuildValidationError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from annotation.backends import LabelStudioFilesReviewConfig, ReviewConfig
 from collectors.concepts import ConceptsConfig, ShippedConceptsConfig
@@ -14,11 +14,11 @@ from collectors.search import LocalFolderSearchConfig, SearchConfig
 from collectors.translations import ShippedTranslationsConfig, TranslationsConfig
 from curation.assemble import AssemblyConfig
 from curation.concept_dedup import ConceptDedupConfig, LexicalConceptDedupConfig
-from curation.demo_corpus import DEMO_CONCEPTS, DEMO_COUNTRIES, DemoCorpusConfig
+from curation.demo_corpus import DemoCorpusConfig, demo_selection
 from curation.image_dedup import ImageDedupConfig
 from curation.tagging import OwnConceptTaggingConfig, TaggingConfig
-from data import reference
 from data.publish.release import ReleaseConfig
+from data.reference import pack_or_default
 from flows.engine.config import BuildConfigBase, merge
 
 
@@ -34,9 +34,10 @@ class Build3XCMConfig(BuildConfigBase):
     }
 
     countries: list[str] = Field(
-        default_factory=lambda: [c.name for c in reference.countries()],
-        min_length=2,
-        description="Countries to build (names, slugs or ISO codes); the paper uses all 16.",
+        default_factory=list,
+        validate_default=True,
+        description="Countries to build (names, slugs or ISO codes of the reference pack); empty for every country "
+        "of the pack (the default pack's 16 are the paper's).",
     )
     demo_corpus: DemoCorpusConfig | None = Field(
         default=None, description="Generate the offline demo corpus into the workspace and search it."
@@ -64,12 +65,22 @@ class Build3XCMConfig(BuildConfigBase):
 
     @field_validator("countries")
     @classmethod
-    def _canonical_countries(cls, value: list[str]) -> list[str]:
-        names = reference.country_names(value)
+    def _canonical_countries(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        """The countries by their pack names, in the pack's order; every country of the pack where none is named.
+        (A field validator: its error is reported beside the other fields'; `reference` is validated before.)"""
+        pack = pack_or_default(info.data.get("reference"))
+        names = pack.country_names(value) if value else [c.name for c in pack.countries]
         if len(set(names)) != len(names):
             raise ValueError(f"countries repeat: {names}")
-        order = {c.name: i for i, c in enumerate(reference.countries())}
+        if len(names) < 2:
+            raise ValueError(f"a benchmark needs at least 2 countries, not {names}")
+        order = {c.name: i for i, c in enumerate(pack.countries)}
         return sorted(names, key=order.__getitem__)
+
+    @model_validator(mode="after")
+    def _concepts_are_the_packs(self) -> Build3XCMConfig:
+        self.concepts.check_include(self.pack())
+        return self
 
     @model_validator(mode="after")
     def _web_hits_need_the_http_downloader(self) -> Build3XCMConfig:
@@ -81,15 +92,18 @@ class Build3XCMConfig(BuildConfigBase):
 
     @property
     def language_codes(self) -> list[str]:
-        return sorted({reference.country_by_name()[c].language_code for c in self.countries})
+        by_name = self.pack().country_by_name()
+        return sorted({by_name[c].language_code for c in self.countries})
 
     @classmethod
     def demo(cls, **overrides: Any) -> Build3XCMConfig:
-        """The offline demo: a generated corpus of 6 concepts x 8 countries (6 language groups)."""
+        """The offline demo: a generated corpus of the pack's demo concepts and countries (the default pack's: 6
+        concepts x 8 countries in 6 language groups; see its pack.json `demo`)."""
+        countries, concepts = demo_selection(overrides.get("reference"))
         base: dict[str, Any] = {
-            "countries": list(DEMO_COUNTRIES),
-            "demo_corpus": DemoCorpusConfig().model_dump(),
-            "concepts": {"backend": "shipped", "include": list(DEMO_CONCEPTS)},
+            "countries": countries,
+            "demo_corpus": DemoCorpusConfig(countries=countries, concepts=concepts).model_dump(),
+            "concepts": {"backend": "shipped", "include": concepts},
             # Nobody annotates a demo: its review files are written, and the auto-accept policy (stated first thing
             # in the release card) decides. Production configs wait for people.
             "review": {"backend": "label_studio_files", "when_unreviewed": "auto_accept"},

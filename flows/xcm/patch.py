@@ -48,6 +48,7 @@ def derive_patch(parent: ParentRelease, request: TakedownRequest, images: Releas
         seed=parent.manifest.seeds.get("assembly") or 0,
         max_reuse=config.get("max_candidate_reuse"),
         released_sha256=images.released_sha256,
+        pack=parent.pack(),
     )
     rows: dict[str, Any] = {task: change.counts() for task, change in derived.changes.items()}
     rows["repaired"] = {task: change.repaired for task, change in derived.changes.items()}
@@ -110,6 +111,7 @@ def write_3xcm_patch(
         benchmark_cd,
         unassembled,
         provenance,
+        parent.pack(),
         load_image=lambda meta: images.get(meta["image_id"]),  # type: ignore[arg-type,return-value]  # None: not embedded
         changelog=render_changelog(validated(Provenance, provenance).takedowns or []),
     )

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from data import reference
 from data.figures import heatmap_png
 from data.progress import StepProgress
 from data.publish import croissant
@@ -24,6 +23,8 @@ from data.publish.card import (
     front_matter,
     hub_metadata,
     markdown_table,
+    pack_country_rows,
+    reference_section,
     url_only_notice,
     webdataset_loading,
 )
@@ -34,6 +35,7 @@ from data.publish.manifest import Provenance, validated, validation_summary
 from data.publish.release import ReleaseConfig, ReleaseWriter
 from data.publish.shards import ImageRow, TableImageRows, to_release_jpeg
 from data.publish.sources import DOMAINS_FIGURE, domains_png, sources_section
+from data.reference import ReferencePack
 from data.schemas import XCM_BENCH_CSV_COLUMNS
 from data.stage_stats import StageStats
 from data.workspace import BlobStore
@@ -61,8 +63,8 @@ def image_metadata_schema(catalog_schema: pa.Schema) -> pa.Schema:
     return pa.schema([catalog_schema.field(n) for n in AUTHOR_IMAGE_FIELDS] + ours)
 
 
-def concept_country_matrix(catalog: pa.Table) -> tuple[np.ndarray, list[str], list[str]]:
-    countries = [c.name for c in reference.countries() if c.name in set(catalog["country"].to_pylist())]
+def concept_country_matrix(catalog: pa.Table, pack: ReferencePack) -> tuple[np.ndarray, list[str], list[str]]:
+    countries = [c.name for c in pack.countries if c.name in set(catalog["country"].to_pylist())]
     concepts = sorted(set(zip(catalog["concept_id"].to_pylist(), catalog["concept"].to_pylist(), strict=True)))
     counts = Counter(zip(catalog["concept_id"].to_pylist(), catalog["country"].to_pylist(), strict=True))
     matrix = np.array([[counts[(cid, country)] for country in countries] for cid, _ in concepts], dtype=np.int64)
@@ -77,13 +79,15 @@ def write_3xcm_release(
     benchmark_cd: pa.Table,
     unassembled: pa.Table,
     provenance: dict[str, Any],
+    pack: ReferencePack,
     *,
     load_image: Callable[[dict[str, Any]], bytes] | None = None,
     changelog: str = "",
     progress: StepProgress | None = None,
 ) -> ReleaseResult:
-    """`load_image` and `changelog` are for a patch release (`flows/xcm/patch.py`): the parent's released bytes
-    instead of the converted blobs, and the CHANGELOG that ends its card."""
+    """`pack`: the reference pack the benchmark was built from, carried in `reference/`. `load_image` and
+    `changelog` are for a patch release (`flows/xcm/patch.py`): the parent's released bytes instead of the converted
+    blobs, and the CHANGELOG that ends its card."""
     stated = validated(Provenance, provenance)  # the card and facts read it typed; the manifest writes `provenance`
     writer = ReleaseWriter(config, NAME)
     release_bytes = load_image or (lambda meta: to_release_jpeg(blobs.get(meta["sha256"]), meta["format"]))
@@ -107,11 +111,13 @@ def write_3xcm_release(
         writer.write_table("benchmark_cd", benchmark_cd)
         writer.write_table("unassembled", unassembled)
         writer.write_csv("benchmarks/xcm-bench.csv", benchmark, XCM_BENCH_CSV_COLUMNS)
-        matrix, concept_names, countries = concept_country_matrix(catalog)
+        writer.write_reference(pack)
+        matrix, concept_names, countries = concept_country_matrix(catalog, pack)
         writer.write_bytes(FIGURE, heatmap_png(matrix, concept_names, countries, "Images per concept and country"))
         writer.write_bytes(DOMAINS_FIGURE, domains_png(catalog["url"].to_pylist()))
         # After the data files (their hashes go into it), before the card (its datasheet states the same facts).
         facts = xcm_facts(config.version, ordered, benchmark, benchmark_cd, unassembled, stated, mode=config.mode)
+        facts = croissant.with_pack(facts, pack, set(countries))
         jsonld = croissant.croissant_jsonld(facts, writer.files, writer.sizes)
         writer.write_bytes(croissant.FILE, croissant.to_bytes(jsonld))
         card = render_card(
@@ -123,6 +129,7 @@ def write_3xcm_release(
             stated,
             facts.languages,
             config.version,
+            pack,
             config.mode,
         )
         writer.write_bytes("README.md", (card + datasheet_section(facts) + changelog).encode())
@@ -142,6 +149,7 @@ def render_card(
     provenance: Provenance,
     languages: Sequence[str],
     version: str,
+    pack: ReferencePack,
     mode: str = "images",
 ) -> str:
     configs = (
@@ -161,9 +169,7 @@ def render_card(
     warnings = deviations_section(provenance.deviations) + review_note(provenance.review)
     notice = auto_accept_notice("near-duplicate decisions") if backends.get("review") == "auto_accept" else ""
     per_country = Counter(catalog["country"].to_pylist())
-    country_rows = [
-        {"country": c.name, "images": per_country[c.name]} for c in reference.countries() if per_country[c.name]
-    ]
+    country_rows = [{"country": c.name, "images": per_country[c.name]} for c in pack.countries if per_country[c.name]]
     stage_rows = [
         {"stage": s.stage, "in": s.rows_in, "kept": s.kept, "dropped": s.dropped, "dropped by reason": s.reasons_text()}
         for s in (StageStats(**raw) for raw in provenance.stage_stats)
@@ -234,6 +240,11 @@ RQ3 max {rq3.get("max_reuse", "-")}, mean {rq3.get("mean_reuse", 0):.2f}.
 {_sources(catalog)}
 Provenance (config, code version, seeds, per-file sha256) is in `manifest.json`.
 """
+        + reference_section(
+            pack,
+            pack_country_rows(pack, set(per_country)),
+            "Its countries, with their languages and regions (the default pack's regions are GlobalRG's Table 1):",
+        )
     )
     return head + body
 

@@ -30,6 +30,7 @@ from curation.tagging import TagRequest, run_tagging
 from curation.validate import ValidationReport, validate_benchmark
 from data import schemas
 from data.progress import StepProgress, Steps
+from data.reference import ReferencePack
 from data.retry import prefect_slot
 from data.schemas import STATUS_OK
 from data.stage import stats_from_table
@@ -62,7 +63,9 @@ def _demo_corpus(ctx: StageContext) -> StageOutput:
     rows = []
     ctx.ws.storage.rm(ctx.ws.file_path("demo_corpus"))  # a corpus drawn by another version must not linger
     if ctx.config.demo_corpus is not None:
-        truth = generate_demo_corpus(ctx.config.demo_corpus, ctx.ws.file_path("demo_corpus"), ctx.progress)
+        truth = generate_demo_corpus(
+            ctx.config.demo_corpus, ctx.ws.file_path("demo_corpus"), ctx.progress, pack=ctx.pack
+        )
         rows += [{"path": p, "role": "original", "duplicate_of": None, "expected_error": None} for p in truth.originals]
         rows += [
             {
@@ -90,7 +93,7 @@ def concepts_settings(config: Build3XCMConfig) -> Any:
 
 
 def _concepts(ctx: StageContext) -> StageOutput:
-    return StageOutput(run_concepts(ctx.config.concepts))
+    return StageOutput(run_concepts(ctx.config.concepts, ctx.pack))
 
 
 def _concept_dedup(ctx: StageContext) -> StageOutput:
@@ -113,7 +116,7 @@ def model_cache(ctx: StageContext) -> str:
 
 def _translations(ctx: StageContext) -> StageOutput:
     out = run_translations(
-        ctx.config.translations, kept_concepts(ctx), ctx.config.language_codes, cache_dir=model_cache(ctx)
+        ctx.config.translations, ctx.pack, kept_concepts(ctx), ctx.config.language_codes, cache_dir=model_cache(ctx)
     )
     stats = stats_from_table(
         ctx.stage, out.translations, llm_failures=out.failures.num_rows, conflicts=out.conflicts.num_rows
@@ -131,11 +134,13 @@ def search_config(config: Build3XCMConfig, ws: Workspace) -> SearchConfig:
 def _search(ctx: StageContext) -> ShardPlan:
     search = search_config(ctx.config, ctx.ws)
     searcher = search.build()
+    searcher.check(ctx.pack)  # a manifest naming what the pack lacks is refused before any query
     queries = build_queries(
         kept_concepts(ctx),
         ctx.table("translations"),
         ctx.config.countries,
         search.skip_identical_native_query,
+        ctx.pack,
     )
     return ShardPlan(
         queries,
@@ -290,6 +295,7 @@ def _image_metadata(ctx: StageContext) -> StageOutput:
         ctx.table("tags"),
         ctx.table("translations"),
         ctx.ws.read_extra_table("image_dedup", "copies"),
+        ctx.pack,
         public_url=search_config(ctx.config, ctx.ws).url_publisher(),
     )
     return catalog_output(table, ctx)  # without the images of the release root's denylist (culturebench takedown)
@@ -297,7 +303,11 @@ def _image_metadata(ctx: StageContext) -> StageOutput:
 
 def _assembly(ctx: StageContext) -> StageOutput:
     result = run_assembly(
-        ctx.config.assembly, ctx.table("image_metadata"), ctx.table("translations"), ctx.on_progress(ctx.stage)
+        ctx.config.assembly,
+        ctx.table("image_metadata"),
+        ctx.table("translations"),
+        ctx.pack,
+        ctx.on_progress(ctx.stage),
     )
     unassembled = result.unassembled.to_pylist()
     images = ctx.table("image_metadata").num_rows
@@ -319,7 +329,7 @@ def _assembly(ctx: StageContext) -> StageOutput:
 
 
 def _validation(ctx: StageContext) -> StageOutput:
-    report = validate_tables(ctx.config, published_tables(ctx.ws), ctx.on_progress(ctx.stage))
+    report = validate_tables(ctx.config, published_tables(ctx.ws), ctx.pack, ctx.on_progress(ctx.stage))
     table = schemas.from_rows([v.model_dump() for v in report.violations], schemas.VIOLATIONS)
     if not report.ok:
         # Kept for inspection, but without a completion marker: a rerun validates again and never releases this.
@@ -357,7 +367,7 @@ def published_tables(ws: Workspace) -> PublishedTables:
 
 
 def validate_tables(
-    config: Build3XCMConfig, tables: PublishedTables, progress: StepProgress | None = None
+    config: Build3XCMConfig, tables: PublishedTables, pack: ReferencePack, progress: StepProgress | None = None
 ) -> ValidationReport:
     """Every benchmark rule, on exactly these tables: the validation stage runs it, and so does the release, on the
     bytes it is about to publish (a stage skipped on a rerun must not vouch for tables read later)."""
@@ -369,6 +379,7 @@ def validate_tables(
         max_reuse=config.assembly.max_candidate_reuse,
         unassembled=tables.unassembled,
         progress=progress,
+        pack=pack,
     )
 
 

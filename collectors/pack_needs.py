@@ -1,0 +1,64 @@
+"""What a 3XCM build needs from its reference pack, found before any stage runs: each build language (the query
+countries' own, and English) with its RQ3 template, the concepts' translations into it, and every build country's
+name in it (English queries name the country in English; RQ3 descriptors put any build country into the query
+language's template).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from data.reference import ENGLISH, ReferencePack
+
+
+class PackIncomplete(ValueError):
+    """The reference pack lacks what the build needs: one line with the counts, naming the file that lists each."""
+
+
+#: The columns of the file that lists what a build lacks.
+MISSING_COLUMNS = ("kind", "language", "concept_id", "concept", "country")
+
+
+@dataclass(frozen=True)
+class MissingEntry:
+    kind: Literal["language", "translation", "country_name"]
+    language: str
+    concept_id: int | None = None
+    concept: str | None = None
+    country: str | None = None
+
+
+def missing_for_build(
+    pack: ReferencePack, countries: Sequence[str], concepts: Sequence[tuple[int, str]] | None
+) -> list[MissingEntry]:
+    """Every entry the build lacks; `concepts` (id, name) known before the build runs, None where they are not (a
+    review file's accepted candidates are translated by the build's Gemini backend)."""
+    by_name = pack.country_by_name()
+    languages = sorted({by_name[c].language_code for c in countries} | {ENGLISH})
+    missing: list[MissingEntry] = []
+    for code in languages:
+        language = pack.languages.get(code)
+        if language is None:
+            missing.append(MissingEntry("language", code))
+        names = language.countries if language is not None else {}
+        missing += [MissingEntry("country_name", code, country=c) for c in countries if c not in names]
+        if code == ENGLISH:
+            continue  # English concepts are the pack's concept names
+        have = language.concepts if language is not None else {}
+        missing += [
+            MissingEntry("translation", code, concept_id=cid, concept=name)
+            for cid, name in concepts or ()
+            if cid not in have
+        ]
+    return missing
+
+
+def missing_summary(missing: Sequence[MissingEntry]) -> str:
+    """`N translations (concept, language), N country names, N languages` of what is missing."""
+    counts = {kind: sum(m.kind == kind for m in missing) for kind in ("translation", "country_name", "language")}
+    return (
+        f"{counts['translation']} translation(s) (concept, language), {counts['country_name']} country name(s), "
+        f"{counts['language']} language(s)"
+    )
