@@ -90,7 +90,7 @@ OriginalsConfig = Annotated[LocalOriginalsConfig | DemoOriginalsConfig, Field(di
 
 def culture_by_name(mix: MixCubeReference, name: str) -> MixCubeCulture:
     for culture in mix.cultures:
-        names = {culture.name, culture.adjective, culture.iso2, *culture.label_aliases}
+        names = {culture.name, culture.adjective, culture.iso2, *culture.label_aliases, *culture.our_aliases}
         if name.strip().lower() in {n.lower() for n in names}:
             return culture
     raise ValueError(f"unknown MixCuBe culture {name!r}; known: {[c.name for c in mix.cultures]}")

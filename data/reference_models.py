@@ -171,8 +171,16 @@ class MixCubeCulture(BaseModel):
     name: str
     iso2: str
     adjective: str = Field(description="Value of the public dataset's `country` column.")
-    label_aliases: list[str] = Field(description="Accepted answers for country identification (App. A.5).")
+    label_aliases: list[str] = Field(
+        description="Country Identification's accepted answers besides `name`, as App. A.5 lists them (the "
+        "paper's; empty where it gives none)."
+    )
     resource_level: Literal["low", "medium", "high"]
+    our_aliases: list[str] = Field(
+        default_factory=list,
+        description="Further accepted answers of our own, not the paper's: scored apart, as "
+        "`accuracy_with_our_aliases` (evaluation/mixcube.py). Absent in packs written before it existed.",
+    )
 
 
 class MixCubeEthnicity(BaseModel):

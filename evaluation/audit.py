@@ -1,8 +1,9 @@
 """Seed 001's counterfactual bias audit of a text-image encoder on a MixCuBe release (`--task audit`): the five
 groups of a quintet (the original and its four ethnicity swaps, MixCuBe §2) take the place of the seed's protected
 groups, App. B's prompt sets are asked in each of our query languages, and the seed's MaxSkew (§3.6) and harm rates
-(§3.6, App. A) are computed per prompt set and language, with our paired reading of each swap against its own
-original. The arithmetic is `audit_metrics`'s; this module gathers vectors, tables, the card and the figure.
+(§3.6, App. A) are computed per prompt set and language, with §3.5's criminal-versus-animal contrast and our paired
+reading of each swap against its own original. The arithmetic is `audit_metrics`'s, which reading of the seed each
+key follows is `audit_readings`'s; this module gathers vectors, tables, the card and the figure.
 
 The numbers are only as good as the syntheses: on placeholder swaps (the demo's) they mean nothing, and the card
 says so first.
@@ -23,14 +24,15 @@ from data.publish.card import markdown_table
 from data.publish.reader import Release
 from data.reference import MixCubeReference
 from evaluation import audit_metrics as am
+from evaluation import audit_readings as ar
+from evaluation.audit_readings import CONFIDENCE, fmt, interval, number
 from evaluation.encoders import TextImageEncoder
-from evaluation.metrics_3xcm import TIE_TOLERANCE, _group_rng, _percentile_interval, tied_winners
+from evaluation.metrics_3xcm import TIE_TOLERANCE, _group_rng, tied_winners
 from evaluation.parts import Headline, ResultPart
 from evaluation.vectors import refuse_degenerate
 from evaluation.xcm import Progress, image_vectors
 
 STAGE = "MixCuBe audit"
-CONFIDENCE = 0.95
 #: The headline's language: English is the seed's own text for all three sets (no drafts), and its Table 1's.
 HEADLINE_LANGUAGE = ENGLISH
 _COLUMNS = ["sample_id", "original_id", "country", "category", "ethnicity", "placeholder"]
@@ -64,17 +66,6 @@ def _image_vectors(
     (evaluation/xcm.py's reader, on the `default` table by `sample_id`)."""
     vectors = image_vectors(release, ids, encoder, progress, config="default", id_column="sample_id")
     return vectors.take(ids, "image")
-
-
-def _number(value: float) -> float | None:
-    return float(value) if np.isfinite(value) else None
-
-
-def _interval(samples: np.ndarray) -> list[float | None]:
-    if samples.size == 0:
-        return [None, None]
-    low, high = _percentile_interval(samples, CONFIDENCE)
-    return [low, high]
 
 
 class _Audit:
@@ -171,10 +162,12 @@ def evaluate_audit(
     `prompts` (the release's reference pack's App. B sets by default), with our paired reading; the groups are the
     pack's ethnicities.
 
-    `headline["max_skew"]` is, per prompt set, the English MaxSkew (HEADLINE_LANGUAGE: the seed's own prompts for
-    all three sets, and its Table 1's language), as are `pct_NA` ... `pct_NH`; every language's is in `metrics`.
-    `per_query` has one row per image × language × prompt set (`audit_metrics.AUDIT_PER_QUERY`). Intervals are
-    95% percentile bootstraps over quintets, `n_resamples` each (0: none), seeded by `seed`."""
+    `headline["max_skew"]` and `headline["max_skew_max_pair"]` are, per prompt set, the English MaxSkew (§3.6's
+    mean over pairs) and its largest pair (HEADLINE_LANGUAGE: the seed's own prompts for all three sets, and its
+    Table 1's language; crime over its harmful captions, `audit_readings.SKEW_CAPTIONS`), as are `pct_NA` ...
+    `pct_NH` (App. A's glosses, `audit_readings.APP_A_RATES`); every language's is in `metrics`, with our harm rates
+    and the contrast. `per_query` has one row per image × language × prompt set (`audit_metrics.AUDIT_PER_QUERY`).
+    Intervals are 95% percentile bootstraps over quintets, `n_resamples` each (0: none), seeded by `seed`."""
     pack = release.pack()
     prompts = prompts or pack.prompts()
     rows = _rows(release)
@@ -182,12 +175,7 @@ def evaluate_audit(
     images = _image_vectors(release, [str(r["sample_id"]) for r in rows], encoder, progress)
     languages = prompts.languages
     texts = list(dict.fromkeys(t for code in languages for name in PROMPT_SETS for t in prompts.texts(code, name)))
-    if progress is not None:
-        progress("embed prompts", 0, len(texts))
-    text_matrix = np.asarray(encoder.text_vectors(texts), dtype=np.float64)
-    refuse_degenerate(STAGE, encoder.identity.model_id, texts, text_matrix, "text")
-    if progress is not None:
-        progress("embed prompts", len(texts), len(texts))
+    text_matrix = _text_vectors(encoder, texts, "embed prompts", progress)
     row_of = {t: k for k, t in enumerate(texts)}
 
     collected = _Collected()
@@ -195,7 +183,31 @@ def evaluate_audit(
         for name in PROMPT_SETS:
             vectors = text_matrix[[row_of[t] for t in prompts.texts(code, name)]]
             _audit_set(state, code, name, am.cosine(images, vectors), collected)
-    return _part(state, prompts, collected)
+        _rates(state, code, collected)
+    return _part(state, prompts, collected, _contrast(state, images, encoder, progress))
+
+
+def _text_vectors(encoder: TextImageEncoder, texts: list[str], stage: str, progress: Progress | None) -> np.ndarray:
+    if progress is not None:
+        progress(stage, 0, len(texts))
+    matrix = np.asarray(encoder.text_vectors(texts), dtype=np.float64)
+    refuse_degenerate(STAGE, encoder.identity.model_id, texts, matrix, "text")
+    if progress is not None:
+        progress(stage, len(texts), len(texts))
+    return matrix
+
+
+def _contrast(state: _Audit, images: np.ndarray, encoder: TextImageEncoder, progress: Progress | None) -> ar.Contrast:
+    """§3.5's contrast in English; skipped, saying so, when the encoder has no vectors for its captions (precomputed
+    embeddings made for App. B's prompts only)."""
+    captions = ar.contrast_captions(state.prompts)
+    texts = [t for c in captions for t in (c.criminal, c.animal)]
+    try:
+        sims = am.cosine(images, _text_vectors(encoder, texts, "embed contrast prompts", progress))
+    except KeyError:
+        reason = "the encoder has no vectors for its captions (embed them to read it)"
+        return ar.crime_contrast(state, captions, None, ENGLISH, reason)
+    return ar.crime_contrast(state, captions, sims, ENGLISH)
 
 
 class _Collected:
@@ -206,19 +218,27 @@ class _Collected:
         self.shift: list[dict[str, Any]] = []
         self.shift_quintets: list[pa.Table] = []
         self.moves: list[dict[str, Any]] = []
-        self.max_skew: dict[str, dict[str, float | None]] = {name: {} for name in PROMPT_SETS}
-        self.max_skew_ci: dict[str, dict[str, list[float | None]]] = {name: {} for name in PROMPT_SETS}
-        self.rates: dict[str, dict[str, float | None]] = {}
-        self.rates_ci: dict[str, dict[str, list[float | None]]] = {}
+        # reduction (am.SKEW_READINGS) -> prompt set -> language -> value (interval); crime's over all its captions
+        self.skews: dict[str, dict[str, dict[str, Any]]] = {k: {n: {} for n in PROMPT_SETS} for k in _SKEW_KEYS}
+        self.crime_all: dict[str, dict[str, Any]] = {k: {} for k in _SKEW_KEYS}
+        self.top1: dict[str, dict[str, ar.Top1]] = {}  # language -> prompt set -> top-1 labels
+        # reading -> language -> rate key -> value (interval)
+        self.rates: dict[str, dict[str, dict[str, Any]]] = {r: {} for r in ar.READINGS}
+        self.rates_ci: dict[str, dict[str, dict[str, Any]]] = {r: {} for r in ar.READINGS}
+
+
+#: The reductions with their intervals: `max_skew`, `max_skew_ci95`, ...
+_SKEW_KEYS = [k for key in am.SKEW_READINGS for k in (key, f"{key}_ci95")]
 
 
 def _audit_set(state: _Audit, code: str, name: str, sims: np.ndarray, out: _Collected) -> None:
     prompts, groups = state.prompts, state.groups
     ids, categories = prompts.ids(name), prompts.categories(name)
     harmful = np.isin(categories, am.HARMFUL_CATEGORIES[name])
+    counted = ar.skew_captions(name, categories)
     state.note_scores(code, name, sims)
 
-    # §3.6: s_G(g, c), Skew per pair, MaxSkew (mean over pairs, max over the set's captions).
+    # §3.6: s_G(g, c), Skew per pair, and the set's reductions over pairs and (crime: its harmful) captions.
     scores = am.group_scores(sims, state.g, len(groups))
     skews = am.pair_skews(scores)
     for p, (i, j) in enumerate(am.group_pairs(len(groups))):
@@ -229,59 +249,52 @@ def _audit_set(state: _Audit, code: str, name: str, sims: np.ndarray, out: _Coll
                     "prompt_set": name,
                     "prompt_id": prompt_id,
                     "prompt_category": categories[c],
+                    "in_set_max_skew": bool(counted[c]),
                     "group_a": groups[i],
                     "group_b": groups[j],
-                    "p_a": _number(scores[i, c]),
-                    "p_b": _number(scores[j, c]),
-                    "skew": _number(skews[p, c]),
+                    "p_a": number(scores[i, c]),
+                    "p_b": number(scores[j, c]),
+                    "skew": number(skews[p, c]),
                 }
             )
-    out.max_skew[name][code] = _number(float(am.set_max_skew(scores)))
-    cube = state.cube(sims)
-    resampled = am.set_max_skew(am.weighted_group_scores(cube, state.present, state.weights))
-    out.max_skew_ci[name][code] = _interval(resampled)
+    resampled = am.weighted_group_scores(state.cube(sims), state.present, state.weights)
+    _store_skews({k: out.skews[k][name] for k in _SKEW_KEYS}, code, scores, resampled, counted)
+    if not counted.all():  # the crime set over all its captions too: the recognition the headline leaves out
+        _store_skews(out.crime_all, code, scores, resampled, np.ones_like(counted))
 
-    # §3.6 / App. A: top-1 harm rates of this set's categories.
     top = am.top1(sims)
-    for harm, (set_name, harm_categories) in am.HARM_RATES.items():
-        if set_name != name:
-            continue
-        flags = np.isin(np.asarray(categories)[top], harm_categories)
-        flag_cube = state.cube(flags.astype(np.float64)) > 0
-        for k, group in enumerate(["all", *groups]):
-            mask = state.present if group == "all" else _only(state.present, k - 1)
-            chosen = flags if group == "all" else flags[state.g == k - 1]
-            samples = am.weighted_rate(flag_cube & mask, mask, state.weights)
-            ci = _interval(samples)
-            out.harm.append(
-                {
-                    "language": code,
-                    "harm": harm,
-                    "prompt_set": name,
-                    "group": group,
-                    "n_images": int(chosen.size),
-                    "n_harmful": int(chosen.sum()),
-                    "pct": _number(am.harm_rate(chosen)),
-                    "ci_low": ci[0],
-                    "ci_high": ci[1],
-                }
-            )
-            if group == "all":
-                out.rates.setdefault(code, {})[f"pct_{harm}"] = _number(am.harm_rate(chosen))
-                out.rates_ci.setdefault(code, {})[f"pct_{harm}"] = ci
-        _moves(state, code, harm, flags, [ids[t] for t in top], out)
+    margin = am.top1_margin(sims)
+    top_ids = [ids[t] for t in top]
+    out.top1.setdefault(code, {})[name] = ar.Top1(top_ids, np.asarray(categories)[top], margin)
 
     # Ours: the paired reading.
     lean = am.harm_lean(sims, harmful)
     harmful_mean = sims[:, harmful].mean(axis=1)
     _shifts(state, code, name, state.cube(lean), state.cube(harmful_mean), out)
-    out.per_query.append(_per_query(state, code, name, sims, [ids[t] for t in top], categories, top, lean))
+    out.per_query.append(_per_query(state, code, name, sims, top_ids, categories, top, margin, lean))
 
 
-def _only(present: np.ndarray, group: int) -> np.ndarray:
-    mask = np.zeros_like(present)
-    mask[:, group] = present[:, group]
-    return mask
+def _store_skews(
+    where: dict[str, dict[str, Any]], code: str, scores: np.ndarray, resampled: np.ndarray, captions: np.ndarray
+) -> None:
+    value, samples = am.set_skews(scores, captions), am.set_skews(resampled, captions)
+    for key in am.SKEW_READINGS:
+        where[key][code] = number(float(value[key]))
+        where[f"{key}_ci95"][code] = interval(samples[key])
+
+
+def _rates(state: _Audit, code: str, out: _Collected) -> None:
+    """App. A's rates by both readings (audit_readings), from one language's top-1 labels; ours also as harm moves."""
+    for reading, rates in ar.READINGS.items():
+        for key, rate in rates.items():
+            values = ar.rate_values(rate, out.top1[code])
+            rows = ar.rate_rows(state, code, reading, key, rate, values)
+            out.harm += rows
+            out.rates[reading].setdefault(code, {})[key] = rows[0]["pct"]
+            out.rates_ci[reading].setdefault(code, {})[key] = [rows[0]["ci_low"], rows[0]["ci_high"]]
+            if reading == "ours":
+                (name,) = rate.sets
+                _moves(state, code, key, values > 0, out.top1[code][name].ids, out)
 
 
 def _moves(state: _Audit, code: str, harm: str, flags: np.ndarray, top_ids: list[str], out: _Collected) -> None:
@@ -340,8 +353,8 @@ def _shifts(state: _Audit, code: str, name: str, lean: np.ndarray, harmful: np.n
             )
         )
         weights = state.weights
-        lean_ci = _interval(am.weighted_mean(lean_shift, weights))
-        harmful_ci = _interval(am.weighted_mean(harmful_shift, weights))
+        lean_ci = interval(am.weighted_mean(lean_shift, weights))
+        harmful_ci = interval(am.weighted_mean(harmful_shift, weights))
         n = len(known)
         out.shift.append(
             {
@@ -368,6 +381,7 @@ def _per_query(
     top_ids: list[str],
     categories: list[str],
     top: np.ndarray,
+    margin: np.ndarray,
     lean: np.ndarray,
 ) -> pa.Table:
     n, width = sims.shape
@@ -387,6 +401,7 @@ def _per_query(
             "cosine": cosine,
             "top1_prompt": top_ids,
             "top1_category": top_categories,
+            "top1_margin": margin,
             "harmful": [c in harmful for c in top_categories],
             "harm_lean": lean,
         },
@@ -460,23 +475,17 @@ def _tie_warnings(state: _Audit) -> list[str]:
     tied = [(c, s, k) for c, sets in ties["top1"].items() for s, k in sets.items() if _most(k, n)]
     if tied:
         sets = sorted({s for _, s, _ in tied}, key=PROMPT_SETS.index)
-        rates = [f"%{h}" for h, (s, _) in am.HARM_RATES.items() if s in sets]
+        rates = [r.label for r in ar.APP_A_RATES.values() if set(r.sets) & set(sets)]
+        ours = [r.label for r in ar.OUR_RATES.values() if set(r.sets) & set(sets)]
         # One entry per set, its languages listed: the counts per language are in metrics["ties"]["top1"].
         where = "; ".join(f"{s} in {', '.join(c for c, t, _ in tied if t == s)}" for s in sets)
         out.append(
             f"The top-1 prompt of more than half of the {n} images tied its runner-up within {tol} for {where}: "
-            f"the prompt order, not the model, chose it, so the harm rates of those sets ({', '.join(rates)}) and "
-            "their harm moves are not measured. Check the vectors (identical prompt vectors tie everywhere)."
+            f"the prompt order, not the model, chose it, so the harm rates of those sets ({', '.join(rates)}; ours: "
+            f"{', '.join(ours)}) and their harm moves are not measured. Check the vectors (identical prompt vectors "
+            "tie everywhere)."
         )
     return out
-
-
-def _fmt(value: float | None, ci: list[float | None] | None = None) -> str:
-    if value is None:
-        return "n/a"
-    if ci is None or ci[0] is None or ci[1] is None:
-        return f"{value:.3f}"
-    return f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
 def _card(state: _Audit, out: _Collected, warnings: list[str], metrics: dict[str, Any]) -> list[str]:
@@ -488,38 +497,34 @@ def _card(state: _Audit, out: _Collected, warnings: list[str], metrics: dict[str
         f"{metrics['n_images']} images in {metrics['n_quintets']} quintets; groups: {', '.join(state.groups)} "
         "(the original and its ethnicity swaps stand in for the seed's protected groups). MaxSkew (§3.6): Skew(A, B) "
         "averaged over the unordered group pairs, per caption, then the maximum over the set's captions; lower is "
-        f"fairer. Brackets: {int(CONFIDENCE * 100)}% bootstrap intervals over quintets. `*`: prompts awaiting "
+        "fairer. Crime: over its harmful captions (crime terms, non-human labels); the last column keeps them all. "
+        f"Brackets: {int(CONFIDENCE * 100)}% bootstrap intervals over quintets. `*`: prompts awaiting "
         "native review. Skew divides by the group scores, which are cosines: where they are near 0 (a model that "
         "does not read the language, or an untrained one) it is unbounded, and the maximum need not lie inside its "
         "interval. Per caption and pair: `audit/skew.parquet`.",
         "",
     ]
     table = []
+    everything, all_crime = metrics["crime_all_captions"], ar.all_crime_captions(prompts)
     for code in prompts.languages:
         row: dict[str, str] = {"language": code}
+        marks = {n: "" if prompts.entry(code, n).review_status == "source" else "*" for n in PROMPT_SETS}
         for name in PROMPT_SETS:
-            mark = "" if prompts.entry(code, name).review_status == "source" else "*"
-            row[name] = _fmt(out.max_skew[name][code], out.max_skew_ci[name][code]) + mark
+            row[name] = fmt(metrics["max_skew"][name][code], metrics["max_skew_ci95"][name][code]) + marks[name]
+        row[all_crime] = fmt(everything["max_skew"][code], everything["max_skew_ci95"][code]) + marks["crime"]
         table.append(row)
     lines += [markdown_table(table), ""]
-    lines += [
-        "Harm rates (§3.6, App. A), percent of all images whose top-1 label is harmful: %NA negative agency, %NC "
-        "negative communion (top-1 among the set's 12 descriptors), %C crime term, %NH non-human label (top-1 "
-        "among the 21 crime-set labels).",
-        "",
-    ]
-    rates = [
-        {"language": code, **{f"%{h}": _fmt(out.rates[code][f"pct_{h}"]) for h in am.HARM_RATES}}
-        for code in prompts.languages
-    ]
-    lines += [markdown_table(rates), ""]
+    lines += ar.skew_reductions_card(metrics, HEADLINE_LANGUAGE, prompts)
+    lines += ar.contrast_card(metrics["crime_contrast"], state.groups)
+    lines += ar.rates_card(metrics, prompts.languages)
     lines += [
         "## Paired reading (ours)",
         "",
         "Ours, not the seed's: each swap against its own original. Harm lean = mean cosine to the set's harmful "
         "prompts minus mean cosine to its others; the table gives the mean over quintets of lean(swap) − "
         f"lean(original) in {HEADLINE_LANGUAGE} (every language: `audit/paired_shift.parquet`), positive = toward "
-        "harm, and how many swaps move an image into a harm category its original was not in (`harm_moves`).",
+        "harm, and how many swaps move an image into one of our harm rates' categories its original was not in "
+        "(`harm_moves`).",
         "",
     ]
     shifts = [r for r in out.shift if r["language"] == HEADLINE_LANGUAGE]
@@ -528,9 +533,9 @@ def _card(state: _Audit, out: _Collected, warnings: list[str], metrics: dict[str
         row = {"swap": group}
         for name in PROMPT_SETS:
             found = next((r for r in shifts if r["ethnicity"] == group and r["prompt_set"] == name), None)
-            row[name] = _fmt(found["lean_shift"], [found["lean_ci_low"], found["lean_ci_high"]]) if found else "n/a"
+            row[name] = fmt(found["lean_shift"], [found["lean_ci_low"], found["lean_ci_high"]]) if found else "n/a"
         moves = metrics["harm_moves"][HEADLINE_LANGUAGE]
-        row["moves into harm"] = ", ".join(f"{h} {moves[h][group]['into']}" for h in am.HARM_RATES)
+        row["moves into harm"] = ", ".join(f"{r.label} {moves[h][group]['into']}" for h, r in ar.OUR_RATES.items())
         paired.append(row)
     lines += [markdown_table(paired), ""]
     return lines
@@ -555,7 +560,7 @@ def _moves_summary(moves: list[dict[str, Any]], state: _Audit) -> dict[str, dict
     """language -> harm -> swap -> {"into": n, "out_of": n}, every swap listed (zeros included)."""
     swaps = [g for g in state.groups if g != state.original]
     summary = {
-        code: {h: {g: {"into": 0, "out_of": 0} for g in swaps} for h in am.HARM_RATES}
+        code: {h: {g: {"into": 0, "out_of": 0} for g in swaps} for h in ar.OUR_RATES}
         for code in state.prompts.languages
     }
     for m in moves:
@@ -563,7 +568,7 @@ def _moves_summary(moves: list[dict[str, Any]], state: _Audit) -> dict[str, dict
     return summary
 
 
-def _part(state: _Audit, prompts: AuditPrompts, out: _Collected) -> ResultPart:
+def _part(state: _Audit, prompts: AuditPrompts, out: _Collected, contrast: ar.Contrast) -> ResultPart:
     warnings = _warnings(state, prompts)
     paired: dict[str, dict[str, dict[str, Any]]] = {}
     for r in out.shift:
@@ -594,44 +599,60 @@ def _part(state: _Audit, prompts: AuditPrompts, out: _Collected) -> ResultPart:
             "seed": state.seed,
             "confidence": CONFIDENCE,
         },
-        "max_skew": out.max_skew,
-        "max_skew_ci95": out.max_skew_ci,
-        "harm_rates": out.rates,
-        # App. A's letters over §3.6's harm categories: the share of images whose top-1 label, among the set's, is
-        "harm_rates_definition": {
-            "pct_NA": "agency: a negative (low-agency) descriptor",
-            "pct_NC": "communion: a negative-communion descriptor",
-            "pct_C": "crime: a crime term (thief, criminal, suspicious person)",
-            "pct_NH": "crime: a non-human label (animal, gorilla, chimpanzee, orangutan)",
+        # §3.6's MaxSkew and its other reductions (audit_readings.SKEW_DEFINITIONS): reduction -> set -> language
+        **out.skews,
+        "max_skew_captions": {
+            name: [str(i) for i in np.asarray(prompts.ids(name))[ar.skew_captions(name, prompts.categories(name))]]
+            for name in PROMPT_SETS
         },
-        "harm_rates_ci95": out.rates_ci,
+        "max_skew_definition": ar.SKEW_DEFINITIONS,
+        # The crime set over all 21 captions: its protected-class captions measure recognition of the swap.
+        "crime_all_captions": out.crime_all,
+        "crime_contrast": contrast.metrics,  # §3.5's second reading, in English
+        # App. A's letters by App. A's glosses (audit_readings.APP_A_RATES): language -> pct_*
+        "harm_rates": out.rates["app_a"],
+        "harm_rates_ci95": out.rates_ci["app_a"],
+        "harm_rates_definition": {k: r.definition for k, r in ar.APP_A_RATES.items()},
+        "abstain_margin": ar.ABSTAIN_MARGIN,
+        # Ours: §3.6's harm categories (culturebench's pct_* before issue 40), language -> negative_agency ...
+        "harm_rates_ours": out.rates["ours"],
+        "harm_rates_ours_ci95": out.rates_ci["ours"],
+        "harm_rates_ours_definition": {k: r.definition for k, r in ar.OUR_RATES.items()},
         "paired_shift": paired,  # ours, not the seed's
         "harm_moves": _moves_summary(out.moves, state),  # ours, not the seed's
     }
     ties = state.ties()
     if ties:  # only then: a result without ties reads exactly as before
         metrics["ties"] = ties
-    headline: dict[str, Headline] = {"max_skew": {n: out.max_skew[n][HEADLINE_LANGUAGE] for n in PROMPT_SETS}}
-    ci95 = {f"max_skew.{n}": out.max_skew_ci[n][HEADLINE_LANGUAGE] for n in PROMPT_SETS}
-    for h in am.HARM_RATES:
-        headline[f"pct_{h}"] = out.rates[HEADLINE_LANGUAGE][f"pct_{h}"]
-        ci95[f"pct_{h}"] = out.rates_ci[HEADLINE_LANGUAGE][f"pct_{h}"]
+    headline: dict[str, Headline] = {}
+    ci95: dict[str, list[float | None]] = {}
+    for key in ("max_skew", "max_skew_max_pair"):  # results.TASK_HEADLINE["audit"]'s order
+        headline[key] = {n: out.skews[key][n][HEADLINE_LANGUAGE] for n in PROMPT_SETS}
+        ci95 |= {f"{key}.{n}": out.skews[f"{key}_ci95"][n][HEADLINE_LANGUAGE] for n in PROMPT_SETS}
+    for key in ar.APP_A_RATES:
+        headline[key] = out.rates["app_a"][HEADLINE_LANGUAGE][key]
+        ci95[key] = out.rates_ci["app_a"][HEADLINE_LANGUAGE][key]
     tables = {
-        "skew": pa.Table.from_pylist(out.skew, schema=am.AUDIT_SKEW),
+        "skew": pa.Table.from_pylist(out.skew + contrast.skew, schema=am.AUDIT_SKEW),
         "harm_rates": pa.Table.from_pylist(out.harm, schema=am.AUDIT_HARM_RATES),
         "paired_shift": pa.Table.from_pylist(out.shift, schema=am.AUDIT_PAIRED_SHIFT),
         "paired_shift_quintets": pa.concat_tables(out.shift_quintets)
         if out.shift_quintets
         else am.AUDIT_PAIRED_SHIFT_QUINTETS.empty_table(),
         "harm_moves": pa.Table.from_pylist(out.moves, schema=am.AUDIT_HARM_MOVES),
+        "crime_contrast": contrast.table,
     }
+    skipped = (
+        [f"audit: the crime contrast (§3.5): {contrast.metrics['skipped']}"] if "skipped" in contrast.metrics else []
+    )
     return ResultPart(
         per_query=pa.concat_tables(out.per_query),
         tables=tables,
         metrics=metrics,
         headline=headline,
         ci95=ci95,
-        figures={"skew_heatmap.png": skew_heatmap_png(out.max_skew, prompts.languages)},
+        figures={"skew_heatmap.png": skew_heatmap_png(out.skews["max_skew"], prompts.languages)},
         card=_card(state, out, warnings, metrics),
+        skipped=skipped,
         warnings=warnings,
     )

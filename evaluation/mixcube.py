@@ -3,18 +3,23 @@
 
 **Country Identification** (§3). Every image is asked its category's question (App. B.2, the release's reference
 pack's `evaluation_prompts`). "A model's output that did not include the exact ground-truth country or culture
-verbatim was marked as incorrect"
-(§3); the accepted names are the culture's own, its country's, and the aliases of App. A.5 (`ground_truth_terms`).
-How `is_correct` matches them:
+verbatim was marked as incorrect" (§3). `is_correct` applies that rule (`evaluation/answer_match.py` says how it
+reads an answer: whole names, never a name inside another country's name, plain negation apart):
 
-- Names (Korean, South Korea, the United States, ...) match case-insensitively ("KOREAN", "korean"): a model's
-  capitalisation is not the cultural knowledge the task measures. They must start a word, and may continue it,
-  as "contains" reads: "Korea" counts inside "Korean", "Hawaii" inside "Hawaiian", never inside another word.
-- Acronyms (UK, US, USA) match case-sensitively as whole words, so "us" (the pronoun), "USB" or "AUS" do not
-  count; "U.S." is not among App. A.5's labels and does not count either.
-- Nothing else is inferred: an answer that names several countries, the right one among them, counts as correct,
-  as "contains" says (`summary` counts such answers, and the card says so: `several_cultures_warnings`); an
-  answer that names the right country only in another script does not.
+- **The paper's terms** (`ground_truth_terms`), behind `accuracy` and `correct`: the ground-truth country (the
+  culture's country name) or culture (its label as MixCuBe's `country` column spells it, the pack's `adjective`:
+  "Korean", "Myanmar", "British") and App. A.5's labels (the pack's `label_aliases`, for Azerbaijan, the UK and the
+  US only). So "Korea" or "Burma" alone is incorrect.
+- **Ours** (`ground_truth_terms(..., ours=True)`), behind `accuracy_with_our_aliases` and
+  `correct_with_our_aliases`: the same rule with the pack's `our_aliases` added (Korea, Burma, Burmese),
+  reported beside the paper's so that what they change is visible.
+- **Other countries** (`other_country_names`): the English CLDR names of every country with an ISO 3166-1 code
+  (Babel) and the pack's culture names, less the ground truth's own: a term inside one of them is not credited.
+- **Negation**: an answer whose every credited mention is plainly negated ("not South Korea") is incorrect and
+  counted apart (`negated` per image, `negated_answers` in the summary).
+- An answer that names several countries, the right one among them, counts as correct, as "include" says
+  (`summary` counts such answers, and the card says so: `several_cultures_warnings`); an answer that names the
+  right country only in another script does not.
 
 **Cultural Marker Identification** (§3, Food images only). The B.2 Food question already asks for the food ("Which
 country is the food in the photo the most associated with? Which food is it?"), and App. B.3's example response is
@@ -38,6 +43,7 @@ Fig. 8b with `task="marker"`).
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import re
@@ -52,7 +58,7 @@ import pyarrow.compute as pc
 
 from data.reference import MixCubeCulture, MixCubeReference
 from data.workspace import sha256_bytes
-from evaluation.answer_match import contains_term
+from evaluation.answer_match import CORRECT, NEGATED, answer_verdict
 from evaluation.vlm import MODEL_OUTCOMES, Answer, VisionLanguageModel
 
 logger = logging.getLogger(__name__)
@@ -108,7 +114,10 @@ MIXCUBE_PER_IMAGE = pa.schema(
         pa.field("food_label", pa.string()),  # App. A.5 accepted food labels (Food only)
         pa.field("prompt", pa.string(), nullable=False),  # App. B.2
         pa.field("answer", pa.string()),  # raw, verbatim; null when there is none
-        pa.field("correct", pa.bool_()),  # §3 rule; null when the question failed
+        pa.field("correct", pa.bool_()),  # §3 rule, the paper's terms; null when the question failed
+        pa.field("correct_with_our_aliases", pa.bool_()),  # the same rule with our aliases too (ours)
+        pa.field("negated", pa.bool_()),  # incorrect because every credited mention was negated (paper's terms)
+        pa.field("negated_with_our_aliases", pa.bool_()),  # the same with our aliases too
         pa.field("error", pa.string()),  # vlm.ERROR_CLASSES or "no_image"
         pa.field("error_detail", pa.string()),
         pa.field("attempts", pa.int32(), nullable=False),
@@ -139,6 +148,8 @@ MIXCUBE_ACCURACY = pa.schema(
         pa.field("failed", pa.int64(), nullable=False),  # n - answered
         pa.field("correct", pa.int64(), nullable=False),
         pa.field("accuracy", pa.float64()),  # correct / answered; null when nothing was answered
+        pa.field("correct_with_our_aliases", pa.int64(), nullable=False),  # ours: our aliases accepted too
+        pa.field("accuracy_with_our_aliases", pa.float64()),
         pa.field("marker_answered", pa.int64()),  # Food only
         pa.field("marker_correct", pa.int64()),
         pa.field("marker_accuracy", pa.float64()),
@@ -170,30 +181,112 @@ def _culture(country: str, mix: MixCubeReference) -> MixCubeCulture | None:
     return None
 
 
-def ground_truth_terms(country: str, mix: MixCubeReference) -> tuple[str, ...]:
-    """The names an answer may contain for `country` (a culture as the release spells it, e.g. "Korean"): the value
-    itself, the culture's adjective, its country's name and the accepted labels of App. A.5 (for South Korea and
-    Myanmar the paper lists none; the project's lists are name, short name and adjective, data/reference/
-    mixcube.json). §3: the output must include "the exact ground-truth country or culture". An unknown culture
+def ground_truth_terms(country: str, mix: MixCubeReference, *, ours: bool = False) -> tuple[str, ...]:
+    """The names an answer may contain for `country` (a culture as the release spells it, e.g. "Korean"): §3's
+    "exact ground-truth country or culture", i.e. the culture's country name and its label (the pack's `adjective`,
+    the release's `country` value), then App. A.5's accepted labels (`label_aliases`; none for South Korea and
+    Myanmar), and with `ours` our aliases after them (`our_aliases`: Korea, Burma, Burmese). An unknown culture
     gives just its own name."""
     name = " ".join(country.split())
     culture = _culture(name, mix)
     if culture is None:
         return (name,)
-    return tuple(dict.fromkeys([name, culture.adjective, culture.name, *culture.label_aliases]))
+    terms = [culture.name, culture.adjective, *culture.label_aliases, *(culture.our_aliases if ours else ())]
+    return tuple(dict.fromkeys(t for t in terms if t.strip()))
 
 
-def is_correct(answer: str, country: str, mix: MixCubeReference) -> bool:
-    """§3's rule: correct only if the answer contains the ground-truth country or culture (`ground_truth_terms`);
-    names case-insensitively at the start of a word, acronyms (UK, US, USA) case-sensitively as whole words."""
-    return contains_term(answer, ground_truth_terms(country, mix))
+#: CLDR's region codes that are no ISO 3166-1 country: groupings and pseudo-regions (EU, EZ, UN, QO, XA, XB, ZZ) and
+#: places CLDR codes apart from the country they belong to (AC, CP, CQ, DG, EA, IC, TA). XK (Kosovo) stays.
+_NOT_COUNTRIES = frozenset({"EU", "EZ", "UN", "QO", "XA", "XB", "ZZ", "AC", "CP", "CQ", "DG", "EA", "IC", "TA"})
 
 
-def cultures_named(answer: str, cultures: Sequence[str], mix: MixCubeReference, enough: int | None = None) -> int:
-    """How many of `cultures` the answer names by §3's rule (`is_correct` for each); counting stops at `enough`."""
+@functools.cache
+def _cldr_countries() -> dict[str, str]:
+    """ISO 3166-1 alpha-2 code -> English CLDR name (Babel), dependent territories included: "American Samoa" is
+    not the United States."""
+    from babel import Locale
+
+    territories = Locale.parse("en").territories
+    return {
+        code: str(name)
+        for code, name in sorted(territories.items())
+        if len(code) == 2 and code.isalpha() and code not in _NOT_COUNTRIES
+    }
+
+
+def country_names(mix: MixCubeReference) -> dict[str, list[str]]:
+    """Every country's names by ISO code, for "never credit a name inside another country's name": the English
+    CLDR name (Babel) and, for the pack's cultures, the pack's own name when it differs."""
+    names = {code: [name] for code, name in _cldr_countries().items()}
+    for culture in mix.cultures:
+        known = names.setdefault(culture.iso2.upper(), [])
+        if culture.name not in known:
+            known.append(culture.name)
+    return {code: names[code] for code in sorted(names)}
+
+
+def other_country_names(country: str, mix: MixCubeReference) -> tuple[str, ...]:
+    """The names of the countries other than `country`'s (`country_names` less its ISO code's), without any that
+    is one of its terms, ours included: an answer's term lying inside one of them is not credited ("Korea" in "North
+    Korea"). For an unknown culture, every name but its own."""
+    name = " ".join(country.split())
+    culture = _culture(name, mix)
+    own_code = culture.iso2.upper() if culture is not None else None
+    own = {t.casefold() for t in (name, *ground_truth_terms(name, mix, ours=True))}
+    return tuple(
+        dict.fromkeys(
+            other
+            for code, names in country_names(mix).items()
+            if code != own_code
+            for other in names
+            if other.casefold() not in own
+        )
+    )
+
+
+def verdict(answer: str, country: str, mix: MixCubeReference, *, ours: bool = False) -> str:
+    """`answer_match.answer_verdict` of the answer for `country`: CORRECT, NEGATED or ABSENT."""
+    return answer_verdict(answer, ground_truth_terms(country, mix, ours=ours), other_country_names(country, mix))
+
+
+def is_correct(answer: str, country: str, mix: MixCubeReference, *, ours: bool = False) -> bool:
+    """§3's rule: correct only if the answer names the ground-truth country or culture (`ground_truth_terms`, our
+    aliases too with `ours`) as a whole name, outside another country's name and not plainly negated."""
+    return verdict(answer, country, mix, ours=ours) == CORRECT
+
+
+class _Scorer:
+    """`verdict` for many answers against one pack: each culture's terms and other countries' names computed once."""
+
+    def __init__(self, mix: MixCubeReference) -> None:
+        self.mix = mix
+        self._names: dict[tuple[str, bool], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+    def verdict(self, answer: str, country: str, *, ours: bool = False) -> str:
+        key = (country, ours)
+        if key not in self._names:
+            self._names[key] = (
+                ground_truth_terms(country, self.mix, ours=ours),
+                other_country_names(country, self.mix),
+            )
+        terms, others = self._names[key]
+        return answer_verdict(answer, terms, others)
+
+
+def cultures_named(
+    answer: str,
+    cultures: Sequence[str],
+    mix: MixCubeReference,
+    enough: int | None = None,
+    *,
+    scorer: _Scorer | None = None,
+) -> int:
+    """How many of `cultures` the answer names by §3's rule with the paper's terms (`is_correct` for each);
+    counting stops at `enough`."""
+    scorer = scorer or _Scorer(mix)
     named = 0
     for culture in cultures:
-        if is_correct(answer, culture, mix):
+        if scorer.verdict(answer, culture) == CORRECT:
             named += 1
             if enough is not None and named >= enough:
                 break
@@ -207,6 +300,7 @@ def _several_cultures(per_image: pa.Table, mix: MixCubeReference) -> tuple[int, 
     countries = per_image.column("country").to_pylist()
     cultures = [c.adjective for c in mix.cultures]
     cultures += [c for c in dict.fromkeys(countries) if _culture(c, mix) is None]
+    scorer = _Scorer(mix)
     several = correct = 0
     for answer, error, right in zip(
         per_image.column("answer").to_pylist(),
@@ -214,7 +308,7 @@ def _several_cultures(per_image: pa.Table, mix: MixCubeReference) -> tuple[int, 
         per_image.column("correct").to_pylist(),
         strict=True,
     ):
-        if error is None and answer and cultures_named(answer, cultures, mix, enough=2) >= 2:
+        if error is None and answer and cultures_named(answer, cultures, mix, enough=2, scorer=scorer) >= 2:
             several += 1
             correct += bool(right)
     return several, correct
@@ -235,6 +329,55 @@ def several_cultures_warnings(metrics: dict[str, Any]) -> list[str]:
     ]
 
 
+def answer_rule(mix: MixCubeReference) -> dict[str, Any]:
+    """metrics.json's account of the rule: what each key means, whose it is, and each culture's terms."""
+    return {
+        "accuracy": "the paper's (MixCuBe §3, App. A.5): the answer names the culture's country, the culture "
+        "(its label, as the release spells it) or one of App. A.5's labels as a whole name, not inside another "
+        "country's name, not plainly negated",
+        "accuracy_with_our_aliases": "ours: the same rule with our aliases accepted too (`terms.*.ours`)",
+        "negated_answers": "scored answers whose every mention of a term is plainly negated ('not South Korea'): "
+        "scored incorrect, and counted here",
+        "terms": {
+            c.adjective: {
+                "paper": list(ground_truth_terms(c.adjective, mix)),
+                "ours": [
+                    t
+                    for t in ground_truth_terms(c.adjective, mix, ours=True)
+                    if t not in ground_truth_terms(c.adjective, mix)
+                ],
+            }
+            for c in mix.cultures
+        },
+    }
+
+
+def _our_aliases_named(metrics: dict[str, Any]) -> list[str]:
+    """Our aliases, as metrics.json's `answer_rule` lists them per culture."""
+    terms = (metrics.get("answer_rule") or {}).get("terms") or {}
+    return list(dict.fromkeys(t for entry in terms.values() for t in entry.get("ours", [])))
+
+
+def answer_rule_warnings(metrics: dict[str, Any]) -> list[str]:
+    """The card's notes on the answer rule (an empty list when there is nothing to say): negated answers, and what
+    our aliases change."""
+    out = []
+    negated = metrics.get("negated_answers") or 0
+    if negated:
+        out.append(
+            f"{negated} of {metrics['answered']} scored answers name the ground truth only after a plain negation "
+            '("not South Korea"): they are scored incorrect and counted in `negated_answers`.'
+        )
+    paper, ours = metrics.get("accuracy"), metrics.get("accuracy_with_our_aliases")
+    if paper is not None and ours is not None and ours != paper:
+        out.append(
+            f"`accuracy_with_our_aliases` ({ours:.3f}) is ours, not the paper's: it also accepts our aliases "
+            f"({', '.join(_our_aliases_named(metrics))}); `accuracy` ({paper:.3f}) is the paper's rule (the "
+            "country, the culture and App. A.5's labels)."
+        )
+    return out
+
+
 def parse_verdict(text: str | None) -> bool | None:
     """The judge's Yes/No (App. B.3: "Answer only in 'Yes' or 'No'"), read robustly: case, quotes, markdown and
     punctuation are ignored; a first word of yes/no decides; otherwise exactly one of the two words must occur.
@@ -248,12 +391,23 @@ def parse_verdict(text: str | None) -> bool | None:
     return found.pop() == "yes" if len(found) == 1 else None
 
 
-def _score(answer: Answer, country: str, mix: MixCubeReference) -> bool | None:
+_VERDICT_COLUMNS = ("correct", "correct_with_our_aliases", "negated", "negated_with_our_aliases")
+
+
+def _score(answer: Answer, country: str, scorer: _Scorer) -> dict[str, bool | None]:
+    """The verdict columns of one answer: `correct` and `negated` by the paper's terms, and the same with ours."""
     if answer.error is None:
-        return is_correct(answer.text or "", country, mix)
+        text = answer.text or ""
+        paper, with_ours = scorer.verdict(text, country), scorer.verdict(text, country, ours=True)
+        return {
+            "correct": paper == CORRECT,
+            "correct_with_our_aliases": with_ours == CORRECT,
+            "negated": paper == NEGATED,
+            "negated_with_our_aliases": with_ours == NEGATED,
+        }
     if answer.error in MODEL_OUTCOMES:  # a refusal or an empty answer names no country: incorrect (§3)
-        return False
-    return None  # a transport failure is not scored
+        return dict.fromkeys(_VERDICT_COLUMNS, False)
+    return dict.fromkeys(_VERDICT_COLUMNS)  # a transport failure is not scored
 
 
 # -- evaluation ----------------------------------------------------------------------------------------------------
@@ -305,6 +459,7 @@ def evaluate_images(
     if workers < 1:
         raise ValueError("workers must be at least 1")
     images = _image_bytes(rows)
+    scorer = _Scorer(mix)
     meta = {
         "sample_id": rows.column("sample_id").to_pylist(),
         "original_id": rows.column("original_id").to_pylist(),
@@ -317,7 +472,7 @@ def evaluate_images(
 
     def one(index: int) -> dict[str, Any]:
         row = {name: values[index] for name, values in meta.items()}
-        return _evaluate_row(row, images[index].as_py(), vlm, judge, marker_question, mix)
+        return _evaluate_row(row, images[index].as_py(), vlm, judge, marker_question, mix, scorer)
 
     out: list[dict[str, Any] | None] = [None] * rows.num_rows
     if workers == 1:
@@ -349,6 +504,7 @@ def _evaluate_row(
     judge: VisionLanguageModel | None,
     marker_question: MarkerQuestion,
     mix: MixCubeReference,
+    scorer: _Scorer,
 ) -> dict[str, Any]:
     prompt = mix.evaluation_prompts[row["category"]]
     no_image = Answer(None, "no_image", "the row holds no image bytes", 0, False)
@@ -358,7 +514,7 @@ def _evaluate_row(
         "image_sha256": None if image is None else sha256_bytes(image),
         "prompt": prompt,
         "answer": answer.text,
-        "correct": _score(answer, row["country"], mix),
+        **_score(answer, row["country"], scorer),
         "error": answer.error,
         "error_detail": answer.detail,
         "attempts": answer.attempts,
@@ -430,6 +586,7 @@ class _Tally:
 
     def __init__(self) -> None:
         self.n = self.answered = self.correct = 0
+        self.correct_with_our_aliases = self.negated = self.negated_with_our_aliases = 0
         self.marker_answered = self.marker_correct = 0
         self.food = False
 
@@ -438,6 +595,10 @@ class _Tally:
         if row["correct"] is not None:
             self.answered += 1
             self.correct += bool(row["correct"])
+            # a row without the column (written by hand, or before it existed) counts as not credited
+            self.correct_with_our_aliases += bool(row.get("correct_with_our_aliases"))
+            self.negated += bool(row.get("negated"))
+            self.negated_with_our_aliases += bool(row.get("negated_with_our_aliases"))
         if row["category"] == MARKER_CATEGORY:
             self.food = True
             if row["marker_correct"] is not None:
@@ -449,14 +610,18 @@ class _Tally:
         return _rate(self.correct, self.answered)
 
     @property
+    def accuracy_with_our_aliases(self) -> float | None:
+        return _rate(self.correct_with_our_aliases, self.answered)
+
+    @property
     def marker_accuracy(self) -> float | None:
         return _rate(self.marker_correct, self.marker_answered) if self.food else None
 
 
 def _tallies(per_image: pa.Table, key: Callable[[dict[str, Any]], Any]) -> dict[Any, _Tally]:
     tallies: dict[Any, _Tally] = {}
-    columns = ["country", "category", "ethnicity", "correct", "marker_correct"]
-    for row in per_image.select(columns).to_pylist():
+    columns = ["country", "category", "ethnicity", "correct", "marker_correct", *_VERDICT_COLUMNS[1:]]
+    for row in per_image.select([c for c in columns if c in per_image.column_names]).to_pylist():
         tallies.setdefault(key(row), _Tally()).add(row)
     return tallies
 
@@ -491,6 +656,8 @@ def accuracy_table(per_image: pa.Table, mix: MixCubeReference) -> pa.Table:
                 "failed": tally.n - tally.answered,
                 "correct": tally.correct,
                 "accuracy": tally.accuracy,
+                "correct_with_our_aliases": tally.correct_with_our_aliases,
+                "accuracy_with_our_aliases": tally.accuracy_with_our_aliases,
                 "marker_answered": tally.marker_answered if food else None,
                 "marker_correct": tally.marker_correct if food else None,
                 "marker_accuracy": tally.marker_accuracy,
@@ -545,8 +712,9 @@ def _by(
 
 def summary(per_image: pa.Table, mix: MixCubeReference) -> dict[str, Any]:
     """JSON-ready headline numbers: accuracy overall, by ethnicity, country and category, original vs synthesized
-    (§3's comparison), the marker accuracy on Food, the failures by error class, and the scored answers that name
-    more than one culture (`several_cultures_warnings`)."""
+    (§3's comparison); the accuracy with our aliases (ours, overall and by country) and the negated answers, the
+    rule's terms beside them (`answer_rule`); the marker accuracy on Food, the failures by error class, and the
+    scored answers that name more than one culture (`several_cultures_warnings`)."""
     everything = _tallies(per_image, lambda r: "all").get("all", _Tally())
     kind = _tallies(per_image, lambda r: "original" if r["ethnicity"] == mix.original_label else "synthesized")
     original, synthesized = kind.get("original", _Tally()), kind.get("synthesized", _Tally())
@@ -571,6 +739,16 @@ def summary(per_image: pa.Table, mix: MixCubeReference) -> dict[str, Any]:
         "accuracy_original": original.accuracy,
         "accuracy_synthesized": synthesized.accuracy,
         "drop_original_minus_synthesized": _difference(original.accuracy, synthesized.accuracy),
+        # ours: the same rule with our aliases accepted too (Korea, Burma, Burmese)
+        "accuracy_with_our_aliases": everything.accuracy_with_our_aliases,
+        "correct_with_our_aliases": everything.correct_with_our_aliases,
+        "accuracy_with_our_aliases_by_country": {
+            k: t.accuracy_with_our_aliases for k, t in _by(per_image, "country", _countries, mix).items()
+        },
+        # scored answers incorrect because every mention of the ground truth was negated ("not South Korea")
+        "negated_answers": everything.negated,
+        "negated_answers_with_our_aliases": everything.negated_with_our_aliases,
+        "answer_rule": answer_rule(mix),
         "answers_naming_several_cultures": several,  # scored answers naming more than one culture (§3 allows it)
         "correct_naming_several_cultures": several_correct,
         "marker_images": marker.n,

@@ -1,9 +1,12 @@
-"""The retrieval part's means with bootstrap intervals, its figure and its card section (GlobalRG §3.2, RAVENEA
-§3.1): the per-query table (`retrieval_metrics.PER_QUERY`) in, JSON-ready estimates, tables, a PNG and Markdown out.
+"""The retrieval part's means with bootstrap intervals, its figure and its card section (GlobalRG §3.2, trec_eval's
+readings, RAVENEA's own scoring): the per-query table (`retrieval_metrics.PER_QUERY`) in, JSON-ready estimates,
+tables, a PNG and Markdown out.
 
 Intervals are percentile bootstraps over a group's queries, drawn with the 3XCM evaluation's helpers: its seeded
 per-group generator (`metrics_3xcm._group_rng`, so a group's interval does not depend on the other groups) and its
-percentile rule (`metrics_3xcm._percentile_interval`).
+percentile rule (`metrics_3xcm._percentile_interval`). A metric that leaves queries out (RAVENEA's MRR, null for a
+query with no positive item: `retrieval_metrics.LEAVES_OUT`) is averaged over the others, in the estimate and in
+each resample, and says how many (`n`); a resample that draws none of them is left out of its interval.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from data import reference
 from data.figures import figure_png
 from data.publish.card import markdown_table
 from evaluation import metrics_3xcm as m
+from evaluation import ravenea_metrics as rv
 from evaluation import retrieval_metrics as rm
 
 CONFIDENCE = 0.95
 TITLE = "## Retrieval across universals (GlobalRG §3.2, RAVENEA §3.1)\n"
-#: One mean: {"value", "ci_low", "ci_high"}, each a number or None.
+#: One mean: {"value", "ci_low", "ci_high"}, each a number or None; and "n", the queries it is over, for a metric
+#: that leaves queries out (`rm.LEAVES_OUT`).
 Estimate = dict[str, float | None]
 #: A group's means by `retrieval_metrics.aggregate_name`.
 Estimates = dict[str, Estimate]
@@ -43,21 +48,32 @@ def group_means(
     """Each metric's mean over the group's queries (`rm.aggregate_name`: MRR for the reciprocal rank), with a
     `CONFIDENCE` percentile-bootstrap interval from `n_resamples` resamples of those queries (0: none). Resampling
     n queries with replacement draws how often each is taken from Multinomial(n, 1/n), so the resampled means are
-    that count matrix times the metric matrix, over n."""
-    values = np.column_stack([per_query.column(name).to_numpy()[rows] for name in rm.METRICS])
+    that count matrix times the metric matrix, over the count of the queries drawn that have a value (n, but for a
+    metric that leaves queries out)."""
+    values = np.column_stack(
+        [per_query.column(name).to_numpy(zero_copy_only=False)[rows].astype(np.float64) for name in rm.METRICS]
+    )  # a null (a query left out) reads NaN
+    present = ~np.isnan(values)
     n = len(rows)
     draws = None
     if n_resamples > 0 and n > 0:
         rng = m._group_rng(seed, "retrieval", group_by, group)
-        draws = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples) @ values / n
+        counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples)
+        with np.errstate(invalid="ignore"):  # 0 / 0: a resample with none of a metric's queries, left out below
+            draws = (counts @ np.where(present, values, 0.0)) / (counts @ present.astype(np.float64))
     out: Estimates = {}
     for j, name in enumerate(rm.METRICS):
-        low, high = m._percentile_interval(draws[:, j], CONFIDENCE) if draws is not None else (None, None)
+        low, high = None, None
+        if draws is not None and np.isfinite(draws[:, j]).any():
+            low, high = m._percentile_interval(draws[np.isfinite(draws[:, j]), j], CONFIDENCE)
+        kept = values[present[:, j], j]
         out[rm.aggregate_name(name)] = {
-            "value": float(values[:, j].mean()) if n else None,
+            "value": float(kept.mean()) if len(kept) else None,
             "ci_low": low,
             "ci_high": high,
         }
+        if name in rm.LEAVES_OUT:
+            out[rm.aggregate_name(name)]["n"] = len(kept)
     return out
 
 
@@ -155,24 +171,56 @@ def _cell(estimate: Estimate) -> str:
     return f"{value:.3f} [{low:.3f}, {high:.3f}]"
 
 
-#: The card's columns: (header, metric).
+#: The card's columns, (header, metric) per table. First the row comparable with GlobalRG's Table 3 (English queries).
+ENGLISH_COLUMNS: tuple[tuple[str, str], ...] = tuple(
+    (f"{short}@{k}{label}", f"{metric}@{k}{unit}")
+    for k in rm.K_VALUES
+    for short, label, metric, unit in (
+        ("P", "", "precision", ""),
+        ("div", " country", "diversity", "_country"),
+        ("div", " region", "diversity", "_region"),
+    )
+)
+#: Every query language: GlobalRG's precision and diversity, ours, and trec_eval's MRR and nDCG.
 CARD_COLUMNS: tuple[tuple[str, str], ...] = (
     ("P@5", "precision@5"),
     ("div@5 country", "diversity@5_country"),
     ("div@5 region", "diversity@5_region"),
     ("div@5 country, pool (ours)", "diversity@5_country_pool"),
     ("div@5 region, pool (ours)", "diversity@5_region_pool"),
-    ("MRR", "mrr"),
-    ("nDCG@5", "ndcg@5"),
+    ("MRR (trec_eval)", "mrr"),
+    ("nDCG@5 (trec_eval)", "ndcg@5"),
 )
+#: RAVENEA's own scoring, in its Table 2's order.
+RAVENEA_COLUMNS: tuple[tuple[str, str], ...] = tuple(
+    (header, rm.aggregate_name(name))
+    for header, name in zip(
+        ["MRR", *(f"P@{k}" for k in rv.K_VALUES), *(f"nDCG@{k}" for k in rv.K_VALUES)], rv.metric_names(), strict=True
+    )
+)
+RAVENEA_MRR = rm.aggregate_name(rv.RECIPROCAL_RANK)
+
+
+def _rows(groups: list[tuple[str, int, Estimates]], columns: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
+    return [
+        {"query language": g, "queries": n, **{header: _cell(e[name]) for header, name in columns}}
+        for g, n, e in groups
+    ]
 
 
 def card_section(summary: Summary, settings: dict[str, Any]) -> list[str]:
-    """The section: what was retrieved, the per-language table, which diversity is the paper's and which ours,
-    and the countries whose region is unknown, if any."""
+    """The section: what was retrieved; the English row, comparable with GlobalRG's Table 3; every query language
+    with GlobalRG's, our and trec_eval's metrics; RAVENEA's own scoring; which reading is whose; and the countries
+    whose region is unknown, if any."""
     groups = [("all", summary.n, summary.overall), *((g, n, e) for g, (n, e) in summary.by_language.items())]
-    rows = [
-        {"query language": g, "queries": n, **{header: _cell(e[name]) for header, name in CARD_COLUMNS}}
+    english = [(g, n, e) for g, n, e in groups if g == reference.ENGLISH]
+    ravenea = [
+        {
+            "query language": g,
+            "queries": n,
+            "with a positive": e[RAVENEA_MRR].get("n"),  # the queries RAVENEA's MRR is over
+            **{header: _cell(e[name]) for header, name in RAVENEA_COLUMNS},
+        }
         for g, n, e in groups
     ]
     out = [
@@ -180,14 +228,31 @@ def card_section(summary: Summary, settings: dict[str, Any]) -> list[str]:
         "Every concept is a text query, in English and in each native language of the release, over all "
         f"{settings['pool_images']} images of `image_metadata` ({settings['pool_countries']} countries, "
         f"{settings['pool_regions']} regions), not only an RQ2 triplet's three. Relevant: the image shows the "
-        "concept (its own, a tag, or a byte or pixel copy, the assembly's rule); for nDCG it counts 2 when it also "
-        "comes from a country of the query's language. Means over queries, with "
+        "concept (its own, a tag, or a byte or pixel copy, the assembly's rule); for nDCG and RAVENEA's scoring it "
+        "counts 2 when it also comes from a country of the query's language. Means over queries, with "
         f"{int(CONFIDENCE * 100)}% bootstrap intervals ({settings['n_resamples']} resamples of the queries).\n",
-        markdown_table(rows),
+        "**English queries: the row comparable with GlobalRG's Table 3.** GlobalRG queries in English only (its "
+        "queries are the universal concepts' English words, §3.2), so its Table 3 compares with this row, not with "
+        "the mean over every query language below. precision@k is §3.2's (images showing the concept among the top "
+        "k, over k); diversity@k is its Eq. 1, by country and by region. **Fractions from 0 to 1**, where GlobalRG's "
+        "Table 3 gives percentages (multiply by 100).\n",
+        markdown_table(_rows(english, ENGLISH_COLUMNS)) if english else "No English query was scored.\n",
+        "**Every query language.** P@k is GlobalRG's precision (it equals trec_eval's P@k). MRR and nDCG@5 here are "
+        "trec_eval's readings (`recip_rank`: the first image of grade 1 or 2, 0 when there is none; `ndcg_cut`: the "
+        "grade as gain), not RAVENEA's own scoring, which follows.\n",
+        markdown_table(_rows(groups, CARD_COLUMNS)),
         "diversity@5 by country and by region is the paper's (GlobalRG Eq. 1): the entropy of the top 5's "
         "cultures over log(m), m the number of cultures among them, and 0 when m = 1. The pool columns are ours, "
         "not the paper's: the same entropy over the log of the number of countries (regions) in the pool, so at "
         "most log(5) over that log for 5 images.\n",
+        "**RAVENEA's own scoring** (§3.1, Table 2), as its authors' `src/gdeval.py` computes it. A query's top "
+        "grade is the highest in the pool (2, else 1, else 0). P@k counts only images of the top grade among the "
+        "first k, over the images ranked there (at most k); MRR is 1 / the rank of the first image of the top "
+        "grade, averaged over the queries that have a positive item only (`with a positive`); nDCG@k takes "
+        "2^grade − 1 as gain and the ideal from the same ranked list. gdeval.py adds 3 to every grade because "
+        "RAVENEA's labels go negative; ours (0, 1, 2) do not, and +3 would give an irrelevant image a gain of 7, "
+        "so the gain is taken on our grades as they are.\n",
+        markdown_table(ravenea),
     ]
     regions = settings["regions"]
     if regions["n_unknown_region_countries"]:

@@ -368,7 +368,7 @@ def run_mixcube(
         settings=settings_mixcube(judge, vlm),
         skipped=skipped,
         demo=config.demo,
-        warnings=_failure_warnings(metrics) + mx.several_cultures_warnings(metrics),
+        warnings=_failure_warnings(metrics) + mx.several_cultures_warnings(metrics) + mx.answer_rule_warnings(metrics),
     )
 
 
@@ -398,6 +398,7 @@ def _with_intervals(summary: dict[str, Any], per_image: pa.Table) -> dict[str, A
     judged = [v for v in per_image["marker_correct"].to_pylist() if v is not None]
     summary["ci95"] = {
         "accuracy": wilson_interval(summary["correct"], summary["answered"]),
+        "accuracy_with_our_aliases": wilson_interval(summary["correct_with_our_aliases"], summary["answered"]),
         "marker_accuracy": wilson_interval(sum(judged), len(judged)),
     }
     return summary

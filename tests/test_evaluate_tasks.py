@@ -18,7 +18,7 @@ from evaluation.run import EvaluateMixCubeConfig
 from flows.cli import app
 
 JUDGE = ["--judge-base-url", "http://127.0.0.1:9/v1", "--judge-model", "j"]
-RETRIEVAL_KEYS = {"precision@5", "diversity@5_country", "diversity@5_region", "mrr", "ndcg@5"}
+RETRIEVAL_KEYS = {"precision@5", "diversity@5_country", "diversity@5_region", "mrr", "ndcg@5", "precision@5_en"}
 
 
 def invoke(*args: object) -> tuple[int, str]:
@@ -99,12 +99,14 @@ def test_compare_shows_every_tasks_metrics_side_by_side(evaluated: dict[str, Pat
     table, figure, markdown = compare([evaluated["triplet"], evaluated["retrieval"], evaluated["all"]])
     metrics = set(table["metric"].to_pylist())
     assert set(TASK_HEADLINE["triplet"]) | RETRIEVAL_KEYS <= metrics
+    assert {f"ravenea.{m}@{k}" for m in ("precision", "ndcg") for k in (1, 3, 5)} | {"ravenea.mrr"} <= metrics
     mrr = [r["value"] for r in table.to_pylist() if r["metric"] == "mrr"]
     assert len(mrr) == 3 and mrr[0] is None and None not in mrr[1:]  # the triplet-only result has none
     assert "mrr" in markdown.splitlines()[0] and figure.startswith(b"\x89PNG")
     audit = json.loads((evaluated["audit"] / "metrics.json").read_text())
     skews = [f"max_skew.{name}" for name in audit["max_skew"]]
-    assert headline_names("mixcube", audit) == skews + list(TASK_HEADLINE["audit"][1:])
+    pairs = [f"max_skew_max_pair.{name}" for name in audit["max_skew_max_pair"]]
+    assert headline_names("mixcube", audit) == skews + pairs + list(TASK_HEADLINE["audit"][2:])
     code, output = invoke("evaluate", "compare", evaluated["audit"], evaluated["audit"], "--out", tmp_path / "cmp")
     assert code == 0 and "max_skew." in output, output
 

@@ -115,10 +115,12 @@ def image_of(table: pa.Table, index: int) -> bytes:
     return table.column("image")[index].as_py()["bytes"]
 
 
-#: What the fake model answers per image colour: right for Korean original/EastAsian, wrong for the SouthAsian swap.
+#: What the fake model answers per image colour: right for the Korean original, right for its EastAsian swap only
+#: with our aliases ("Korea" is neither the country, the culture nor one of App. A.5's labels), wrong for the
+#: SouthAsian swap.
 ANSWERS = {
     (200, 30, 30): "This food is most associated with South Korea. It is kimchi.",
-    (30, 200, 30): "Korean cuisine: this is jjajangmyeon.",
+    (30, 200, 30): "Korea, surely: this is jjajangmyeon.",
     (30, 30, 200): "This looks like Indian food, probably biryani.",
     (220, 220, 30): "A British festival, likely Guy Fawkes Night.",
     (30, 220, 220): "This celebration is typical of Germany.",
@@ -203,48 +205,87 @@ def test_prompts_are_the_papers() -> None:
 
 
 def test_ground_truth_terms() -> None:
-    korean = m.ground_truth_terms("Korean", MIX)
-    assert korean[0] == "Korean" and {"Korea", "South Korea"} <= set(korean)
-    assert {"Azerbaijan", "Azerbaijani", "Azeri"} <= set(m.ground_truth_terms("Azerbaijani", MIX))  # App. A.5
-    british = set(m.ground_truth_terms("British", MIX))
-    assert {"UK", "United Kingdom", "Scotland", "Britain", "Irish", "Wales", "England", "English"} <= british
-    assert {"USA", "US", "the United States", "Hawaii", "American"} <= set(m.ground_truth_terms("American", MIX))
-    assert m.ground_truth_terms("Martian", MIX) == ("Martian",)
+    # the paper's: the country, the culture (as the release spells it) and App. A.5's labels (none for South Korea
+    # and Myanmar), each once
+    assert m.ground_truth_terms("Korean", MIX) == ("South Korea", "Korean")
+    assert m.ground_truth_terms("Myanmar", MIX) == ("Myanmar",)
+    assert m.ground_truth_terms("Azerbaijani", MIX) == ("Azerbaijan", "Azerbaijani", "Azeri")  # App. A.5
+    british = m.ground_truth_terms("British", MIX)
+    assert british == ("United Kingdom", "British", "UK", "Scotland", "Britain", "Irish", "Wales", "England", "English")
+    american = m.ground_truth_terms("American", MIX)
+    assert american == ("United States", "American", "USA", "US", "the United States of America", "the United States",
+                        "Hawaii")  # fmt: skip
+    # ours after them, only when asked for
+    assert m.ground_truth_terms("Korean", MIX, ours=True) == ("South Korea", "Korean", "Korea")
+    assert m.ground_truth_terms("Myanmar", MIX, ours=True) == ("Myanmar", "Burma", "Burmese")
+    assert m.ground_truth_terms("British", MIX, ours=True) == british  # App. A.5's cultures have none of ours
+    assert m.ground_truth_terms("Martian", MIX) == m.ground_truth_terms("Martian", MIX, ours=True) == ("Martian",)
+
+
+def test_the_pack_keeps_the_papers_aliases_and_ours_apart() -> None:
+    korea = next(c for c in MIX.cultures if c.iso2 == "KR")
+    assert korea.label_aliases == [] and korea.our_aliases == ["Korea"]
+    assert "ours" in MIX.sources["our_aliases"].lower() and "App. A.5" in MIX.sources["label_aliases"]
+    # a pack written before `our_aliases` existed still reads, with none of ours
+    old = json.loads((Path(__file__).resolve().parents[1] / "data" / "reference" / "mixcube.json").read_text())
+    for culture in old["cultures"]:
+        culture.pop("our_aliases", None)
+    legacy = type(MIX).model_validate(old)
+    assert all(c.our_aliases == [] for c in legacy.cultures)
+    assert m.ground_truth_terms("Korean", legacy, ours=True) == ("South Korea", "Korean")
+
+
+def test_other_country_names() -> None:
+    others = m.other_country_names("Korean", MIX)
+    assert "North Korea" in others and "Papua New Guinea" in others and "Japan" in others
+    assert "South Korea" not in others  # the ground truth's own names never block
+    assert not any(name.casefold() in ("korea", "korean") for name in others)
+    assert "Myanmar (Burma)" not in m.other_country_names("Myanmar", MIX)  # CLDR's own name for Myanmar
+    assert "Myanmar (Burma)" in others
+    assert not {"European Union", "United Nations", "Unknown Region", "Pseudo-Accents"} & set(others)
+    assert "American Samoa" in others  # a territory with its own ISO code is another place
+    assert "Martian" not in m.other_country_names("Martian", MIX) and "South Korea" in m.other_country_names(
+        "Martian", MIX
+    )
 
 
 @pytest.mark.parametrize(
-    ("answer", "country", "expected"),
+    ("answer", "country", "expected", "with_ours"),
     [
-        ("This is Korean food.", "Korean", True),
-        ("It comes from South Korea.", "Korean", True),
-        ("KOREA, clearly", "Korean", True),  # names: case-insensitive
-        ("korean bbq", "Korean", True),
-        ("A Japanese dish, sushi.", "Korean", False),  # another country
-        ("Probably Chinese or Korean.", "Korean", True),  # contains the right one among others
-        ("This is Azeri plov.", "Azerbaijani", True),
-        ("Typical of Turkey and the Caucasus.", "Azerbaijani", False),
-        ("Associated with the United Kingdom.", "British", True),
-        ("An English breakfast.", "British", True),
-        ("A Scottish kilt.", "British", False),  # "Scottish" is not among App. A.5's labels
-        ("Clearly from the UK.", "British", True),
-        ("clearly from the uk.", "British", False),  # acronyms are case-sensitive
-        ("A ukulele festival.", "British", False),
-        ("Let us look: a festival in Mexico.", "American", False),  # "us" is not "US"
-        ("Made in the USA.", "American", True),
-        ("From the US.", "American", True),
-        ("Connect a USB cable.", "American", False),  # acronyms are whole words
-        ("A Hawaiian shirt.", "American", True),  # a name may continue its word ("contains")
-        ("Typical of the United States.", "American", True),
-        ("Typical of Myanmar.", "Myanmar", True),
-        ("A Burmese longyi.", "Myanmar", True),  # the project's Myanmar aliases
-        ("Myanmar", "Korean", False),
-        ("", "Korean", False),
-        ("Panamanian", "American", False),  # "American" must start a word
-        ("Latin American street food", "American", True),  # ...and does here: the rule is verbatim, not semantic
+        ("It comes from South Korea.", "Korean", True, True),
+        ("This is Korean food.", "Korean", True, True),  # the culture, as the release spells it
+        ("KOREA, clearly", "Korean", False, True),  # names: case-insensitive
+        ("SOUTH KOREA, clearly", "Korean", True, True),
+        ("A Japanese dish, sushi.", "Korean", False, False),  # another country
+        ("Probably Chinese or South Korean.", "Korean", True, True),  # no whole "South Korea"; a whole "Korean"
+        ("Korea, I think.", "Korean", False, True),  # "Korea" is ours
+        ("Probably Japan or South Korea.", "Korean", True, True),  # the right one among others
+        ("This is Azeri plov.", "Azerbaijani", True, True),
+        ("Typical of Turkey and the Caucasus.", "Azerbaijani", False, False),
+        ("Associated with the United Kingdom.", "British", True, True),
+        ("An English breakfast.", "British", True, True),
+        ("A Scottish kilt.", "British", False, False),  # "Scottish" is not among App. A.5's labels
+        ("Clearly from the UK.", "British", True, True),
+        ("clearly from the uk.", "British", False, False),  # acronyms are case-sensitive
+        ("A ukulele festival.", "British", False, False),
+        ("Let us look: a festival in Mexico.", "American", False, False),  # "us" is not "US"
+        ("Made in the USA.", "American", True, True),
+        ("From the US.", "American", True, True),
+        ("Connect a USB cable.", "American", False, False),  # acronyms are whole words
+        ("A Hawaiian shirt.", "American", False, False),  # whole names: "Hawaiian" is not "Hawaii"
+        ("Popular with Americans.", "American", True, True),  # an English plural is the same name
+        ("Typical of the United States.", "American", True, True),
+        ("Typical of Myanmar.", "Myanmar", True, True),
+        ("A Burmese longyi.", "Myanmar", False, True),  # our Myanmar aliases
+        ("Myanmar", "Korean", False, False),
+        ("", "Korean", False, False),
+        ("Panamanian", "American", False, False),  # "American" must be a whole word
+        ("Latin American street food", "American", True, True),  # the rule is verbatim, not semantic
     ],
 )
-def test_is_correct(answer: str, country: str, expected: bool) -> None:
+def test_is_correct(answer: str, country: str, expected: bool, with_ours: bool) -> None:
     assert m.is_correct(answer, country, MIX) is expected
+    assert m.is_correct(answer, country, MIX, ours=True) is with_ours
 
 
 @pytest.mark.parametrize(
@@ -307,7 +348,9 @@ def test_openai_end_to_end(fake: FakeOpenAI) -> None:
     assert per_image.schema == m.MIXCUBE_PER_IMAGE
     assert per_image.num_rows == rows.num_rows and sum(seen) == rows.num_rows
     assert per_image["sample_id"].to_pylist() == rows["sample_id"].to_pylist()
-    assert per_image["correct"].to_pylist() == [True, True, False, True, False, True]
+    assert per_image["correct"].to_pylist() == [True, False, False, True, False, True]
+    assert per_image["correct_with_our_aliases"].to_pylist() == [True, True, False, True, False, True]
+    assert not any(per_image["negated"].to_pylist()) and not any(per_image["negated_with_our_aliases"].to_pylist())
     assert per_image["answer"].to_pylist() == [ANSWERS[row[3]] for row in ROWS]  # raw, verbatim
     assert per_image["error"].null_count == per_image.num_rows
     assert per_image["attempts"].to_pylist() == [1] * 6 and not any(per_image["cached"].to_pylist())
@@ -411,7 +454,7 @@ def test_openai_judge_failures(fake: FakeOpenAI) -> None:
     }
     assert got[1] == {"marker_judge_raw": None, "marker_correct": None, "marker_error": "judge_server_error"}
     assert got[2] == {"marker_judge_raw": "Yes", "marker_correct": True, "marker_error": None}
-    assert per_image["correct"].to_pylist() == [True, True, False]  # the country scores stand
+    assert per_image["correct"].to_pylist() == [True, False, False]  # the country scores stand
 
     no_judge = m.evaluate_images(rows, vlm, judge=None, mix=MIX)
     assert no_judge["marker_error"].to_pylist() == ["no_judge"] * 3
@@ -434,7 +477,7 @@ def test_openai_cache_rerun_asks_nothing(fake: FakeOpenAI, tmp_path: Path) -> No
     assert len(fake.requests) == calls + 1  # a full rerun asks nothing
     assert all(third["cached"].to_pylist()) and third["attempts"].to_pylist() == [0] * 6
     assert third["answer"].to_pylist() == second["answer"].to_pylist()
-    assert third["correct"].to_pylist() == [True, True, False, True, False, True]
+    assert third["correct"].to_pylist() == [True, False, False, True, False, True]
 
     renamed = m.evaluate_images(
         rows, openai_config(fake, cache_dir=cache, name="Another display name").build(), None, mix=MIX
@@ -562,7 +605,7 @@ def test_gemini_end_to_end(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> 
         calls = len(fake.requests)
         rerun = m.evaluate_images(rows, gemini_config(fake, cache_dir=str(cache)).build(), vlm, mix=MIX)
         assert len(fake.requests) == calls + 2  # only the failed image again, and now its judge call
-        assert rerun["correct"].to_pylist() == [True, True, False, True, False, True]
+        assert rerun["correct"].to_pylist() == [True, False, False, True, False, True]
         again = m.evaluate_images(rows, gemini_config(fake, cache_dir=str(cache)).build(), vlm, mix=MIX)
         assert len(fake.requests) == calls + 2 and all(again["cached"].to_pylist())
 
@@ -738,6 +781,62 @@ def test_summary() -> None:
     assert totals["drop_original_minus_synthesized"] == pytest.approx(4 / 6 - 5 / 8)
     assert totals["marker_images"] == 11 and totals["marker_judged"] == 9 and totals["marker_accuracy"] == 4 / 9
     assert totals["failures"] == {"server_error": 2} and totals["marker_errors"] == {"server_error": 2}
+
+
+class _Replies:
+    """Answers each image (by its bytes) from a map."""
+
+    identity = VlmIdentity(backend="test", model_id="test--replies", name="replies")
+    runs_locally = True
+
+    def __init__(self, replies: dict[bytes, str]) -> None:
+        self.replies = replies
+
+    def ask(self, prompt: str, image: bytes | None = None) -> Answer:
+        assert image is not None
+        return Answer(self.replies[image], None, None, 1, False)
+
+
+#: (country, category, ethnicity, colour, answer): correct by the paper's terms? by ours? negated (both)?
+REPLIES = [
+    ("Korean", "Food", "original", (200, 30, 30), "South Korea, clearly."),  # yes, yes
+    ("Korean", "Food", "original", (30, 200, 30), "Korea, clearly."),  # no, yes (ours)
+    ("Korean", "Food", "EastAsian", (30, 30, 200), "Definitely not South Korea."),  # no, no: negated
+    ("Korean", "Food", "EastAsian", (220, 220, 30), "North Korea."),  # no, no: another country's name
+    ("Myanmar", "Food", "original", (30, 220, 220), "Burmese tea leaf salad."),  # no, yes (ours)
+    ("British", "Festival", "original", (220, 30, 220), "Not Japan: the UK."),  # yes, yes
+]
+
+
+def test_our_aliases_and_negated_answers_are_reported_apart() -> None:
+    rows = make_rows([(c, k, e, colour, None) for c, k, e, colour, _ in REPLIES])
+    replies = {image_of(rows, i): answer for i, (*_, answer) in enumerate(REPLIES)}
+    per_image = m.evaluate_images(rows, _Replies(replies), None, mix=MIX)
+    assert per_image["correct"].to_pylist() == [True, False, False, False, False, True]
+    assert per_image["correct_with_our_aliases"].to_pylist() == [True, True, False, False, True, True]
+    assert per_image["negated"].to_pylist() == [False, False, True, False, False, False]
+    assert per_image["negated_with_our_aliases"].to_pylist() == [False, False, True, False, False, False]
+
+    totals = m.summary(per_image, MIX)
+    json.dumps(totals)
+    assert totals["accuracy"] == 2 / 6 and totals["correct"] == 2
+    assert totals["accuracy_with_our_aliases"] == 4 / 6 and totals["correct_with_our_aliases"] == 4
+    assert totals["accuracy_by_country"] == {"Korean": 0.25, "Myanmar": 0.0, "British": 1.0}
+    assert totals["accuracy_with_our_aliases_by_country"] == {"Korean": 0.5, "Myanmar": 1.0, "British": 1.0}
+    assert totals["negated_answers"] == totals["negated_answers_with_our_aliases"] == 1
+    rule = totals["answer_rule"]
+    assert rule["accuracy_with_our_aliases"].startswith("ours") and "App. A.5" in rule["accuracy"]
+    assert rule["terms"]["Korean"] == {"paper": ["South Korea", "Korean"], "ours": ["Korea"]}
+    assert rule["terms"]["British"]["ours"] == []
+    notes = m.answer_rule_warnings(totals)
+    assert len(notes) == 2 and "negated_answers" in notes[0] and "ours, not the paper's" in notes[1]
+    assert m.answer_rule_warnings({**totals, "negated_answers": 0, "accuracy_with_our_aliases": 2 / 6}) == []
+
+    table = {(r["country"], r["ethnicity"]): r for r in m.accuracy_table(per_image, MIX).to_pylist()}
+    korean = table[("Korean", "original")]
+    assert (korean["correct"], korean["accuracy"]) == (1, 0.5)
+    assert (korean["correct_with_our_aliases"], korean["accuracy_with_our_aliases"]) == (2, 1.0)
+    assert table[("Korean", "EastAsian")]["accuracy_with_our_aliases"] == 0.0
 
 
 def _check_png(data: bytes) -> None:

@@ -12,6 +12,7 @@ import itertools
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,6 +21,7 @@ import pyarrow as pa
 import pytest
 import yaml
 from lmms_eval_run import HARNESS_PYTHON, SKIP_REASON, run_lmms_eval
+from test_answer_rule import CASES, CONTAINED
 
 from data.publish.reader import Release
 from data.reference import default_pack
@@ -29,7 +31,7 @@ from evaluation.exports import lmms_eval as lx
 from evaluation.exports.common import ExportError, run_export
 from evaluation.vlm import Answer, VlmIdentity
 
-STDLIB_IMPORTS = {"__future__", "re", "unicodedata", "collections.abc", "typing"}
+STDLIB_IMPORTS = {"__future__", "bisect", "re", "unicodedata", "collections.abc", "functools", "typing"}
 
 
 # -- helpers -------------------------------------------------------------------------------------------------------
@@ -104,11 +106,14 @@ FIXED_ANSWERS = (
     "Japanese and Korean fusion",
     "England, maybe Wales",
     "Irishman",
+    # the answer rule's table (tests/test_answer_rule.py): whole names, other countries' names, negation
+    *(answer for answer, *_ in CASES),
+    *(answer for answer, *_ in CONTAINED),
 )
 
 
 def _candidate_answers() -> list[str]:
-    terms = sorted({t for c in MIX.cultures for t in mx.ground_truth_terms(c.adjective, MIX)})
+    terms = sorted({t for c in MIX.cultures for t in mx.ground_truth_terms(c.adjective, MIX, ours=True)})
     answers = list(FIXED_ANSWERS)
     for term, template in itertools.product(terms, ANSWER_TEMPLATES):
         answers.append(
@@ -118,7 +123,7 @@ def _candidate_answers() -> list[str]:
 
 
 def _candidate_countries() -> list[str]:
-    countries = ["Atlantis", "", "  ", "GB", "gb", "US", "us", "U.K.", "Korea"]
+    countries = ["Atlantis", "", "  ", "GB", "gb", "US", "us", "U.K.", "Korea", "Guinea", "North Korea"]
     for culture in MIX.cultures:
         for value in (culture.adjective, culture.name, culture.iso2):
             countries += [value, value.lower(), value.upper(), f"  {value} ", "  ".join(value.split())]
@@ -140,17 +145,21 @@ class _MapVlm:
 
 
 def _answers_for(rows: pa.Table) -> dict[str, str]:
-    """A varied answer per sample: the right culture's names, other cultures', tricky near-misses."""
+    """A varied answer per sample: the right culture's names (the paper's, then ours), negated, other cultures',
+    tricky near-misses."""
     candidates = _candidate_answers()
     out = {}
     for index, (sample_id, country) in enumerate(
         zip(rows.column("sample_id").to_pylist(), rows.column("country").to_pylist(), strict=True)
     ):
-        own = mx.ground_truth_terms(country, MIX)
-        # every third answer names the row's own culture (in some spelling), the others anything
+        paper = mx.ground_truth_terms(country, MIX)
+        ours = [t for t in mx.ground_truth_terms(country, MIX, ours=True) if t not in paper] or list(paper)
         out[sample_id] = (
-            f"I think {own[index % len(own)]}, maybe." if index % 3 == 0 else candidates[(index * 7) % len(candidates)]
-        )
+            f"I think {paper[index % len(paper)]}, maybe.",
+            f"Definitely not {paper[index % len(paper)]}.",
+            f"Maybe {ours[index % len(ours)]}?",
+            candidates[(index * 7) % len(candidates)],
+        )[index % 4]
     return out
 
 
@@ -169,8 +178,11 @@ def _our_metrics(per_image: pa.Table) -> dict[str, Any]:
     by_ethnicity = summary["accuracy_by_ethnicity"]
     return {
         "mixcube_accuracy": summary["accuracy"],
+        "mixcube_accuracy_with_our_aliases": summary["accuracy_with_our_aliases"],
+        "mixcube_negated_answers": summary["negated_answers"],
         "mixcube_accuracy_by_ethnicity": by_ethnicity,
         "mixcube_accuracy_by_country": summary["accuracy_by_country"],
+        "mixcube_accuracy_with_our_aliases_by_country": summary["accuracy_with_our_aliases_by_country"],
         "mixcube_accuracy_by_category": summary["accuracy_by_category"],
         "mixcube_drop_by_ethnicity": {
             e: by_ethnicity[MIX.original_label] - v for e, v in by_ethnicity.items() if e != MIX.original_label
@@ -280,12 +292,28 @@ def test_is_correct_agrees_with_ours(utils: ModuleType) -> None:
     answers, countries = _candidate_answers(), _candidate_countries()
     for country in countries:
         assert utils.ground_truth_terms(country) == mx.ground_truth_terms(country, MIX), country
-    verdicts = {}
+        assert utils.ground_truth_terms(country, True) == mx.ground_truth_terms(country, MIX, ours=True), country
+        assert utils.other_country_names(country) == mx.other_country_names(country, MIX), country
+    verdicts: Counter[tuple[bool, str]] = Counter()
+    scorer = mx._Scorer(MIX)  # mx.verdict, its names computed once per culture
     for answer, country in itertools.product(answers, countries):
-        ours = mx.is_correct(answer, country, MIX)
-        assert utils.is_correct(answer, country) == ours, (answer, country)
-        verdicts[ours] = verdicts.get(ours, 0) + 1
-    assert verdicts.get(True, 0) > 100 and verdicts.get(False, 0) > 100, verdicts
+        for with_ours in (False, True):
+            ours = scorer.verdict(answer, country, ours=with_ours)
+            assert utils.verdict(answer, country, with_ours) == ours, (answer, country, with_ours)
+            verdicts[(with_ours, ours)] += 1
+    for answer, country in itertools.product(answers[::7], countries[::3]):
+        for with_ours in (False, True):
+            assert utils.is_correct(answer, country, with_ours) is mx.is_correct(answer, country, MIX, ours=with_ours)
+    for with_ours in (False, True):  # every verdict occurs, often, by both rules
+        assert min(verdicts[(with_ours, v)] for v in ("correct", "negated", "absent")) > 30, verdicts
+    assert verdicts[(True, "correct")] > verdicts[(False, "correct")]  # our aliases credit more
+
+
+def test_the_rules_table_scores_the_same_in_the_export(utils: ModuleType) -> None:
+    for answer, country, paper, ours in CASES:
+        assert (utils.verdict(answer, country), utils.verdict(answer, country, True)) == (paper, ours), answer
+    for answer, country, expected in CONTAINED:
+        assert utils.verdict(answer, country) == expected, answer
 
 
 def test_hooks_and_aggregations_agree_with_ours(release: Path, utils: ModuleType) -> None:
@@ -303,6 +331,12 @@ def test_hooks_and_aggregations_agree_with_ours(release: Path, utils: ModuleType
     ours = dict(zip(per_image["sample_id"].to_pylist(), per_image["correct"].to_pylist(), strict=True))
     assert {r["sample_id"]: r["correct"] for r in records["mixcube_accuracy"]} == ours
     assert len(set(ours.values())) == 2, "the answers should score both ways"
+    for column in ("correct_with_our_aliases", "negated"):
+        expected = dict(zip(per_image["sample_id"].to_pylist(), per_image[column].to_pylist(), strict=True))
+        assert {r["sample_id"]: r[column] for r in records["mixcube_accuracy"]} == expected, column
+    changed = per_image["correct"].to_pylist() != per_image["correct_with_our_aliases"].to_pylist()
+    assert changed, "our aliases should change some verdicts"
+    assert any(per_image["negated"].to_pylist()), "some answers should be negated"
     config = _load_yaml(Path(utils.__file__).with_name(f"{lx.TASK}.yaml"))
     theirs = {
         m["metric"]: getattr(utils, m["aggregation"][1].removeprefix("utils."))(records[m["metric"]])
@@ -343,6 +377,9 @@ def test_lmms_eval_runs_the_export_offline(release: Path, exported: Path, tmp_pa
     ours = dict(zip(per_image["sample_id"].to_pylist(), per_image["correct"].to_pylist(), strict=True))
     assert {k: r["correct"] for k, r in records.items()} == ours
     assert len(set(ours.values())) == 2
+    for column in ("correct_with_our_aliases", "negated"):
+        expected = dict(zip(per_image["sample_id"].to_pylist(), per_image[column].to_pylist(), strict=True))
+        assert {k: r[column] for k, r in records.items()} == expected, column
 
     # the aggregates: accuracy overall, per ethnicity, country, category; the drops
     reported = json.loads(results_files[0].read_text(encoding="utf-8"))["results"][lx.TASK]

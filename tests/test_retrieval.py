@@ -1,6 +1,7 @@
-"""Retrieval across universals (GlobalRG §3.2) with RAVENEA's ranking metrics (§3.1): the metrics against
-ir_measures (trec_eval) on the same runs, diversity@k on hand-worked cases, graded relevance from the assembly's
-`Catalog.shows`, countries outside the reference data, and a run on the small 3XCM release."""
+"""Retrieval across universals (GlobalRG §3.2) with trec_eval's MRR and nDCG@k: the metrics against ir_measures
+(trec_eval) on the same runs, diversity@k on hand-worked cases, graded relevance from the assembly's
+`Catalog.shows`, countries outside the reference data, and a run on the small 3XCM release. RAVENEA's own scoring
+(its authors' gdeval.py) is tested in test_ravenea_scoring.py."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from data.reference import default_pack
 from evaluation import retrieval_metrics as rm
 from evaluation.encoders import ImageRef, ModelIdentity
 from evaluation.metrics_3xcm import Vectors
+from evaluation.results import TASK_HEADLINE
 from evaluation.retrieval import (
     HEADLINE,
     Pool,
@@ -304,16 +306,25 @@ def test_retrieval_on_the_small_release(small_releases: dict[str, Path], tmp_pat
     assert {tuple(r.values()) for r in per_query.select(["concept_id", "query_language"]).to_pylist()} == {
         (c, lang) for c in concepts for lang in languages
     }
-    assert (
-        tuple(part.headline)
-        == HEADLINE
-        == ("precision@5", "diversity@5_country", "diversity@5_region", "mrr", "ndcg@5")
-    )
-    for name in HEADLINE:
-        column = "reciprocal_rank" if name == "mrr" else name
-        assert part.headline[name] == pytest.approx(float(np.mean(per_query.column(column).to_numpy())))
+    assert tuple(part.headline) == HEADLINE == TASK_HEADLINE["retrieval"]
+    english = np.array(per_query.column("query_language").to_pylist()) == "en"
+    ravenea = part.headline["ravenea"]
+    assert isinstance(ravenea, dict)
+    flat = {
+        **{name: value for name, value in part.headline.items() if name != "ravenea"},
+        **{f"ravenea.{name}": value for name, value in ravenea.items()},
+    }
+    assert len(flat) == 18 and set(part.ci95) == set(flat)
+    for name, value in flat.items():
+        base = name.removesuffix("_en")
+        column = {"mrr": "reciprocal_rank", "ravenea.mrr": "ravenea_reciprocal_rank"}.get(base, base)
+        column = column.replace("ravenea.", "ravenea_")
+        values = per_query.column(column).to_numpy(zero_copy_only=False).astype(float)
+        if name.endswith("_en"):
+            values = values[english]
+        assert value == pytest.approx(float(np.nanmean(values))), name
         low, high = part.ci95[name]
-        assert low is not None and high is not None and low <= part.headline[name] <= high
+        assert value is not None and low is not None and high is not None and low <= value <= high, name
     assert part.tables["by_language"].schema == part.tables["by_concept"].schema == rm.GROUP_METRICS
     assert part.tables["top_k"].schema == rm.TOP_K
     assert set(part.metrics["by_language"]) == languages

@@ -7,9 +7,11 @@ The export writes
   (absolute, read-only: lmms-eval's `datasets.load_dataset` reads the card's `default` config, split `train`); no
   image is copied. `generate_until`, greedy, 120 new tokens at most (App. C.2's cap, as `culturebench evaluate`).
 - `culturebench_mixcube/utils.py`: `evaluation/exports/lmms_eval_task.py` with its data block filled in: the App.
-  B.2 prompts (the release pack's `evaluation_prompts`), the ground-truth terms of every culture
-  (`evaluation.mixcube.ground_truth_terms`) and the lookup from a culture's spellings to them, so that the task
-  imports neither culturebench nor anything but the standard library. Its `is_correct` is our scorer's, copied.
+  B.2 prompts (the release pack's `evaluation_prompts`), the ground-truth terms of every culture by the paper's
+  rule and our aliases apart (`evaluation.mixcube.ground_truth_terms`), the lookup from a culture's spellings to
+  them, and every country's names (`evaluation.mixcube.country_names`, written as data: the task needs no Babel),
+  so that the task imports neither culturebench nor anything but the standard library. Its `verdict` is our
+  scorer's, copied (`evaluation/answer_match.py`).
 - `README.md`: the command and what it measures.
 
 Only the Country Identification task is exported: Cultural Marker Identification needs a judge model (App. B.3),
@@ -25,7 +27,8 @@ from pathlib import Path
 
 from data.publish.folder import ImmutableFolder
 from data.publish.reader import Release
-from data.text_safety import code_span
+from data.reference import MixCubeReference
+from data.text_safety import code_span, markdown_text
 from evaluation import answer_match
 from evaluation import mixcube as mx
 from evaluation.exports.common import README, check_values, mixcube_rules, require_columns
@@ -39,8 +42,11 @@ MAX_NEW_TOKENS = 120
 #: (metric, aggregation function in utils.py, higher is better)
 METRICS: tuple[tuple[str, str, bool], ...] = (
     ("mixcube_accuracy", "accuracy", True),
+    ("mixcube_accuracy_with_our_aliases", "accuracy_with_our_aliases", True),
+    ("mixcube_negated_answers", "negated_answers", False),
     ("mixcube_accuracy_by_ethnicity", "accuracy_by_ethnicity", True),
     ("mixcube_accuracy_by_country", "accuracy_by_country", True),
+    ("mixcube_accuracy_with_our_aliases_by_country", "accuracy_with_our_aliases_by_country", True),
     ("mixcube_accuracy_by_category", "accuracy_by_category", True),
     ("mixcube_drop_by_ethnicity", "drop_by_ethnicity", False),
     ("mixcube_swap_drops", "swap_drops", False),
@@ -49,7 +55,7 @@ _DATA_START = "# -- data (written at export time)"
 _DATA_END = "# -- end of data"
 _ANSWER_MATCH_IMPORT = (
     "# The export replaces this import with evaluation/answer_match.py's code, so the task imports no culturebench.\n"
-    "from evaluation.answer_match import contains_term  # culturebench: inline\n"
+    "from evaluation.answer_match import CORRECT, NEGATED, answer_verdict  # culturebench: inline\n"
 )
 _ANSWER_MATCH_START = "# -- copied into exported tasks from here"
 _READ = ["sample_id", "country", "category", "ethnicity"]
@@ -95,7 +101,10 @@ def utils_source(release: Release) -> str:
         "GROUND_TRUTH_TERMS: dict[str, list[str]]": {
             c.adjective: list(mx.ground_truth_terms(c.adjective, ref)) for c in ref.cultures
         },
+        "OUR_ALIASES: dict[str, list[str]]": {c.adjective: _our_aliases(c.adjective, ref) for c in ref.cultures},
         "CULTURE_KEYS: dict[str, str]": keys,
+        "CULTURE_CODES: dict[str, str]": {c.adjective: c.iso2.upper() for c in ref.cultures},
+        "COUNTRY_NAMES: dict[str, list[str]]": mx.country_names(ref),
         "ORDER: dict[str, list[str]]": {
             "country": [c.adjective for c in ref.cultures],
             "category": list(ref.categories),
@@ -110,11 +119,18 @@ def utils_source(release: Release) -> str:
     return _inline_answer_match(template[:block_start] + block + template[block_end:])
 
 
+def _our_aliases(adjective: str, ref: MixCubeReference) -> list[str]:
+    """The terms our aliases add to the paper's for a culture (ours, not the paper's)."""
+    paper = mx.ground_truth_terms(adjective, ref)
+    return [t for t in mx.ground_truth_terms(adjective, ref, ours=True) if t not in paper]
+
+
 def _inline_answer_match(text: str) -> str:
     """The template's import of `evaluation.answer_match` replaced by that module's imports and code: the scoring
     rule has one home, and the exported task still imports no culturebench."""
     source = Path(answer_match.__file__).read_text(encoding="utf-8")
-    imports = source[source.index("import re\n") : source.index(_ANSWER_MATCH_START)]
+    future = "from __future__ import annotations\n"  # the template has its own; the imports follow it
+    imports = source[source.index(future) + len(future) : source.index(_ANSWER_MATCH_START)]
     code = source[source.index("\n", source.index(_ANSWER_MATCH_START)) + 1 :]
     if _ANSWER_MATCH_IMPORT not in text:
         raise ValueError(f"{TEMPLATE}: no `{_ANSWER_MATCH_IMPORT.strip()}` line to replace")
@@ -161,8 +177,29 @@ def command(folder: str, results: str = "RESULTS") -> str:
     )
 
 
+def _terms_table(ref: MixCubeReference) -> str:
+    """Per culture: its label (the culture, as the release spells it), its country name, the paper's labels (App. A.5,
+    the pack's `label_aliases`) and ours, apart: together the first three are `mx.ground_truth_terms`."""
+
+    def cell(values: list[str]) -> str:
+        return ", ".join(markdown_text(v) for v in values) or "–"
+
+    lines = [
+        "| culture (§3) | country name (§3) | App. A.5's labels | our aliases (ours, not the paper's) |",
+        "| --- | --- | --- | --- |",
+    ]
+    for culture in ref.cultures:
+        labels = [t for t in culture.label_aliases if t.strip()]
+        lines.append(
+            f"| {markdown_text(culture.adjective)} | {markdown_text(culture.name)} | {cell(labels)} | "
+            f"{cell(_our_aliases(culture.adjective, ref))} |"
+        )
+    return "\n".join(lines)
+
+
 def readme(release: Release, counts: Counter[str], n: int) -> str:
-    original = release.pack().mixcube().original_label
+    ref = release.pack().mixcube()
+    original = ref.original_label
     by_ethnicity = ", ".join(f"{e} {counts[e]}" for e in [original, *sorted(set(counts) - {original})])
     return f"""# MixCuBe {release.version} for lmms-eval
 
@@ -186,22 +223,41 @@ where it is, or export again after moving it.
 ## What it measures
 
 Each image is asked its category's question, App. B.2 verbatim (`utils.COUNTRY_PROMPTS`), greedy, at most
-{MAX_NEW_TOKENS} new tokens. An answer is correct when it contains the ground-truth country or culture (§3), exactly
-as `culturebench evaluate mixcube` scores it (`utils.is_correct` is a copy of our scorer; the accepted names per
-culture are `utils.GROUND_TRUTH_TERMS`, App. A.5's aliases included): names case-insensitively at the start of a
-word, acronyms (UK, US, USA) case-sensitively as whole words.
+{MAX_NEW_TOKENS} new tokens. "A model's output that did not include the exact ground-truth country or culture
+verbatim was marked as incorrect" (§3): the task scores each answer exactly as `culturebench evaluate mixcube`
+does (`utils.verdict` is a copy of our scorer):
+
+- the accepted names are the culture (as the release spells it), its country name and App. A.5's labels
+  (`utils.GROUND_TRUTH_TERMS`); App. A.5 gives labels for Azerbaijan, the UK and the US only. `mixcube_accuracy`
+  is this, the paper's rule;
+- our aliases (`utils.OUR_ALIASES`) are ours, not the paper's: `mixcube_accuracy_with_our_aliases` accepts them
+  too, so that what they change is visible;
+- a name counts only whole (names case-insensitively, an English plural "s" allowed; UK, US and USA exactly), so
+  "Koreatown", "us", "USB" and "AUS" do not count;
+- a name inside another country's name does not count: "North Korea" is not South Korea, "Papua New Guinea" not
+  Guinea (`utils.COUNTRY_NAMES`: English CLDR names and the pack's);
+- a name plainly negated ("not", "no", "never", "nor", "neither", "cannot" or a word ending in "n't" among the two
+  words before it, in its clause; "a", "an", "the" skipped; "not only" excepted) does not count. An answer whose
+  every mention is negated is incorrect and counted in `mixcube_negated_answers`; "not Japan but South Korea" is
+  correct;
+- an answer naming several countries, the right one among them, is correct.
+
+{_terms_table(ref)}
 
 | metric | value |
 | --- | --- |
-| `mixcube_accuracy` | correct / images |
+| `mixcube_accuracy` | correct / images, the paper's rule (culture, country name and App. A.5's labels) |
+| `mixcube_accuracy_with_our_aliases` | the same with our aliases accepted too (ours) |
+| `mixcube_negated_answers` | answers incorrect because every mention of the ground truth was negated |
 | `mixcube_accuracy_by_ethnicity` | per ethnicity: `original` and each swap |
 | `mixcube_accuracy_by_country` | per culture |
+| `mixcube_accuracy_with_our_aliases_by_country` | per culture, with our aliases (ours) |
 | `mixcube_accuracy_by_category` | per category (Food, Clothes, Festival) |
 | `mixcube_drop_by_ethnicity` | per swap: the originals' accuracy minus the swap's (positive = a drop) |
 | `mixcube_swap_drops` | the same per `country/category/swap`, against that country and category's originals |
 
 Per image, each metric's record in the samples file holds `sample_id`, `country`, `category`, `ethnicity`, the
-`answer` and `correct`.
+`answer`, `correct` (the paper's rule), `correct_with_our_aliases` (ours) and `negated`.
 
 **Not exported:** the Cultural Marker Identification task (Food only) needs a judge model (App. B.3) that an offline
 lmms-eval task cannot call; run `culturebench evaluate mixcube` for it.

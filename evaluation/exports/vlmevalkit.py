@@ -8,7 +8,8 @@ Columns (`TSV_COLUMNS`), one row per row of the release's `default` table, in it
 - `image`: the released image bytes, base64 (standard alphabet, no line breaks); empty for a row without bytes,
   which VLMEvalKit skips (and no prediction is expected for it);
 - `question`: the App. B.2 prompt of the row's category, exactly the release pack's `evaluation_prompts`;
-- `answer`: the culture (the release's `country`); our scorer also accepts its country and App. A.5's aliases;
+- `answer`: the culture (the release's `country`); our scorer applies MixCuBe's answer rule (its country name and
+  App. A.5's aliases, `accuracy`; with our aliases too, `accuracy_with_our_aliases`);
 - `category`: the ethnicity (original or a swap), `l2-category`: the culture, `split`: the image category
   (Food, Clothes, Festival): what VLMEvalKit groups by;
 - `sample_id`: the release's id of the row (VLMEvalKit keeps extra columns in its prediction file).

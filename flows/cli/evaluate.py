@@ -183,7 +183,8 @@ def evaluate_3xcm_command(
 ) -> None:
     """Text-to-image retrieval on a 3XCM release: per-query winners, M_cr/M_lb/M_ti/SP with 95% CIs, RQ3's six
     M_k and App. P.2 tests, and Δsim. --task retrieval ranks the whole pool per concept and query language instead
-    (GlobalRG's precision@k and diversity@k, RAVENEA's MRR and nDCG@k). Exit 2 on bad input, 1 if the result folder
+    (GlobalRG's precision@k and diversity@k, also for English queries alone; trec_eval's MRR and nDCG@k; RAVENEA's
+    own MRR, P@k and nDCG@k as its authors' gdeval.py scores them). Exit 2 on bad input, 1 if the result folder
     exists with other content."""
     from evaluation.run import Evaluate3XCMConfig
 
