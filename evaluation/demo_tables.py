@@ -21,6 +21,7 @@ from typing import Any
 from data.publish.card import markdown_table
 from data.reference_write import write_file
 from evaluation.results import TASKS, read_metrics
+from evaluation.retrieval_report import cell
 
 README = Path("README.md")
 RESULTS = Path("evaluations")
@@ -44,18 +45,15 @@ def _value(value: Any, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _with_ci(document: dict[str, Any], name: str, value: Any, digits: int = 3) -> str:
+def _with_ci(document: dict[str, Any], name: str, value: Any) -> str:
+    """A headline value with its `ci95` interval, as the result cards print it."""
     low, high = document.get("ci95", {}).get(name, [None, None])
-    if value is None or low is None or high is None:
-        return _value(value, digits)
-    return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+    return cell({"value": value, "ci_low": low, "ci_high": high})
 
 
-def _estimate(estimate: dict[str, Any], digits: int = 3, ci: bool = False) -> str:
-    value, low, high = estimate["value"], estimate["ci_low"], estimate["ci_high"]
-    if ci and value is not None and low is not None and high is not None:
-        return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-    return _value(value, digits)
+def _estimate(estimate: dict[str, Any], ci: bool = False) -> str:
+    """A group's mean (`retrieval_report.Estimate`), with its interval when `ci`."""
+    return cell(estimate) if ci else _value(estimate["value"])
 
 
 def _headline(results: Path) -> list[dict[str, Any]]:
@@ -191,10 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         tables = render(args.results)
-    except (FileNotFoundError, KeyError, ValueError) as error:
+        readme = args.readme.read_text(encoding="utf-8")
+    except (OSError, KeyError, TypeError, ValueError) as error:  # a missing, unreadable or malformed file: one line
         print(f"demo tables: {error}", file=sys.stderr)
         return 2
-    readme = args.readme.read_text(encoding="utf-8")
     if args.write:
         # through a temporary sibling renamed into place: a crash leaves the old README whole
         write_file(str(args.readme.resolve().parent), args.readme.name, write(readme, tables).encode())

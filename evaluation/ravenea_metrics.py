@@ -30,6 +30,8 @@ query is left out), their means `ravenea.<metric>` (`ravenea.mrr`), the headline
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -71,17 +73,23 @@ def gain(grades: ArrayLike) -> np.ndarray:
     return np.exp2(np.asarray(grades, dtype=np.float64)) - 1.0
 
 
-def dcg(grades: ArrayLike, k: int) -> float:
-    """The exponential-gain DCG of the first k grades: sum of (2^g - 1) / log2(i + 1), i the 1-based rank."""
-    top = gain(np.asarray(grades)[:k])
+#: A DCG gain: grades in, gains out (`gain` here; trec_eval's linear gain in `retrieval_metrics`).
+Gain = Callable[[ArrayLike], np.ndarray]
+
+
+def dcg(grades: ArrayLike, k: int, gain_of: Gain = gain) -> float:
+    """The DCG of the first k grades: sum of gain(g) / log2(i + 1), i the 1-based rank; by default RAVENEA's
+    exponential gain, 2^g - 1."""
+    top = gain_of(np.asarray(grades)[:k])
     return float((top / np.log2(np.arange(2, len(top) + 2))).sum())
 
 
-def ndcg_at_k(grades: ArrayLike, k: int, pool_grades: ArrayLike) -> float:
+def ndcg_at_k(grades: ArrayLike, k: int, pool_grades: ArrayLike, gain_of: Gain = gain) -> float:
     """gdeval.py `ndcg`: DCG@k of the ranked grades over the DCG@k of every ranked grade sorted highest first (the
-    pool's, `pool_grades`, in any order); 0 when that ideal is 0."""
-    ideal = dcg(np.sort(np.asarray(pool_grades))[::-1], k)
-    return dcg(grades, k) / ideal if ideal > 0 else 0.0
+    pool's, `pool_grades`, in any order); 0 when that ideal is 0. One DCG for both readings: `retrieval_metrics`
+    passes trec_eval's linear gain."""
+    ideal = dcg(np.sort(np.asarray(pool_grades))[::-1], k, gain_of)
+    return dcg(grades, k, gain_of) / ideal if ideal > 0 else 0.0
 
 
 def reciprocal_rank(first_top_rank: int, top: int) -> float:

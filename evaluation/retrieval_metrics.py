@@ -79,15 +79,19 @@ def reciprocal_rank(first_relevant_rank: int | None) -> float:
     return 1.0 / first_relevant_rank if first_relevant_rank else 0.0
 
 
+def linear_gain(grades: ArrayLike) -> np.ndarray:
+    """trec_eval's `ndcg_cut` gain: the grade itself."""
+    return np.asarray(grades, dtype=np.float64)
+
+
 def dcg(grades: ArrayLike, k: int) -> float:
-    top = np.asarray(grades, dtype=np.float64)[:k]
-    return float((top / np.log2(np.arange(2, len(top) + 2))).sum())
+    return rv.dcg(grades, k, linear_gain)
 
 
 def ndcg_at_k(grades: ArrayLike, k: int, pool_grades: ArrayLike) -> float:
-    """DCG@k of the ranking's grades over the ideal DCG@k of every grade in the pool; 0 when the ideal is 0."""
-    ideal = dcg(np.sort(np.asarray(pool_grades))[::-1], k)
-    return dcg(grades, k) / ideal if ideal > 0 else 0.0
+    """DCG@k of the ranking's grades over the ideal DCG@k of every grade in the pool; 0 when the ideal is 0 (RAVENEA's
+    DCG with trec_eval's linear gain)."""
+    return rv.ndcg_at_k(grades, k, pool_grades, linear_gain)
 
 
 def metric_names(k_values: Sequence[int] = K_VALUES) -> list[str]:

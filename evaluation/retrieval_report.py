@@ -162,7 +162,8 @@ def precision_diversity_png(summary: Summary) -> bytes:
     return figure_png(figure)
 
 
-def _cell(estimate: Estimate) -> str:
+def cell(estimate: Estimate) -> str:
+    """A mean as the cards and the README print it: `0.194 [0.144, 0.250]`, the value alone without its interval."""
     value, low, high = estimate["value"], estimate["ci_low"], estimate["ci_high"]
     if value is None:
         return "–"
@@ -203,8 +204,7 @@ RAVENEA_MRR = rm.aggregate_name(rv.RECIPROCAL_RANK)
 
 def _rows(groups: list[tuple[str, int, Estimates]], columns: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
     return [
-        {"query language": g, "queries": n, **{header: _cell(e[name]) for header, name in columns}}
-        for g, n, e in groups
+        {"query language": g, "queries": n, **{header: cell(e[name]) for header, name in columns}} for g, n, e in groups
     ]
 
 
@@ -219,7 +219,7 @@ def card_section(summary: Summary, settings: dict[str, Any]) -> list[str]:
             "query language": g,
             "queries": n,
             "with a positive": e[RAVENEA_MRR].get("n"),  # the queries RAVENEA's MRR is over
-            **{header: _cell(e[name]) for header, name in RAVENEA_COLUMNS},
+            **{header: cell(e[name]) for header, name in RAVENEA_COLUMNS},
         }
         for g, n, e in groups
     ]

@@ -80,3 +80,17 @@ def test_without_results_it_says_to_run_make_demo(tmp_path: Path, capsys: pytest
     assert demo_tables.main(["--check", "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "make demo" in err and "\n" not in err.strip()
+
+
+def test_the_documented_write_rewrites_a_stale_readme(tmp_path: Path) -> None:
+    write = ".venv/bin/python -m evaluation.demo_tables --write"
+    assert write in (ROOT / "docs" / "contributors.md").read_text(encoding="utf-8")
+    tables = demo_tables.render(ROOT / "evaluations")
+    name = next(iter(tables))
+    (tmp_path / "evaluations").symlink_to(ROOT / "evaluations")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (tmp_path / "README.md").write_text(readme.replace(tables[name], _bump_first_number(tables[name]) + "\n"))
+    assert demo_tables.differences((tmp_path / "README.md").read_text(), tables)  # stale before
+    result = _run(write, cwd=tmp_path)  # exactly as written, from a folder holding README.md and evaluations/
+    assert result.returncode == 0, result.stderr
+    assert demo_tables.differences((tmp_path / "README.md").read_text(), tables) == []
