@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from annotation.aggregate import export_item_keys
 from annotation.label_configs import GUIDELINES, ReviewSpec
-from data.retry import TRANSIENT_HTTP_CODES, RetryPolicy
-from data.secrets import resolve_secret
+from data.clients.retry import TRANSIENT_HTTP_CODES, RetryPolicy
+from data.clients.secrets import resolve_secret
 from data.stage import require
 
 T = TypeVar("T")

@@ -20,8 +20,8 @@ import fsspec
 import pyarrow as pa
 from pydantic import BaseModel, Field, model_validator
 
+from data.clients.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
 from data.concept_names import invalid_name, normalize
-from data.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
 from data.reference import ReferencePack, pack_or_default
 from data.schemas import CONCEPT_CANDIDATES, empty, from_rows
 from data.stage import BackendConfig

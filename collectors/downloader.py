@@ -10,7 +10,7 @@ The production counterpart of `collectors.importer` (same rows, same image check
 - classified failures (`error` column): dns, connect, timeout, http_<code>, not_an_image, corrupt, truncated,
   too_small, too_large, decompression_bomb, unsupported_encoding, blocked_address, invalid_url, too_many_redirects,
   opted_out;
-- retries of transient failures only (timeouts, 408/425/429/5xx) with `data.retry.RetryPolicy`, honouring
+- retries of transient failures only (timeouts, 408/425/429/5xx) with `data.clients.retry.RetryPolicy`, honouring
   Retry-After, sleeping without holding a connection slot;
 - opt-outs honoured (`collectors.optout`, `opted_out` rows naming the rule): robots.txt and TDMRep's tdmrep.json
   before a URL is requested, fetched once per origin per run outside the download slots; X-Robots-Tag and
@@ -52,7 +52,7 @@ from collectors.optout import (
     product_token,
 )
 from collectors.ssrf import AddressPolicy, BlockedAddressError, GuardedResolver, UrlRefused, check_url
-from data.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after
+from data.clients.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after
 from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, blank_row, from_rows
 from data.stage import BackendConfig
 from data.workspace import BlobStore, Storage, Workspace, fingerprint, sha256_bytes

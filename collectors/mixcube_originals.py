@@ -40,9 +40,9 @@ from PIL import Image, ImageDraw, ImageOps
 from pydantic import Field
 
 from data import schemas
-from data.errors import error_text
 from data.image_sources import UNKNOWN_LICENSE, declared_license, utc_timestamp
 from data.reference import MixCubeCulture, MixCubeReference
+from data.row_errors import error_text
 from data.schemas import STATUS_FAILED, STATUS_OK
 from data.stage import BackendConfig
 

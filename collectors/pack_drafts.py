@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from data.gemini import GeminiClient, GeminiSettings, failure_row
+from data.clients.gemini import GeminiClient, GeminiSettings, failure_row
 from data.reference import ENGLISH, REVIEW_AWAITING, ConceptTranslation, CountryName, Language, ReferencePack
 from data.reference_models import check_template
 from data.reference_parse import language_names

@@ -25,9 +25,10 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from collectors.search_types import SearchError, SearchHit, SearchQuery
+from data.clients.concurrency import prefect_slot
+from data.clients.retry import RateLimiter, RetryPolicy, parse_retry_after, shared_limiter
 from data.provenance import scrub
 from data.reference import ReferencePack
-from data.retry import RateLimiter, RetryPolicy, parse_retry_after, prefect_slot, shared_limiter
 from data.stage import BackendConfig, require
 
 logger = logging.getLogger(__name__)

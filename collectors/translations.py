@@ -18,7 +18,7 @@ from typing import Annotated, Literal, Protocol
 import pyarrow as pa
 from pydantic import BaseModel, Field
 
-from data.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
+from data.clients.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
 from data.reference import ENGLISH, ConceptTranslation, CountryName, Language, ReferencePack
 from data.schemas import TRANSLATION_CONFLICTS, TRANSLATIONS, empty, from_rows
 from data.stage import BackendConfig

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from curation.image_embeddings import ImageEmbedder
 from curation.image_thumbnails import decode_normalized
-from data.errors import error_text
+from data.row_errors import error_text
 from data.schemas import IMAGE_EMBEDDINGS
 
 

@@ -25,8 +25,8 @@ import numpy as np
 from PIL import Image
 from pydantic import Field
 
-from data.devices import resolve_device
-from data.open_clip_weights import ResolvedWeights, register_model_configs, resolve_weights
+from data.clients.devices import resolve_device
+from data.clients.open_clip_weights import ResolvedWeights, register_model_configs, resolve_weights
 from data.stage import BackendConfig, require
 
 log = logging.getLogger(__name__)

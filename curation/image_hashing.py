@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from curation.image_thumbnails import ALIGN_SIDE, CHROMA_SIDE, HASH_SIDE, PHASH_SIDE, Thumbnails, thumbnails
-from data.errors import error_text
+from data.row_errors import error_text
 
 if TYPE_CHECKING:
     import pyarrow as pa

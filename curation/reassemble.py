@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from curation.assemble import AssemblyConfig, QueryTexts, assemble_catalog
-from curation.audit import Audit, AuditInputError, audit_benchmark, load_input, pack_of
+from curation.rule_audit import Audit, AuditInputError, audit_benchmark, load_input, pack_of
 from curation.rules import RQ2_RULES, Catalog, in_pool
 from curation.validate import ValidationReport, validate_benchmark
 from data.provenance import code_version

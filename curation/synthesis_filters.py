@@ -36,8 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from curation.image_embeddings import ImageEmbedder, OpenClipEmbeddingConfig
 from curation.image_thumbnails import decode_normalized
-from data.errors import error_text
 from data.review_labels import ERROR, KEEP, REJECT_BRISQUE, REJECT_CLIP_HIGH, REJECT_CLIP_LOW, VERDICTS
+from data.row_errors import error_text
 from data.schemas import SYNTHESIS_FILTER_SCORES, from_rows
 from data.stage import BackendConfig, require, required_file
 from data.workspace import file_sha256

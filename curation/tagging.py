@@ -4,7 +4,7 @@ The assembler reads tags so that no distractor carries the query concept. Embedd
 is tagged with its own concept only, recorded as `tagger=none` so nobody mistakes it for a real multi-label pass.
 
 Production (`gemini`): the App. I prompt, filled with the full concept list, is sent with a batch of downscaled
-JPEG images through the one Gemini client (`data/gemini.py`: retries, rate limits, re-asks, secrets). The
+JPEG images through the one Gemini client (`data/clients/gemini.py`: retries, rate limits, re-asks, secrets). The
 answer names each image's categories in priority order; a name outside the concept list, or a missing or repeated
 image index, makes the client ask again. Valid answers are also cached per image (image sha256 + prompt hash), so
 a rerun with other batches does not ask again for images already answered. An image whose request never gave a
@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal, Protocol
 import pyarrow as pa
 from pydantic import BaseModel, Field
 
-from data.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
+from data.clients.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
 from data.schemas import LLM_FAILURES, TAGS, blank_row, empty, from_rows
 from data.stage import BackendConfig, require
 from data.workspace import Storage
@@ -344,7 +344,7 @@ class GeminiTagger:
 
             with ThreadPoolExecutor(max_workers=min(self.config.concurrent_requests, len(batches))) as pool:
                 # Each task runs in a copy of this context, so a Prefect run context (and its global concurrency
-                # limit, see data.retry.prefect_slot) reaches the worker threads.
+                # limit, see flows.engine.slots.gpu_slot) reaches the worker threads.
                 futures = [pool.submit(contextvars.copy_context().run, ask, batch) for batch in batches]
                 for future in futures:  # in submission order: the failure rows come out in a stable order
                     result = future.result()

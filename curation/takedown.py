@@ -46,9 +46,9 @@ from curation.assemble import (
 )
 from curation.rules import RQ2_RULES, RQ3_RULES, Catalog, PoolCounts
 from curation.validate import TAKEN_DOWN_INDEX, ValidationReport, validate_benchmark
-from data.denylist import TAKEN_DOWN
 from data.reference import ReferencePack
 from data.schemas import BENCHMARK, BENCHMARK_CD, CATALOG, UNASSEMBLED
+from data.takedown.denylist import TAKEN_DOWN
 
 REQUESTED = "requested"
 #: Why an image the request did not name leaves: the release root's denylist names it (an earlier takedown's).
@@ -65,7 +65,8 @@ class TakedownRequest:
     sha256s: tuple[str, ...] = ()
     urls: tuple[str, ...] = ()
     #: Image ids of the release the root's denylist names, taken down with the request: a patch applies every
-    #: takedown of its root, so an image taken down from another version never comes back (`flows/takedown.py`).
+    #: takedown of its root, so an image taken down from another version never comes back
+    #: (`flows/operations/takedown.py`).
     denylisted: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

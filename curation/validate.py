@@ -34,10 +34,10 @@ from curation.rules import (
     in_pool,
     seeded_priority,
 )
-from data.denylist import TAKEN_DOWN
 from data.progress import StepProgress, Steps
 from data.reference import ReferencePack
 from data.schemas import BENCHMARK, BENCHMARK_CD, CATALOG
+from data.takedown.denylist import TAKEN_DOWN
 
 IMAGE_ID = r"^(?P<slug>[a-z0-9_ ]+)-(?P<concept>\d+)-(?P<rank>\d+)-(?P<lang>eng|nav)$"
 TAKEN_DOWN_INDEX = -1  # the `query_index` of a `taken_down` row of `unassembled`: the image has no row any more

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from data.audit_prompt_sets import AuditPrompts
+from data.bias_audit_prompt_sets import AuditPrompts
 from data.reference_files import AUDIT_PROMPTS_FILE, MIXCUBE_FILE, PackError, PackFiles
 
 REVIEW_AWAITING: Literal["awaiting_native_review"] = "awaiting_native_review"

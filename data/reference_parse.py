@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from data.audit_prompt_sets import AuditPrompts
+from data.bias_audit_prompt_sets import AuditPrompts
 from data.concept_names import invalid_name
 from data.reference_files import (
     AUDIT_PROMPTS_FILE,

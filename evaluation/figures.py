@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # data.figures, imported here too, makes it dra
 import numpy as np
 
 from data.figures import figure_png
-from evaluation.metrics_3xcm import PAPER_SYMBOL, RQ2_CATEGORIES, RQ3_CATEGORIES, DriftMeans, WinRateReport
+from evaluation.xcm_metrics import PAPER_SYMBOL, RQ2_CATEGORIES, RQ3_CATEGORIES, DriftMeans, WinRateReport
 
 #: Fig. 7's colours where App. P names them (Blue = object-relevant, Purple = object-relevant language-biased,
 #: Yellow = cultural-descriptor-relevant, Pink = language-biased); green for correct, grey for irrelevant.

@@ -58,7 +58,7 @@ TASK_HEADLINE = {
         "ndcg@5",
         "ravenea",
     ),
-    # seed 001 §3.5-3.6, App. A (evaluation/audit.py)
+    # seed 001 §3.5-3.6, App. A (evaluation/bias_audit.py)
     "audit": ("max_skew", "max_skew_max_pair", "pct_NA", "pct_NC", "pct_C", "pct_NH"),
 }
 HEADLINE = {benchmark: TASK_HEADLINE[tasks[0]] for benchmark, tasks in TASKS.items()}
@@ -380,7 +380,7 @@ def detail_sections(result: EvaluationResult) -> list[str]:
     (Table 18); MixCuBe's accuracy per ethnicity and the drop from original to each swap (Fig. 3, 4)."""
     metrics = result.metrics
     if result.benchmark == "3xcm":
-        from evaluation.metrics_3xcm import PAPER_SYMBOL
+        from evaluation.xcm_metrics import PAPER_SYMBOL
 
         out = [
             "## RQ2 per query language\n",

@@ -28,10 +28,10 @@ import pyarrow as pa
 from curation.rules import Catalog
 from data.publish.reader import Release
 from data.reference import ENGLISH, UNKNOWN_REGION, ReferencePack
-from evaluation import metrics_3xcm as m
 from evaluation import ravenea_metrics as rv
 from evaluation import retrieval_metrics as rm
 from evaluation import retrieval_report as report
+from evaluation import xcm_metrics as m
 from evaluation.encoders import TextImageEncoder
 from evaluation.parts import Headline, ResultPart
 from evaluation.xcm import Progress, image_vectors, text_vectors

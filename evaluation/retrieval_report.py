@@ -21,9 +21,9 @@ import pyarrow as pa
 from data import reference
 from data.figures import figure_png
 from data.publish.card import markdown_table
-from evaluation import metrics_3xcm as m
 from evaluation import ravenea_metrics as rv
 from evaluation import retrieval_metrics as rm
+from evaluation import xcm_metrics as m
 
 CONFIDENCE = 0.95
 TITLE = "## Retrieval across universals (GlobalRG §3.2, RAVENEA §3.1)\n"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import typing
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -31,7 +33,6 @@ from pydantic import (
 from data.output_paths import OutputPathError, check_output
 from data.publish.folder import ReleaseExistsError, ReleaseResult
 from data.publish.reader import Release
-from data.retry import prefect_slot
 from evaluation import mixcube as mx
 from evaluation.embedding_cache import CachedEncoder
 from evaluation.encoders import EncoderConfig, ModelIdentity, TextImageEncoder
@@ -151,8 +152,19 @@ class Written:
     release: ReleaseResult  # status created | unchanged
 
 
+#: Held around the work that runs a model on this machine, with the config's `gpu_concurrency_limit`: the engine's
+#: `flows.engine.slots.gpu_slot` in a Prefect run (builds and evaluations sharing a GPU take turns), nothing by
+#: default.
+GpuSlot = Callable[[str | None], AbstractContextManager[None]]
+
+
+def no_slot(limit_name: str | None) -> AbstractContextManager[None]:
+    """The default `GpuSlot`: holds nothing."""
+    return nullcontext()
+
+
 def demo_encoder(root: str) -> EncoderConfig:
-    from evaluation.demo_models import random_open_clip
+    from demo.models import random_open_clip
 
     configs, weights = random_open_clip(Path(root) / "open_clip", name="demo-random-clip")
     model = {"backend": "open_clip", "model_name": "demo-random-clip", "pretrained": str(weights)}
@@ -160,7 +172,7 @@ def demo_encoder(root: str) -> EncoderConfig:
 
 
 def demo_vlm(root: str) -> VlmConfig:
-    from evaluation.demo_models import random_vlm
+    from demo.models import random_vlm
 
     folder = random_vlm(Path(root) / "demo-random-vlm")
     return TypeAdapter(VlmConfig).validate_python({"backend": "transformers", "model": str(folder), "device": "cpu"})
@@ -244,12 +256,13 @@ def run_3xcm(
     *,
     release: Release | None = None,
     encoder: TextImageEncoder | None = None,
+    gpu_slot: GpuSlot = no_slot,
 ) -> EvaluationResult:
     release = release or open_release(config)
     encoder = encoder or build_encoder(config)
     evaluation: XcmEvaluation | None = None
     parts: dict[str, ResultPart] = {}
-    with prefect_slot(config.gpu_concurrency_limit if encoder.runs_locally else None):
+    with gpu_slot(config.gpu_concurrency_limit if encoder.runs_locally else None):
         if config.task in ("triplet", "all"):
             evaluation = evaluate_3xcm(
                 release,
@@ -287,13 +300,14 @@ def run_audit(
     *,
     release: Release | None = None,
     encoder: TextImageEncoder | None = None,
+    gpu_slot: GpuSlot = no_slot,
 ) -> EvaluationResult:
     """Seed 001's bias audit of an encoder on the release's quintets: its `audit/` part only."""
-    from evaluation.audit import evaluate_audit
+    from evaluation.bias_audit import evaluate_audit
 
     release = release or open_release(config)
     encoder = encoder or build_encoder(config)
-    with prefect_slot(config.gpu_concurrency_limit if encoder.runs_locally else None):
+    with gpu_slot(config.gpu_concurrency_limit if encoder.runs_locally else None):
         part = evaluate_audit(
             release, encoder, n_resamples=config.bootstrap_resamples, seed=config.seed, progress=progress
         )
@@ -319,6 +333,7 @@ def run_mixcube(
     *,
     release: Release | None = None,
     models: tuple[VisionLanguageModel, VisionLanguageModel | None] | None = None,
+    gpu_slot: GpuSlot = no_slot,
 ) -> EvaluationResult:
     release = release or open_release(config)
     vlm, judge = models or build_vlms(config, release)
@@ -339,7 +354,7 @@ def run_mixcube(
     parts = []
     mix = release.pack().mixcube()  # the release's own cultures, ethnicities, prompts and aliases
     holds_gpu = vlm.runs_locally or (judge is not None and judge.runs_locally)
-    with prefect_slot(config.gpu_concurrency_limit if holds_gpu else None):
+    with gpu_slot(config.gpu_concurrency_limit if holds_gpu else None):
         for file in files:  # a batch of rows (with their image bytes) at a time, not the whole release
             for batch in pq.ParquetFile(file).iter_batches(batch_size=config.batch_rows):
                 rows = pa.Table.from_batches([batch])
@@ -404,15 +419,19 @@ def _with_intervals(summary: dict[str, Any], per_image: pa.Table) -> dict[str, A
     return summary
 
 
-def run(config: Evaluate3XCMConfig | EvaluateMixCubeConfig, progress: Progress | None = None) -> EvaluationResult:
+def run(
+    config: Evaluate3XCMConfig | EvaluateMixCubeConfig, progress: Progress | None = None, gpu_slot: GpuSlot = no_slot
+) -> EvaluationResult:
     if isinstance(config, Evaluate3XCMConfig):
-        return run_3xcm(config, progress)
+        return run_3xcm(config, progress, gpu_slot=gpu_slot)
     if config.task == "audit":
-        return run_audit(config, progress)
-    return run_mixcube(config, progress)
+        return run_audit(config, progress, gpu_slot=gpu_slot)
+    return run_mixcube(config, progress, gpu_slot=gpu_slot)
 
 
-def evaluate_and_write(config: Evaluate3XCMConfig | EvaluateMixCubeConfig, progress: Progress | None = None) -> Written:
+def evaluate_and_write(
+    config: Evaluate3XCMConfig | EvaluateMixCubeConfig, progress: Progress | None = None, gpu_slot: GpuSlot = no_slot
+) -> Written:
     """Check everything cheap (release, tables, result path, model config, an existing result there), then run the
     model and write the result folder: a refusal never comes after the model has worked."""
     release = open_release(config)
@@ -435,11 +454,11 @@ def evaluate_and_write(config: Evaluate3XCMConfig | EvaluateMixCubeConfig, progr
     if conflict is not None:
         raise ReleaseExistsError(conflict)
     if isinstance(config, Evaluate3XCMConfig):
-        result = run_3xcm(config, progress, release=release, encoder=encoder)
+        result = run_3xcm(config, progress, release=release, encoder=encoder, gpu_slot=gpu_slot)
     elif config.task == "audit":
-        result = run_audit(config, progress, release=release, encoder=encoder)
+        result = run_audit(config, progress, release=release, encoder=encoder, gpu_slot=gpu_slot)
     else:
-        result = run_mixcube(config, progress, release=release, models=models)
+        result = run_mixcube(config, progress, release=release, models=models, gpu_slot=gpu_slot)
     return Written(result, out, write_results(result, out))
 
 

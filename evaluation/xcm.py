@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from data.publish.reader import Release
-from evaluation import metrics_3xcm as m
+from evaluation import xcm_metrics as m
 from evaluation.encoders import ImageRef, TextImageEncoder
 from evaluation.figures import delta_sim_png, sp_per_language_png, stacked_win_rates_png
 from evaluation.vectors import refuse_degenerate

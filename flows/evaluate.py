@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from evaluation.results import METRICS, headline_names, headline_rows, headline_value
 from evaluation.run import EvaluationConfig, Written, evaluate_and_write
 from flows.engine.runner import ProgressArtifact, artifact_key
+from flows.engine.slots import gpu_slot
 
 
 class EvaluationSummary(BaseModel):
@@ -28,7 +29,7 @@ class EvaluationSummary(BaseModel):
 # the result folder is the cache (an identical rerun finds it `unchanged`; image vectors and answers are cached).
 @task(name="evaluate-model", cache_policy=NO_CACHE)
 def evaluate_task(config: EvaluationConfig) -> Written:
-    return evaluate_and_write(config, ProgressArtifact())
+    return evaluate_and_write(config, ProgressArtifact(), gpu_slot=gpu_slot)
 
 
 def publish_artifacts(written: Written) -> None:

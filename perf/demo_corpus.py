@@ -5,7 +5,7 @@
 
 Each run is a fresh child process that draws the corpus into a temporary folder (the shipped countries and concepts
 of data/reference, `images_per_query` at its default), CPU seconds of all its processes counted. The old generator
-is `git show <--old-ref>:curation/demo_corpus.py`, written to a temporary module and run the same way in the same
+is `git show <--old-ref>:demo/corpus.py`, written to a temporary module and run the same way in the same
 invocation, interleaved with the new one. Memory: the child's own peak RSS (ru_maxrss), and the largest worker's and
 the peak of their sum over the whole process tree, both sampled every 50 ms (a spawned worker's ru_maxrss would
 report its parent's at the fork that started it). The two corpora are compared file by file (sha256). Prints
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _load(module_path: str | None) -> ModuleType:
     if module_path is None:
-        import curation.demo_corpus as current
+        import demo.corpus as current
 
         return current
     spec = importlib.util.spec_from_file_location("old_demo_corpus", module_path)
@@ -152,7 +152,7 @@ def main() -> None:
     try:
         old_module = work / "old_demo_corpus.py"
         source = subprocess.run(
-            ["git", "show", f"{args.old_ref}:curation/demo_corpus.py"], cwd=ROOT, check=True, capture_output=True
+            ["git", "show", f"{args.old_ref}:demo/corpus.py"], cwd=ROOT, check=True, capture_output=True
         ).stdout
         old_module.write_bytes(source)
         results: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}

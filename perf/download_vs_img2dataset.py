@@ -200,7 +200,7 @@ def run_ours(work: Path, args: argparse.Namespace) -> tuple[Measurement, dict[st
 def child_ours(work: Path, concurrency: int, timeout: float) -> None:
     """The measured process for our downloader: what a download shard does, on the whole list."""
     from collectors.downloader import DownloadJournal, HttpDownloadConfig, download_hits
-    from data.retry import RetryPolicy
+    from data.clients.retry import RetryPolicy
     from data.workspace import BlobStore, Storage
 
     urls = (work / "urls.txt").read_text().split()

@@ -15,7 +15,7 @@ import pyarrow as pa
 from PIL import Image
 
 from data import schemas
-from data.errors import error_text
+from data.row_errors import error_text
 from data.schemas import STATUS_FAILED, STATUS_OK
 from synthesis.faces import FaceDetector
 

@@ -32,9 +32,9 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 from pydantic import Field
 
-from data.devices import resolve_device
-from data.errors import error_text
-from data.model_ids import folder_sha256
+from data.clients.devices import resolve_device
+from data.clients.model_ids import folder_sha256
+from data.row_errors import error_text
 from data.stage import BackendConfig, require
 
 log = logging.getLogger(__name__)

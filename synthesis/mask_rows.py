@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager, nullcontext
 import pyarrow as pa
 
 from data import schemas
-from data.errors import error_text
+from data.row_errors import error_text
 from data.schemas import STATUS_FAILED, STATUS_OK
 from synthesis.face_rows import decode_rgb
 from synthesis.faces import FaceBox

@@ -28,7 +28,7 @@ import numpy as np
 from PIL import Image
 from pydantic import Field, field_validator
 
-from data.devices import resolve_device
+from data.clients.devices import resolve_device
 from data.stage import BackendConfig, require, required_file
 from data.workspace import file_sha256
 from synthesis.faces import FaceBox, check_rgb

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from collectors.downloader import HttpDownloadConfig
 from collectors.image_check import ImageLimits
-from data.retry import RetryPolicy
+from data.clients.retry import RetryPolicy
 
 
 def download_config(**overrides: object) -> HttpDownloadConfig:

@@ -46,7 +46,7 @@ from annotation.label_studio import (
 from annotation.review import run_review
 from annotation.synthesis_qa import decode_brush, run_synthesis_qa
 from annotation.tasks import MediaFolder
-from data.retry import RetryPolicy
+from data.clients.retry import RetryPolicy
 
 DUP = "duplicate_review"
 AUTO_FILES = LabelStudioFilesReviewConfig(when_unreviewed="auto_accept")  # exports the tasks, then auto-accepts

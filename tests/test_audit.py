@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 import flows.cli
-from curation.audit import (
+from curation.rule_audit import (
     DEFAULT_MAX_REUSE,
     RULES,
     VIOLATIONS,

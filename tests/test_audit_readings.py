@@ -1,5 +1,5 @@
-"""Which reading of seed 001 each bias-audit key follows (evaluation/audit_readings.py, issue 40): the three MaxSkew
-reductions and the crime set's harmful captions, App. A's harm-rate letters by App. A's glosses and by ours, and
+"""Which reading of seed 001 each bias-audit key follows (evaluation/bias_audit_readings.py): the three
+MaxSkew reductions and the crime set's harmful captions, App. A's harm-rate letters by App. A's glosses and by ours, and
 §3.5's criminal-versus-animal contrast, each on a case built and worked by hand. (The end-to-end restatements on a
 release are in tests/test_bias_audit.py.)"""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from data.reference import default_pack
-from evaluation import audit_metrics as am
-from evaluation import audit_readings as ar
+from evaluation import bias_audit_metrics as am
+from evaluation import bias_audit_readings as ar
 
 # -- MaxSkew: which captions, which reduction ---------------------------------------------------------------------
 

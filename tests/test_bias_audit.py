@@ -1,4 +1,4 @@
-"""Seed 001's counterfactual bias audit on a MixCuBe release (evaluation/audit.py): MaxSkew and the harm rates
+"""Seed 001's counterfactual bias audit on a MixCuBe release (evaluation/bias_audit.py): MaxSkew and the harm rates
 restated by hand, the App. B prompt reference data, the Gemini drafting backend against the fake server, and runs
 on the small MixCuBe release with a hash encoder (every figure restated from the per-query table) and with the demo
 encoder. (tests/test_audit.py is the curation audit's.)"""
@@ -19,14 +19,14 @@ import pytest
 from fake_gemini import FakeGemini, Reply, input_data, json_reply
 
 from data import reference
-from data.gemini import GeminiSettings
+from data.clients.gemini import GeminiSettings
+from data.clients.retry import RetryPolicy
 from data.publish.reader import Release
 from data.reference import default_pack
-from data.retry import RetryPolicy
-from evaluation import audit
-from evaluation import audit_metrics as am
-from evaluation.audit_drafts_gemini import GeminiPromptDraftsConfig
-from evaluation.audit_prompts import (
+from evaluation import bias_audit as audit
+from evaluation import bias_audit_metrics as am
+from evaluation.bias_audit_drafts_gemini import GeminiPromptDraftsConfig
+from evaluation.bias_audit_prompts import (
     PROMPT_SETS,
     AuditPrompts,
     ShippedPromptDraftsConfig,

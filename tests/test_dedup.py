@@ -17,7 +17,6 @@ from PIL import Image, ImageDraw
 
 from collectors.concepts import ShippedConceptsConfig, run_concepts
 from curation.concept_dedup import LexicalConceptDedupConfig, normalize, run_concept_dedup
-from curation.demo_corpus import DemoCorpusConfig, generate_demo_corpus
 from curation.file_dedup import dedup_files
 from curation.image_dedup import (
     EMBEDDING,
@@ -33,6 +32,7 @@ from curation.image_thumbnails import pixel_sha256, thumbnails
 from data.reference import default_pack
 from data.schemas import CONCEPTS
 from data.unionfind import UnionFind
+from demo.corpus import DemoCorpusConfig, generate_demo_corpus
 
 
 def test_shipped_concepts_are_all_distinct_at_the_default_threshold() -> None:

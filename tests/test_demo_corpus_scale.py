@@ -11,7 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from curation.demo_corpus import (
+from curation.image_hashing import dhash_bulk, phash_bulk
+from curation.image_thumbnails import thumbnails
+from data.reference import default_pack
+from demo.corpus import (
     DemoCorpusConfig,
     GroundTruth,
     _BandCheck,
@@ -22,16 +25,13 @@ from curation.demo_corpus import (
     draw_scene,
     generate_demo_corpus,
 )
-from curation.image_hashing import dhash_bulk, phash_bulk
-from curation.image_thumbnails import thumbnails
-from data.reference import default_pack
 
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Draws a corpus in a fresh interpreter (one process: workers=1) and prints how far its peak RSS rose, in KiB.
 _MEASURE = """
 import json, resource, sys, tempfile
-from curation.demo_corpus import DemoCorpusConfig, generate_demo_corpus
+from demo.corpus import DemoCorpusConfig, generate_demo_corpus
 from data.reference import default_pack
 countries, concepts = json.loads(sys.argv[1])
 def config(c, k):

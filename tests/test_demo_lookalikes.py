@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from curation.demo_corpus import LOOKALIKE_KINDS, DemoCorpusConfig, GroundTruth, generate_demo_corpus
 from data.reference import default_pack
 from data.workspace import Workspace
+from demo.corpus import LOOKALIKE_KINDS, DemoCorpusConfig, GroundTruth, generate_demo_corpus
 from flows.xcm.config import Build3XCMConfig
 from flows.xcm.stages import STAGES, run_stage
 

@@ -148,7 +148,6 @@ def test_the_image_cache_serves_a_second_evaluation_and_the_gpu_slot_is_held_onl
         held.append(name)
         yield
 
-    monkeypatch.setattr(evaluation_run, "prefect_slot", slot)
     stats = []
     original = evaluation_run.CachedEncoder
 
@@ -160,10 +159,12 @@ def test_the_image_cache_serves_a_second_evaluation_and_the_gpu_slot_is_held_onl
     monkeypatch.setattr(evaluation_run, "CachedEncoder", spy)
     common = {"release": str(releases["3xcm"]), "demo": True, "demo_models": str(tmp_path / "models")}
     first = evaluation_run.evaluate_and_write(
-        Evaluate3XCMConfig(**common, out=str(tmp_path / "a"), embedding_cache=str(tmp_path / "cache"))
+        Evaluate3XCMConfig(**common, out=str(tmp_path / "a"), embedding_cache=str(tmp_path / "cache")),
+        gpu_slot=slot,
     )
     second = evaluation_run.evaluate_and_write(
-        Evaluate3XCMConfig(**common, out=str(tmp_path / "b"), embedding_cache=str(tmp_path / "cache"))
+        Evaluate3XCMConfig(**common, out=str(tmp_path / "b"), embedding_cache=str(tmp_path / "cache")),
+        gpu_slot=slot,
     )
     # (Two images of the demo share their bytes, planted copies across concepts: embedded once, served twice.)
     assert 0 < stats[0].embedded <= stats[0].requested and stats[1].embedded == 0
@@ -186,7 +187,9 @@ def test_the_image_cache_serves_a_second_evaluation_and_the_gpu_slot_is_held_onl
         "image_embeddings": str(tmp_path / "IMG.parquet"),
         "text_embeddings": str(tmp_path / "TXT.parquet"),
     }
-    evaluation_run.run(Evaluate3XCMConfig(release=str(releases["3xcm"]), model=model, bootstrap_resamples=0))
+    evaluation_run.run(
+        Evaluate3XCMConfig(release=str(releases["3xcm"]), model=model, bootstrap_resamples=0), gpu_slot=slot
+    )
     assert held[-1] is None
 
 

@@ -29,11 +29,11 @@ from fake_openai import FakeOpenAI, Reply, completion, error_reply, text_reply
 from typer.testing import CliRunner
 
 import flows.cli.output
+from data.clients.retry import RetryPolicy
 from data.publish.reader import Release
 from data.reference import default_pack
-from data.retry import RetryPolicy
-from evaluation import metrics_3xcm as m
 from evaluation import mixcube as mx
+from evaluation import xcm_metrics as m
 from evaluation.encoders import EmbeddingsEncoder, ImageRef, ModelIdentity
 from evaluation.vlm import OpenAIChatConfig, OpenAIChatVlm
 from evaluation.xcm import evaluate_3xcm

@@ -1,4 +1,4 @@
-"""The 3XCM metric core (`evaluation/metrics_3xcm.py`) against the authors' RQ2 evaluator and hand cases.
+"""The 3XCM metric core (`evaluation/xcm_metrics.py`) against the authors' RQ2 evaluator and hand cases.
 
 The authors' `SelfPreferenceBiasEvaluator` (ChulaAI/EVALUATING-PERSPECTIVAL-BIASES-IN-CROSS-MODAL-RETRIEVAL,
 `rq2_eval/utils/benchmark_evaluator.py`) is checked two ways, on a small demo release and fixed random embeddings:
@@ -33,7 +33,7 @@ from conftest import SMALL_CONCEPTS, SMALL_COUNTRIES
 from scipy import stats
 
 from data.schemas import RQ2_SLOTS, RQ3_SLOTS
-from evaluation import metrics_3xcm as m
+from evaluation import xcm_metrics as m
 from flows.xcm.build import build_locally
 from flows.xcm.config import Build3XCMConfig
 

@@ -23,7 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 from tiny_models import build_tiny_open_clip
 from tiny_text_image_models import build_tiny_hf_clip, build_tiny_st_image_model, build_tiny_st_text_model
 
-from data.devices import DeviceError
+from data.clients.devices import DeviceError
 from evaluation import encoders
 from evaluation.embedding_cache import CachedEncoder, cache_folder_name
 from evaluation.encoders import (

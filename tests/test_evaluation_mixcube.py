@@ -32,9 +32,9 @@ from fake_openai import (
 from PIL import Image
 from pydantic import TypeAdapter, ValidationError
 
-from data.devices import DeviceError
+from data.clients.devices import DeviceError
+from data.clients.retry import RetryPolicy
 from data.reference import default_pack
-from data.retry import RetryPolicy
 from evaluation import mixcube as m
 from evaluation.vlm import (
     Answer,

@@ -62,7 +62,7 @@ def test_layout_counts_and_determinism(export: Path, small_releases: dict[str, P
 def test_clip_benchmark_cli_runs(export: Path, small_releases: dict[str, Path], tmp_path: Path) -> None:
     if not HARNESS_PYTHON.is_file():
         pytest.skip("the clip_benchmark venv .venv-harness-embedding is missing: run `make harnesses`")
-    from evaluation.demo_models import random_open_clip
+    from demo.models import random_open_clip
 
     configs, weights = random_open_clip(tmp_path / "model")
     # The language with the most images (the small release has a few per language; acc5 needs 5 classes).

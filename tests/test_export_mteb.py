@@ -110,7 +110,7 @@ def _top(predictions: dict[str, Any]) -> dict[str, str]:
 def test_mteb_accuracy_equals_our_m_cr(export: Path, small_releases: dict[str, Path], tmp_path: Path) -> None:
     if not HARNESS_PYTHON.is_file():
         pytest.skip("the mteb venv .venv-harness-embedding is missing: run `make harnesses`")
-    from evaluation.demo_models import random_open_clip
+    from demo.models import random_open_clip
     from evaluation.encoders.embeddings import EmbeddingsEncoderConfig
     from evaluation.encoders.open_clip import OpenClipEncoderConfig
     from evaluation.xcm import evaluate_3xcm

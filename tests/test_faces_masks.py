@@ -23,7 +23,7 @@ from tiny_vision_models import (
     make_tiny_sam,
 )
 
-from data.devices import DeviceError
+from data.clients.devices import DeviceError
 from synthesis.faces import (
     PAPER_MAX_FACES,
     PAPER_MIN_CONFIDENCE,

@@ -24,8 +24,8 @@ from fake_image_host import FakeImageHost, make_jpeg
 from typer.testing import CliRunner
 
 import flows.cli.output
-from collectors import release_fetch
-from collectors.release_fetch import REPORT, fetch_release
+from collectors import release_images as release_fetch
+from collectors.release_images import REPORT, fetch_release
 from flows.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]

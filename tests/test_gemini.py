@@ -31,9 +31,9 @@ from collectors.translations import (
     check_descriptor_template,
     run_translations,
 )
-from data.gemini import GeminiClient, GeminiConfigError, GeminiSettings
+from data.clients.gemini import GeminiClient, GeminiConfigError, GeminiSettings
+from data.clients.retry import RetryPolicy
 from data.reference import default_pack
-from data.retry import RetryPolicy
 from data.schemas import CONCEPT_CANDIDATES, LLM_FAILURES, TRANSLATION_CONFLICTS, TRANSLATIONS
 
 API_KEY = "AIzaFAKE-test-key-0123456789abcdef"
@@ -506,7 +506,7 @@ def test_image_contents_are_sent_inline_and_hashed_by_content(fake: FakeGemini) 
     from google.genai import types
     from PIL import Image
 
-    from data.gemini import prompt_sha256
+    from data.clients.gemini import prompt_sha256
 
     gemini = settings(fake)
     red, blue = Image.new("RGB", (8, 8), "red"), Image.new("RGB", (8, 8), "blue")

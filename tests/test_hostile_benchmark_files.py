@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 import flows.cli
-from curation.audit import read_violations, write_violations
+from curation.rule_audit import read_violations, write_violations
 from data import reference
 from data.publish.release import ReleaseConfig, ReleaseWriter
 from data.schemas import XCM_BENCH_CSV_COLUMNS
@@ -87,7 +87,7 @@ def test_every_written_csv_cell_is_inert() -> None:
 def test_the_release_csv_writer_neutralises_formulas_and_keeps_the_authors_bytes(tmp_path: Path) -> None:
     """The authors' file goes through our CSV writer byte for byte (no cell of it starts like a formula), while a
     formula cell is written inert."""
-    from curation.audit import read_benchmark_file
+    from curation.rule_audit import read_benchmark_file
 
     authors = read_benchmark_file(AUTHORS)
     writer = ReleaseWriter(ReleaseConfig(root=str(tmp_path), version="0.0.1"), "csv-check")
@@ -102,7 +102,7 @@ def test_the_release_csv_writer_neutralises_formulas_and_keeps_the_authors_bytes
 
 
 def test_audit_violations_csv_is_inert_and_written_atomically(tmp_path: Path) -> None:
-    from curation.audit import VIOLATIONS
+    from curation.rule_audit import VIOLATIONS
 
     row = {f.name: 0 if pa.types.is_integer(f.type) else "x" for f in VIOLATIONS}
     row |= {"rule": "distinct_candidates", "slot": "row", "image_id": None, "detail": "=cmd|' /C calc'!A0"}

@@ -23,12 +23,12 @@ from typer.testing import CliRunner
 import flows.cli.output
 from data.publish.reader import Release
 from data.reference import default_pack
-from evaluation import audit
+from evaluation import bias_audit as audit
 from evaluation import retrieval_metrics as rm
-from evaluation.audit_prompts import PROMPT_SETS
+from evaluation.bias_audit_prompts import PROMPT_SETS
 from evaluation.encoders import ImageRef, ModelIdentity
-from evaluation.metrics_3xcm import TIE_TOLERANCE
 from evaluation.retrieval import Pool, Query, evaluate_pool, pool_from_table
+from evaluation.xcm_metrics import TIE_TOLERANCE
 from flows.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]

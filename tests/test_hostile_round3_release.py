@@ -24,9 +24,9 @@ from release_tamper import rehash_manifest
 from typer.testing import CliRunner
 
 import flows.cli.output
-from data import denylist as denylist_module
-from data.denylist import FILE as DENYLIST
-from data.denylist import DenylistEntry, read_denylist, write_denylist
+from data.takedown import denylist as denylist_module
+from data.takedown.denylist import FILE as DENYLIST
+from data.takedown.denylist import DenylistEntry, read_denylist, write_denylist
 from flows.cli import app
 
 DATE = "2026-05-01"
@@ -88,7 +88,7 @@ def quintets(folder: Path) -> dict[str, list[str]]:
 
 
 def newest(benchmark_root: Path) -> Path:
-    from data.publish.patch import _precedence_key
+    from data.takedown.patch import _precedence_key
 
     return benchmark_root / max((p.name for p in benchmark_root.iterdir() if p.is_dir()), key=_precedence_key)
 
@@ -149,10 +149,10 @@ TAKEDOWN = """
 import sys, time
 from pathlib import Path
 import webdataset  # what the patch writer imports (torch): before the race, not while holding the lock
-import data.denylist
-import flows.takedown
+import data.takedown.denylist
+import flows.operations.takedown
 from flows.cli import app
-data.denylist.LOCK_TIMEOUT_S = 600  # this test is about the order, not the wait: a slow machine must not fail it
+data.takedown.denylist.LOCK_TIMEOUT_S = 600  # about the order, not the wait: a slow machine must not fail it
 ready, go = Path(sys.argv[1]), Path(sys.argv[2])
 ready.touch()
 while not go.exists():
@@ -252,7 +252,7 @@ def _record(version: str, parent: str, **fields: Any) -> dict[str, Any]:
 def test_a_patch_naming_itself_as_its_parent_is_one_line_at_once(root: Path) -> None:
     """`validate` checked the parent by checking the patch again, until RecursionError (64 s on the demo)."""
     from data.publish.integrity import read_manifest
-    from flows.release_check import replay_patch
+    from flows.operations.validate import replay_patch
 
     folder = root / "3xcm" / "0.0.1"
     image = rows_of(folder, "image_metadata")[0]

@@ -19,7 +19,7 @@ from curation.image_embeddings import (
     OpenClipEmbeddingConfig,
     build_embedder,
 )
-from data.devices import DeviceError
+from data.clients.devices import DeviceError
 
 NAME = "tiny-clip-embed-test"
 

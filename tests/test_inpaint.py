@@ -20,7 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 from tiny_sdxl import build_tiny_sdxl_inpaint
 
 import synthesis.inpaint
-from data.devices import DeviceError
+from data.clients.devices import DeviceError
 from data.reference import default_pack
 from data.workspace import Storage, Workspace
 from synthesis.attempts import AttemptPlan, ResultCache, run_attempts

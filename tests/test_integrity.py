@@ -413,8 +413,8 @@ def test_the_demo_corpus_and_the_contact_sheet_are_written_through_the_workspace
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from curation.contact_sheet import write_contact_sheet
-    from curation.demo_corpus import DemoCorpusConfig, generate_demo_corpus
     from data.workspace import Storage
+    from demo.corpus import DemoCorpusConfig, generate_demo_corpus
 
     written: list[str] = []
     real = Storage.write_bytes

@@ -35,9 +35,9 @@ from tiny_models import build_tiny_m3, build_tiny_open_clip
 from typer.testing import CliRunner
 
 from collectors.search import build_queries
-from curation.demo_corpus import DemoCorpusConfig, country_folder, generate_demo_corpus
 from data.reference import default_pack
 from data.workspace import Workspace
+from demo.corpus import DemoCorpusConfig, country_folder, generate_demo_corpus
 from flows.cli import app
 from flows.xcm.config import Build3XCMConfig
 
@@ -158,7 +158,7 @@ def hold_gpu_slot_recorder(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[li
 
     held: list[str] = []
     calls: dict[str, list[list[str]]] = {}
-    real_slot = stages.prefect_slot
+    real_slot = stages.gpu_slot
 
     @contextlib.contextmanager
     def slot(name: str | None, *args: Any, **kwargs: Any) -> Iterator[None]:
@@ -178,7 +178,7 @@ def hold_gpu_slot_recorder(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[li
 
         return call
 
-    monkeypatch.setattr(stages, "prefect_slot", slot)
+    monkeypatch.setattr(stages, "gpu_slot", slot)
     for name in ("run_concept_dedup", "embed_images"):
         monkeypatch.setattr(stages, name, recorded(name))
     return calls

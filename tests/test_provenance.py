@@ -35,11 +35,11 @@ from collectors.mixcube_originals import culture_by_name, demo_scene
 from collectors.mixcube_search import DEFAULT_QUERIES
 from collectors.search import LocalFolderSearchConfig, LocalFolderSearcher, search_rows
 from collectors.search_ddgs import DdgsSearchConfig, DdgsSearcher
-from curation.demo_corpus import DemoCorpusConfig, country_folder, generate_demo_corpus
 from data.image_sources import UNKNOWN_LICENSE, domain, utc_timestamp
 from data.publish.sources import DOMAINS_FIGURE
 from data.reference import default_pack
 from data.schemas import MIXCUBE_ROWS, SOURCE_FIELDS, XCM_BENCH_CSV_COLUMNS
+from demo.corpus import DemoCorpusConfig, country_folder, generate_demo_corpus
 from flows.mixcube.build import build_locally as build_mixcube_locally
 from flows.mixcube.config import BuildMixCubeConfig
 from flows.xcm.build import build_locally

@@ -26,10 +26,10 @@ from typer.testing import CliRunner
 from data.reference import default_pack
 from evaluation import ravenea_metrics as rv
 from evaluation import retrieval_metrics as rm
-from evaluation.metrics_3xcm import TIE_TOLERANCE
 from evaluation.parts import ResultPart
 from evaluation.results import TASK_HEADLINE, compare, headline_names
 from evaluation.retrieval import Pool, Query, build_queries, evaluate_pool, pool_from_table
+from evaluation.xcm_metrics import TIE_TOLERANCE
 from flows.cli import app
 
 RAVENEA_KEYS = ["mrr", "precision@1", "precision@3", "precision@5", "ndcg@1", "ndcg@3", "ndcg@5"]

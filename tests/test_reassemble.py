@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 import flows.cli
-from curation.audit import audit_path
 from curation.reassemble import reassemble
+from curation.rule_audit import audit_path
 from data.reference import default_pack
 from data.schemas import RQ2_SLOTS, XCM_BENCH_CSV_COLUMNS
 from flows.cli import app

@@ -23,7 +23,6 @@ from data.publish.reader import Release
 from data.reference import default_pack
 from evaluation import retrieval_metrics as rm
 from evaluation.encoders import ImageRef, ModelIdentity
-from evaluation.metrics_3xcm import Vectors
 from evaluation.results import TASK_HEADLINE
 from evaluation.retrieval import (
     HEADLINE,
@@ -36,6 +35,7 @@ from evaluation.retrieval import (
     shows_matrix,
 )
 from evaluation.retrieval_report import TITLE
+from evaluation.xcm_metrics import Vectors
 
 LANGUAGE = {"USA": "en", "UK": "en", "Spain": "es", "Japan": "ja", "Kenya": "sw", "Atlantis": "xx"}
 CONCEPTS = {0: "train", 1: "food", 2: "school", 3: "wedding"}

@@ -11,7 +11,8 @@ from email.utils import format_datetime
 
 import pytest
 
-from data.retry import RateLimiter, RetryPolicy, parse_retry_after, prefect_slot, shared_limiter
+from data.clients.concurrency import prefect_slot
+from data.clients.retry import RateLimiter, RetryPolicy, parse_retry_after, shared_limiter
 
 
 def test_backoff_is_full_jitter_under_a_growing_capped_ceiling() -> None:
@@ -86,12 +87,12 @@ def test_shared_limiter_is_one_per_engine_and_rate() -> None:
 
 
 def test_prefect_slot_is_a_no_op_outside_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    import data.retry
+    import data.clients.concurrency
 
     def no_server(name: str) -> bool:
         raise AssertionError("outside a Prefect run the server must not be asked")
 
-    monkeypatch.setattr(data.retry, "_limit_exists", no_server)
+    monkeypatch.setattr(data.clients.concurrency, "_limit_exists", no_server)
     entered = False
     with prefect_slot("duckduckgo"):
         entered = True

@@ -28,8 +28,8 @@ from pydantic import TypeAdapter
 from collectors import search_ddgs
 from collectors.search import SearchConfig, SearchError, SearchHit, SearchQuery, search_rows
 from collectors.search_ddgs import DdgsSearchConfig, DdgsSearcher
+from data.clients.retry import RetryPolicy
 from data.reference import default_pack
-from data.retry import RetryPolicy
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_s=0.001, max_delay_s=0.002)
 

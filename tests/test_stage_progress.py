@@ -73,7 +73,7 @@ def test_ticking_reports_a_bounded_number_of_times_and_always_the_end() -> None:
 
 def test_tars_are_placed_by_bisection_across_many_shards(tmp_path: Path) -> None:
     """The tar of each image, over a plan of many shards, is the one whose range holds it (was a scan per image)."""
-    from data.publish.shards import _TarShards
+    from data.publish.image_tables import _TarShards
 
     class Folder:
         def __init__(self) -> None:

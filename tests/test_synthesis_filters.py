@@ -36,7 +36,7 @@ from curation.synthesis_filters import (
     score_attempts,
     verdict_counts,
 )
-from data.errors import error_text
+from data.row_errors import error_text
 
 CLIP_NAME = "tiny-clip-synthesis-filter-test"
 

@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from data.publish.shards import ImageRow, TableImageRows
+from data.publish.image_tables import ImageRow, TableImageRows
 
 
 def _table(n: int) -> pa.Table:

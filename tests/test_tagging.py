@@ -28,9 +28,9 @@ from curation.tagging import (
     TagRequest,
     run_tagging,
 )
-from data.gemini import GeminiSettings
+from data.clients.gemini import GeminiSettings
+from data.clients.retry import RetryPolicy
 from data.reference import default_pack
-from data.retry import RetryPolicy
 from data.schemas import CATALOG, LLM_FAILURES, RQ2_SLOTS, RQ3_SLOTS, TAGS
 
 API_KEY = "AIzaFAKE-tagging-key-0123456789abcdef"

@@ -23,9 +23,9 @@ from typer.testing import CliRunner
 
 from curation.assemble import RQ2_PREFIXES, RQ3_PREFIXES
 from curation.rules import RQ2_RULES, RQ3_RULES, Catalog, in_pool
-from data.denylist import FILE as DENYLIST
 from data.reference import default_pack
 from data.schemas import XCM_BENCH_CSV_COLUMNS
+from data.takedown.denylist import FILE as DENYLIST
 from flows.cli import app
 from flows.mixcube.build import build_locally as build_mixcube
 from flows.mixcube.config import BuildMixCubeConfig
@@ -385,8 +385,8 @@ def test_mixcube_takedown_removes_whole_quintets_and_a_rebuild_honours_the_denyl
 
 def test_the_patch_of_an_unchanged_release_writes_the_parents_bytes(xcm_root: Path) -> None:
     """The materialiser alone, with nothing removed: every data file is the parent's, byte for byte."""
-    from data.publish.patch import ParentRelease, takedown_record
-    from flows.xcm.patch import write_3xcm_patch
+    from data.takedown.patch import ParentRelease, takedown_record
+    from flows.xcm.takedown import write_3xcm_patch
 
     parent = ParentRelease.open(xcm_root / "3xcm" / "0.0.1")
     record = takedown_record(parent, "0.0.9", DATE, "none", {}, [], {"summary": "nothing removed"})
@@ -409,8 +409,15 @@ def test_the_patch_of_an_unchanged_release_writes_the_parents_bytes(xcm_root: Pa
 
 
 def test_the_denylist_fetcher_never_requests_a_denylisted_url(tmp_path: Path) -> None:
-    from data.denylist import Denylist, DenylistEntry, DenylistError, DenylistFetcher, read_denylist, write_denylist
     from data.schemas import IMAGES, STATUS_OK, blank_row, from_rows
+    from data.takedown.denylist import (
+        Denylist,
+        DenylistEntry,
+        DenylistError,
+        DenylistFetcher,
+        read_denylist,
+        write_denylist,
+    )
 
     asked: list[str] = []
 

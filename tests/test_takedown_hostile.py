@@ -23,10 +23,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from data import denylist as denylist_module
-from data.denylist import FILE as DENYLIST
-from data.denylist import DenylistEntry, read_denylist, write_denylist
 from data.reference import default_pack
+from data.takedown import denylist as denylist_module
+from data.takedown.denylist import FILE as DENYLIST
+from data.takedown.denylist import DenylistEntry, read_denylist, write_denylist
 from data.text_safety import markdown_text
 from data.workspace import Storage
 from flows.cli import app
@@ -95,7 +95,7 @@ def entry(name: str, version: str = "1.0.1") -> DenylistEntry:
 WRITER = """
 import sys, time
 from pathlib import Path
-from data.denylist import DenylistEntry, write_denylist
+from data.takedown.denylist import DenylistEntry, write_denylist
 root, name, ready, go = sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
 new = [DenylistEntry(image_id=name, url=f"https://example.org/{name}.jpg", reason="r", date="2026-05-01",
                      version="1.0.1", removed_from="1.0.0")]
@@ -149,7 +149,7 @@ def test_a_stale_denylist_lock_fails_after_a_bounded_wait_naming_the_lock(
     write_denylist(str(tmp_path), "mixcube", [entry("a")])
     lock = tmp_path / "mixcube" / f"{DENYLIST}.lock"
     lock.write_text("pid 999999 on a crashed host\n")  # a holder that died without removing it
-    from data.denylist import DenylistLockError
+    from data.takedown.denylist import DenylistLockError
 
     monkeypatch.setattr(denylist_module, "LOCK_TIMEOUT_S", 0.3)
     started = time.monotonic()
@@ -397,8 +397,8 @@ def test_a_url_only_mixcube_takedown_writes_a_url_only_patch(url_only_mixcube: P
 
 def test_a_url_only_3xcm_takedown_writes_a_url_only_patch(tmp_path: Path) -> None:
     """A URL-only 3XCM release (the demo's tables, without bytes) is patched without bytes."""
-    from data.publish.patch import ParentRelease
     from data.publish.release import ReleaseConfig, with_phash
+    from data.takedown.patch import ParentRelease
     from flows.xcm.release import write_3xcm_release
 
     demo = ParentRelease.open(DEMO / "3xcm" / "0.1.0-demo")

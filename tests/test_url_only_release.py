@@ -20,7 +20,7 @@ from test_provenance import ddgs_build_config, faked_ddgs
 from typer.testing import CliRunner
 
 from collectors import search_ddgs
-from collectors.release_fetch import REPORT, FetchReleaseError, fetch_release
+from collectors.release_images import REPORT, FetchReleaseError, fetch_release
 from data.publish import croissant
 from data.workspace import sha256_bytes
 from flows.cli import app

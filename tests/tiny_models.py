@@ -60,6 +60,6 @@ def build_tiny_m3(folder: Path, hidden: int = 32) -> Path:
 
 def build_tiny_open_clip(folder: Path, name: str = "tiny-clip-test", seed: int = 0) -> tuple[Path, Path]:
     """A 3.4 M-parameter random open_clip CLIP (the demo evaluation's model); returns (config folder, weights)."""
-    from evaluation.demo_models import random_open_clip
+    from demo.models import random_open_clip
 
     return random_open_clip(folder, name, seed)

@@ -1,4 +1,4 @@
-"""The tiny random LLaVA-style model the tests ask: the demo evaluation's (`evaluation/demo_models.py`)."""
+"""The tiny random LLaVA-style model the tests ask: the demo evaluation's (`demo/models.py`)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,6 @@ from pathlib import Path
 
 
 def build_tiny_vlm(folder: str | Path, seed: int = 0) -> Path:
-    from evaluation.demo_models import random_vlm
+    from demo.models import random_vlm
 
     return random_vlm(folder, seed)

@@ -52,9 +52,10 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.
 DEFAULT_ENDPOINT = "https://huggingface.co"
 ENDPOINT_ENV = "HF_ENDPOINT"
 #: Every file a release (or a takedown patch) holds, as the writers name them: the card, the manifest and the
-#: Croissant record; the Parquet configs (`data/publish/shards.py`, `tables.py`: `<config>/<split>-NNNNN-of-NNNNN`);
-#: the WebDataset tars and their features (`shards.py`); the figures (`sources.py`, the benchmarks' release writers);
-#: the authors' benchmark CSV (`flows/xcm`), MixCuBe's food labels and masks by sha256 (`flows/mixcube/release.py`).
+#: Croissant record; the Parquet configs (`image_tables.py`, `tables.py`: `<config>/<split>-NNNNN-of-NNNNN`);
+#: the WebDataset tars and their features (`image_tables.py`); the figures (`sources.py`, the benchmarks' release
+#: writers); the authors' benchmark CSV (`flows/xcm`), MixCuBe's food labels and masks by sha256
+#: (`flows/mixcube/release.py`).
 #: Nothing else is uploaded: not `.gitattributes` (the Hub's LFS rules), not a dotfile, not a file of another kind.
 RELEASE_FILE = re.compile(
     r"README\.md|manifest\.json|croissant\.json"

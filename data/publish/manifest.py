@@ -137,7 +137,7 @@ class TakedownRows(BaseModel):
 
 
 class TakedownRecord(BaseModel):
-    """One takedown as a patch's manifest keeps it (`data.publish.patch.takedown_record`)."""
+    """One takedown as a patch's manifest keeps it (`data.takedown.patch.takedown_record`)."""
 
     model_config = _STRICT
 

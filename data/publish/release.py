@@ -12,9 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from data.progress import StepProgress
 from data.publish.folder import ImmutableFolder
 from data.publish.format import SEMVER
+from data.publish.image_tables import ImageRow, ShardLimits, write_image_shards
 from data.publish.manifest import ReleaseManifest
 from data.publish.reader import REFERENCE_DIR
-from data.publish.shards import ImageRow, ShardLimits, write_image_shards
 from data.publish.tables import write_csv, write_table
 from data.reference import ReferencePack
 from data.workspace import Storage
@@ -66,7 +66,7 @@ class ReleaseWriter(ImmutableFolder):
         tars: bool = True,
         progress: StepProgress | None = None,
     ) -> dict[str, list[str]]:
-        """Image Parquet shards and WebDataset tars, sized by the release's settings (`data.publish.shards`)."""
+        """Image Parquet shards and WebDataset tars, sized by the release's settings (`data.publish.image_tables`)."""
         limits = ShardLimits(self.config.row_group_size, self.config.max_shard_bytes, self.config.max_shard_images)
         return write_image_shards(
             self, config_name, rows, schema, limits, split, image_column=image_column, tars=tars, progress=progress

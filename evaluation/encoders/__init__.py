@@ -31,7 +31,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from data.model_ids import MODEL_ID_PATTERN, folder_sha256, slug
+from data.clients.model_ids import MODEL_ID_PATTERN, folder_sha256, slug
 from evaluation.encoders.base import STAGE, ImageRef, ModelIdentity, TextImageEncoder, decode_image
 from evaluation.encoders.embeddings import (
     MAX_PARQUET_FOOTER_BYTES,

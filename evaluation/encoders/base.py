@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image, ImageOps
 from pydantic import BaseModel, ConfigDict, Field
 
-from data.model_ids import MODEL_ID_PATTERN, folder_sha256
+from data.clients.model_ids import MODEL_ID_PATTERN, folder_sha256
 from data.stage import BackendConfig, require
 
 STAGE = "3XCM evaluation"

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
-from data.model_ids import slug
+from data.clients.model_ids import slug
 from data.stage import BackendConfig
 from data.workspace import sha256_bytes
 from evaluation.encoders.base import STAGE, ImageRef, ModelIdentity, TextImageEncoder

@@ -1,7 +1,8 @@
 """The `open_clip` backend: CLIP, the multilingual XLM-R CLIPs and SigLIP through open_clip (`encode_image` /
 `encode_text`).
 
-Its weights and architecture checks are `data/open_clip_weights.py`'s, shared with `curation/image_embeddings.py`:
+Its weights and architecture checks are `data/clients/open_clip_weights.py`'s, shared with
+`curation/image_embeddings.py`:
 the weights are always explicit (a file or a pretrained tag, never a random fallback). A weights file can borrow a
 tag's image preprocessing (`preprocess_tag`).
 """
@@ -17,9 +18,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from data.devices import resolve_device
-from data.model_ids import slug
-from data.open_clip_weights import register_model_configs, resolve_weights
+from data.clients.devices import resolve_device
+from data.clients.model_ids import slug
+from data.clients.open_clip_weights import register_model_configs, resolve_weights
 from data.stage import require
 from data.workspace import file_sha256
 from evaluation.encoders.base import (

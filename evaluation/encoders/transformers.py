@@ -12,8 +12,8 @@ import numpy as np
 from PIL import Image
 from pydantic import Field
 
-from data.devices import resolve_device
-from data.model_ids import slug
+from data.clients.devices import resolve_device
+from data.clients.model_ids import slug
 from data.stage import require
 from evaluation.encoders.base import (
     STAGE,

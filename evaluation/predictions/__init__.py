@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
-from data.model_ids import slug
+from data.clients.model_ids import slug
 from data.workspace import sha256_bytes
 from evaluation.vlm.base import Answer, VlmIdentity
 

@@ -3,7 +3,7 @@ backends, one file each, and one discriminated union of their configs (`VlmConfi
 
 - `openai` (`openai.py`): any OpenAI-compatible chat-completions endpoint (vLLM, SGLang, hosted APIs) through the
   `openai` client; the image goes as a base64 `data:` URL content part.
-- `gemini` (`gemini.py`): Gemini through `google-genai`, by the project's one Gemini client (`data/gemini.py`,
+- `gemini` (`gemini.py`): Gemini through `google-genai`, by the project's one Gemini client (`data/clients/gemini.py`,
   `GeminiClient.generate_text`), with the image as an inline part.
 - `transformers` (`transformers.py`): a local (or hub) model through `transformers.pipeline("image-text-to-text")`,
   greedy decoding.
@@ -19,8 +19,8 @@ Rules shared by the three:
   reason class (`ERROR_CLASSES`). Only a config error raises (a missing extra, a model folder that does not exist,
   `device="cuda"` without a GPU, no Gemini key), and `build()` checks those before any image is processed.
 - Transient errors (429, 5xx, timeouts, dropped connections) are retried by the shared `RetryPolicy` of
-  `data/retry.py`, honouring Retry-After up to its `max_retry_after_s`; a longer Retry-After fails the question at
-  once as `rate_limited` (waiting less than asked would only be refused again), as the downloader does. The SDKs'
+  `data/clients/retry.py`, honouring Retry-After up to its `max_retry_after_s`; a longer Retry-After fails the question
+  at once as `rate_limited` (waiting less than asked would only be refused again), as the downloader does. The SDKs'
   own retries are off, so one policy counts the attempts. Remote backends share a process-wide rate limiter per
   endpoint and model (`shared_limiter`).
 - `openai`: `timeout_s` is a deadline for the whole HTTP request (connect, sending, headers and body together), not
@@ -50,7 +50,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from data.model_ids import folder_sha256
+from data.clients.model_ids import folder_sha256
 from evaluation.vlm.base import (
     ERROR_CLASSES,
     MODEL_OUTCOMES,

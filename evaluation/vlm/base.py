@@ -11,8 +11,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from data.model_ids import MODEL_ID_PATTERN
-from data.retry import TRANSIENT_HTTP_CODES
+from data.clients.model_ids import MODEL_ID_PATTERN
+from data.clients.retry import TRANSIENT_HTTP_CODES
 
 #: The reason classes an `Answer.error` takes.
 ERROR_CLASSES: tuple[str, ...] = (
@@ -47,7 +47,8 @@ class VlmIdentity(BaseModel):
 
     backend: str = Field(description='"openai" | "gemini" | "transformers".')
     model_id: str = Field(
-        pattern=MODEL_ID_PATTERN, description='Filesystem-safe id (data.model_ids.slug), e.g. "openai--Qwen--Qwen2-VL".'
+        pattern=MODEL_ID_PATTERN,
+        description='Filesystem-safe id (data.clients.model_ids.slug), e.g. "openai--Qwen--Qwen2-VL".',
     )
     name: str = Field(description="Human-readable model name.")
     weights_sha256: str | None = Field(

@@ -1,4 +1,4 @@
-"""The `gemini` backend: Gemini through `google-genai`, by the project's one Gemini client (`data/gemini.py`,
+"""The `gemini` backend: Gemini through `google-genai`, by the project's one Gemini client (`data/clients/gemini.py`,
 `GeminiClient.generate_text`), with the image as an inline part.
 """
 
@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from data.gemini import GeminiClient, GeminiConfigError, GeminiSettings, StructuredAnswer, resolve_api_key
-from data.model_ids import slug
-from data.retry import RetryPolicy
+from data.clients.gemini import GeminiClient, GeminiConfigError, GeminiSettings, StructuredAnswer, resolve_api_key
+from data.clients.model_ids import slug
+from data.clients.retry import RetryPolicy
 from data.stage import BackendConfig, require
 from evaluation.vlm.base import (
     Answer,
@@ -30,7 +30,8 @@ DEFAULT_GEMINI_ENDPOINT = "https://generativelanguage.googleapis.com"
 
 
 class GeminiVlmConfig(BackendConfig[VisionLanguageModel]):
-    """Gemini through google-genai and the project's Gemini client (`data/gemini.py`), the image as an inline part."""
+    """Gemini through google-genai and the project's Gemini client (`data/clients/gemini.py`), the image as an inline
+    part."""
 
     backend: Literal["gemini"] = "gemini"
     model: str = Field(default="gemini-2.5-flash", description="The Gemini model.")

@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 
 from data import provenance
-from data.model_ids import slug
-from data.retry import RetryPolicy, parse_retry_after, shared_limiter
+from data.clients.model_ids import slug
+from data.clients.retry import RetryPolicy, parse_retry_after, shared_limiter
 from data.stage import BackendConfig, require
 from evaluation.vlm.base import (
     Answer,

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from data.devices import resolve_device
-from data.model_ids import folder_sha256, slug
+from data.clients.devices import resolve_device
+from data.clients.model_ids import folder_sha256, slug
 from data.stage import BackendConfig, require
 from evaluation.vlm.base import Answer, VisionLanguageModel, VlmConfigError, VlmIdentity, short
 from evaluation.vlm.cache import AnswerCache, CachedVlm

@@ -131,10 +131,11 @@ def _run(config: Any) -> None:
     from data.publish.format import ReleaseReadError
     from evaluation.results import headline_rows
     from evaluation.run import evaluate_and_write
+    from flows.engine.slots import gpu_slot
 
     try:
         with progress_bars() as progress:
-            written = evaluate_and_write(config, progress)
+            written = evaluate_and_write(config, progress, gpu_slot=gpu_slot)
     except ReleaseExistsError as exc:
         raise _fail(f"{exc} (pass --out to write elsewhere)", Refused) from None
     except ValidationError as exc:  # a config section a backend validates itself

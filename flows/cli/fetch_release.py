@@ -1,6 +1,6 @@
 """`culturebench fetch-release DIR [--out OUT] [--write-images]`: download the images of a URL-only release with the
 HTTP downloader, check each against its sha256 and report what is gone, changed or opted out
-(`collectors/release_fetch.py`). Heavy imports wait until the command runs, and stay light then: no torch,
+(`collectors/release_images.py`). Heavy imports wait until the command runs, and stay light then: no torch,
 matplotlib, OpenCV or pandas (`datasets` only with --write-images, for the HF Image schema).
 
 Bad input (a release or table that cannot be read, an output onto or inside a release, a download config that is
@@ -49,7 +49,7 @@ def fetch_release_command(
     """Download every image DIR names by URL, verify it against its sha256 and report each as ok, changed (other
     bytes), gone (no image) or opted_out (the source refuses us now). Exit 2 when DIR is not a URL-only release,
     or OUT is DIR, inside it or inside any release. A killed run resumes when rerun with the same OUT."""
-    from collectors.release_fetch import fetch_release
+    from collectors.release_images import fetch_release
 
     # bad input (ReleaseReadError, OutputPathError, InputFileError): exit 2; an OSError: exit 1 (`flows.cli.errors`)
     config = read_download_config(download_config, allow_private_addresses)

@@ -1,4 +1,5 @@
-"""`culturebench prefect-setup`: the work pool and concurrency limits the deployments need (flows/prefect_setup.py)."""
+"""`culturebench prefect-setup`: the work pool and concurrency limits the deployments need
+(flows/operations/prefect_setup.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def prefect_setup_command(
 ) -> None:
     """Create the work pool and the global concurrency limits (duckduckgo, gemini, gpu) on the server at
     PREFECT_API_URL, if missing. Run it once before `prefect deploy --all`."""
-    from flows.prefect_setup import WORK_POOL, ensure_prefect_setup
+    from flows.operations.prefect_setup import WORK_POOL, ensure_prefect_setup
 
     if not os.environ.get("PREFECT_API_URL"):
         raise BadInput("PREFECT_API_URL is not set: point it at the server to set up")

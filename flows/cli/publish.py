@@ -43,8 +43,8 @@ def publish_command(
 ) -> None:
     """Publish a release to a Hub dataset repository in one commit, tagged with its version: `unchanged` when the
     tag already holds these bytes; refused (exit 1) when it holds others."""
+    from data.clients.secrets import resolve_secret
     from data.publish.hub import PublishInputError, PublishRefused, check_repo_id, publish_release, resolve_endpoint
-    from data.secrets import resolve_secret
 
     if not release.is_dir():
         raise BadInput(f"{release}: not a release folder")

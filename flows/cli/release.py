@@ -16,7 +16,7 @@ from flows.cli.output import console
 def validate_command(release_dir: Annotated[Path, typer.Argument(exists=True, file_okay=False)]) -> None:
     """Check a release folder (3XCM or MixCuBe): every file against its manifest, then the benchmark's rules; exit
     1 when a file differs or a row breaks a rule, 2 when the folder is not a readable release."""
-    from flows.release_check import check_release
+    from flows.operations.validate import check_release
 
     manifest, report = check_release(release_dir)  # a ReleaseReadError: exit 2
     console.print(f"{manifest.name} {manifest.version}: {report.summary()}", markup=False, soft_wrap=True)
@@ -50,7 +50,7 @@ def audit_command(
 
     from rich.markup import escape
 
-    from curation.audit import DEFAULT_MAX_REUSE, audit_path, check_out_path, write_violations
+    from curation.rule_audit import DEFAULT_MAX_REUSE, audit_path, check_out_path, write_violations
 
     started = time.perf_counter()
     # an AuditInputError (exit 2) is one line, whatever the path holds

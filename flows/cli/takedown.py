@@ -1,5 +1,6 @@
 """`culturebench takedown RELEASE (--image-id ID | --sha256 SHA | --url URL)... --reason TEXT`: the next patch
-version of a release without those images, and their entries on the release root's denylist (`flows/takedown.py`).
+version of a release without those images, and their entries on the release root's denylist
+(`flows/operations/takedown.py`).
 Heavy imports wait until the command runs."""
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def takedown_command(
     denylist's lock past the wait, or when the patch was written but the denylist could not be (the line says so;
     the same command completes it)."""
     from curation.takedown import TakedownRequest
-    from data.publish.patch import PatchInputError
-    from flows.takedown import take_down
+    from data.takedown.patch import PatchInputError
+    from flows.operations.takedown import take_down
 
     # bad input (TakedownInputError, PatchInputError, ReleaseReadError, DenylistError): exit 2; a refusal
     # (TakedownRefused, ReleaseExistsError, DenylistNotUpdated) or an OSError: exit 1 (`flows.cli.errors`)

@@ -4,8 +4,8 @@ sync-reviews deployment and the evaluation (`flows/benchmarks.py` lists them).
 A record names the benchmark's config class, its stage graph, the preflight that checks the config before any stage
 runs, how it releases and what its release records, where its releases keep their images, how a release folder is
 checked against its rules, and how a takedown is derived and written as a patch release. The generic publishing
-steps (`flows/takedown.py`, `flows/release_check.py`) ask the record, never test the benchmark's name, and hand
-`data/publish/` what it names.
+steps (`flows/operations/takedown.py`, `flows/operations/validate.py`) ask the record, never test the benchmark's name,
+and hand `data/publish/` what it names.
 From these it makes its two ways to build: here, without Prefect (`build_locally`), and its Prefect flow (`flow`),
 which the benchmark's module binds under the name its `entrypoint` gives, for `prefect.yaml` and the workers to find.
 
@@ -37,7 +37,7 @@ from flows.engine.runner import BuildSummary, ProgressArtifact, execute_in_prefe
 if TYPE_CHECKING:
     from curation.takedown import TakedownRequest
     from data.publish.images import ReleasedImages
-    from data.publish.patch import DerivedPatch, ParentRelease
+    from data.takedown.patch import DerivedPatch, ParentRelease
 
     #: (parent, request, the parent's images) -> what taking the request down gives, decided and not written.
     DerivePatch = Callable[[ParentRelease, TakedownRequest, ReleasedImages], DerivedPatch]
@@ -70,12 +70,13 @@ class Benchmark(Generic[ConfigT]):
     provenance: Callable[[Build[ConfigT]], dict[str, Any]]  # what the manifest records of the build
     nothing_released: type[Exception]  # raised when the build's tables must not (or cannot) be released
     # Checks a release folder against the benchmark's rules, (folder, patch) -> ValidationReport; None where the
-    # benchmark has no rule checker. `patch`: a takedown patch, which `flows/release_check.py` also replays.
+    # benchmark has no rule checker. `patch`: a takedown patch, which `flows/operations/validate.py` also replays.
     validate_release: Callable[[Path, bool], Any] | None = None
     # Where its releases keep their images (config and key column): `validate` and `takedown` check each image's
     # bytes against its sha256, and a patch reads its parent's images from there.
     image_config: ImageConfig | None = None
-    # Takedowns (`flows/takedown.py`): what removing images from a release gives, and the patch release writing it.
+    # Takedowns (`flows/operations/takedown.py`): what removing images from a release gives, and the patch release
+    # writing it.
     # None (both): `culturebench takedown` refuses the benchmark's releases.
     derive_patch: DerivePatch | None = None
     write_patch: WritePatch | None = None

@@ -25,7 +25,7 @@ from data.schemas import MIXCUBE_ROWS
 from data.workspace import Workspace
 from flows.engine.benchmark import Benchmark
 from flows.engine.graph import Build, Progress
-from flows.mixcube import patch
+from flows.mixcube import takedown
 from flows.mixcube.config import BuildMixCubeConfig
 from flows.mixcube.deviations import mixcube_deviations
 from flows.mixcube.release import IMAGES, write_mixcube_release
@@ -145,8 +145,8 @@ MIXCUBE: Benchmark[BuildMixCubeConfig] = Benchmark(
     nothing_released=NothingToRelease,
     validate_release=validate_release,
     image_config=IMAGES,
-    derive_patch=patch.derive_patch,
-    write_patch=patch.write_patch,
+    derive_patch=takedown.derive_patch,
+    write_patch=takedown.write_patch,
 )
 
 # The Prefect flow, `(config, close_reviews)`, as prefect.yaml's entrypoint names it; and the same build without

@@ -35,9 +35,9 @@ from data.publish.card import (
 from data.publish.datasheet import datasheet_section
 from data.publish.folder import ReleaseResult
 from data.publish.format import ImageConfig
+from data.publish.image_tables import BlobSource, ImageRow, TableImageRows, to_release_jpeg
 from data.publish.manifest import Provenance, validated
 from data.publish.release import ReleaseConfig, ReleaseWriter
-from data.publish.shards import BlobSource, ImageRow, TableImageRows, to_release_jpeg
 from data.publish.sources import DOMAINS_FIGURE, domains_png, sources_section
 from data.reference import ReferencePack
 from data.schemas import MIXCUBE_ROWS
@@ -90,7 +90,7 @@ def write_mixcube_release(
     progress: StepProgress | None = None,
 ) -> ReleaseResult:
     """`pack`: the reference pack the release was built from, carried in `reference/`. `changelog` ends the card
-    of a patch release (`flows/mixcube/patch.py`).
+    of a patch release (`flows/mixcube/takedown.py`).
 
     A URL-only release (`config.mode` `urls`) keeps the bytes of the swaps (we made them; they have no URL) and
     publishes each original by its `url`, `sha256` and `phash` (a column `rows` must have), with a null `image`;

@@ -25,15 +25,15 @@ from curation.filter_rows import filter_stats, filters_table
 from curation.quintets import assemble_quintets
 from curation.synthesis_filters import KEEP, build_synthesis_filter
 from data import schemas
-from data.retry import prefect_slot
 from data.schemas import STATUS_OK
 from data.stage import stats_from_table
 from data.stage_stats import ReviewSummary, StageStats
 from flows.engine.graph import BuildGraph, Stage, StageOutput, review_settings
 from flows.engine.graph import StageContext as GraphContext
 from flows.engine.shards import ShardPlan
+from flows.engine.slots import gpu_slot
 from flows.mixcube.config import BuildMixCubeConfig
-from flows.mixcube.takedown_filter import fetcher_without_taken_down, originals_settings, originals_without_taken_down
+from flows.mixcube.takedown import fetcher_without_taken_down, originals_settings, originals_without_taken_down
 from synthesis.attempts import AttemptPlan, ResultCache, first_plans, run_attempts
 from synthesis.face_rows import faces_table
 from synthesis.faces import build_face_detector
@@ -71,8 +71,8 @@ def lazily(build: Callable[[], T]) -> Callable[[], T]:
     return cache(build)
 
 
-def gpu_slot(ctx: StageContext) -> Callable[[], AbstractContextManager[None]]:
-    return lambda: prefect_slot(ctx.config.gpu_concurrency_limit)
+def _gpu_slot_of(ctx: StageContext) -> Callable[[], AbstractContextManager[None]]:
+    return lambda: gpu_slot(ctx.config.gpu_concurrency_limit)
 
 
 def collected(ctx: StageContext) -> list[dict]:
@@ -124,7 +124,7 @@ def _masks(ctx: StageContext) -> ShardPlan:
     return ShardPlan(
         faces,
         shard_size=ctx.config.shard_size,
-        process=lambda chunk: masks_table(chunk, masker, sha, ctx.ws.blobs.get, ctx.ws.blobs.put, gpu_slot(ctx)),
+        process=lambda chunk: masks_table(chunk, masker, sha, ctx.ws.blobs.get, ctx.ws.blobs.put, _gpu_slot_of(ctx)),
         summarize=lambda t: stats_from_table("masks", t, masker=_first(t, "masker")),
     )
 
@@ -147,7 +147,7 @@ def _synthesis(round_: int) -> Callable[[StageContext], ShardPlan]:
         )
 
         def process(chunk: Sequence[AttemptPlan]) -> pa.Table:
-            return run_attempts(inpainter(), chunk, ctx.ws.blobs.get, ctx.ws.blobs.put, results(), gpu_slot(ctx))
+            return run_attempts(inpainter(), chunk, ctx.ws.blobs.get, ctx.ws.blobs.put, results(), _gpu_slot_of(ctx))
 
         def summarize(table: pa.Table) -> StageStats:
             return stats_from_table(
@@ -177,7 +177,7 @@ def _filters(round_: int) -> Callable[[StageContext], ShardPlan]:
         return ShardPlan(
             ctx.table(f"synthesis_r{round_}").to_pylist(),
             shard_size=ctx.config.shard_size,
-            process=lambda chunk: filters_table(chunk, scorer, sha, ctx.ws.blobs.get, gpu_slot(ctx)),
+            process=lambda chunk: filters_table(chunk, scorer, sha, ctx.ws.blobs.get, _gpu_slot_of(ctx)),
             summarize=lambda table: filter_stats(name, table),
         )
 

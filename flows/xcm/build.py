@@ -25,7 +25,7 @@ from data.workspace import Workspace
 from flows.engine.benchmark import Benchmark
 from flows.engine.config import ConfigError
 from flows.engine.graph import Build, Progress
-from flows.xcm import patch
+from flows.xcm import takedown
 from flows.xcm.config import Build3XCMConfig
 from flows.xcm.deviations import xcm_deviations
 from flows.xcm.release import IMAGES, write_3xcm_release
@@ -140,7 +140,7 @@ def release(build: Build[Build3XCMConfig], progress: Progress | None = None) -> 
 def validate_release(folder: Path, patch: bool = False) -> ValidationReport:
     """Every benchmark rule on a 3XCM release folder. Raises `ReleaseReadError` when a table is missing or
     unreadable (releases older than `unassembled` are checked without it). A takedown `patch` is checked without
-    the balance replay (its kept rows were chosen least-used over its parent's pool): `flows/release_check.py`
+    the balance replay (its kept rows were chosen least-used over its parent's pool): `flows/operations/validate.py`
     derives it again from its parent instead."""
     # The catalog the validator reads, without the image bytes; releases written before pixel hashes were published
     # have a null `pixel_sha256`.
@@ -178,8 +178,8 @@ XCM: Benchmark[Build3XCMConfig] = Benchmark(
     nothing_released=BuildValidationError,
     validate_release=validate_release,
     image_config=IMAGES,
-    derive_patch=patch.derive_patch,
-    write_patch=patch.write_patch,
+    derive_patch=takedown.derive_patch,
+    write_patch=takedown.write_patch,
 )
 
 # The Prefect flow, `(config, close_reviews)`, as prefect.yaml's entrypoint names it; and the same build without

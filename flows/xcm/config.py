@@ -14,11 +14,11 @@ from collectors.search import LocalFolderSearchConfig, SearchConfig
 from collectors.translations import ShippedTranslationsConfig, TranslationsConfig
 from curation.assemble import AssemblyConfig
 from curation.concept_dedup import ConceptDedupConfig, LexicalConceptDedupConfig
-from curation.demo_corpus import DemoCorpusConfig, demo_selection
 from curation.image_dedup import ImageDedupConfig
 from curation.tagging import OwnConceptTaggingConfig, TaggingConfig
 from data.publish.release import ReleaseConfig
 from data.reference import pack_or_default
+from demo.corpus import DemoCorpusConfig, demo_selection
 from flows.engine.config import BuildConfigBase, merge
 
 

@@ -31,9 +31,9 @@ from data.publish.card import (
 from data.publish.datasheet import datasheet_section
 from data.publish.folder import ReleaseResult
 from data.publish.format import ImageConfig
+from data.publish.image_tables import ImageRow, TableImageRows, to_release_jpeg
 from data.publish.manifest import Provenance, validated, validation_summary
 from data.publish.release import ReleaseConfig, ReleaseWriter
-from data.publish.shards import ImageRow, TableImageRows, to_release_jpeg
 from data.publish.sources import DOMAINS_FIGURE, domains_png, sources_section
 from data.reference import ReferencePack
 from data.schemas import XCM_BENCH_CSV_COLUMNS
@@ -86,7 +86,7 @@ def write_3xcm_release(
     progress: StepProgress | None = None,
 ) -> ReleaseResult:
     """`pack`: the reference pack the benchmark was built from, carried in `reference/`. `load_image` and
-    `changelog` are for a patch release (`flows/xcm/patch.py`): the parent's released bytes instead of the converted
+    `changelog` are for a patch release (`flows/xcm/takedown.py`): the parent's released bytes instead of the converted
     blobs, and the CHANGELOG that ends its card."""
     stated = validated(Provenance, provenance)  # the card and facts read it typed; the manifest writes `provenance`
     writer = ReleaseWriter(config, NAME)

@@ -21,7 +21,6 @@ from curation.catalog import build_catalog
 from curation.concept_dedup import run_concept_dedup
 from curation.copies import copy_groups, images_with_copies_across_concepts
 from curation.dedup_stage import concept_summary, dedup_inputs, write_dedup_contact_sheet
-from curation.demo_corpus import generate_demo_corpus
 from curation.embed_images import embed_images, embeddings_table
 from curation.image_dedup import decide
 from curation.image_embeddings import ImageEmbedder
@@ -31,16 +30,17 @@ from curation.validate import ValidationReport, validate_benchmark
 from data import schemas
 from data.progress import StepProgress, Steps
 from data.reference import ReferencePack
-from data.retry import prefect_slot
 from data.schemas import STATUS_OK
 from data.stage import stats_from_table
 from data.stage_stats import StageStats
 from data.workspace import StageMarker, Workspace
+from demo.corpus import generate_demo_corpus
 from flows.engine.graph import BuildGraph, Progress, Stage, StageOutput, review_settings
 from flows.engine.graph import StageContext as GraphContext
 from flows.engine.shards import ShardPlan
+from flows.engine.slots import gpu_slot
 from flows.xcm.config import Build3XCMConfig
-from flows.xcm.takedown_filter import catalog_output, catalog_settings
+from flows.xcm.takedown import catalog_output, catalog_settings
 
 
 class BuildValidationError(RuntimeError):
@@ -97,7 +97,7 @@ def _concepts(ctx: StageContext) -> StageOutput:
 
 
 def _concept_dedup(ctx: StageContext) -> StageOutput:
-    with prefect_slot(ctx.config.gpu_concurrency_limit if ctx.config.concept_dedup.holds_gpu_slot else None):
+    with gpu_slot(ctx.config.gpu_concurrency_limit if ctx.config.concept_dedup.holds_gpu_slot else None):
         table = run_concept_dedup(ctx.config.concept_dedup, ctx.table("concepts"))
     return StageOutput(table)
 
@@ -192,7 +192,7 @@ def _image_embeddings(ctx: StageContext) -> StageOutput | ShardPlan:
         if not embedder:
             embedder.append(tier.embedder.build())
         loaders = [lambda sha=item["sha256"]: ctx.ws.blobs.get(sha) for item in chunk]
-        with prefect_slot(ctx.config.gpu_concurrency_limit):  # builds sharing a GPU take turns, shard by shard
+        with gpu_slot(ctx.config.gpu_concurrency_limit):  # builds sharing a GPU take turns, shard by shard
             vectors, errors = embed_images(embedder[0], loaders, tier.embedder.batch_size)
         return embeddings_table([item["image_id"] for item in chunk], embedder[0].model_id, vectors, errors)
 

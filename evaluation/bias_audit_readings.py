@@ -1,4 +1,4 @@
-"""Which reading of seed 001 each key of the bias audit follows (evaluation/audit.py runs them): the captions each
+"""Which reading of seed 001 each key of the bias audit follows (evaluation/bias_audit.py runs them): the captions each
 prompt set's MaxSkew reduces over and its three reductions (§3.6), App. A's harm-rate letters read by App. A's own
 glosses and, under names of our own, by §3.6's harm categories, and §3.5's criminal-versus-animal contrast; with
 their card sections. docs/seed-protocols.md quotes the sentence each follows. The seed's authors published no code,
@@ -14,10 +14,10 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from data.audit_prompt_sets import AuditPrompts
+from data.bias_audit_prompt_sets import AuditPrompts
 from data.publish.card import markdown_table
-from evaluation import audit_metrics as am
-from evaluation.metrics_3xcm import _percentile_interval
+from evaluation import bias_audit_metrics as am
+from evaluation.xcm_metrics import _percentile_interval
 
 CONFIDENCE = 0.95
 CONTRAST = "crime_contrast"
@@ -149,7 +149,7 @@ READINGS: dict[str, dict[str, HarmRate]] = {"app_a": APP_A_RATES, "ours": OUR_RA
 
 
 class Quintets(Protocol):
-    """What the readings need of an audit's state (evaluation/audit.py's `_Audit`)."""
+    """What the readings need of an audit's state (evaluation/bias_audit.py's `_Audit`)."""
 
     rows: list[dict[str, Any]]
     groups: list[str]

@@ -9,8 +9,8 @@ build makes it. What differs:
   validation and reuse (`patch_provenance`);
 - the card ends with a CHANGELOG (`data/publish/changelog.py`): per version, what was removed (ids, sha256, URLs),
   when (UTC date) and why;
-- the removed images go on the denylist of the release root (`data/denylist.py`), merged with what is there, once
-  the patch is written (`record_denylist`);
+- the removed images go on the denylist of the release root (`data/takedown/denylist.py`), merged with what is there,
+  once the patch is written (`record_denylist`);
 - every image of the parent that the root's denylist names leaves too (`ParentRelease.denylisted`, recorded in the
   takedown's `requested.denylisted`), and a patch must be the root's newest version (`later_versions`): the newest
   version never holds a denylisted image.
@@ -34,7 +34,6 @@ from typing import Any
 import pyarrow as pa
 from pydantic import ValidationError
 
-from data.denylist import Denylist, DenylistEntry, HeldDenylist, write_denylist
 from data.provenance import code_version
 from data.publish.format import IMAGE_CONFIGS, MANIFEST, SEMVER, ImageConfig
 from data.publish.images import ReleasedImages
@@ -43,10 +42,11 @@ from data.publish.manifest import ReleaseManifest
 from data.publish.reader import read_parquet_files, release_pack
 from data.publish.release import ReleaseConfig
 from data.reference import ReferencePack
+from data.takedown.denylist import Denylist, DenylistEntry, HeldDenylist, write_denylist
 
 #: Manifest keys that describe the release file by file, or the release itself: not carried over from the parent.
 _OWN_KEYS = ("name", "version", "files", "parent", "takedowns", "validation", "mode")
-#: The columns a denylist entry matches a release's image rows by, as builds match theirs (`data/denylist.py`).
+#: The columns a denylist entry matches a release's image rows by, as builds match theirs (`data/takedown/denylist.py`).
 DENYLIST_HASHES = ("sha256", "pixel_sha256")
 DENYLIST_URLS = ("url", "final_url")
 

@@ -311,7 +311,7 @@ def _verdict(row: dict[str, Any], id_column: str, got: dict[str, Any]) -> dict[s
 
 def _image_schema(release: ReleaseImages) -> pa.Schema:
     """The written image table's schema: the release's columns and an HF `Image` column (before any download)."""
-    from data.publish.shards import hf_image_schema  # datasets: only with --write-images
+    from data.publish.image_tables import hf_image_schema  # datasets: only with --write-images
 
     try:
         return hf_image_schema(pa.schema([f for f in release.table.schema if f.name != "image"]))
@@ -331,7 +331,7 @@ def _write_image_table(
     """The release's image table with an HF `Image` column: the released bytes (MixCuBe swaps), the verified
     downloads (JPEG as released), null for the rest; `verified` maps a row's position to its fetched blob. Written
     atomically: a failure leaves an earlier table as it was."""
-    from data.publish.shards import to_release_jpeg
+    from data.publish.image_tables import to_release_jpeg
 
     table, rows = release.table, release.rows
     images = table["image"].to_pylist() if "image" in table.column_names else [None] * len(rows)

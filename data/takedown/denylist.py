@@ -5,7 +5,7 @@ entries with those already there. Each entry names one removed image by its byte
 when the release knows it) and its addresses (`url`, `final_url`), with the takedown's reason, UTC date, the patch
 version that removed it and the version it was removed from.
 
-Builds read the denylist of their `release.root` (each benchmark's `flows/<benchmark>/takedown_filter.py`):
+Builds read the denylist of their `release.root` (each benchmark's `flows/<benchmark>/takedown.py`):
 - 3XCM drops a matching image where images become catalog rows (the `image_metadata` stage). That is after the
   near-duplicate dedup, which still sees the image, so its re-encodes and resizes stay merged into it and leave with
   it instead of taking its place.
@@ -18,7 +18,7 @@ Takedowns on one release root may run at the same time: each holds an exclusive 
 the denylist (created with O_EXCL on a local disk, with exclusive create `xb` on an object store, as
 `ReleaseWriter._publish` does), from reading the denylist (`locked_denylist`) through deriving and writing its patch
 to merging its own entries, so takedowns of one root run one after the other and each patch applies every entry
-merged before it (`flows/takedown.py`); `write_denylist` alone reads the denylist again under the lock and
+merged before it (`flows/operations/takedown.py`); `write_denylist` alone reads the denylist again under the lock and
 merges. A lock left by a crashed takedown is not broken by age or pid (neither is reliable across machines and
 object stores, and a live holder may be slow): a writer waits `LOCK_TIMEOUT_S` and then fails with a line naming
 the lock and saying to delete it if no takedown is running.
@@ -174,7 +174,7 @@ class HeldDenylist:
 def locked_denylist(root: str, benchmark: str) -> Iterator[HeldDenylist]:
     """Hold the lock of the denylist of `<root>/<benchmark>/` while the block runs, the denylist read under it.
     A takedown holds it from reading the denylist to merging its own entries, so that every patch is derived with
-    every entry merged before it (`flows/takedown.py`). DenylistLockError after `LOCK_TIMEOUT_S`."""
+    every entry merged before it (`flows/operations/takedown.py`). DenylistLockError after `LOCK_TIMEOUT_S`."""
     storage = Storage(root)
     with _locked(storage, storage.path(benchmark, LOCK), denylist_path(storage, benchmark)):
         yield HeldDenylist(root, benchmark)

@@ -1,7 +1,16 @@
 """3XCM takedowns: what taking images down from a 3XCM release gives (`derive_patch`: `curation/takedown.py` decides
 which images leave and which rows change) and the patch release that materialises it (`write_patch`, through 3XCM's
-own release writer, with the parent's released bytes). `flows/takedown.py` runs them for `culturebench takedown`, and
-`flows/release_check.py` derives a patch again to check it."""
+own release writer, with the parent's released bytes). `flows/operations/takedown.py` runs them for
+`culturebench takedown`, and `flows/operations/validate.py` derives a patch again to check it.
+
+3XCM builds honour their release root's denylist (`data/takedown/denylist.py`, written by `culturebench takedown`).
+
+The stage graph calls these where images enter the release's tables, in one line, and puts the denylist's digest
+in that stage's fingerprint (`catalog_settings`; unchanged without a denylist), so a rebuild of the same config after
+a takedown redoes it and everything after. In `image_metadata`, a denylisted image (sha256, pixel hash, URL or final
+URL) is not a catalog row; the stage's stats count it as dropped, `taken_down`. The dedup before it still saw the
+image, so its near-duplicates stay merged into it and leave with it.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +24,11 @@ from data.publish.folder import ReleaseResult
 from data.publish.format import MANIFEST
 from data.publish.images import ReleasedImages
 from data.publish.manifest import Provenance, ReleaseManifest, validated
-from data.publish.patch import DerivedPatch, ParentRelease, PatchInputError, patch_provenance
 from data.schemas import UNASSEMBLED
+from data.stage_stats import StageStats
+from data.takedown.denylist import TAKEN_DOWN, drop_from_catalog, read_denylist, with_denylist
+from data.takedown.patch import DerivedPatch, ParentRelease, PatchInputError, patch_provenance
+from flows.engine.graph import StageContext, StageOutput
 from flows.xcm.release import IMAGES, write_3xcm_release
 
 TASKS = {"rq2": "RQ2 triplets", "rq3": "RQ3 sextets"}
@@ -133,3 +145,24 @@ def _summary(changes: dict[str, TaskChange]) -> str:
         "and the images after a removed one moved up. Each removed image is listed in `unassembled` with the reason "
         "`taken_down` and `query_index` -1."
     )
+
+
+def catalog_settings(config: Any) -> Any:
+    """3XCM `image_metadata`'s fingerprint settings: None as before, or the denylist's digest."""
+    return with_denylist(None, config.release.root, "3xcm")
+
+
+def catalog_output(table: pa.Table, ctx: StageContext[Any]) -> StageOutput:
+    """3XCM's image table without the denylisted images."""
+    kept, dropped = drop_from_catalog(table, read_denylist(ctx.config.release.root, "3xcm"))
+    if not dropped:
+        return StageOutput(table)
+    stats = StageStats(
+        stage=ctx.stage,
+        rows_in=table.num_rows,
+        kept=kept.num_rows,
+        dropped=len(dropped),
+        dropped_by_reason={TAKEN_DOWN: len(dropped)},
+        extra={TAKEN_DOWN: dropped},
+    )
+    return StageOutput(kept, stats=stats)

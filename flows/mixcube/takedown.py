@@ -1,7 +1,16 @@
 """MixCuBe takedowns: what taking images down from a MixCuBe release gives (`derive_patch`: `curation/takedown.py`
 removes each named image's whole quintet) and the patch release that materialises it (`write_patch`, through
-MixCuBe's own release writer, with the parent's released bytes and masks). `flows/takedown.py` runs them for
-`culturebench takedown`, and `flows/release_check.py` derives a patch again to check it."""
+MixCuBe's own release writer, with the parent's released bytes and masks). `flows/operations/takedown.py` runs
+them for `culturebench takedown`, and `flows/operations/validate.py` derives a patch again to check it.
+
+MixCuBe builds honour their release root's denylist (`data/takedown/denylist.py`, written by `culturebench takedown`).
+
+The stage graph calls these where originals enter the build, in one line each, and puts the denylist's digest in the
+`originals` stage's fingerprint (`originals_settings`; unchanged without a denylist), so a rebuild of the same config
+after a takedown redoes it and everything after. A denylisted original (sha256, sha256 as received, URL or final URL)
+is a failed row, `error="taken_down"`, and is never inpainted; the search backend's downloader never requests a
+denylisted URL.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +23,10 @@ from data.publish.changelog import code_span, render_changelog
 from data.publish.folder import ReleaseResult
 from data.publish.images import ReleasedImages
 from data.publish.manifest import Provenance, validated
-from data.publish.patch import DerivedPatch, ParentRelease, PatchInputError, patch_provenance
 from data.schemas import MIXCUBE_ROWS
+from data.takedown.denylist import DenylistFetcher, mark_taken_down, read_denylist, with_denylist
+from data.takedown.patch import DerivedPatch, ParentRelease, PatchInputError, patch_provenance
+from flows.engine.graph import StageContext
 from flows.mixcube.release import IMAGES, write_mixcube_release
 
 
@@ -112,3 +123,21 @@ def _summary(quintets: dict[str, list[str]], rows: pa.Table) -> str:
         f"original, or an original short of a swap, is not a MixCuBe item. The other {rows.num_rows} rows are "
         "unchanged."
     )
+
+
+def originals_settings(config: Any) -> Any:
+    """MixCuBe `originals`' fingerprint settings: the originals section as before, paired with the denylist's digest
+    when there is one."""
+    return with_denylist(config.originals, config.release.root, "mixcube")
+
+
+def originals_without_taken_down(table: pa.Table, ctx: StageContext[Any]) -> pa.Table:
+    """MixCuBe's originals, each denylisted one failed as `taken_down`."""
+    denylist = read_denylist(ctx.config.release.root, "mixcube")
+    return mark_taken_down(table, denylist, ("sha256", "received_sha256"), ("url", "final_url"))
+
+
+def fetcher_without_taken_down(fetcher: Any, ctx: StageContext[Any], benchmark: str) -> Any:
+    """`fetcher`, refusing the denylisted URLs of `benchmark`'s release root before any request."""
+    denylist = read_denylist(ctx.config.release.root, benchmark)
+    return DenylistFetcher(fetcher, denylist) if denylist.entries else fetcher

@@ -12,10 +12,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from data.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
+from data.clients.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
 from data.reference_parse import language_names
 from data.stage import BackendConfig
-from evaluation.audit_prompts import (
+from evaluation.bias_audit_prompts import (
     PROMPT_SETS,
     REVIEW_AWAITING,
     AuditPrompts,

@@ -3,7 +3,7 @@ constraints), image tagging (App. I) and, as free text, the MixCuBe VLM question
 
 It asks for JSON that follows a pydantic schema, checks the answer with pydantic plus the caller's own rules, and
 re-asks a bounded number of times when the answer is malformed or breaks a rule. Transient API errors (429, 5xx,
-timeouts) are retried by the shared policy of `data/retry.py`, honouring Retry-After; google-genai's own
+timeouts) are retried by the shared policy of `data/clients/retry.py`, honouring Retry-After; google-genai's own
 retries are switched off so there is one policy. Valid answers are cached by a hash of the prompt, so a rerun does
 not call the API again; failures are never cached.
 
@@ -28,9 +28,10 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from data import provenance
-from data.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after, prefect_slot, shared_limiter
+from data.clients.concurrency import prefect_slot
+from data.clients.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after, shared_limiter
+from data.clients.secrets import resolve_secret
 from data.schemas import LLM_FAILURES, empty, from_rows
-from data.secrets import resolve_secret
 from data.stage import require
 from data.workspace import Storage
 

@@ -2,9 +2,9 @@
 
 The benchmark's record decides and writes (`Benchmark.derive_patch`: curation decides which images leave and which
 rows change, `curation/takedown.py`; `Benchmark.write_patch`: its release writer materialises the patch, e.g.
-`flows/xcm/patch.py`); the generic steps around them are here and in `data/publish/patch.py` (the parent, the
-version, the takedown record), and the denylist of the release root (`data/denylist.py`) makes every later build of
-the benchmark drop the same images (each benchmark's `takedown_filter.py`).
+`flows/xcm/takedown.py`); the generic steps around them are here and in `data/takedown/patch.py` (the parent, the
+version, the takedown record), and the denylist of the release root (`data/takedown/denylist.py`) makes every later
+build of the benchmark drop the same images (each benchmark's `flows/<benchmark>/takedown.py`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from curation.takedown import TakedownRequest
-from data.denylist import (
+from data.publish.folder import ReleaseResult
+from data.publish.format import MANIFEST
+from data.publish.images import ReleasedImages
+from data.publish.integrity import verified
+from data.takedown.denylist import (
     DenylistError,
     DenylistLockError,
     HeldDenylist,
@@ -22,11 +26,7 @@ from data.denylist import (
     locked_denylist,
     read_denylist,
 )
-from data.publish.folder import ReleaseResult
-from data.publish.format import MANIFEST
-from data.publish.images import ReleasedImages
-from data.publish.integrity import verified
-from data.publish.patch import (
+from data.takedown.patch import (
     DerivedPatch,
     ParentRelease,
     PatchInputError,

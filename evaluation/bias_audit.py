@@ -18,19 +18,19 @@ import matplotlib.pyplot as plt  # data.figures, imported below too, makes it dr
 import numpy as np
 import pyarrow as pa
 
-from data.audit_prompt_sets import ENGLISH, ENGLISH_FALLBACK, PROMPT_SETS, AuditPrompts
+from data.bias_audit_prompt_sets import ENGLISH, ENGLISH_FALLBACK, PROMPT_SETS, AuditPrompts
 from data.figures import figure_png
 from data.publish.card import markdown_table
 from data.publish.reader import Release
 from data.reference import MixCubeReference
-from evaluation import audit_metrics as am
-from evaluation import audit_readings as ar
-from evaluation.audit_readings import CONFIDENCE, fmt, interval, number
+from evaluation import bias_audit_metrics as am
+from evaluation import bias_audit_readings as ar
+from evaluation.bias_audit_readings import CONFIDENCE, fmt, interval, number
 from evaluation.encoders import TextImageEncoder
-from evaluation.metrics_3xcm import TIE_TOLERANCE, _group_rng, tied_winners
 from evaluation.parts import Headline, ResultPart
 from evaluation.vectors import refuse_degenerate
 from evaluation.xcm import Progress, image_vectors
+from evaluation.xcm_metrics import TIE_TOLERANCE, _group_rng, tied_winners
 
 STAGE = "MixCuBe audit"
 #: The headline's language: English is the seed's own text for all three sets (no drafts), and its Table 1's.

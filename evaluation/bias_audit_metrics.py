@@ -1,6 +1,6 @@
 """Seed 001's bias metrics (§3.6, App. A) and our paired reading of MixCuBe quintets, as pure numpy, plus the
-schemas of the audit's tables (evaluation/audit.py). Which reading of the seed each reported key follows, and the
-sentence it follows, is in evaluation/audit_readings.py and docs/seed-protocols.md.
+schemas of the audit's tables (evaluation/bias_audit.py). Which reading of the seed each reported key follows, and the
+sentence it follows, is in evaluation/bias_audit_readings.py and docs/seed-protocols.md.
 
 The seed's quantities, for a protected attribute G with groups g (here the five MixCuBe groups of a quintet: the
 original and its four ethnicity swaps) and a caption c:
@@ -15,7 +15,7 @@ original and its four ethnicity swaps) and a caption c:
   pairs then the mean over captions (`max_skew_caption_mean`). A Skew whose denominator is 0 is undefined (NaN), and
   so is any mean or maximum that includes it.
 - Harm rates (§3.6 "Corpus-level harm rates", App. A Table 3): shares of images by their top-1 label (`top1`) and
-  its margin over the runner-up (`top1_margin`), in percent as Table 3; evaluation/audit_readings.py defines the
+  its margin over the runner-up (`top1_margin`), in percent as Table 3; evaluation/bias_audit_readings.py defines the
   two readings of App. A's letters that are reported.
 
 Ours, not the seed's (the paired reading): every original has its four swaps, so each swap is compared with its

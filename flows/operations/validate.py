@@ -31,11 +31,11 @@ import pyarrow as pa
 
 from curation.takedown import TakedownRequest
 from curation.validate import ValidationReport, Violation
-from data.denylist import Denylist, denylist_location, read_denylist
 from data.publish.format import MANIFEST, ImageConfig, ReleaseReadError
 from data.publish.integrity import Manifest, read_manifest, verify_claims, verify_files, verify_image_bytes
 from data.publish.manifest import ReleaseManifest, TakedownRecord
 from data.publish.reader import read_parquet_parts
+from data.takedown.denylist import Denylist, denylist_location, read_denylist
 from flows import benchmarks
 
 #: Denylisted images named one by one; the rest are counted.
@@ -85,7 +85,7 @@ def _violation(rule: str, detail: str) -> Violation:
 def _applies(entry_version: str, release_version: str) -> bool:
     """Whether a takedown of `entry_version` binds a release of `release_version`: it does unless the release is
     earlier (one whose version cannot be ordered binds, on the safe side)."""
-    from data.publish.patch import PatchInputError, is_later
+    from data.takedown.patch import PatchInputError, is_later
 
     try:
         return not is_later(entry_version, release_version)
@@ -96,7 +96,7 @@ def _applies(entry_version: str, release_version: str) -> bool:
 def denylisted(manifest: Manifest[ReleaseManifest], images: ImageConfig | None) -> list[Violation]:
     """Each image of the release that an entry of its root's denylist names, where that takedown is not later than
     the release: a patch applies every takedown before it, so none may come back (rule `denylist`)."""
-    from data.publish.patch import DENYLIST_HASHES, DENYLIST_URLS
+    from data.takedown.patch import DENYLIST_HASHES, DENYLIST_URLS
 
     folder = manifest.folder
     if images is None or folder.parent.name != manifest.name:
@@ -133,8 +133,8 @@ def denylisted(manifest: Manifest[ReleaseManifest], images: ImageConfig | None) 
 def replay_patch(manifest: Manifest[ReleaseManifest]) -> list[Violation]:
     """A patch against its parent: an earlier version, beside it, valid, the one the patch names (by its manifest's
     sha256), and the patch's tables exactly what taking the last takedown's request down from it gives."""
-    from data.publish.patch import ParentRelease, PatchInputError, is_later
-    from flows.takedown import derive_patch
+    from data.takedown.patch import ParentRelease, PatchInputError, is_later
+    from flows.operations.takedown import derive_patch
 
     # The model checked the shapes (a semver parent version, takedown records); what is left is the replay.
     parent, takedowns = manifest.model.parent, manifest.model.takedowns

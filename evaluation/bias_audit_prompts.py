@@ -1,9 +1,9 @@
 """The bias audit's prompt sets (the Multilingual CLIP bias audit, App. B: communion, agency, crime vs non-human)
-as a reference pack holds them (`audit_prompts.json`, read and checked with the pack: `data/audit_prompt_sets.py`),
+as a reference pack holds them (`audit_prompts.json`, read and checked with the pack: `data/bias_audit_prompt_sets.py`),
 and the drafting interface for languages whose prompts are not written yet.
 
 Backends that draft prompts (`PromptDrafter`): the pack's own file (`ShippedPromptDraftsConfig`, the embedded
-default, offline) and Gemini (evaluation/audit_drafts_gemini.py).
+default, offline) and Gemini (evaluation/bias_audit_drafts_gemini.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Literal, Protocol
 
 import pyarrow as pa
 
-from data.audit_prompt_sets import (
+from data.bias_audit_prompt_sets import (
     ENGLISH,
     ENGLISH_FALLBACK,
     PROMPT_SETS,
@@ -23,7 +23,7 @@ from data.audit_prompt_sets import (
     LanguageSet,
     PromptSpec,
 )
-from data.gemini import failures_table
+from data.clients.gemini import failures_table
 from data.stage import BackendConfig
 
 __all__ = [
@@ -83,6 +83,6 @@ class ShippedPromptDrafter:
         if unknown:
             raise KeyError(
                 f"no shipped audit prompts for {unknown}; draft them with the gemini backend "
-                "(evaluation/audit_drafts_gemini.py)"
+                "(evaluation/bias_audit_drafts_gemini.py)"
             )
         return DraftOutput(prompts, failures_table([]))
