@@ -1,6 +1,6 @@
 """Our HTTP downloader against img2dataset 1.47 on the same loopback URL list, in the same run.
 
-A fault-injecting image host (tests/fake_image_host.py) runs in its own process and serves a corpus of ~300
+A fault-injecting image host (tests/support/fake_image_host.py) runs in its own process and serves a corpus of ~300
 distinct JPEGs (20-120 KB) under many distinct URLs, with planted faults: 404s, HTML served as image/jpeg, bodies
 cut short of their Content-Length, and a 429 with Retry-After on the first hit of a URL. Both tools are run
 against two such hosts in turn (`--hosts`, both by default):
@@ -61,7 +61,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 I2D_VENV = ROOT / "perf" / ".venv-img2dataset"
 I2D_VERSION = "1.47.0"
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
 # Planted faults, their share of the URLs, and the class our downloader must report for each.
 FAULTS = {"404": 0.03, "html": 0.03, "truncated": 0.03, "429": 0.03}
@@ -299,7 +299,7 @@ def host_settings(name: str, args: argparse.Namespace) -> dict[str, float]:
 
 def bench_host(name: str, exe: Path, work: Path, args: argparse.Namespace) -> dict:
     """Both tools, `args.repeats` times each, against one fresh host; this host's figures and summaries."""
-    from fake_image_host import FakeImageHostProcess
+    from tests.support.fake_image_host import FakeImageHostProcess
 
     settings = host_settings(name, args)
     print(

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["label_studio_fixtures", "brisque_weights"]  # the Label Studio server, the BRISQUE weights
+pytest_plugins = [
+    "tests.support.label_studio_fixtures",
+    "tests.support.brisque_weights",
+]  # the Label Studio server, the BRISQUE weights
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")

@@ -11,7 +11,9 @@ import re
 import unicodedata
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
 README = ROOT / "README.md"
 MAX_README_LINES = 300
 

@@ -29,7 +29,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
 PACKAGES = ("data", "collectors", "curation", "synthesis", "annotation", "evaluation", "demo", "flows")
 DOMAINS = ("collectors", "curation", "synthesis", "annotation", "evaluation")
 INFRASTRUCTURE = "data"

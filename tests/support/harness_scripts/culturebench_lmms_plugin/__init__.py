@@ -1,0 +1,1 @@
+"""An lmms-eval plugin package for tests/evaluation/exports/test_lmms_eval.py (found through LMMS_EVAL_PLUGINS)."""

@@ -1,0 +1,63 @@
+"""A real lmms-eval 0.7.3 run of the exported MixCuBe task, offline, in .venv-harness-lmms-eval (`make harnesses`),
+with the plugin model `culturebench_answers` (tests/support/harness_scripts/culturebench_lmms_plugin) answering each
+image from a JSON map {sample_id: answer}. Shared by tests/evaluation/exports/test_lmms_eval.py and
+tests/evaluation/predictions/test_lmms_eval.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from evaluation.exports import lmms_eval as lx
+from tests.support.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
+HARNESS_PYTHON = ROOT / ".venv-harness-lmms-eval" / "bin" / "python"
+PLUGIN_PATH = Path(__file__).resolve().parent / "harness_scripts"
+SKIP_REASON = "lmms-eval's venv is missing: run `make harnesses` (make test builds it)"
+
+
+def harness_env(home: Path) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "HF_HOME": str(home / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+        "PYTHONPATH": str(PLUGIN_PATH),
+        "LMMS_EVAL_PLUGINS": "culturebench_lmms_plugin",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+def run_lmms_eval(
+    exported: Path, answers: Path, results_dir: Path, workdir: Path, *, model_args: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """`python -m lmms_eval` on the export with the answer map `answers`, logging samples under `results_dir`;
+    `model_args` are appended to the plugin model's (`seen=PATH`, `pretrained=NAME`, ...)."""
+    command = [
+        str(HARNESS_PYTHON),
+        "-m",
+        "lmms_eval",
+        "--model",
+        "culturebench_answers",
+        "--model_args",
+        f"answers={answers}" + (f",{model_args}" if model_args else ""),
+        "--tasks",
+        lx.TASK,
+        "--include_path",
+        str(exported / lx.TASK),
+        "--batch_size",
+        "1",
+        "--log_samples",
+        "--output_path",
+        str(results_dir),
+    ]
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=900, cwd=workdir, env=harness_env(workdir / "home")
+    )
