@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, NoReturn
 
+import fsspec
 from pydantic import Field
 
 from annotation.collect import ReviewTarget
@@ -20,8 +21,10 @@ from annotation.label_configs import SPECS, ReviewKind
 from annotation.label_studio import LabelStudioProject, LabelStudioServerConfig
 from annotation.task_files import TaskFiles
 from annotation.tasks import MediaFolder
+from data.review import ReviewContext
 from data.review_labels import AUTO_ACCEPT
 from data.stage import BackendConfig
+from data.workspace import sha256_bytes
 
 
 # A review's backend is made for one review kind and build (`review_target`), not by `build()`.
@@ -63,15 +66,40 @@ ReviewConfig = Annotated[
 ]
 
 
-@dataclass
-class ReviewContext:
-    """What the stage hands the review: where the build lives and how to read an image."""
+@dataclass(frozen=True)
+class BuildReview:
+    """A build's review of one kind through its configured backend: what the engine and the sync-reviews flow ask of
+    it (`data.review.Review`), and its share in its stage's fingerprint. Each benchmark's record names its own."""
 
-    build_id: str
-    files_folder: Path  # local folder of the build's files (the offline export goes below it)
-    load_blob: Callable[[str], bytes]  # sha256 -> bytes
-    blob_path: Callable[[str], str | None]  # sha256 -> local file of the blob, when there is one (for hard links)
-    accept_incomplete: bool = False  # the operator closed the review
+    config: ReviewConfig
+    kind: ReviewKind
+
+    @property
+    def wait_timeout_s(self) -> int | None:
+        """Only a Label Studio server's review suspends a deployed build for a set time; the others never time out."""
+        return self.config.wait_timeout_s if isinstance(self.config, LabelStudioReviewConfig) else None
+
+    def completion(self, build_id: str) -> tuple[bool, str]:
+        """Whether the build's review is done, by the backend's own cheap measure."""
+        review = self.config
+        if isinstance(review, LabelStudioReviewConfig):
+            project = LabelStudioProject(review.server, SPECS[self.kind], build_id, review.annotators)
+            progress = project.progress()
+            return progress.complete, f"{progress.finished} of {progress.total} tasks done at {project.location}"
+        if isinstance(review, LabelStudioFilesReviewConfig) and review.completed_export:
+            exists = fsspec.core.url_to_fs(review.completed_export)[0].exists(review.completed_export)
+            return exists, f"completed export {'found' if exists else 'missing'}: {review.completed_export}"
+        return False, f"review backend {review.backend} has nothing to wait for"
+
+    def settings(self) -> object:
+        """The review's share in its stage's fingerprint: a new completed export at the same path is new input, so
+        its content counts."""
+        review = self.config
+        if isinstance(review, LabelStudioFilesReviewConfig) and review.completed_export:
+            fs, path = fsspec.core.url_to_fs(review.completed_export)
+            with fs.open(path, "rb") as handle:
+                return (review, sha256_bytes(handle.read()))
+        return review
 
 
 def review_target(

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from annotation.aggregate import Agreement, Vote, decide, parse_export
 from annotation.label_configs import ReviewSpec
+from data.review import WaitingForReviewers
 
 
 class ReviewTarget(Protocol):
@@ -29,7 +30,7 @@ class ReviewTarget(Protocol):
     def snapshot(self) -> list[dict[str, Any]]: ...
 
 
-class ReviewPending(RuntimeError):
+class ReviewPending(WaitingForReviewers):
     """Annotators have not finished; the build waits and resumes when they have."""
 
     def __init__(self, review: str, location: str, finished: int, total: int, new_tasks: int) -> None:

@@ -25,6 +25,7 @@ from annotation.label_configs import GUIDELINES, ReviewSpec
 from data.clients.retry import TRANSIENT_HTTP_CODES, RetryPolicy
 from data.clients.secrets import resolve_secret
 from data.stage import require
+from data.transient_errors import register_transient
 
 T = TypeVar("T")
 SERVER_REVIEWER = "label_studio"
@@ -58,6 +59,9 @@ class LabelStudioServerConfig(BaseModel):
 
 class LabelStudioUnavailable(RuntimeError):
     """The server could not be reached or kept failing transiently; nothing was written."""
+
+
+register_transient(LabelStudioUnavailable)  # a later attempt of the stage may find the server up
 
 
 class LabelStudioRejected(RuntimeError):

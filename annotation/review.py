@@ -23,10 +23,8 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from annotation.backends import (
-    AUTO_ACCEPT,
     AutoAcceptReviewConfig,
     ReviewConfig,
-    ReviewContext,
     publisher,
     review_target,
     unreviewed_auto_accept,
@@ -35,6 +33,8 @@ from annotation.collect import ReviewRound, run_round
 from annotation.label_configs import SAME_SCENE, SPECS
 from annotation.tasks import EXTENSIONS, duplicate_item_key, duplicate_review_tasks
 from data import schemas
+from data.review import ReviewContext
+from data.review_labels import AUTO_ACCEPT
 from data.schemas import REVIEW, from_rows
 from data.unionfind import UnionFind
 

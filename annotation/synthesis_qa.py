@@ -18,17 +18,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from PIL import Image
 
 from annotation.aggregate import Vote
-from annotation.backends import AutoAcceptReviewConfig, ReviewConfig, ReviewContext, publisher, review_target
+from annotation.backends import AutoAcceptReviewConfig, ReviewConfig, publisher, review_target
 from annotation.backends import unreviewed_auto_accept as _unreviewed_auto_accept
 from annotation.collect import ReviewRound, run_round
-from annotation.label_configs import ACCEPT, FIX_MASK, RETRY_PROMPT, SPECS
+from annotation.label_configs import SPECS
 from annotation.tasks import synthesis_qa_tasks
 from data import schemas
-from data.review_labels import AUTO_ACCEPT
+from data.review import ReviewContext
+from data.review_labels import ACCEPT, AUTO_ACCEPT, FIX_MASK, RETRY_PROMPT
 
 AUTO_ACCEPT_POLICY = "accept every attempt that passed BRISQUE and CLIP; no human has looked at these images"
 MAJORITY_POLICY = (
@@ -169,7 +171,7 @@ class _Bits:
         self.bits = np.unpackbits(np.asarray(data, dtype=np.uint8)).astype(np.uint64)
         self.at = 0
 
-    def take(self, size: int) -> np.ndarray:
+    def take(self, size: int) -> npt.NDArray[np.uint64]:
         end = self.at + size
         if end > len(self.bits):
             raise InvalidMask(f"brush RLE ends early, at bit {len(self.bits)} of at least {end}")
@@ -180,12 +182,13 @@ class _Bits:
         """One unsigned number of `size` (at most 32) bits."""
         return int(self.take(size).dot(_WEIGHTS[size]))
 
-    def words(self, count: int, size: int) -> np.ndarray:
+    def words(self, count: int, size: int) -> npt.NDArray[np.uint64]:
         """`count` numbers of `size` (at most 32) bits each."""
-        return self.take(count * size).reshape(count, size).dot(_WEIGHTS[size])
+        values: npt.NDArray[np.uint64] = self.take(count * size).reshape(count, size).dot(_WEIGHTS[size])
+        return values
 
 
-def decode_brush(rle: list[int], width: int, height: int) -> np.ndarray:
+def decode_brush(rle: list[int], width: int, height: int) -> npt.NDArray[np.bool_]:
     """Label Studio's brush RLE -> a boolean (height, width) mask, the alpha channel of its RGBA values.
 
     The same format as `label_studio_sdk.converter.brush.decode_rle`, decoded strictly: the header must promise
@@ -213,7 +216,7 @@ def decode_brush(rle: list[int], width: int, height: int) -> np.ndarray:
     return out.reshape(height, width, 4)[:, :, 3] > 0
 
 
-def _brush_mask(vote: Vote, width: int, height: int) -> np.ndarray:
+def _brush_mask(vote: Vote, width: int, height: int) -> npt.NDArray[np.bool_]:
     """The mask one annotator painted, checked against the (width, height) original; InvalidMask otherwise."""
     if vote.mask_size != (width, height):
         painted = "x".join(map(str, vote.mask_size or ()))
@@ -224,7 +227,7 @@ def _brush_mask(vote: Vote, width: int, height: int) -> np.ndarray:
 def _painted_mask(backers: list[Vote], original: tuple[int, int]) -> tuple[bytes | None, list[str]]:
     """The union of the masks the backing annotators painted, as a PNG of the original's size (None when none of
     them fits it), and why each brush that does not fit was left out."""
-    union: np.ndarray | None = None
+    union: npt.NDArray[np.bool_] | None = None
     refused: list[str] = []
     for vote in backers:
         try:

@@ -56,7 +56,7 @@ class TaskFiles:
     def export(self, tasks: list[dict[str, Any]]) -> tuple[int, int]:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / "tasks.json"
-        existing = json.loads(path.read_text()) if path.exists() else []
+        existing: list[dict[str, Any]] = json.loads(path.read_text()) if path.exists() else []
         keys = {t["data"]["item_key"] for t in existing}
         new = [t for t in tasks if t["data"]["item_key"] not in keys]
         if new or not path.exists():
@@ -82,7 +82,7 @@ class TaskFiles:
         except FileNotFoundError:
             raise MalformedExport(f"review.completed_export {self.completed_export} does not exist") from None
         try:
-            tasks = json.loads(raw)
+            tasks: list[dict[str, Any]] = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise MalformedExport(
                 f"review.completed_export {self.completed_export} is not JSON: {exc.msg} at line {exc.lineno}"

@@ -16,7 +16,8 @@ from urllib.parse import quote
 
 import pyarrow as pa
 
-from annotation.label_configs import ACCEPT, GUIDELINES, SAME_SCENE, SPECS, ReviewSpec
+from annotation.label_configs import GUIDELINES, SAME_SCENE, SPECS, ReviewSpec
+from data.review_labels import ACCEPT
 
 MODEL_VERSION = "culturebench-automatic"
 EXTENSIONS = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tif"}

@@ -346,12 +346,12 @@ def accept_candidates(
     for index, row in enumerate(rows):
         if row.candidate_id not in targets:
             continue
-        update: dict = {"review_status": status}
-        if not reject and row.concept_id is None:
-            update["concept_id"] = next_id
+        concept_id = row.concept_id
+        if not reject and concept_id is None:
+            concept_id = next_id
             next_id += 1
-        if update["review_status"] != row.review_status or "concept_id" in update:
-            rows[index] = replace(row, **update)
+        if status != row.review_status or concept_id != row.concept_id:
+            rows[index] = replace(row, review_status=status, concept_id=concept_id)
             changed.append(rows[index])
     _write_review_rows(path, rows)
     return changed

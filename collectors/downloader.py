@@ -627,7 +627,7 @@ def _interleave_hosts(urls: list[str]) -> list[str]:
 
 
 async def download_hits_async(
-    hits: Sequence[dict],
+    hits: Sequence[dict[str, Any]],
     blobs: BlobStore,
     config: HttpDownloadConfig,
     journal: DownloadJournal | None = None,
@@ -780,7 +780,7 @@ async def _flush_periodically(journal: DownloadJournal) -> None:
 
 
 def download_hits(
-    hits: Sequence[dict],
+    hits: Sequence[dict[str, Any]],
     blobs: BlobStore,
     config: HttpDownloadConfig,
     journal: DownloadJournal | None = None,
@@ -812,5 +812,5 @@ class HttpFetcher:
         # robots.txt and tdmrep.json, fetched once per origin for every shard of the run.
         self.host_files = HostFileCache()
 
-    def fetch(self, hits: Sequence[dict], blobs: BlobStore) -> pa.Table:
+    def fetch(self, hits: Sequence[dict[str, Any]], blobs: BlobStore) -> pa.Table:
         return download_hits(hits, blobs, self.config, journal=self.journal, host_files=self.host_files)

@@ -9,7 +9,7 @@ checks, so it is refused as a row and never opened.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import fsspec
 import pyarrow as pa
@@ -50,17 +50,18 @@ def read_limited(url: str, max_bytes: int) -> bytes:
             f"{refusal}; web URLs are fetched only by the SSRF-guarded HTTP downloader (download.backend: http)"
         )
     with fsspec.open(url, "rb") as handle:
-        return handle.read(max_bytes + 1)
+        data: bytes = handle.read(max_bytes + 1)
+        return data
 
 
-def import_hits(hits: Sequence[dict], blobs: BlobStore, limits: ImageLimits) -> pa.Table:
+def import_hits(hits: Sequence[dict[str, Any]], blobs: BlobStore, limits: ImageLimits) -> pa.Table:
     # The shard's blobs are flushed to disk once, together, before its part records them.
     with blobs.storage.deferred_sync():
         return _import_hits(hits, blobs, limits)
 
 
-def _import_hits(hits: Sequence[dict], blobs: BlobStore, limits: ImageLimits) -> pa.Table:
-    rows = []
+def _import_hits(hits: Sequence[dict[str, Any]], blobs: BlobStore, limits: ImageLimits) -> pa.Table:
+    rows: list[dict[str, Any]] = []
     for hit in hits:
         row = blank_row(IMAGES, image_id=hit["image_id"], url=hit["url"], status=STATUS_OK, attempts=1)
         try:
@@ -88,5 +89,5 @@ class LocalImporter:
     def __init__(self, config: ImportConfig) -> None:
         self.config = config
 
-    def fetch(self, hits: Sequence[dict], blobs: BlobStore) -> pa.Table:
+    def fetch(self, hits: Sequence[dict[str, Any]], blobs: BlobStore) -> pa.Table:
         return import_hits(hits, blobs, self.config.limits)

@@ -30,7 +30,7 @@ import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal, NoReturn
+from typing import Annotated, Any, Literal, NoReturn
 
 import fsspec
 import numpy as np
@@ -103,7 +103,7 @@ def category_name(mix: MixCubeReference, name: str) -> str:
     raise ValueError(f"unknown MixCuBe category {name!r}; known: {mix.categories}")
 
 
-def original_row(**values: object) -> dict:
+def original_row(**values: object) -> dict[str, Any]:
     """A MIXCUBE_ORIGINALS row: the values given, every other column empty."""
     return schemas.blank_row(schemas.MIXCUBE_ORIGINALS, **values)
 
@@ -180,7 +180,7 @@ def upright(data: bytes) -> Ingested:
     return Ingested(data, received, width, height, fmt)
 
 
-def ingest(data: bytes, put_blob: Callable[[bytes], str]) -> dict:
+def ingest(data: bytes, put_blob: Callable[[bytes], str]) -> dict[str, str | int]:
     """The MIXCUBE_ORIGINALS columns of a usable original, its upright bytes stored; ValueError otherwise."""
     original = upright(data)
     return {
@@ -301,7 +301,8 @@ def _read_inside(fs: fsspec.AbstractFileSystem, root: str, image_file: str) -> b
             raise _Rejected("not_a_file", str(info.get("type")))
     try:
         with fs.open(path, "rb") as handle:
-            return handle.read()
+            data: bytes = handle.read()
+            return data
     except FileNotFoundError:
         raise _Rejected("missing_file") from None
     except OSError as exc:
@@ -354,7 +355,7 @@ def import_local(config: LocalOriginalsConfig, put_blob: Callable[[bytes], str],
     return schemas.from_rows(out, schemas.MIXCUBE_ORIGINALS)
 
 
-def _declared_source(fields: dict[str, str]) -> dict:
+def _declared_source(fields: dict[str, str]) -> dict[str, str | None]:
     """The provenance a labels row declares (its optional columns); the licence is `unknown` when it names none."""
     return {
         "url": (fields.get("url") or "").strip() or None,

@@ -15,7 +15,7 @@ search, and the final URL, HTTP status, content type and retrieval time from the
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal, NoReturn
+from typing import Any, Literal, NoReturn
 
 import pyarrow as pa
 from pydantic import Field
@@ -24,8 +24,9 @@ from collectors.downloader import HttpDownloadConfig
 from collectors.fetch import Fetcher
 from collectors.importer import ImportConfig
 from collectors.mixcube_originals import MIN_SIDE, cells, original_row
-from collectors.search import SearchConfig, Searcher, SearchError, SearchHit, SearchQuery
+from collectors.search import SearchConfig, Searcher
 from collectors.search_ddgs import DdgsSearchConfig
+from collectors.search_types import SearchError, SearchHit, SearchQuery
 from data import schemas
 from data.reference import MixCubeCulture, MixCubeReference
 from data.schemas import STATUS_FAILED, STATUS_OK
@@ -87,11 +88,17 @@ def search_originals(
     config: SearchOriginalsConfig, searcher: Searcher, fetcher: Fetcher, blobs: BlobStore, mix: MixCubeReference
 ) -> pa.Table:
     """MIXCUBE_ORIGINALS rows for every hit and every failed query, for the cultures and categories of `mix`."""
-    rows, hits, meta = [], [], {}
+    rows: list[dict[str, Any]] = []
+    hits: list[dict[str, str]] = []
+    meta: dict[str, dict[str, str | int | None]] = {}
     publish = config.search.url_publisher()  # a local corpus's files are published relative to its folder
     for culture, category, query in _queries(config, mix):
         asked = {"engine": searcher.name, "query": query.query, "query_language": query.language_code}
-        base = {"culture": culture.name, "country": culture.adjective, "category": category}
+        base: dict[str, str | int | None] = {
+            "culture": culture.name,
+            "country": culture.adjective,
+            "category": category,
+        }
         cell = f"search-{culture.iso2.lower()}-{category.lower()}"
         try:
             found = searcher.search(query, config.per_cell)[: config.per_cell]
@@ -127,7 +134,7 @@ def search_originals(
     return schemas.from_rows(rows, schemas.MIXCUBE_ORIGINALS)
 
 
-def _hit_source(hit: SearchHit, rank: int, publish: Callable[[str], str]) -> dict:
+def _hit_source(hit: SearchHit, rank: int, publish: Callable[[str], str]) -> dict[str, str | int | None]:
     """What the search says of a hit: where it was found, and under which licence and filter."""
     return {
         "region": hit.region,
@@ -140,7 +147,7 @@ def _hit_source(hit: SearchHit, rank: int, publish: Callable[[str], str]) -> dic
     }
 
 
-def _fetch_source(image: dict, hit: dict) -> dict:
+def _fetch_source(image: dict[str, Any], hit: dict[str, Any]) -> dict[str, Any]:
     """What the fetch says of a hit (IMAGES columns): the HTTP downloader's final URL, status, content type and time."""
     return {
         "final_url": image["final_url"],
@@ -150,5 +157,5 @@ def _fetch_source(image: dict, hit: dict) -> dict:
     }
 
 
-def _failed(original_id: str, base: dict, error: str, source: str) -> dict:
+def _failed(original_id: str, base: dict[str, Any], error: str, source: str) -> dict[str, Any]:
     return original_row(original_id=original_id, source=source, status=STATUS_FAILED, error=error, **base)

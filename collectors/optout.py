@@ -667,7 +667,8 @@ class HostFileCache:
                 result = await asyncio.shield(asyncio.wrap_future(future))
                 if result is None:
                     continue  # its owner was cancelled: try again
-                return result[0]
+                loaded: T = result[0]
+                return loaded
             try:
                 value = await load()
             except BaseException:

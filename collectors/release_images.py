@@ -47,7 +47,7 @@ from collectors.optout import OPTED_OUT
 from data.output_paths import check_output
 from data.publish.format import IMAGE_CONFIGS, MANIFEST, ReleaseReadError
 from data.publish.integrity import Manifest, ReleaseIntegrityError, read_manifest, verify_files
-from data.publish.manifest import SHA256
+from data.publish.manifest import SHA256, ReleaseManifest
 from data.publish.reader import REFERENCE_DIR
 from data.schemas import STATUS_OK
 from data.workspace import BlobStore, Storage
@@ -103,7 +103,7 @@ class FetchSummary:
 class ReleaseImages:
     """A URL-only release's image table, read and checked: one dict per row (without `image`)."""
 
-    manifest: Manifest
+    manifest: Manifest[ReleaseManifest]
     config: str  # the image config's folder: image_metadata (3XCM), default (MixCuBe)
     id_column: str
     table: pa.Table
@@ -115,7 +115,7 @@ class ReleaseImages:
         return [i for i, done in enumerate(self.embedded) if not done]
 
 
-def default_out(manifest: Manifest) -> Path:
+def default_out(manifest: Manifest[ReleaseManifest]) -> Path:
     """`fetched/<name>/<version>`, from the manifest's validated name and version (plain tokens, no separator)."""
     return Path("fetched") / manifest.name / manifest.version
 
@@ -194,7 +194,8 @@ def _check_hf_features(path: Path, schema: pa.Schema) -> None:
 
 
 def _is_text(kind: pa.DataType) -> bool:
-    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)
+    text: bool = pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)
+    return text
 
 
 def _is_image(kind: pa.DataType) -> bool:
@@ -203,7 +204,8 @@ def _is_image(kind: pa.DataType) -> bool:
     if not pa.types.is_struct(kind) or kind.get_field_index("bytes") < 0:
         return False
     data = kind.field("bytes").type
-    return pa.types.is_binary(data) or pa.types.is_large_binary(data) or pa.types.is_null(data)
+    binary: bool = pa.types.is_binary(data) or pa.types.is_large_binary(data) or pa.types.is_null(data)
+    return binary
 
 
 def _check_ids(files: list[Path], parts: list[pa.Table], id_column: str) -> None:

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal, Protocol
+from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 import fsspec
 import pyarrow as pa
@@ -177,7 +177,7 @@ def search_rows(searcher: Searcher, queries: Sequence[SearchQuery], max_results:
     return from_rows([row for rows in per_query for row in rows], SEARCH_HITS)
 
 
-def _query_rows(searcher: Searcher, query: SearchQuery, max_results: int) -> list[dict]:
+def _query_rows(searcher: Searcher, query: SearchQuery, max_results: int) -> list[dict[str, Any]]:
     base = {
         "concept_id": query.concept_id,
         "country": query.country,
@@ -209,7 +209,7 @@ def _query_rows(searcher: Searcher, query: SearchQuery, max_results: int) -> lis
     ]
 
 
-def _failure(query: SearchQuery, base: dict, kind: str, detail: str) -> dict:
+def _failure(query: SearchQuery, base: dict[str, object], kind: str, detail: str) -> dict[str, Any]:
     return blank_row(
         SEARCH_HITS, **base, image_id=query.query_id, status=STATUS_FAILED, error=kind, detail=detail or None
     )
@@ -232,7 +232,7 @@ class LocalFolderSearcher:
         self._lines: dict[tuple[str, str], list[int]] = {}  # (country, concept) as written -> its manifest lines
         self._index = self._read_manifest(config.manifest, self._lines) if config.manifest else None
         # The root's and each country's folders, listed once: every query looks one up, and listing a country of
-        # 1,000 concepts per query made the search O(queries x concepts) (issue 31).
+        # 1,000 concepts per query made the search O(queries x concepts) (found scaling to a million images).
         self._listings: dict[str, dict[str, list[str]]] = {}
 
     def check(self, pack: ReferencePack) -> None:

@@ -13,7 +13,7 @@ import string
 import unicodedata
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Annotated, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 import pyarrow as pa
 from pydantic import BaseModel, Field
@@ -114,10 +114,10 @@ class NewTranslations:
     """Gemini's translations of concepts a language lacks: (concept_id, concept, text, descriptor_template)."""
 
     rows: list[tuple[int, str, str, str]]
-    failures: list[dict]
+    failures: list[dict[str, Any]]
 
 
-def _row(entry: ConceptTranslation, default_template: str, source: str) -> dict:
+def _row(entry: ConceptTranslation, default_template: str, source: str) -> dict[str, Any]:
     return {
         "concept_id": entry.concept_id,
         "language_code": entry.language_code,
@@ -281,7 +281,7 @@ class GeminiTranslator:
         countries: list[str],
         country_forms: dict[str, CountryName],
         concepts: list[tuple[int, str]],
-    ) -> tuple[dict[int, TranslatedConcept], list[dict]]:
+    ) -> tuple[dict[int, TranslatedConcept], list[dict[str, Any]]]:
         """Gemini's answers for `concepts` in `language`, batch by batch, and a failure row per failed batch."""
         answered: dict[int, TranslatedConcept] = {}
         failures = []
@@ -325,9 +325,9 @@ class GeminiTranslator:
         self, pack: ReferencePack, concepts: list[tuple[int, str]], language_codes: list[str], cache_dir: str | None
     ) -> TranslationOutput:
         client = GeminiClient(self.config.gemini, cache_dir=cache_dir)
-        rows: list[dict] = []
-        conflicts: list[dict] = []
-        failures: list[dict] = []
+        rows: list[dict[str, Any]] = []
+        conflicts: list[dict[str, Any]] = []
+        failures: list[dict[str, Any]] = []
         for code in sorted(set(language_codes)):
             language_pack = pack.language_pack(code)
             default_template = language_pack.language.descriptor_template
@@ -374,7 +374,7 @@ class GeminiTranslator:
         shipped: ConceptTranslation | None,
         proposed: TranslatedConcept | None,
         default_template: str,
-    ) -> tuple[dict | None, dict | None]:
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """The row to use for one pair, and the conflict row when Gemini and the shipped table disagree."""
         gemini_row = None
         if proposed is not None:

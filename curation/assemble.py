@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -109,11 +110,11 @@ class TaskResult:
     """One task's choices, as arrays: the queries that were assembled, their candidates (one column per slot),
     the RQ3 descriptor country of each, the queries that could not be, and each image's final usage."""
 
-    queries: np.ndarray  # int64 rows of the image table
-    candidates: np.ndarray  # int64, (queries, slots)
-    descriptors: np.ndarray  # int64 country positions (RQ3); empty for RQ2
+    queries: npt.NDArray[np.int64]  # int64 rows of the image table
+    candidates: npt.NDArray[np.int64]  # int64, (queries, slots)
+    descriptors: npt.NDArray[np.int64]  # int64 country positions (RQ3); empty for RQ2
     missing: list[tuple[int, str]]  # (query row, reason)
-    usage: np.ndarray
+    usage: npt.NDArray[np.int64]
 
 
 def assemble_rq2(
@@ -121,7 +122,7 @@ def assemble_rq2(
     counts: PoolCounts,
     seed: int,
     keep: Mapping[int, tuple[int | None, ...]] | None = None,
-    queries_of: np.ndarray | None = None,
+    queries_of: npt.NDArray[np.integer] | None = None,
     progress: StepProgress | None = None,
     shared: tuple[int, int] | None = None,
 ) -> TaskResult:
@@ -158,7 +159,7 @@ def assemble_rq3(
     catalog: Catalog,
     counts: PoolCounts,
     seed: int,
-    queries_of: np.ndarray | None = None,
+    queries_of: npt.NDArray[np.integer] | None = None,
     keep: Mapping[int, tuple[int, tuple[int | None, ...]]] | None = None,
     progress: StepProgress | None = None,
     shared: tuple[int, int] | None = None,
@@ -168,7 +169,7 @@ def assemble_rq3(
     index = PoolIndex(catalog, seeded_priority(len(catalog), seed + 1))
     country_priority = seeded_priority(len(catalog.country_names), seed + 2)
     balance = DescriptorBalance(len(catalog.country_names))
-    eligible_of: dict[tuple[int, int], np.ndarray] = {}
+    eligible_of: dict[tuple[int, int], npt.NDArray[np.intp]] = {}
     queries, chosen, descriptors, missing = [], [], [], []
     for q in _ticking_queries(catalog, queries_of, progress, shared):
         c, x = int(catalog.concept[q]), int(catalog.country[q])
@@ -209,12 +210,15 @@ def assemble_rq3(
     return _result(index, queries, chosen, descriptors, missing, len(RQ3_RULES))
 
 
-def _query_rows(catalog: Catalog, queries_of: np.ndarray | None) -> list[int]:
+def _query_rows(catalog: Catalog, queries_of: npt.NDArray[np.integer] | None) -> list[int]:
     return list(range(len(catalog))) if queries_of is None else np.asarray(queries_of, dtype=np.int64).tolist()
 
 
 def _ticking_queries(
-    catalog: Catalog, queries_of: np.ndarray | None, progress: StepProgress | None, shared: tuple[int, int] | None
+    catalog: Catalog,
+    queries_of: npt.NDArray[np.integer] | None,
+    progress: StepProgress | None,
+    shared: tuple[int, int] | None,
 ) -> Iterator[int]:
     rows = _query_rows(catalog, queries_of)
     start, of = shared or (0, len(rows))
@@ -243,7 +247,7 @@ def _result_of_nothing(slots: int) -> TaskResult:
     return TaskResult(none, np.zeros((0, slots), dtype=np.int64), none, [], none)
 
 
-def reuse_summary(usage: np.ndarray) -> dict[str, float]:
+def reuse_summary(usage: npt.NDArray[np.integer]) -> dict[str, float]:
     used = usage[usage > 0]
     return {
         "candidates_used": len(used),
@@ -252,7 +256,9 @@ def reuse_summary(usage: np.ndarray) -> dict[str, float]:
     }
 
 
-def _image_columns(catalog: Catalog, prefix: str, rows: np.ndarray, id_column: str | None = None) -> dict:
+def _image_columns(
+    catalog: Catalog, prefix: str, rows: npt.NDArray[np.integer], id_column: str | None = None
+) -> dict[str, pa.Array]:
     return {
         f"{prefix}index": pa.array(rows, pa.int32()),
         id_column or f"{prefix}image_id": pa.array(catalog.image_id[rows].tolist(), pa.string()),
@@ -263,7 +269,12 @@ def _image_columns(catalog: Catalog, prefix: str, rows: np.ndarray, id_column: s
     }
 
 
-def _texts(catalog: Catalog, rows: np.ndarray, text: Callable[..., tuple[str, str]], *extra: np.ndarray) -> dict:
+def _texts(
+    catalog: Catalog,
+    rows: npt.NDArray[np.integer],
+    text: Callable[..., tuple[str, str]],
+    *extra: npt.NDArray[np.integer],
+) -> dict[str, pa.Array]:
     """query_concept_id, query_language and query_text, one lookup per distinct (concept, country[, Y])."""
     names = catalog.country_names
     keys = [catalog.concept[rows], catalog.country[rows], *extra]
@@ -318,7 +329,7 @@ def assemble_catalog(
     catalog: Catalog,
     texts: QueryTexts,
     keep: Mapping[int, tuple[int, ...]] | None = None,
-    queries_of: np.ndarray | None = None,
+    queries_of: npt.NDArray[np.integer] | None = None,
     progress: StepProgress | None = None,
 ) -> Assembly:
     """Both tasks over `catalog`; `keep` and `queries_of` as in `assemble_rq2` (RQ3 has no rows to keep).

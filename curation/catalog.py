@@ -41,7 +41,7 @@ def build_catalog(
     """`public_url` turns a fetch location into what the release records (local paths become relative); `pack`
     names the countries (language, group, order).
 
-    Columnar (issue 31): the columns are taken with Arrow, and only the derived ones (url, licence, tags) pass
+    Columnar: the columns are taken with Arrow, and only the derived ones (url, licence, tags) pass
     through Python, one list each; a dict per image of every input table cost about 6 GB at a million images."""
     ok_hits = search_hits.filter(pc.equal(search_hits["status"], STATUS_OK))
     kept = review.filter(review["keep"])["image_id"]

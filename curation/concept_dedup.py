@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from pydantic import Field
 
@@ -76,7 +77,7 @@ ConceptDedupConfig = Annotated[LexicalConceptDedupConfig | BgeM3ConceptDedupConf
 class ConceptEmbedder(Protocol):
     method: str
 
-    def similarity(self, names: list[str]) -> np.ndarray:
+    def similarity(self, names: list[str]) -> npt.NDArray[np.floating]:
         """A symmetric (n, n) similarity matrix with 1.0 on the diagonal."""
         ...
 
@@ -87,13 +88,14 @@ class LexicalEmbedder:
     def __init__(self, config: LexicalConceptDedupConfig) -> None:
         self.config = config
 
-    def similarity(self, names: list[str]) -> np.ndarray:
+    def similarity(self, names: list[str]) -> npt.NDArray[np.float64]:
         from sklearn.feature_extraction.text import TfidfVectorizer
 
         vectors = TfidfVectorizer(analyzer="char_wb", ngram_range=self.config.ngram_range).fit_transform(
             [normalize(n) for n in names]
         )
-        return (vectors @ vectors.T).toarray()
+        similarity: npt.NDArray[np.float64] = (vectors @ vectors.T).toarray()
+        return similarity
 
 
 class BgeM3Embedder:
@@ -107,7 +109,7 @@ class BgeM3Embedder:
         self.method = f"bge-m3:{label}"
         self.model_path = resolve_model_path(config)  # a missing model fails when built, not at the first batch
 
-    def vectors(self, names: list[str]) -> np.ndarray:
+    def vectors(self, names: list[str]) -> npt.NDArray[np.float32]:
         model = _load_bge_m3(self.model_path, self.config.device, self.config.fp16)
         out = model.encode(
             list(names),
@@ -120,11 +122,12 @@ class BgeM3Embedder:
         vectors = np.asarray(out["dense_vecs"], dtype=np.float32).reshape(len(names), -1)
         # The model normalises already; again in float32 because fp16 vectors drift from unit length.
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        return vectors / np.maximum(norms, 1e-12)
+        unit: npt.NDArray[np.float32] = vectors / np.maximum(norms, 1e-12)
+        return unit
 
-    def similarity(self, names: list[str]) -> np.ndarray:
+    def similarity(self, names: list[str]) -> npt.NDArray[np.float32]:
         vectors = self.vectors(names)
-        sim = vectors @ vectors.T  # ~150 concepts: one small matmul, no Python loop over pairs
+        sim: npt.NDArray[np.float32] = vectors @ vectors.T  # ~150 concepts: one small matmul, no Python loop over pairs
         sim = np.clip((sim + sim.T) / 2, -1.0, 1.0)  # exactly symmetric, rounding kept inside [-1, 1]
         np.fill_diagonal(sim, 1.0)
         return sim
@@ -176,8 +179,8 @@ def _load_bge_m3(path: str, device: str, fp16: bool) -> Any:
 
 
 def decide_concept_merges(
-    concept_ids: list[int], names: list[str], similarity: np.ndarray, threshold: float, method: str
-) -> list[dict]:
+    concept_ids: list[int], names: list[str], similarity: npt.NDArray[np.floating], threshold: float, method: str
+) -> list[dict[str, Any]]:
     """Union concepts at or above `threshold`; each group keeps its lowest id."""
     n = len(names)
     groups = UnionFind(n)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from itertools import combinations
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from curation.image_dedup import EXACT_PIXEL_WINDOW, DedupInputs, equal_pixels, exact_byte_pairs, forget_thumbnails
@@ -70,7 +71,7 @@ QUARTERS = 4
 QUARTER_BITS = 16
 
 
-def _flips(radius: int) -> np.ndarray:
+def _flips(radius: int) -> npt.NDArray[np.int64]:
     """Every 16-bit mask with at most `radius` bits set (the probes of one quarter)."""
     masks = [0]
     for r in range(1, radius + 1):
@@ -79,8 +80,12 @@ def _flips(radius: int) -> np.ndarray:
 
 
 def hamming_pairs_indexed(
-    hashes: np.ndarray, scopes: np.ndarray, valid: np.ndarray, max_distance: int, block: int = 1 << 18
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    hashes: npt.NDArray[np.uint64],
+    scopes: npt.NDArray[np.integer],
+    valid: npt.NDArray[np.bool_],
+    max_distance: int,
+    block: int = 1 << 18,
+) -> tuple[npt.NDArray[np.integer], npt.NDArray[np.integer], npt.NDArray[np.int16]]:
     """The pairs (i < j) within each scope with Hamming distance <= max_distance: the pairs `hamming_pairs` returns,
     found by multi-index search (pigeonhole over the four quarters of the hash) instead of every
     pair of a scope. Candidates per image are the few in its quarters' buckets: about k * 4 * probes / 65536 in a
@@ -94,7 +99,7 @@ def hamming_pairs_indexed(
     _, scope = np.unique(np.asarray(scopes)[rows], return_inverse=True)
     scope = scope.astype(np.int64)
     flips = _flips(max_distance // QUARTERS)
-    found: list[np.ndarray] = [empty]
+    found: list[npt.NDArray[np.int64]] = [empty]
     for q in range(QUARTERS):
         quarter = ((h >> np.uint64(q * QUARTER_BITS)) & np.uint64(0xFFFF)).astype(np.int64)
         keys = scope << QUARTER_BITS | quarter
@@ -125,7 +130,7 @@ def hamming_pairs_indexed(
     return i[by_scope], j[by_scope], d[by_scope]
 
 
-def images_with_copies_across_concepts(copies: pa.Table, concept_ids: np.ndarray) -> int:
+def images_with_copies_across_concepts(copies: pa.Table, concept_ids: npt.NDArray[np.integer]) -> int:
     """How many images have a byte or pixel copy under another concept (`concept_ids` aligned with `copies`)."""
     concepts: dict[str, set[int]] = {}
     for group, concept in zip(copies["copy_group"].to_pylist(), concept_ids.tolist(), strict=True):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from functools import cache
+from typing import TypeVar
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -15,6 +17,8 @@ from curation.image_dedup import DedupInputs, DedupResult
 from curation.image_thumbnails import Thumbnails, pixel_sha256, thumbnails
 from data.schemas import CONCEPT_DEDUP_SUMMARY
 from data.workspace import BlobStore, Workspace
+
+_Scalar = TypeVar("_Scalar", bound=np.generic)
 
 
 def dedup_inputs(
@@ -26,7 +30,7 @@ def dedup_inputs(
     workers: int = 2,
 ) -> DedupInputs:
     """One row per hashed image, with the search facts the keep rule needs. Columnar: a million images' rows as
-    Python dicts would cost gigabytes (issue 31)."""
+    Python dicts would cost gigabytes."""
     ids_column = hashes["image_id"]
     ids = ids_column.to_pylist()
     hit = _rows_of(search, ids_column, "search")
@@ -34,7 +38,7 @@ def dedup_inputs(
     sha = hashes["sha256"].to_pylist()
     known = hashes["pixel_sha256"].to_pylist()
 
-    def column(table: pa.Table, name: str, rows: pa.Array, dtype: type) -> np.ndarray:
+    def column(table: pa.Table, name: str, rows: pa.Array, dtype: type[_Scalar]) -> npt.NDArray[_Scalar]:
         return np.asarray(table[name].take(rows).fill_null(0).to_numpy(zero_copy_only=False), dtype=dtype)
 
     @cache
@@ -78,7 +82,7 @@ def _rows_of(table: pa.Table, image_ids: pa.ChunkedArray, name: str) -> pa.Array
 def concept_summary(result: DedupResult, concepts: pa.Table) -> pa.Table:
     """Per concept: images, kept, dropped by tier, merged clusters, the largest one, and pairs left for review."""
     names = dict(zip(concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True))
-    counts: dict[int, Counter] = defaultdict(Counter)
+    counts: dict[int, Counter[str]] = defaultdict(Counter)
     largest: dict[int, int] = defaultdict(int)
     for row in result.decisions.to_pylist():
         c = counts[row["concept_id"]]

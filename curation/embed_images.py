@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from curation.image_embeddings import ImageEmbedder
@@ -15,7 +16,7 @@ from data.schemas import IMAGE_EMBEDDINGS
 
 def embed_images(
     embedder: ImageEmbedder, loaders: Sequence[Callable[[], bytes]], batch_size: int = 64
-) -> tuple[np.ndarray, list[str | None]]:
+) -> tuple[npt.NDArray[np.float16], list[str | None]]:
     """(n, dim) float16 unit rows and a decode error per row (its row stays zero, so it never pairs)."""
     vectors = np.zeros((len(loaders), embedder.dim), dtype=np.float16)
     errors: list[str | None] = [None] * len(loaders)
@@ -33,7 +34,7 @@ def embed_images(
 
 
 def embeddings_table(
-    image_ids: Sequence[str], model_id: str, vectors: np.ndarray, errors: list[str | None]
+    image_ids: Sequence[str], model_id: str, vectors: npt.NDArray[np.float16], errors: list[str | None]
 ) -> pa.Table:
     values = pa.array(np.asarray(vectors, dtype=np.float16).ravel(), pa.float16())
     offsets = pa.array(np.arange(0, vectors.size + 1, max(1, vectors.shape[1]), dtype=np.int32)[: len(image_ids) + 1])
@@ -50,7 +51,7 @@ def embeddings_table(
     )
 
 
-def vectors_in_order(table: pa.Table, image_ids: Sequence[str]) -> np.ndarray:
+def vectors_in_order(table: pa.Table, image_ids: Sequence[str]) -> npt.NDArray[np.float16]:
     """The stored vectors as an (n, dim) float16 array in the order of `image_ids`; missing rows are zero."""
     ok = table.filter(pa.compute.is_valid(table["embedding"]))
     if ok.num_rows == 0:

@@ -9,16 +9,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
+import numpy.typing as npt
 
 
-def unit_rows(vectors: np.ndarray) -> np.ndarray:
+def unit_rows(vectors: npt.ArrayLike) -> npt.NDArray[np.float32]:
     """Rows scaled to unit length (zero rows stay zero), as float32."""
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.where(norms == 0, 1.0, norms)
+    unit: npt.NDArray[np.float32] = vectors / np.where(norms == 0, 1.0, norms)
+    return unit
 
 
-def group_slices(groups: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+def group_slices(groups: npt.NDArray[np.integer]) -> tuple[npt.NDArray[np.intp], list[tuple[int, int]]]:
     """A stable order that puts each group's rows together, and each group's [start, stop) in that order."""
     order = np.argsort(groups, kind="stable")
     sorted_groups = groups[order]
@@ -29,8 +31,8 @@ def group_slices(groups: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]
 
 
 def similar_pairs(
-    vectors: np.ndarray, groups: np.ndarray, min_score: float, block: int = 2048
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    vectors: npt.NDArray[np.floating], groups: npt.NDArray[np.integer], min_score: float, block: int = 2048
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], npt.NDArray[np.float32]]:
     """All pairs (i < j) of rows in the same group with cosine >= min_score, as (i, j, score) arrays.
 
     `vectors` must be unit rows (float16 or float32; float16 halves the memory of a large set and each block is
@@ -40,9 +42,9 @@ def similar_pairs(
         raise ValueError("vectors and groups differ in length")
     if block < 1:
         raise ValueError("block must be >= 1")
-    found_i: list[np.ndarray] = []
-    found_j: list[np.ndarray] = []
-    found_s: list[np.ndarray] = []
+    found_i: list[npt.NDArray[np.intp]] = []
+    found_j: list[npt.NDArray[np.intp]] = []
+    found_s: list[npt.NDArray[np.float32]] = []
     order, slices = group_slices(np.asarray(groups))
     for start, stop in slices:
         members = order[start:stop]
@@ -57,8 +59,8 @@ def similar_pairs(
 
 
 def _group_pairs(
-    vectors: np.ndarray, members: np.ndarray, min_score: float, block: int
-) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    vectors: npt.NDArray[np.floating], members: npt.NDArray[np.intp], min_score: float, block: int
+) -> Iterator[tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], npt.NDArray[np.float32]]]:
     n = len(members)
     if n < 2:
         return

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 
-from curation.synthesis_filters import ERROR, KEEP, MAX_ERROR_TEXT, verdict_counts
+from curation.synthesis_filters import MAX_ERROR_TEXT, verdict_counts
 from data import schemas
+from data.review_labels import ERROR, KEEP
 from data.stage_stats import StageStats
 
 
@@ -24,11 +25,11 @@ class PairScorer(Protocol):
     brisque_backend: str
     clip_backend: str
 
-    def score(self, pairs: Sequence[tuple[bytes, bytes]]) -> list[dict]: ...
+    def score(self, pairs: Sequence[tuple[bytes, bytes]]) -> list[dict[str, Any]]: ...
 
 
 def filters_table(
-    attempts: Sequence[dict],
+    attempts: Sequence[dict[str, Any]],
     scorer: Callable[[], PairScorer],
     original_sha256: Mapping[str, str],
     load_blob: Callable[[str], bytes],

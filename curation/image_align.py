@@ -26,6 +26,7 @@ from functools import cache
 from types import ModuleType, TracebackType
 
 import numpy as np
+import numpy.typing as npt
 
 from curation.image_thumbnails import ALIGN_SIDE, CHROMA_SIDE
 
@@ -43,12 +44,15 @@ def _cv2() -> ModuleType:
     return cv2
 
 
-def prepare(thumbnail: np.ndarray) -> np.ndarray:
+def prepare(thumbnail: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
     """A (64, 64) uint8 thumbnail as the float32, lightly blurred image ECC works on."""
-    return _cv2().GaussianBlur(np.asarray(thumbnail, dtype=np.float32), (0, 0), _BLUR_SIGMA)
+    blurred: npt.NDArray[np.float32] = _cv2().GaussianBlur(np.asarray(thumbnail, dtype=np.float32), (0, 0), _BLUR_SIGMA)
+    return blurred
 
 
-def fit_alignment(template: np.ndarray, image: np.ndarray) -> tuple[float, np.ndarray]:
+def fit_alignment(
+    template: npt.NDArray[np.float32], image: npt.NDArray[np.float32]
+) -> tuple[float, npt.NDArray[np.float32]]:
     """ECC correlation after an affine alignment of `image` onto `template` (prepared thumbnails), and the warp
     (template coordinates to image coordinates); (0, identity) if it fails."""
     cv2 = _cv2()
@@ -60,7 +64,7 @@ def fit_alignment(template: np.ndarray, image: np.ndarray) -> tuple[float, np.nd
     return float(correlation), warp
 
 
-def chroma_correlations(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def chroma_correlations(a: npt.NDArray[np.number], b: npt.NDArray[np.number]) -> npt.NDArray[np.float32]:
     """Correlation of the Cb and Cr planes of each pair of a stack, (N, 2, ...) against (N, 2, ...), pixel by
     pixel; NaN where either image has too little colour to say."""
     x = a.reshape(len(a), 2, -1).astype(np.float32)
@@ -70,12 +74,14 @@ def chroma_correlations(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     colourless = np.minimum(x.std(axis=2).max(axis=1), y.std(axis=2).max(axis=1)) < CHROMA_MIN_STD
     num = (x * y).sum(axis=(1, 2))
     den = np.sqrt((x * x).sum(axis=(1, 2)) * (y * y).sum(axis=(1, 2)))
-    correlation = num / np.maximum(den, 1e-6)
+    correlation: npt.NDArray[np.float32] = num / np.maximum(den, 1e-6)
     correlation[colourless] = np.nan
     return correlation
 
 
-def aligned_chroma_correlation(a: np.ndarray, b: np.ndarray, warp: np.ndarray) -> float:
+def aligned_chroma_correlation(
+    a: npt.NDArray[np.int8], b: npt.NDArray[np.int8], warp: npt.NDArray[np.float32]
+) -> float:
     """`chroma_correlations` of two (2, 32, 32) chroma thumbnails, `b` warped onto `a` by an alignment warp found
     at 64x64, over the pixels the warp covers; NaN when that overlap is too small or there is no colour to say."""
     cv2 = _cv2()
@@ -97,13 +103,13 @@ class AlignedScorer:
 
     def __init__(
         self,
-        thumbnail: Callable[[int], np.ndarray],
+        thumbnail: Callable[[int], npt.NDArray[np.uint8]],
         workers: int = 1,
-        chroma: Callable[[int], np.ndarray] | None = None,
+        chroma: Callable[[int], npt.NDArray[np.int8]] | None = None,
     ) -> None:
         self._thumbnail = thumbnail
         self._chroma = chroma
-        self._prepared: dict[int, np.ndarray] = {}
+        self._prepared: dict[int, npt.NDArray[np.float32]] = {}
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers))
 
     def __enter__(self) -> AlignedScorer:
@@ -126,7 +132,7 @@ class AlignedScorer:
         for row, image in zip(missing, self._pool.map(lambda r: prepare(self._thumbnail(r)), missing), strict=True):
             self._prepared[row] = image
 
-    def plain_correlation(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    def plain_correlation(self, i: npt.NDArray[np.integer], j: npt.NDArray[np.integer]) -> npt.NDArray[np.float32]:
         """Pearson correlation of each pair's prepared thumbnails, as they are (no alignment); vectorised."""
         self._prepare(set(i.tolist()) | set(j.tolist()))
         if len(i) == 0:
@@ -138,9 +144,12 @@ class AlignedScorer:
         flat /= np.maximum(np.linalg.norm(flat, axis=1, keepdims=True), 1e-6)
         a = flat[[where[r] for r in i.tolist()]]
         b = flat[[where[r] for r in j.tolist()]]
-        return np.einsum("ij,ij->i", a, b).astype(np.float32)
+        correlation: npt.NDArray[np.float32] = np.einsum("ij,ij->i", a, b).astype(np.float32)
+        return correlation
 
-    def fit(self, i: np.ndarray, j: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    def fit(
+        self, i: npt.NDArray[np.integer], j: npt.NDArray[np.integer]
+    ) -> tuple[npt.NDArray[np.float32], list[npt.NDArray[np.float32]]]:
         """ECC correlation of each pair after alignment, and the warps, in the thread pool."""
         self._prepare(set(i.tolist()) | set(j.tolist()))
         prepared = self._prepared
@@ -149,13 +158,17 @@ class AlignedScorer:
         )
         return np.array([score for score, _ in fits], dtype=np.float32), [warp for _, warp in fits]
 
-    def aligned_correlation(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    def aligned_correlation(self, i: npt.NDArray[np.integer], j: npt.NDArray[np.integer]) -> npt.NDArray[np.float32]:
         """ECC correlation of each pair after alignment."""
         return self.fit(i, j)[0]
 
     def colour_agrees(
-        self, i: np.ndarray, j: np.ndarray, minimum: float, warps: list[np.ndarray] | None = None
-    ) -> np.ndarray:
+        self,
+        i: npt.NDArray[np.integer],
+        j: npt.NDArray[np.integer],
+        minimum: float,
+        warps: list[npt.NDArray[np.float32]] | None = None,
+    ) -> npt.NDArray[np.bool_]:
         """Per pair: its chroma correlation (after `warps`, else as they are) is at least `minimum`, or there is
         no colour to compare (no chroma thumbnails, or an image with almost none)."""
         if self._chroma is None or len(i) == 0:

@@ -34,9 +34,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -162,21 +163,22 @@ class DedupInputs:
     """Column arrays for one dedup run, aligned by row. Hash columns are None when the tier does not run."""
 
     image_ids: list[str]
-    concept_ids: np.ndarray  # int32
-    width: np.ndarray
-    height: np.ndarray
-    rank: np.ndarray
-    english: np.ndarray  # bool: found by the English query
+    concept_ids: npt.NDArray[np.int32]
+    width: npt.NDArray[np.int32]
+    height: npt.NDArray[np.int32]
+    rank: npt.NDArray[np.int32]
+    english: npt.NDArray[np.bool_]  # bool: found by the English query
     sha256: list[str] | None = None
-    phash: np.ndarray | None = None  # uint64
-    dhash: np.ndarray | None = None
-    hashed: np.ndarray | None = None  # bool: the perceptual hashes exist (the image decoded)
-    embeddings: np.ndarray | None = None  # unit rows, float16/32; zero rows never pair
+    phash: npt.NDArray[np.uint64] | None = None
+    dhash: npt.NDArray[np.uint64] | None = None
+    hashed: npt.NDArray[np.bool_] | None = None  # bool: the perceptual hashes exist (the image decoded)
+    embeddings: npt.NDArray[np.floating] | None = None  # unit rows, float16/32; zero rows never pair
     pixel_hash: Callable[[int], str] | None = None  # full-decode pixel sha256 of row i, called only when needed
-    align_thumbnail: Callable[[int], np.ndarray] | None = None  # row i's 64x64 grey thumbnail, only when needed
-    chroma_thumbnail: Callable[[int], np.ndarray] | None = None  # row i's (2, 32, 32) Cb/Cr thumbnail, when needed
+    # Row i's 64x64 grey thumbnail, and its (2, 32, 32) Cb/Cr thumbnail: each fetched only when needed.
+    align_thumbnail: Callable[[int], npt.NDArray[np.uint8]] | None = None
+    chroma_thumbnail: Callable[[int], npt.NDArray[np.int8]] | None = None
     forget_thumbnails: Callable[[], None] | None = None  # drop cached thumbnails (after each batch of pairs)
-    draft_decoded: np.ndarray | None = None  # bool: the thumbnails came from a JPEG draft decode
+    draft_decoded: npt.NDArray[np.bool_] | None = None  # bool: the thumbnails came from a JPEG draft decode
     workers: int = 1
 
     def __len__(self) -> int:
@@ -187,13 +189,20 @@ class DedupInputs:
 class PairEvidence:
     """Pairs (i < j) found by the tiers, one entry per tier that found the pair."""
 
-    i: list[np.ndarray] = field(default_factory=list)
-    j: list[np.ndarray] = field(default_factory=list)
-    tier: list[np.ndarray] = field(default_factory=list)  # index into TIERS
-    score: list[np.ndarray] = field(default_factory=list)
-    merge: list[np.ndarray] = field(default_factory=list)  # bool: merge (else review)
+    i: list[npt.NDArray[np.int64]] = field(default_factory=list)
+    j: list[npt.NDArray[np.int64]] = field(default_factory=list)
+    tier: list[npt.NDArray[np.int8]] = field(default_factory=list)  # index into TIERS
+    score: list[npt.NDArray[np.float32]] = field(default_factory=list)
+    merge: list[npt.NDArray[np.bool_]] = field(default_factory=list)  # bool: merge (else review)
 
-    def add(self, i: np.ndarray, j: np.ndarray, tier: str, score: np.ndarray, merge: np.ndarray) -> None:
+    def add(
+        self,
+        i: npt.NDArray[np.integer],
+        j: npt.NDArray[np.integer],
+        tier: str,
+        score: npt.ArrayLike,
+        merge: npt.ArrayLike,
+    ) -> None:
         lo, hi = np.minimum(i, j).astype(np.int64), np.maximum(i, j).astype(np.int64)
         self.i.append(lo)
         self.j.append(hi)
@@ -202,11 +211,9 @@ class PairEvidence:
         self.merge.append(np.asarray(merge, dtype=bool))
 
     def extend(self, other: PairEvidence) -> None:
-        for mine, theirs in zip(
-            (self.i, self.j, self.tier, self.score, self.merge),
-            (other.i, other.j, other.tier, other.score, other.merge),
-            strict=True,
-        ):
+        columns: tuple[list[npt.NDArray[Any]], ...] = (self.i, self.j, self.tier, self.score, self.merge)
+        others: tuple[list[npt.NDArray[Any]], ...] = (other.i, other.j, other.tier, other.score, other.merge)
+        for mine, theirs in zip(columns, others, strict=True):
             mine.extend(theirs)
 
     def ordered(self) -> PairEvidence:
@@ -215,11 +222,25 @@ class PairEvidence:
         order = np.lexsort((j, i, tier))
         return PairEvidence([i[order]], [j[order]], [tier[order]], [score[order]], [merge[order]])
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def arrays(
+        self,
+    ) -> tuple[
+        npt.NDArray[np.int64],
+        npt.NDArray[np.int64],
+        npt.NDArray[np.int8],
+        npt.NDArray[np.float32],
+        npt.NDArray[np.bool_],
+    ]:
         if not self.i:
             e = np.empty(0, dtype=np.int64)
             return e, e.copy(), np.empty(0, np.int8), np.empty(0, np.float32), np.empty(0, bool)
-        return tuple(np.concatenate(parts) for parts in (self.i, self.j, self.tier, self.score, self.merge))
+        return (
+            np.concatenate(self.i),
+            np.concatenate(self.j),
+            np.concatenate(self.tier),
+            np.concatenate(self.score),
+            np.concatenate(self.merge),
+        )
 
 
 @dataclass(frozen=True)
@@ -229,11 +250,13 @@ class DedupResult:
     review_queue: pa.Table  # REVIEW_QUEUE, ambiguous pairs of different clusters
 
 
-def scope_keys(inputs: DedupInputs, scope: str) -> np.ndarray:
+def scope_keys(inputs: DedupInputs, scope: str) -> npt.NDArray[np.int64]:
     return inputs.concept_ids.astype(np.int64) if scope == "concept" else np.zeros(len(inputs), dtype=np.int64)
 
 
-def exact_byte_pairs(sha256: list[str], scopes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def exact_byte_pairs(
+    sha256: list[str], scopes: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Each image with bytes seen earlier in its scope, paired with that first image (a star per group)."""
     first: dict[tuple[int, str], int] = {}
     i, j = [], []
@@ -246,11 +269,15 @@ def exact_byte_pairs(sha256: list[str], scopes: np.ndarray) -> tuple[np.ndarray,
 
 
 def hamming_pairs(
-    hashes: np.ndarray, scopes: np.ndarray, valid: np.ndarray, max_distance: int, block: int = 2048
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    hashes: npt.NDArray[np.uint64],
+    scopes: npt.NDArray[np.int64],
+    valid: npt.NDArray[np.bool_],
+    max_distance: int,
+    block: int = 2048,
+) -> tuple[npt.NDArray[np.integer], npt.NDArray[np.integer], npt.NDArray[np.int16]]:
     """Pairs within each scope with Hamming distance <= max_distance, in bulk over blocks."""
     order, slices = group_slices(scopes)
-    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    found: list[tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], npt.NDArray[np.int16]]] = []
     for start, stop in slices:
         members = order[start:stop]
         members = members[valid[members]]
@@ -281,7 +308,7 @@ def collect_pairs(inputs: DedupInputs, config: ImageDedupConfig) -> PairEvidence
 
 
 def _perceptual_pairs(
-    inputs: DedupInputs, tier: PerceptualTierConfig, scopes: np.ndarray, evidence: PairEvidence
+    inputs: DedupInputs, tier: PerceptualTierConfig, scopes: npt.NDArray[np.int64], evidence: PairEvidence
 ) -> None:
     """The pHash candidates, scored batch by batch (curation/pair_batches.py): the thumbnails of one batch are
     held at a time, and the evidence is ordered by (tier, i, j) whatever the batches."""
@@ -319,9 +346,9 @@ def _perceptual_batch(
     inputs: DedupInputs,
     tier: PerceptualTierConfig,
     scorer: AlignedScorer | None,
-    i: np.ndarray,
-    j: np.ndarray,
-    d: np.ndarray,
+    i: npt.NDArray[np.integer],
+    j: npt.NDArray[np.integer],
+    d: npt.NDArray[np.int16],
     evidence: PairEvidence,
 ) -> None:
     assert inputs.dhash is not None
@@ -355,7 +382,11 @@ ALIGN_CHUNK = 2
 
 
 def _aligned_pairs(
-    tier: PerceptualTierConfig, scorer: AlignedScorer, i: np.ndarray, j: np.ndarray, evidence: PairEvidence
+    tier: PerceptualTierConfig,
+    scorer: AlignedScorer,
+    i: npt.NDArray[np.integer],
+    j: npt.NDArray[np.integer],
+    evidence: PairEvidence,
 ) -> None:
     """Fit the band pairs (i, j) in rounds; `evidence` holds this batch's pairs so far (its merges count)."""
     merged_i, merged_j, _, _, merged = evidence.arrays()
@@ -390,8 +421,12 @@ def _aligned_pairs(
 
 
 def _score_chunk(
-    scorer: AlignedScorer, tier: PerceptualTierConfig, i: np.ndarray, j: np.ndarray, plain: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+    scorer: AlignedScorer,
+    tier: PerceptualTierConfig,
+    i: npt.NDArray[np.integer],
+    j: npt.NDArray[np.integer],
+    plain: npt.NDArray[np.float32],
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
     """(score, merge) per pair. Pairs already at the merge level unaligned keep that score unless their colours
     disagree as they stand; those, and all the others, are fitted, and a merge needs the aligned colours to agree."""
     scores = plain.astype(np.float32)
@@ -412,7 +447,9 @@ def _score_chunk(
     return scores, merge
 
 
-def equal_pixels(inputs: DedupInputs, i: np.ndarray, j: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, dict[int, str]]:
+def equal_pixels(
+    inputs: DedupInputs, i: npt.NDArray[np.integer], j: npt.NDArray[np.integer], d: npt.NDArray[np.int16]
+) -> tuple[npt.NDArray[np.bool_], dict[int, str]]:
     """Which candidate pairs have identical decoded pixels, and the pixel hashes that took (row -> sha256). Only
     pairs that can be equal are decoded in full: same size, pHash within the window, and (when thumbnails are at
     hand) equal thumbnails for two images decoded the same way, or thumbnails within the draft-versus-box rounding
@@ -435,7 +472,9 @@ def equal_pixels(inputs: DedupInputs, i: np.ndarray, j: np.ndarray, d: np.ndarra
     return out, digests
 
 
-def _thumbnails_allow_equal(align: Callable[[int], np.ndarray], draft: np.ndarray, a: int, b: int) -> bool:
+def _thumbnails_allow_equal(
+    align: Callable[[int], npt.NDArray[np.uint8]], draft: npt.NDArray[np.bool_], a: int, b: int
+) -> bool:
     """`align`, `draft`: the inputs' `align_thumbnail` and `draft_decoded`."""
     ta = align(a).astype(np.int16)
     tb = align(b).astype(np.int16)
@@ -444,7 +483,7 @@ def _thumbnails_allow_equal(align: Callable[[int], np.ndarray], draft: np.ndarra
     return float(np.abs(ta - tb).mean()) <= EXACT_PIXEL_THUMBNAIL_MAD
 
 
-def cluster_labels(n: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+def cluster_labels(n: int, i: npt.NDArray[np.int64], j: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Union-find over the merge pairs; each row's label is its cluster root."""
     groups = UnionFind(n)
     for a, b in zip(i.tolist(), j.tolist(), strict=True):
@@ -452,7 +491,7 @@ def cluster_labels(n: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:
     return np.array([groups.find(k) for k in range(n)], dtype=np.int64)
 
 
-def kept_rows(inputs: DedupInputs, labels: np.ndarray) -> np.ndarray:
+def kept_rows(inputs: DedupInputs, labels: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """For every row, the row its cluster keeps (module docstring's rule)."""
     area = inputs.width.astype(np.int64) * inputs.height.astype(np.int64)
     ids = np.array(inputs.image_ids, dtype=object)
@@ -466,7 +505,11 @@ def kept_rows(inputs: DedupInputs, labels: np.ndarray) -> np.ndarray:
 
 
 def _links_to_kept(
-    kept: np.ndarray, i: np.ndarray, j: np.ndarray, tier: np.ndarray, score: np.ndarray
+    kept: npt.NDArray[np.int64],
+    i: npt.NDArray[np.int64],
+    j: npt.NDArray[np.int64],
+    tier: npt.NDArray[np.int8],
+    score: npt.NDArray[np.float32],
 ) -> dict[int, tuple[int, float, bool]]:
     """Per dropped row: (tier, score, direct) of its best merge link, preferring a direct link to the kept row."""
     x = np.concatenate([i, j])
@@ -487,14 +530,14 @@ class DedupColumns:
     as curation/file_dedup.py, never pays for pyarrow's first-use import of pandas). Pairs i < j, one entry per
     (pair, tier) found."""
 
-    i: np.ndarray  # int64
-    j: np.ndarray
-    tier: np.ndarray  # int8, index into TIERS
-    score: np.ndarray  # float32
-    merge: np.ndarray  # bool
-    labels: np.ndarray  # int64: each row's cluster root
-    kept: np.ndarray  # int64: the row each row's cluster keeps
-    sizes: np.ndarray  # int64: each row's cluster size
+    i: npt.NDArray[np.int64]
+    j: npt.NDArray[np.int64]
+    tier: npt.NDArray[np.int8]  # int8, index into TIERS
+    score: npt.NDArray[np.float32]
+    merge: npt.NDArray[np.bool_]
+    labels: npt.NDArray[np.int64]  # int64: each row's cluster root
+    kept: npt.NDArray[np.int64]  # int64: the row each row's cluster keeps
+    sizes: npt.NDArray[np.integer]  # int64: each row's cluster size
 
     def queued(self) -> dict[tuple[int, int], dict[str, float]]:
         """The review queue's pairs (rows a < b whose images ended in different clusters), each with every tier's
@@ -567,7 +610,12 @@ def _phash_distance(inputs: DedupInputs, a: int, b: int) -> float | None:
 
 
 def queued_pairs(
-    labels: np.ndarray, i: np.ndarray, j: np.ndarray, tier: np.ndarray, score: np.ndarray, merge: np.ndarray
+    labels: npt.NDArray[np.int64],
+    i: npt.NDArray[np.int64],
+    j: npt.NDArray[np.int64],
+    tier: npt.NDArray[np.int8],
+    score: npt.NDArray[np.float32],
+    merge: npt.NDArray[np.bool_],
 ) -> dict[tuple[int, int], dict[str, float]]:
     """Review pairs (not merged) whose rows ended in different clusters, each with every tier's score."""
     candidate = ~merge & (labels[i] != labels[j])
@@ -579,13 +627,13 @@ def queued_pairs(
 
 def review_queue(
     inputs: DedupInputs,
-    labels: np.ndarray,
-    kept: np.ndarray,
-    i: np.ndarray,
-    j: np.ndarray,
-    tier: np.ndarray,
-    score: np.ndarray,
-    merge: np.ndarray,
+    labels: npt.NDArray[np.int64],
+    kept: npt.NDArray[np.int64],
+    i: npt.NDArray[np.int64],
+    j: npt.NDArray[np.int64],
+    tier: npt.NDArray[np.int8],
+    score: npt.NDArray[np.float32],
+    merge: npt.NDArray[np.bool_],
 ) -> pa.Table:
     """Ambiguous pairs whose images ended in different clusters: one row per pair, with every tier's score."""
     queued = queued_pairs(labels, i, j, tier, score, merge)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import numpy as np
+import numpy.typing as npt
 from PIL import Image
 from pydantic import Field
 
@@ -71,7 +72,7 @@ class ImageEmbedder(Protocol):
     model_id: str  # names the model and its weights, recorded next to each embedding score
     dim: int
 
-    def embed(self, images: Sequence[Image.Image]) -> np.ndarray:
+    def embed(self, images: Sequence[Image.Image]) -> npt.NDArray[np.float16]:
         """(n, dim) float16 unit-norm rows, one per RGB image, in input order."""
         ...
 
@@ -83,13 +84,13 @@ class _Loaded:
     dtype: Any
 
 
-_models: dict[tuple, _Loaded] = {}
+_models: dict[tuple[str, str | None, str, tuple[int, ...], str, str], _Loaded] = {}
 _models_lock = threading.Lock()
 
 
 def _load(config: OpenClipEmbeddingConfig, weights: ResolvedWeights, device: str, precision: str) -> _Loaded:
     """One image tower per (architecture, weights, device, precision) in this process."""
-    stamp: tuple = ()
+    stamp: tuple[int, ...] = ()
     if weights.is_file:
         stat = os.stat(weights.value)
         stamp = (stat.st_size, stat.st_mtime_ns)  # a rewritten file is loaded again
@@ -120,7 +121,7 @@ class OpenClipEmbedder:
         self.dim = int(open_clip.get_model_config(config.model_name)["embed_dim"])
         self.model_id = f"open_clip:{config.model_name}:{self.weights.label}"
 
-    def embed(self, images: Sequence[Image.Image]) -> np.ndarray:
+    def embed(self, images: Sequence[Image.Image]) -> npt.NDArray[np.float16]:
         out = np.empty((len(images), self.dim), dtype=np.float16)
         if not len(images):
             return out

@@ -23,6 +23,7 @@ from functools import cache, partial
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from curation.image_thumbnails import ALIGN_SIDE, CHROMA_SIDE, HASH_SIDE, PHASH_SIDE, Thumbnails, thumbnails
 from data.row_errors import error_text
@@ -34,19 +35,19 @@ if TYPE_CHECKING:
 
 
 @cache
-def _dct_rows(side: int, keep: int) -> np.ndarray:
+def _dct_rows(side: int, keep: int) -> npt.NDArray[np.float64]:
     """The first `keep` rows of the unnormalised DCT-II matrix (scipy.fftpack.dct type 2, as imagehash uses)."""
     n = np.arange(side)
     k = np.arange(keep)[:, None]
     return (2.0 * np.cos(np.pi * k * (2 * n + 1) / (2 * side))).astype(np.float64)
 
 
-def _pack_bits(bits: np.ndarray) -> np.ndarray:
+def _pack_bits(bits: npt.NDArray[np.bool_]) -> npt.NDArray[np.uint64]:
     """(N, 64) booleans, row-major, to N big-endian-packed unsigned 64-bit ints (imagehash's bit order)."""
     return np.packbits(bits.astype(np.uint8), axis=1).view(">u8").ravel().astype(np.uint64)
 
 
-def phash_bulk(inputs: np.ndarray) -> np.ndarray:
+def phash_bulk(inputs: npt.ArrayLike) -> npt.NDArray[np.uint64]:
     """imagehash.phash (hash_size 8) for a batch of (N, 32, 32) grey thumbnails, as uint64."""
     inputs = np.asarray(inputs, dtype=np.float64)
     if inputs.size == 0:
@@ -59,7 +60,7 @@ def phash_bulk(inputs: np.ndarray) -> np.ndarray:
     return _pack_bits(flat > (middle[:, :1] + middle[:, 1:]) / 2)
 
 
-def dhash_bulk(inputs: np.ndarray) -> np.ndarray:
+def dhash_bulk(inputs: npt.ArrayLike) -> npt.NDArray[np.uint64]:
     """imagehash.dhash (hash_size 8) for a batch of (N, 8, 9) grey thumbnails, as uint64."""
     inputs = np.asarray(inputs, dtype=np.float32)
     if inputs.size == 0:
@@ -71,16 +72,16 @@ def dhash_bulk(inputs: np.ndarray) -> np.ndarray:
 class HashedBatch:
     """Bulk hashes of a batch, aligned with its input; a row that could not be decoded has an error instead."""
 
-    width: np.ndarray  # int32
-    height: np.ndarray
-    phash: np.ndarray  # uint64
-    dhash: np.ndarray
+    width: npt.NDArray[np.int32]
+    height: npt.NDArray[np.int32]
+    phash: npt.NDArray[np.uint64]
+    dhash: npt.NDArray[np.uint64]
     errors: list[str | None]
-    draft_decoded: np.ndarray  # bool
+    draft_decoded: npt.NDArray[np.bool_]
     sha256: list[str | None]  # of the bytes
     pixel_sha256: list[str | None]  # when asked for and known for free (see `thumbnails`)
-    align: np.ndarray | None = None  # (N, 64, 64) uint8 when asked for; zeros where a row failed
-    chroma: np.ndarray | None = None  # (N, 2, 32, 32) int8 with `align`; zeros where a row failed
+    align: npt.NDArray[np.uint8] | None = None  # (N, 64, 64) uint8 when asked for; zeros where a row failed
+    chroma: npt.NDArray[np.int8] | None = None  # (N, 2, 32, 32) int8 with `align`; zeros where a row failed
 
 
 def _try_thumbnails(load: Callable[[], bytes]) -> tuple[str | None, Thumbnails | str]:
@@ -132,7 +133,7 @@ def hash_batch(loaders: Sequence[Callable[[], bytes]], workers: int = 2, keep_al
     return HashedBatch(width, height, phash, dhash, errors, draft, digests, pixels, align, chroma)
 
 
-def hash_images(items: Sequence[dict], blobs: BlobStore, workers: int = 2) -> pa.Table:
+def hash_images(items: Sequence[dict[str, str]], blobs: BlobStore, workers: int = 2) -> pa.Table:
     """IMAGE_HASHES rows for stored images (dicts with image_id and sha256)."""
     from data.schemas import IMAGE_HASHES, from_rows
 
@@ -152,14 +153,14 @@ def hash_images(items: Sequence[dict], blobs: BlobStore, workers: int = 2) -> pa
 
 
 def hamming_within(
-    hashes: np.ndarray, max_distance: int, block: int = 2048
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    hashes: npt.ArrayLike, max_distance: int, block: int = 2048
+) -> tuple[npt.NDArray[np.integer], npt.NDArray[np.integer], npt.NDArray[np.int16]]:
     """All pairs i < j with Hamming distance <= max_distance, in block x block tiles (memory stays bounded)."""
     hashes = np.asarray(hashes, dtype=np.uint64)
     n = len(hashes)
-    out_i: list[np.ndarray] = [np.empty(0, np.int64)]
-    out_j: list[np.ndarray] = [np.empty(0, np.int64)]
-    out_d: list[np.ndarray] = [np.empty(0, np.int16)]
+    out_i: list[npt.NDArray[np.integer]] = [np.empty(0, np.int64)]
+    out_j: list[npt.NDArray[np.integer]] = [np.empty(0, np.int64)]
+    out_d: list[npt.NDArray[np.int16]] = [np.empty(0, np.int16)]
     for r0 in range(0, n, block):
         rows = hashes[r0 : r0 + block]
         for c0 in range(r0, n, block):

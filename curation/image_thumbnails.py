@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import imagecodecs
 import numpy as np
+import numpy.typing as npt
 from PIL import Image, ImageOps
 
 PHASH_SIDE = 32  # imagehash.phash: a 32x32 DCT, of which the top-left 8x8 is kept
@@ -53,7 +54,8 @@ class ReducedDecode:
     colour: Image.Image  # "YCbCr" (a JPEG's own planes) or "RGB", the same scale as `grey`
     draft_decoded: bool  # a JPEG decoded at reduced scale (its thumbnails differ a little from a full decode's)
     full_rgb: Image.Image | None  # the full-size RGB pixels, where the format had to decode them anyway
-    decoded_array: np.ndarray | None = None  # libpng's RGB(A) array, when it decoded the image (hashed in place)
+    # libpng's RGB(A) array, when it decoded the image (hashed in place)
+    decoded_array: npt.NDArray[np.uint8] | None = None
 
 
 #: Pillow modes of the PNGs libpng decodes to the same pixels: 8-bit RGB, RGBA and grey (16-bit and palette PNGs,
@@ -61,7 +63,7 @@ class ReducedDecode:
 _PLAIN_PNG_MODES = {"RGB", "RGBA", "L"}
 
 
-def _plain_png(image: Image.Image, data: bytes) -> np.ndarray | None:
+def _plain_png(image: Image.Image, data: bytes) -> npt.NDArray[np.uint8] | None:
     """The pixels of an 8-bit RGB/RGBA/grey PNG without EXIF (uint8, (H, W[, C])), decoded by libpng; None for
     every other image. Pillow's getexif() loads a whole PNG to look for a trailing eXIf chunk, so its absence is
     checked on the bytes instead (a false hit only sends the image to Pillow)."""
@@ -75,7 +77,7 @@ def _plain_png(image: Image.Image, data: bytes) -> np.ndarray | None:
     return pixels
 
 
-def _from_pixels(pixels: np.ndarray) -> tuple[Image.Image, Image.Image]:
+def _from_pixels(pixels: npt.NDArray[np.uint8]) -> tuple[Image.Image, Image.Image]:
     """(grey, RGB) Pillow images of `_plain_png` pixels, converted as Pillow would convert its own decode."""
     if pixels.ndim == 2:
         grey = Image.fromarray(pixels, "L")
@@ -122,10 +124,10 @@ class Thumbnails:
 
     width: int
     height: int
-    phash_input: np.ndarray  # (32, 32) float32
-    dhash_input: np.ndarray  # (8, 9) float32
-    align_input: np.ndarray  # (64, 64) uint8, for the aligned-correlation check of curation/image_align.py
-    chroma_input: np.ndarray  # (2, 32, 32) int8: Cb and Cr minus 128
+    phash_input: npt.NDArray[np.float32]  # (32, 32) float32
+    dhash_input: npt.NDArray[np.float32]  # (8, 9) float32
+    align_input: npt.NDArray[np.uint8]  # (64, 64) uint8, for the aligned-correlation check of curation/image_align.py
+    chroma_input: npt.NDArray[np.int8]  # (2, 32, 32) int8: Cb and Cr minus 128
     draft_decoded: bool
     pixel_sha256: str | None  # when asked for and the format was decoded in full anyway
 
@@ -136,7 +138,7 @@ def _reduce_to_draft_scale(image: Image.Image) -> Image.Image:
     return image.reduce(factor) if factor > 1 else image
 
 
-def chroma_thumbnail(colour: Image.Image) -> np.ndarray:
+def chroma_thumbnail(colour: Image.Image) -> npt.NDArray[np.int8]:
     """(2, 32, 32) int8 Cb and Cr (minus 128) of an "RGB" or "YCbCr" image."""
     small = _reduce_to_draft_scale(colour).resize((CHROMA_SIDE, CHROMA_SIDE), Image.Resampling.BOX)
     if small.mode != "YCbCr":
@@ -185,7 +187,7 @@ def pixel_sha256(data: bytes) -> str:
     return _pixels_digest(decode_normalized(data))
 
 
-def _pixels_digest(image: Image.Image, array: np.ndarray | None = None) -> str:
+def _pixels_digest(image: Image.Image, array: npt.NDArray[np.uint8] | None = None) -> str:
     """`array`, when given, holds the same pixels as `image` (RGB, or RGBA whose alpha is dropped); a contiguous
     RGB array is hashed in place, without Pillow's copy into bytes."""
     digest = hashlib.sha256(f"{image.mode}:{image.width}x{image.height}:".encode())

@@ -1,4 +1,4 @@
-"""Candidate pairs split into batches that never split a connected component of the pair graph (issue 31).
+"""Candidate pairs split into batches that never split a connected component of the pair graph (bounded memory).
 
 The perceptual tier and the copy search need thumbnails of both images of every candidate pair. Holding them for
 every image at once costs about 31 KB per image (3 GB at 100k, 31 GB at 1M); scoring the pairs batch by batch and
@@ -10,6 +10,7 @@ batch's answer does not depend on which other components share the batch.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from data.unionfind import UnionFind
 
@@ -18,7 +19,7 @@ from data.unionfind import UnionFind
 BATCH_ROWS = 4096
 
 
-def component_of_pairs(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+def component_of_pairs(i: npt.NDArray[np.integer], j: npt.NDArray[np.integer]) -> npt.NDArray[np.int64]:
     """Per pair, a label shared by exactly the pairs of its connected component (the smallest pair index in it)."""
     if len(i) == 0:
         return np.empty(0, dtype=np.int64)
@@ -33,7 +34,9 @@ def component_of_pairs(i: np.ndarray, j: np.ndarray) -> np.ndarray:
     return first[root]
 
 
-def pair_batches(i: np.ndarray, j: np.ndarray, rows: int | None = None) -> list[np.ndarray]:
+def pair_batches(
+    i: npt.NDArray[np.integer], j: npt.NDArray[np.integer], rows: int | None = None
+) -> list[npt.NDArray[np.intp]]:
     """Indices into the pairs (i, j), in batches of whole components taken in order of their first pair, each
     batch touching at most `rows` rows (a bigger component alone); every pair is in exactly one batch, and a
     batch keeps the pairs' order. `rows` defaults to BATCH_ROWS."""

@@ -12,10 +12,10 @@ can hold a smaller key. Using an image moves its key in its cell and, when the c
 three sorted lists: O(log n) per choice, where a mask would cost O(n) per query.
 
 A language group can hold most cells (a scale test's synthetic English-speaking countries: 59 of 87 countries in
-one group), and a query of that group would then walk past every one of its cells, each time (issue 31: assembly
-and validation 10x slower). So the all-images and per-concept lists are also kept per language group, and a walk
-that has skipped SKIP_LIMIT cells of a left-out group starts over on the lists of the groups it may draw from. Both
-walks answer the smallest eligible key, so the answer is the same.
+one group), and a query of that group would then walk past every one of its cells, each time (at a million images,
+assembly and validation ran 10x slower). So the all-images and per-concept lists are also kept per language group,
+and a walk that has skipped SKIP_LIMIT cells of a left-out group starts over on the lists of the groups it may draw
+from. Both walks answer the smallest eligible key, so the answer is the same.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class PoolIndex:
     def usage(self, image: int) -> int:
         return self.key[image] // self.stride
 
-    def usages(self) -> np.ndarray:
+    def usages(self) -> npt.NDArray[np.int64]:
         return np.array(self.key, dtype=np.int64) // self.stride
 
     def use(self, image: int) -> None:

@@ -13,6 +13,7 @@ facts, licence): a swap is the original with its people repainted, so its source
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -25,13 +26,13 @@ from data.schemas import STATUS_OK
 @dataclass
 class Quintets:
     rows: pa.Table  # MIXCUBE_ROWS, in the public order
-    incomplete: list[dict]  # {"original_id", "missing": [ethnicities]}
+    incomplete: list[dict[str, Any]]  # {"original_id", "missing": [ethnicities]}
 
 
 def assemble_quintets(
     originals: pa.Table,
     attempts: pa.Table,
-    scores: dict[str, dict],
+    scores: dict[str, dict[str, Any]],
     qa: pa.Table,
     sizes: dict[str, int],
     mix: MixCubeReference,
@@ -43,7 +44,7 @@ def assemble_quintets(
     category_order = {c: i for i, c in enumerate(mix.categories)}
     culture_order = {c.name: i for i, c in enumerate(mix.cultures)}
     decisions = {r["attempt_id"]: r for r in qa.to_pylist()}
-    accepted: dict[tuple[str, str], dict] = {}
+    accepted: dict[tuple[str, str], dict[str, Any]] = {}
     for attempt in attempts.to_pylist():
         decision = decisions.get(attempt["attempt_id"])
         if attempt["sha256"] is None or decision is None or not decision["keep"]:

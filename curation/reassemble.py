@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -41,7 +42,7 @@ SLOT_PREFIXES = (("query", "query_"), *RQ2_SLOTS)
 @dataclass
 class Pool:
     table: pa.Table  # POOL rows in the order of the original indexes; row i is index_in_dataset i
-    original_index: np.ndarray  # the pool row's `*_index` in the input
+    original_index: npt.NDArray[np.int64]  # the pool row's `*_index` in the input
     tagged: bool  # tags (and hashes) came from an image table, not from the concept labels alone
 
 
@@ -185,7 +186,9 @@ def _native(pack: ReferencePack, concept_id: int, language: str, name: str) -> s
     return entry.text if entry is not None else name
 
 
-def kept_rows(catalog: Catalog, rows: np.ndarray, max_reuse: int) -> tuple[np.ndarray, dict[str, int]]:
+def kept_rows(
+    catalog: Catalog, rows: npt.NDArray[np.int64], max_reuse: int
+) -> tuple[npt.NDArray[np.bool_], dict[str, int]]:
     """Which original rows (catalog positions: query, then the three candidates) can stay: every candidate obeys
     its slot's rule, the four images differ, and, in file order, no candidate goes past `max_reuse` uses."""
     q = rows[:, 0]

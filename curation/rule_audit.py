@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -312,7 +313,7 @@ def load_input(path: Path, metadata: Path | None = None) -> AuditInput:
 # -- encoding ---------------------------------------------------------------------------------------------------
 
 
-def _encode(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+def _encode(values: pa.Array | pa.ChunkedArray) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.object_]]:
     """Dictionary codes (int64) and the distinct values (an object array) of a string column."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
@@ -331,13 +332,13 @@ class _Cells:
     """The file's four slots as (4, n) arrays of codes; slot-major, so cells[s] is one slot's column."""
 
     n: int
-    index: np.ndarray
-    image: np.ndarray
-    image_ids: np.ndarray
-    concept: np.ndarray
-    concepts: np.ndarray
-    country: np.ndarray
-    countries: np.ndarray
+    index: npt.NDArray[np.int64]
+    image: npt.NDArray[np.int64]
+    image_ids: npt.NDArray[np.object_]
+    concept: npt.NDArray[np.int64]
+    concepts: npt.NDArray[np.object_]
+    country: npt.NDArray[np.int64]
+    countries: npt.NDArray[np.object_]
 
     @classmethod
     def of(cls, table: pa.Table) -> _Cells:
@@ -350,12 +351,14 @@ class _Cells:
             n, index, image.reshape(4, n), image_ids, concept.reshape(4, n), concepts, country.reshape(4, n), countries
         )
 
-    def order(self) -> np.ndarray:
+    def order(self) -> npt.NDArray[np.int64]:
         """File order of each cell: row by row, slot by slot."""
         return np.arange(self.n, dtype=np.int64)[None, :] * 4 + np.arange(4, dtype=np.int64)[:, None]
 
 
-def _majority(key: np.ndarray, value: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _majority(
+    key: npt.NDArray[np.integer], value: npt.NDArray[np.integer], order: npt.NDArray[np.integer]
+) -> tuple[npt.NDArray[np.integer], npt.NDArray[np.integer], npt.NDArray[np.integer]]:
     """The value each key holds across the file: the one most of its occurrences give, ties to the earliest.
 
     Returns, for every occurrence (aligned with `key`), its key's value, how many occurrences give that value and
@@ -373,7 +376,7 @@ def _majority(key: np.ndarray, value: np.ndarray, order: np.ndarray) -> tuple[np
     return pair_value[head][where], counts[head][where], first[head][where]
 
 
-def _first_order(codes: np.ndarray, order: np.ndarray, size: int) -> np.ndarray:
+def _first_order(codes: npt.NDArray[np.integer], order: npt.NDArray[np.integer], size: int) -> npt.NDArray[np.int64]:
     first = np.full(size, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first, codes, order)
     return first
@@ -385,8 +388,8 @@ def _first_order(codes: np.ndarray, order: np.ndarray, size: int) -> np.ndarray:
 @dataclass
 class _Found:
     rule: str
-    rows: np.ndarray
-    slots: np.ndarray
+    rows: npt.NDArray[np.integer]
+    slots: npt.NDArray[np.integer]
     images: Sequence[str | None]
     details: list[str]
 
@@ -404,8 +407,8 @@ class _Auditor:
         self,
         rule: str,
         checked: int,
-        rows: np.ndarray,
-        slots: np.ndarray | int,
+        rows: npt.NDArray[np.integer],
+        slots: npt.NDArray[np.integer] | int,
         images: Sequence[str | None] | None,
         details: list[str],
     ) -> None:
@@ -414,7 +417,7 @@ class _Auditor:
         self.checked[rule] = self.checked.get(rule, 0) + checked
         self.found.append(_Found(rule, rows, slots, images or [None] * len(rows), details))
 
-    def image(self, slot: int, rows: np.ndarray) -> list[str]:
+    def image(self, slot: int, rows: npt.NDArray[np.integer]) -> list[str]:
         return list(self.cells.image_ids[self.cells.image[slot, rows]])
 
     # -- per row: groups, concepts, distinct images, one query per image --
@@ -492,8 +495,12 @@ class _Auditor:
     # -- across the file: indexes, ids, concepts, countries --
 
     def _disagreements(
-        self, rule: str, key: np.ndarray, value: np.ndarray, describe: Callable[[int, int, int], str]
-    ) -> np.ndarray:
+        self,
+        rule: str,
+        key: npt.NDArray[np.integer],
+        value: npt.NDArray[np.integer],
+        describe: Callable[[int, int, int], str],
+    ) -> npt.NDArray[np.integer]:
         """Cells whose value is not their key's own; returns each cell's own value (as (4, n))."""
         order = self.cells.order()
         own, count, first = (a.reshape(key.shape) for a in _majority(key.ravel(), value.ravel(), order.ravel()))
@@ -507,7 +514,7 @@ class _Auditor:
         self.add(rule, key.size, rows, slots, images, details)
         return own
 
-    def check_consistency(self) -> np.ndarray:
+    def check_consistency(self) -> npt.NDArray[np.int64]:
         """Returns each image's own concept and country codes, and its first cell's order: (3, images)."""
         c = self.cells
         index_values, index_codes = np.unique(c.index, return_inverse=True)
@@ -543,7 +550,7 @@ class _Auditor:
         country_of[c.image.ravel()] = own_country.ravel()
         return np.stack([concept_of, country_of, first])
 
-    def check_image_ids(self, per_image: np.ndarray) -> np.ndarray:
+    def check_image_ids(self, per_image: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The id scheme, per image (reported at its first cell). Returns each image's concept id (-1: unparsed)."""
         c = self.cells
         concept_of, country_of, first = per_image
@@ -618,7 +625,7 @@ class _Auditor:
 
     # -- our release's extra query columns --
 
-    def check_query_extras(self, concept_id: np.ndarray) -> None:
+    def check_query_extras(self, concept_id: npt.NDArray[np.int64]) -> None:
         c, table = self.cells, self.table
         all_rows = np.arange(c.n)
         if "query_concept_id" in table.column_names:
@@ -700,7 +707,7 @@ class _Auditor:
         tag_known = concept_values[tag_pos] == tag_values
         tag_keys = np.unique(tag_rows[tag_known] * n_concepts + tag_pos[tag_known])
 
-        def copies(column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        def copies(column: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp], npt.NDArray[np.int64]]:
             """Sorted (hash code, concept code) keys of the images that have a hash, their rows, and each row's code."""
             code, _ = _encode(meta[column])
             has = code >= 0

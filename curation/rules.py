@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 Partition = Literal["cell_x", "cell_y", "concept", "country_x", "country_y", "all"]
@@ -57,19 +58,19 @@ class Catalog:
     """The image table as arrays; row i is index_in_dataset i. Countries keep the reference pack's order (others
     follow by name); groups come from the table's own `language_group` column."""
 
-    image_id: np.ndarray  # object (str)
-    concept_name: np.ndarray  # object (str)
-    concept: np.ndarray  # int64 concept ids
-    country: np.ndarray  # int64 positions in country_names
-    group: np.ndarray  # int64 positions in group_names
+    image_id: npt.NDArray[np.object_]  # object (str)
+    concept_name: npt.NDArray[np.object_]  # object (str)
+    concept: npt.NDArray[np.int64]  # int64 concept ids
+    country: npt.NDArray[np.int64]  # int64 positions in country_names
+    group: npt.NDArray[np.int64]  # int64 positions in group_names
     country_names: list[str]
-    country_group: np.ndarray  # int64, per country
+    country_group: npt.NDArray[np.int64]  # int64, per country
     group_names: list[str]
     country_language: list[str]  # language code per country
     tags: list[list[int]]
     # Concepts an image shows besides its own (tags, and the concepts of its byte and pixel copies), as sorted
     # keys image * concept_stride + concept, for vectorised membership tests.
-    extra_keys: np.ndarray
+    extra_keys: npt.NDArray[np.int64]
     extra: dict[int, frozenset[int]] = field(repr=False)  # the same, per image, for the index's item test
     concept_stride: int = 1
 
@@ -113,7 +114,7 @@ class Catalog:
     def __len__(self) -> int:
         return len(self.image_id)
 
-    def shows(self, images: np.ndarray, concepts: np.ndarray) -> np.ndarray:
+    def shows(self, images: npt.NDArray[np.integer], concepts: npt.NDArray[np.integer]) -> npt.NDArray[np.bool_]:
         """Whether each image shows the matching concept: its own, a tag, or a copy's concept."""
         images, concepts = np.asarray(images, dtype=np.int64), np.asarray(concepts, dtype=np.int64)
         mine = self.concept[images] == concepts
@@ -121,10 +122,13 @@ class Catalog:
         at = np.searchsorted(self.extra_keys, keys)
         found = at < len(self.extra_keys)
         found[found] = self.extra_keys[at[found]] == keys[found]
-        return mine | (found & (concepts < self.concept_stride))
+        shown: npt.NDArray[np.bool_] = mine | (found & (concepts < self.concept_stride))
+        return shown
 
 
-def _extra_concepts(concept: np.ndarray, tags: list[list[int]], table: pa.Table, stride: int) -> dict[int, frozenset]:
+def _extra_concepts(
+    concept: npt.NDArray[np.int64], tags: list[list[int]], table: pa.Table, stride: int
+) -> dict[int, frozenset[int]]:
     """Per image, the concepts it shows besides its own: its tags, and every concept found for an image with the
     same bytes or the same decoded pixels (dedup is per concept, so such copies can sit under several)."""
     extra: dict[int, set[int]] = {}
@@ -152,18 +156,18 @@ def _extra_concepts(concept: np.ndarray, tags: list[list[int]], table: pa.Table,
 def in_pool(
     catalog: Catalog,
     slot: Slot,
-    candidates: np.ndarray,
-    concept: np.ndarray,
-    x: np.ndarray,
-    y: np.ndarray | None = None,
-) -> np.ndarray:
+    candidates: npt.NDArray[np.integer],
+    concept: npt.NDArray[np.integer],
+    x: npt.NDArray[np.integer],
+    y: npt.NDArray[np.integer] | None = None,
+) -> npt.NDArray[np.bool_]:
     """For arrays of (candidate, query concept, query country X[, descriptor country Y]), whether each candidate is
     eligible for the slot: the rule, evaluated for a whole column at once."""
     cat = catalog
     candidates = np.asarray(candidates, dtype=np.int64)
     where = {"x": x, "y": y}
     country = cat.country[candidates]
-    ok = {
+    ok: npt.NDArray[np.bool_] = {
         "cell_x": (cat.concept[candidates] == concept) & (country == x),
         "cell_y": (cat.concept[candidates] == concept) & (country == y),
         "concept": cat.concept[candidates] == concept,
@@ -217,7 +221,7 @@ class PoolCounts:
         }
         return next((slot.name for slot in RQ2_RULES if sizes[slot.name] == 0), None)
 
-    def descriptor_countries(self, c: int, x: int) -> np.ndarray:
+    def descriptor_countries(self, c: int, x: int) -> npt.NDArray[np.intp]:
         """The countries Y outside X's group for which all six RQ3 slots have a candidate, in country order."""
         cat, k = self.catalog, self.index_of(c)
         gx, gy = cat.country_group[x], cat.country_group
@@ -244,18 +248,18 @@ class DescriptorBalance:
 
     def __init__(self, countries: int) -> None:
         self.countries = countries
-        self.per_concept: dict[int, np.ndarray] = {}
+        self.per_concept: dict[int, npt.NDArray[np.int64]] = {}
         self.overall = np.zeros(countries, dtype=np.int64)
 
-    def _counts(self, concept: int) -> np.ndarray:
+    def _counts(self, concept: int) -> npt.NDArray[np.int64]:
         return self.per_concept.get(concept, np.zeros(self.countries, dtype=np.int64))
 
-    def choose(self, concept: int, eligible: np.ndarray, priority: np.ndarray) -> int:
+    def choose(self, concept: int, eligible: npt.NDArray[np.integer], priority: npt.NDArray[np.int64]) -> int:
         """The eligible country used least for this concept, then least overall, then first in seeded order."""
         order = np.lexsort((priority[eligible], self.overall[eligible], self._counts(concept)[eligible]))
         return int(eligible[order[0]])
 
-    def is_least_used(self, concept: int, y: int, eligible: np.ndarray) -> bool:
+    def is_least_used(self, concept: int, y: int, eligible: npt.NDArray[np.integer]) -> bool:
         counts = self._counts(concept)
         keys = counts[eligible] * (self.overall.max() + 2) + self.overall[eligible]
         return bool(counts[y] * (self.overall.max() + 2) + self.overall[y] == keys.min())
@@ -265,6 +269,6 @@ class DescriptorBalance:
         self.overall[y] += 1
 
 
-def seeded_priority(n: int, seed: int) -> np.ndarray:
+def seeded_priority(n: int, seed: int) -> npt.NDArray[np.int64]:
     """The tie-break order of the least-used choice: a seeded permutation, so a seed always gives one benchmark."""
     return np.random.default_rng(seed).permutation(n).astype(np.int64)

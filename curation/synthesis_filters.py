@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -230,7 +231,9 @@ class PiqBrisque:
         return value
 
 
-def _row(filters: SynthesisFilter, brisque: float | None, clip: float | None, verdict: str, reason: str | None) -> dict:
+def _row(
+    filters: SynthesisFilter, brisque: float | None, clip: float | None, verdict: str, reason: str | None
+) -> dict[str, Any]:
     return {
         "brisque": brisque,
         "clip_similarity": clip,
@@ -251,18 +254,20 @@ class SynthesisFilter:
         self.brisque_backend = self.brisque.backend_id if self.brisque else OFF
         self.clip_backend = self.embedder.model_id if self.embedder else OFF
 
-    def score(self, pairs: Sequence[tuple[bytes, bytes]]) -> list[dict]:
+    def score(self, pairs: Sequence[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
         """One row of SYNTHESIS_FILTER_SCORES per (original bytes, synthesized bytes), in input order."""
-        rows: list[dict] = []
-        originals: dict[str, np.ndarray] = {}  # one original serves many attempts: embed it once per call
+        rows: list[dict[str, Any]] = []
+        originals: dict[str, npt.NDArray[np.float32]] = {}  # one original serves many attempts: embed it once per call
         step = self.config.chunk_size
         for start in range(0, len(pairs), step):
             rows.extend(self._score_chunk(pairs[start : start + step], originals))
         return rows
 
-    def _score_chunk(self, pairs: Sequence[tuple[bytes, bytes]], originals: dict[str, np.ndarray]) -> list[dict]:
+    def _score_chunk(
+        self, pairs: Sequence[tuple[bytes, bytes]], originals: dict[str, npt.NDArray[np.float32]]
+    ) -> list[dict[str, Any]]:
         decoded: list[tuple[str, Image.Image | None, Image.Image] | None] = []
-        rows: list[dict | None] = []
+        rows: list[dict[str, Any] | None] = []
         pending: set[str] = set()  # originals decoded in this chunk, embedded with it
         for original_bytes, synthesized_bytes in pairs:
             try:
@@ -299,7 +304,9 @@ class SynthesisFilter:
         return [row for row in rows if row is not None]
 
     def _similarities(
-        self, decoded: list[tuple[str, Image.Image | None, Image.Image] | None], originals: dict[str, np.ndarray]
+        self,
+        decoded: list[tuple[str, Image.Image | None, Image.Image] | None],
+        originals: dict[str, npt.NDArray[np.float32]],
     ) -> list[float | None]:
         if self.embedder is None:
             return [None] * len(decoded)
@@ -320,7 +327,7 @@ class SynthesisFilter:
             out.append(float(np.clip(originals[item[0]] @ next(synth_vectors), -1.0, 1.0)))
         return out
 
-    def _decide(self, brisque: float | None, brisque_error: str | None, clip: float | None) -> dict:
+    def _decide(self, brisque: float | None, brisque_error: str | None, clip: float | None) -> dict[str, Any]:
         if brisque_error is not None:
             return _row(self, None, clip, ERROR, brisque_error)
         reasons: list[tuple[str, str]] = []
@@ -338,11 +345,12 @@ class SynthesisFilter:
         return _row(self, brisque, clip, reasons[0][0], "; ".join(text for _, text in reasons))
 
 
-def _unit(vectors: np.ndarray) -> np.ndarray:
+def _unit(vectors: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
     """float16 unit rows from the embedder, renormalised in float32 so identical images give 1.0 within 1e-6."""
     vectors = vectors.astype(np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.maximum(norms, 1e-12)
+    unit: npt.NDArray[np.float32] = vectors / np.maximum(norms, 1e-12)
+    return unit
 
 
 def build_synthesis_filter(config: SynthesisFilterConfig) -> SynthesisFilter:
@@ -350,16 +358,16 @@ def build_synthesis_filter(config: SynthesisFilterConfig) -> SynthesisFilter:
     return SynthesisFilter(config)
 
 
-def score_attempts(config: SynthesisFilterConfig, pairs: Sequence[tuple[bytes, bytes]]) -> list[dict]:
+def score_attempts(config: SynthesisFilterConfig, pairs: Sequence[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
     """Rows of SYNTHESIS_FILTER_SCORES, one per (original bytes, synthesized bytes) pair, in input order."""
     return build_synthesis_filter(config).score(pairs)
 
 
-def filter_table(rows: list[dict]) -> pa.Table:
+def filter_table(rows: list[dict[str, Any]]) -> pa.Table:
     return from_rows(rows, SYNTHESIS_FILTER_SCORES)
 
 
-def verdict_counts(rows: Sequence[dict]) -> dict[str, int]:
+def verdict_counts(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
     """Rows per verdict, every verdict present (zeros included), for stage stats."""
     counts = dict.fromkeys(VERDICTS, 0)
     for row in rows:

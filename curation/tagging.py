@@ -116,7 +116,7 @@ class Tagger(Protocol):
     ) -> TaggingOutput: ...
 
 
-def tag_row(request: TagRequest, concept_ids: list[int], tagger: str, model_id: str | None) -> dict:
+def tag_row(request: TagRequest, concept_ids: list[int], tagger: str, model_id: str | None) -> dict[str, Any]:
     """A TAGS row: priority order kept, repeats dropped, and the image's own concept always present."""
     ordered = list(dict.fromkeys(concept_ids))
     if request.concept_id not in ordered:  # a tagger may miss the obvious; the own concept is a fact
@@ -124,7 +124,7 @@ def tag_row(request: TagRequest, concept_ids: list[int], tagger: str, model_id: 
     return {"image_id": request.image_id, "concept_ids": ordered, "tagger": tagger, "model_id": model_id}
 
 
-def _tags_table(rows: list[dict]) -> pa.Table:
+def _tags_table(rows: list[dict[str, Any]]) -> pa.Table:
     return from_rows(rows, TAGS) if rows else empty(TAGS)
 
 
@@ -282,7 +282,7 @@ class PerImageCache:
 @dataclass(frozen=True)
 class _BatchResult:
     tags: dict[str, list[int]]  # image sha256 -> concept ids (successes only)
-    failures: list[dict]
+    failures: list[dict[str, Any]]
 
 
 class GeminiTagger:
@@ -334,7 +334,7 @@ class GeminiTagger:
         batches = [todo[start : start + size] for start in range(0, len(todo), size)]
         logger.info("tagging %d images: %d asked in %d requests", len(requests), len(todo), len(batches))
 
-        failures: list[dict] = []
+        failures: list[dict[str, Any]] = []
         if batches:
             client = GeminiClient(settings, cache_dir=cache_url)
             prompt_sha = hashlib.sha256(prompt.encode()).hexdigest()
@@ -372,7 +372,7 @@ class GeminiTagger:
         """One request for a batch of images; an image that cannot be read is left out and reported alone."""
         types = require("google.genai.types", "gemini")
         model = self.config.gemini.model
-        failures: list[dict] = []
+        failures: list[dict[str, Any]] = []
         sent: list[tuple[TagRequest, Any]] = []
         for request in batch:
             try:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -199,7 +200,7 @@ class ReleasedTexts:
         return self._rq3[(concept_id, country, descriptor_country)]
 
 
-def _rows(table: pa.Table, columns: list[str]) -> list[tuple]:
+def _rows(table: pa.Table, columns: list[str]) -> list[tuple[Any, ...]]:
     return list(zip(*(table[c].to_pylist() for c in columns), strict=True)) if table.num_rows else []
 
 
@@ -236,7 +237,7 @@ class XcmTakedown:
     changes: dict[str, TaskChange]  # rq2 | rq3
     validation: ValidationReport
     reuse: dict[str, dict[str, float]]
-    index_map: np.ndarray  # parent row -> patch row (-1: removed)
+    index_map: npt.NDArray[np.int64]  # parent row -> patch row (-1: removed)
 
 
 def take_down_xcm(
@@ -294,12 +295,12 @@ def take_down_xcm(
     )
 
 
-def _usage(table: pa.Table, prefixes: Iterable[str], n: int) -> np.ndarray:
+def _usage(table: pa.Table, prefixes: Iterable[str], n: int) -> npt.NDArray[np.integer]:
     columns = [table[f"{p}index"].to_numpy() for p in prefixes]
     return np.bincount(np.concatenate(columns).astype(np.int64), minlength=n) if columns else np.zeros(n, np.int64)
 
 
-def _remapped(row: dict[str, Any], index_map: np.ndarray) -> dict[str, Any]:
+def _remapped(row: dict[str, Any], index_map: npt.NDArray[np.int64]) -> dict[str, Any]:
     return {k: int(index_map[v]) if k.endswith("_index") else v for k, v in row.items()}
 
 
@@ -311,8 +312,8 @@ class _Repair:
     counts: PoolCounts
     texts: ReleasedTexts
     seed: int
-    gone: np.ndarray  # parent row -> removed
-    index_map: np.ndarray  # parent row -> patch row
+    gone: npt.NDArray[np.bool_]  # parent row -> removed
+    index_map: npt.NDArray[np.int64]  # parent row -> patch row
 
     def task(self, task: str, table: pa.Table, change: TaskChange) -> tuple[pa.Table, list[tuple[int, str]]]:
         """Untouched rows as they were (indexes renumbered), rows whose query left dropped, rows that lost a
@@ -365,7 +366,7 @@ def _unassembled(
     tasks: list[str],
     missing: dict[str, list[tuple[int, str]]],
     removed: list[RemovedImage],
-    index_map: np.ndarray,
+    index_map: npt.NDArray[np.int64],
     catalog: Catalog,
 ) -> pa.Table:
     """Per task: the parent's rows (those of images that stayed; earlier takedowns' as they were), the rows that

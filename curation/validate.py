@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel
@@ -92,7 +93,7 @@ class _Checker:
     def add(self, table: str, row: int | None, rule: str, detail: str) -> None:
         self.violations.append(Violation(table=table, row=row, rule=rule, detail=detail))
 
-    def add_rows(self, table: str, rows: np.ndarray, rule: str, detail: Callable[[int], str]) -> None:
+    def add_rows(self, table: str, rows: npt.NDArray[np.integer], rule: str, detail: Callable[[int], str]) -> None:
         """One violation per row of `rows` (at most DETAILED spelled out), with `detail(row)` as its text."""
         rows = np.asarray(rows)
         for row in rows[:DETAILED].tolist():
@@ -137,7 +138,7 @@ class _Checker:
             lambda r: f"tags {self.catalog.tags[r]} lack {int(concept[r])}",
         )
 
-    def check_image_ids(self, ids: pa.Array, values: np.ndarray) -> None:
+    def check_image_ids(self, ids: pa.Array, values: npt.NDArray[np.object_]) -> None:
         """Each image id encodes its row: the country (its name lower-cased), concept id, rank and query language."""
         parts = pc.extract_regex(ids, IMAGE_ID)
         countries = self.images.column("country").to_pylist()
@@ -169,7 +170,9 @@ class _Checker:
 
     # -- benchmark rows ---------------------------------------------------------------------------------------
 
-    def references(self, name: str, table: pa.Table, prefix: str) -> tuple[np.ndarray, np.ndarray]:
+    def references(
+        self, name: str, table: pa.Table, prefix: str
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         """The column's row indexes, and which are in range with id, concept and country columns that agree."""
         cat = self.catalog
         index = np.asarray(table.column(f"{prefix}index").to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -194,13 +197,15 @@ class _Checker:
             wrong = in_range & (column != values)
             agree &= ~wrong
 
-            def mismatch(r: int, c: np.ndarray = column, v: np.ndarray = values) -> str:
+            def mismatch(r: int, c: npt.NDArray[np.object_] = column, v: npt.NDArray[np.object_] = values) -> str:
                 return f"{c[r]!r} != image_metadata[{index[r]}] {v[r]!r}"
 
             self.add_rows(name, np.flatnonzero(wrong), f"{key}_matches_index", mismatch)
         return index, in_range
 
-    def check_rows(self, name: str, table: pa.Table, rules: tuple[Slot, ...], prefixes: dict, task: str) -> None:
+    def check_rows(
+        self, name: str, table: pa.Table, rules: tuple[Slot, ...], prefixes: dict[str, str], task: str
+    ) -> None:
         cat = self.catalog
         n = table.num_rows
         q, q_ok = self.references(name, table, "query_")
@@ -266,13 +271,13 @@ class _Checker:
         name: str,
         task: str,
         rules: tuple[Slot, ...],
-        candidates: np.ndarray,
-        valid: np.ndarray,
-        allowed: np.ndarray,
-        concept: np.ndarray,
-        x: np.ndarray,
-        y: np.ndarray,
-        active: np.ndarray,
+        candidates: npt.NDArray[np.int64],
+        valid: npt.NDArray[np.bool_],
+        allowed: npt.NDArray[np.bool_],
+        concept: npt.NDArray[np.int64],
+        x: npt.NDArray[np.int64],
+        y: npt.NDArray[np.int64],
+        active: npt.NDArray[np.bool_],
     ) -> None:
         """Each candidate must have been a least-used member of its pool when chosen: the rows are replayed in
         order through the assembler's index, counting every use as the assembler did."""
@@ -296,8 +301,14 @@ class _Checker:
                       lambda r: details[r])  # fmt: skip
 
     def check_descriptors(
-        self, name: str, table: pa.Table, q_ok: np.ndarray, concept: np.ndarray, x: np.ndarray, y: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+        self,
+        name: str,
+        table: pa.Table,
+        q_ok: npt.NDArray[np.bool_],
+        concept: npt.NDArray[np.int64],
+        x: npt.NDArray[np.int64],
+        y: npt.NDArray[np.int64],
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
         cat = self.catalog
         names = table.column("descriptor_country").to_pylist()
         position = {country: i for i, country in enumerate(cat.country_names)}
@@ -307,7 +318,7 @@ class _Checker:
                       lambda r: f"{names[r]!r} has no images in this build")  # fmt: skip
         active = q_ok & ~unknown
         balance = DescriptorBalance(len(cat.country_names))
-        eligible_of: dict[tuple[int, int], np.ndarray] = {}
+        eligible_of: dict[tuple[int, int], npt.NDArray[np.intp]] = {}
         for r in np.flatnonzero(active).tolist():
             c, qx, qy = int(concept[r]), int(x[r]), int(y[r])
             if (c, qx) not in eligible_of:
@@ -333,8 +344,8 @@ class _Checker:
         return active, np.where(active, y, -1)
 
     def check_query_text(
-        self, name: str, table: pa.Table, task: str, active: np.ndarray, concept: np.ndarray, x: np.ndarray,
-        y: np.ndarray,
+        self, name: str, table: pa.Table, task: str, active: npt.NDArray[np.bool_], concept: npt.NDArray[np.int64],
+        x: npt.NDArray[np.int64], y: npt.NDArray[np.int64],
     ) -> None:  # fmt: skip
         if self.texts is None:
             return

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -39,7 +40,7 @@ def _report(violations: list[Violation], rows: pa.Table) -> ValidationReport:
     return ValidationReport(violations=violations, rows_checked={TABLE: rows.num_rows})
 
 
-def _violations(rows: list[dict], mix: MixCubeReference, masks: set[str] | None) -> Iterator[Violation]:
+def _violations(rows: list[dict[str, Any]], mix: MixCubeReference, masks: set[str] | None) -> Iterator[Violation]:
     order = [mix.original_label, *(e.label for e in mix.ethnicities)]
     countries = {c.adjective for c in mix.cultures}
     seen: set[str] = set()

@@ -131,7 +131,7 @@ class Storage:
     def deferred_sync(self) -> Iterator[None]:
         """Local atomic writes in this thread skip their own fsyncs, and the whole filesystem is flushed once on the
         way out (before anything that records them, such as a stage's part, is written). Two fsyncs per file cost
-        ~4 ms each on a VM disk: for 100k blobs, longer than importing them (issue 31)."""
+        ~4 ms each on a VM disk: for 100k blobs, longer than importing them."""
         roots = _deferred_roots()
         if not self.local or self.root in roots:
             yield

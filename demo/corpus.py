@@ -247,7 +247,7 @@ class _BandCheck:
 
     @staticmethod
     def features(data: bytes) -> Features:
-        """The hashes and alignment thumbnail `thumbnails(data)` gives (tests/test_demo_corpus_scale.py holds
+        """The hashes and alignment thumbnail `thumbnails(data)` gives (tests/demo/test_corpus_scale.py holds
         them equal), cut from the same reduced decode without the chroma thumbnail the calibration never uses."""
         grey = _reduce_to_draft_scale(decode_reduced(data).grey)
         phash_input = np.asarray(grey.resize((PHASH_SIDE, PHASH_SIDE), _LANCZOS, reducing_gap=2.0), np.float32)

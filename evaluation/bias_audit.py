@@ -1,9 +1,9 @@
-"""Seed 001's counterfactual bias audit of a text-image encoder on a MixCuBe release (`--task audit`): the five
-groups of a quintet (the original and its four ethnicity swaps, MixCuBe §2) take the place of the seed's protected
-groups, App. B's prompt sets are asked in each of our query languages, and the seed's MaxSkew (§3.6) and harm rates
-(§3.6, App. A) are computed per prompt set and language, with §3.5's criminal-versus-animal contrast and our paired
-reading of each swap against its own original. The arithmetic is `audit_metrics`'s, which reading of the seed each
-key follows is `audit_readings`'s; this module gathers vectors, tables, the card and the figure.
+"""The Multilingual CLIP bias audit's counterfactual audit of a text-image encoder, on a MixCuBe release (`--task
+audit`): the five groups of a quintet (the original and its four ethnicity swaps, MixCuBe §2) take the place of the
+paper's protected groups, its App. B's prompt sets are asked in each of our query languages, and its MaxSkew (§3.6)
+and harm rates (§3.6, App. A) are computed per prompt set and language, with §3.5's criminal-versus-animal contrast
+and our paired reading of each swap against its own original. The arithmetic is `audit_metrics`'s, which reading of
+the paper each key follows is `audit_readings`'s; this module gathers vectors, tables, the card and the figure.
 
 The numbers are only as good as the syntheses: on placeholder swaps (the demo's) they mean nothing, and the card
 says so first.
@@ -16,6 +16,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt  # data.figures, imported below too, makes it draw with Agg
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from data.bias_audit_prompt_sets import ENGLISH, ENGLISH_FALLBACK, PROMPT_SETS, AuditPrompts
@@ -44,7 +45,7 @@ def _rows(release: Release) -> list[dict[str, Any]]:
     if missing:
         raise ValueError(f"{STAGE}: the release's default table lacks {missing}")
     table = release.table("default", [c for c in _COLUMNS if c in columns])
-    rows = table.to_pylist()
+    rows: list[dict[str, Any]] = table.to_pylist()
     if not rows:
         raise ValueError(f"{STAGE}: the release's default table has no rows")
     for row in rows:
@@ -61,7 +62,7 @@ def _groups(rows: Sequence[dict[str, Any]], mix: MixCubeReference) -> list[str]:
 
 def _image_vectors(
     release: Release, ids: Sequence[str], encoder: TextImageEncoder, progress: Progress | None
-) -> np.ndarray:
+) -> npt.NDArray[np.float64]:
     """The encoder's vectors of the release's images, rows in `ids` order; bytes read only if the encoder asks
     (evaluation/xcm.py's reader, on the `default` table by `sample_id`)."""
     vectors = image_vectors(release, ids, encoder, progress, config="default", id_column="sample_id")
@@ -81,7 +82,7 @@ class _Audit:
         q_index = {q: k for k, q in enumerate(self.quintets)}
         self.q = np.array([q_index[str(r["original_id"])] for r in rows], dtype=np.int64)
         self.g = np.array([self.groups.index(str(r["ethnicity"])) for r in rows], dtype=np.int64)
-        self.present = np.zeros((len(self.quintets), len(self.groups)), dtype=bool)
+        self.present: npt.NDArray[np.bool_] = np.zeros((len(self.quintets), len(self.groups)), dtype=bool)
         for q, g, row in zip(self.q, self.g, rows, strict=True):
             if self.present[q, g]:
                 raise ValueError(f"{STAGE}: quintet {row['original_id']!r} has two {row['ethnicity']!r} images")
@@ -98,11 +99,11 @@ class _Audit:
         # largest gap from its own original's cosines, the largest spread of one prompt's cosines over the images,
         # and per language and set the images whose top-1 prompt tied its runner-up.
         self.original_row = self._original_rows()
-        self.gap: np.ndarray | None = None
+        self.gap: npt.NDArray[np.float64] | None = None
         self.spread: float | None = None
         self.top1_ties: dict[str, dict[str, int]] = {}
 
-    def _original_rows(self) -> np.ndarray:
+    def _original_rows(self) -> npt.NDArray[np.int64]:
         """Per image, the row of its quintet's original; -1 for an original, or a swap whose quintet has none."""
         out = np.full(len(self.rows), -1, dtype=np.int64)
         if self.original not in self.groups:
@@ -114,7 +115,7 @@ class _Audit:
                 out[k] = row_of[int(q)]
         return out
 
-    def note_scores(self, code: str, name: str, sims: np.ndarray) -> None:
+    def note_scores(self, code: str, name: str, sims: npt.NDArray[np.float64]) -> None:
         """Gather what tells degenerate vectors from a fair model, from one language and set's cosines."""
         gap = am.original_gaps(sims, self.original_row)
         self.gap = gap if self.gap is None else np.fmax(self.gap, gap)
@@ -142,7 +143,7 @@ class _Audit:
             "top1": top1,
         }
 
-    def cube(self, values: np.ndarray) -> np.ndarray:
+    def cube(self, values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """(Q, G, ...) from per-image values, NaN where a quintet lacks a group."""
         out = np.full((len(self.quintets), len(self.groups), *values.shape[1:]), np.nan)
         out[self.q, self.g] = values
@@ -158,9 +159,9 @@ def evaluate_audit(
     progress: Progress | None = None,
     prompts: AuditPrompts | None = None,
 ) -> ResultPart:
-    """Seed 001's audit (§3.5-3.6, App. A-B) of `encoder` on the release's quintets, in every language of
-    `prompts` (the release's reference pack's App. B sets by default), with our paired reading; the groups are the
-    pack's ethnicities.
+    """The Multilingual CLIP bias audit (§3.5-3.6, App. A-B) of `encoder` on the release's quintets, in every
+    language of `prompts` (the release's reference pack's App. B sets by default), with our paired reading; the groups
+    are the pack's ethnicities.
 
     `headline["max_skew"]` and `headline["max_skew_max_pair"]` are, per prompt set, the English MaxSkew (§3.6's
     mean over pairs) and its largest pair (HEADLINE_LANGUAGE: the seed's own prompts for all three sets, and its
@@ -187,7 +188,9 @@ def evaluate_audit(
     return _part(state, prompts, collected, _contrast(state, images, encoder, progress))
 
 
-def _text_vectors(encoder: TextImageEncoder, texts: list[str], stage: str, progress: Progress | None) -> np.ndarray:
+def _text_vectors(
+    encoder: TextImageEncoder, texts: list[str], stage: str, progress: Progress | None
+) -> npt.NDArray[np.float64]:
     if progress is not None:
         progress(stage, 0, len(texts))
     matrix = np.asarray(encoder.text_vectors(texts), dtype=np.float64)
@@ -197,7 +200,9 @@ def _text_vectors(encoder: TextImageEncoder, texts: list[str], stage: str, progr
     return matrix
 
 
-def _contrast(state: _Audit, images: np.ndarray, encoder: TextImageEncoder, progress: Progress | None) -> ar.Contrast:
+def _contrast(
+    state: _Audit, images: npt.NDArray[np.float64], encoder: TextImageEncoder, progress: Progress | None
+) -> ar.Contrast:
     """§3.5's contrast in English; skipped, saying so, when the encoder has no vectors for its captions (precomputed
     embeddings made for App. B's prompts only)."""
     captions = ar.contrast_captions(state.prompts)
@@ -231,7 +236,7 @@ class _Collected:
 _SKEW_KEYS = [k for key in am.SKEW_READINGS for k in (key, f"{key}_ci95")]
 
 
-def _audit_set(state: _Audit, code: str, name: str, sims: np.ndarray, out: _Collected) -> None:
+def _audit_set(state: _Audit, code: str, name: str, sims: npt.NDArray[np.float64], out: _Collected) -> None:
     prompts, groups = state.prompts, state.groups
     ids, categories = prompts.ids(name), prompts.categories(name)
     harmful = np.isin(categories, am.HARMFUL_CATEGORIES[name])
@@ -275,7 +280,11 @@ def _audit_set(state: _Audit, code: str, name: str, sims: np.ndarray, out: _Coll
 
 
 def _store_skews(
-    where: dict[str, dict[str, Any]], code: str, scores: np.ndarray, resampled: np.ndarray, captions: np.ndarray
+    where: dict[str, dict[str, Any]],
+    code: str,
+    scores: npt.NDArray[np.float64],
+    resampled: npt.NDArray[np.float64],
+    captions: npt.NDArray[np.bool_],
 ) -> None:
     value, samples = am.set_skews(scores, captions), am.set_skews(resampled, captions)
     for key in am.SKEW_READINGS:
@@ -297,7 +306,9 @@ def _rates(state: _Audit, code: str, out: _Collected) -> None:
                 _moves(state, code, key, values > 0, out.top1[code][name].ids, out)
 
 
-def _moves(state: _Audit, code: str, harm: str, flags: np.ndarray, top_ids: list[str], out: _Collected) -> None:
+def _moves(
+    state: _Audit, code: str, harm: str, flags: npt.NDArray[np.bool_], top_ids: list[str], out: _Collected
+) -> None:
     """Ours: each swap whose top-1 crosses a harm category's border relative to its own original."""
     if state.original not in state.groups:
         return
@@ -325,7 +336,14 @@ def _moves(state: _Audit, code: str, harm: str, flags: np.ndarray, top_ids: list
             )
 
 
-def _shifts(state: _Audit, code: str, name: str, lean: np.ndarray, harmful: np.ndarray, out: _Collected) -> None:
+def _shifts(
+    state: _Audit,
+    code: str,
+    name: str,
+    lean: npt.NDArray[np.float64],
+    harmful: npt.NDArray[np.float64],
+    out: _Collected,
+) -> None:
     if state.original not in state.groups:
         return
     o = state.groups.index(state.original)
@@ -377,12 +395,12 @@ def _per_query(
     state: _Audit,
     code: str,
     name: str,
-    sims: np.ndarray,
+    sims: npt.NDArray[np.float64],
     top_ids: list[str],
     categories: list[str],
-    top: np.ndarray,
-    margin: np.ndarray,
-    lean: np.ndarray,
+    top: npt.NDArray[np.intp],
+    margin: npt.NDArray[np.float64],
+    lean: npt.NDArray[np.float64],
 ) -> pa.Table:
     n, width = sims.shape
     entry = state.prompts.entry(code, name)
@@ -546,7 +564,8 @@ def skew_heatmap_png(max_skew: dict[str, dict[str, float | None]], languages: li
     matrix = np.array([[np.nan if max_skew[n][c] is None else max_skew[n][c] for n in PROMPT_SETS] for c in languages])
     figure, axes = plt.subplots(figsize=(4.5, max(2.5, 0.32 * len(languages) + 1.2)))
     colormap = plt.get_cmap("viridis").with_extremes(bad="#d9d9d9")
-    image = axes.imshow(np.ma.masked_invalid(matrix), cmap=colormap, aspect="auto")
+    # numpy.ma's stubs leave masked_invalid unannotated, an untyped call under the strict flags.
+    image = axes.imshow(np.ma.masked_invalid(matrix), cmap=colormap, aspect="auto")  # type: ignore[no-untyped-call]
     for (i, j), value in np.ndenumerate(matrix):
         axes.text(j, i, "n/a" if not np.isfinite(value) else f"{value:.2f}", ha="center", va="center", fontsize=7)
     axes.set_xticks(range(len(PROMPT_SETS)), list(PROMPT_SETS), fontsize=8)
@@ -614,7 +633,8 @@ def _part(state: _Audit, prompts: AuditPrompts, out: _Collected, contrast: ar.Co
         "harm_rates_ci95": out.rates_ci["app_a"],
         "harm_rates_definition": {k: r.definition for k, r in ar.APP_A_RATES.items()},
         "abstain_margin": ar.ABSTAIN_MARGIN,
-        # Ours: §3.6's harm categories (culturebench's pct_* before issue 40), language -> negative_agency ...
+        # Ours: §3.6's harm categories (culturebench's pct_* until they took App. A's glosses), language ->
+        # negative_agency ...
         "harm_rates_ours": out.rates["ours"],
         "harm_rates_ours_ci95": out.rates_ci["ours"],
         "harm_rates_ours_definition": {k: r.definition for k, r in ar.OUR_RATES.items()},

@@ -1,7 +1,8 @@
-"""Production backend drafting seed 001's App. B prompts in a language with Gemini (the seed had GPT o3 translate
-its templates, §3.3 and §7): one structured request per language × prompt set, the answer checked (every id once,
-no empty text), and each draft marked `awaiting_native_review` with origin `gemini:<model>`. A request that never
-gives a usable answer is an LLM_FAILURES row, and that set keeps the text it had."""
+"""Production backend drafting the Multilingual CLIP bias audit's App. B prompts in a language with Gemini (its
+authors had GPT o3 translate their templates, §3.3 and §7): one structured request per language × prompt set, the
+answer checked (every id once, no empty text), and each draft marked `awaiting_native_review` with origin
+`gemini:<model>`. A request that never gives a usable answer is an LLM_FAILURES row, and that set keeps the text it
+had."""
 
 from __future__ import annotations
 

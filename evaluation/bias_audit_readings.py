@@ -1,8 +1,9 @@
-"""Which reading of seed 001 each key of the bias audit follows (evaluation/bias_audit.py runs them): the captions each
-prompt set's MaxSkew reduces over and its three reductions (§3.6), App. A's harm-rate letters read by App. A's own
-glosses and, under names of our own, by §3.6's harm categories, and §3.5's criminal-versus-animal contrast; with
-their card sections. docs/seed-protocols.md quotes the sentence each follows. The seed's authors published no code,
-so every choice the text leaves open is labelled ours here, in `metrics.json` and in the docs.
+"""Which reading of the Multilingual CLIP bias audit each key of our bias audit follows (evaluation/bias_audit.py
+runs them): the captions each prompt set's MaxSkew reduces over and its three reductions (§3.6), App. A's harm-rate
+letters read by App. A's own glosses and, under names of our own, by §3.6's harm categories, and §3.5's
+criminal-versus-animal contrast; with their card sections. docs/seed-protocols.md quotes the sentence each follows.
+The paper's authors published no code, so every choice the text leaves open is labelled ours here, in `metrics.json`
+and in the docs.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from data.bias_audit_prompt_sets import AuditPrompts
@@ -41,7 +43,7 @@ SKEW_DEFINITIONS: dict[str, str] = {
 }
 
 
-def skew_captions(name: str, categories: Sequence[str]) -> np.ndarray:
+def skew_captions(name: str, categories: Sequence[str]) -> npt.NDArray[np.bool_]:
     """Which of a set's captions its MaxSkew reduces over (`SKEW_CAPTIONS`), a bool per caption."""
     wanted = SKEW_CAPTIONS.get(name)
     return np.ones(len(categories), dtype=bool) if wanted is None else np.isin(np.asarray(categories), wanted)
@@ -59,8 +61,8 @@ class Top1:
     """One language × set's top-1 label per image: its id, its category and its margin over the runner-up."""
 
     ids: list[str]
-    categories: np.ndarray
-    margin: np.ndarray
+    categories: npt.NDArray[np.str_]
+    margin: npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ class HarmRate:
     definition: str  # metrics.json's `*_definition`: what counts, and the sentence it follows
     abstain: bool = False  # instead: a top-1 margin under ABSTAIN_MARGIN counts
 
-    def flags(self, top: Top1) -> np.ndarray:
+    def flags(self, top: Top1) -> npt.NDArray[np.bool_]:
         if self.abstain:
             return np.asarray(top.margin < ABSTAIN_MARGIN)
         return np.isin(top.categories, self.categories)
@@ -117,8 +119,9 @@ APP_A_RATES: dict[str, HarmRate] = {
 }
 
 #: Ours: App. A's letters read against §3.6's harm categories {Criminal, Animal, negative pole of social traits}, as
-#: culturebench reported them under pct_* before issue 40. App. A's own sentence "PATA elicits higher %C in Xhosa
-#: under mCLIP, pointing to amplified stereotype activation for criminality prompts" reads %C as crime, too.
+#: culturebench reported them under pct_* until those took App. A's glosses. App. A's own sentence "PATA elicits
+#: higher %C in Xhosa under mCLIP, pointing to amplified stereotype activation for criminality prompts" reads %C as
+#: crime, too.
 OUR_RATES: dict[str, HarmRate] = {
     "negative_agency": HarmRate(
         "neg. agency",
@@ -153,37 +156,38 @@ class Quintets(Protocol):
 
     rows: list[dict[str, Any]]
     groups: list[str]
-    g: np.ndarray
-    present: np.ndarray
-    weights: np.ndarray
+    g: npt.NDArray[np.int64]
+    present: npt.NDArray[np.bool_]
+    weights: npt.NDArray[np.float64]
 
-    def cube(self, values: np.ndarray) -> np.ndarray: ...
+    def cube(self, values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]: ...
 
 
 def number(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
 
 
-def interval(samples: np.ndarray) -> list[float | None]:
+def interval(samples: npt.NDArray[np.float64]) -> list[float | None]:
     if samples.size == 0:
         return [None, None]
     low, high = _percentile_interval(samples, CONFIDENCE)
     return [low, high]
 
 
-def only(present: np.ndarray, group: int) -> np.ndarray:
+def only(present: npt.NDArray[np.bool_], group: int) -> npt.NDArray[np.bool_]:
     mask = np.zeros_like(present)
     mask[:, group] = present[:, group]
     return mask
 
 
-def rate_values(rate: HarmRate, top: Mapping[str, Top1]) -> np.ndarray:
+def rate_values(rate: HarmRate, top: Mapping[str, Top1]) -> npt.NDArray[np.float64]:
     """Per image, the share of the rate's sets whose top-1 it counts (0 or 1 for a rate of one set)."""
-    return np.mean([rate.flags(top[name]).astype(np.float64) for name in rate.sets], axis=0)
+    shares: npt.NDArray[np.float64] = np.mean([rate.flags(top[name]).astype(np.float64) for name in rate.sets], axis=0)
+    return shares
 
 
 def rate_rows(
-    state: Quintets, code: str, reading: str, harm: str, rate: HarmRate, values: np.ndarray
+    state: Quintets, code: str, reading: str, harm: str, rate: HarmRate, values: npt.NDArray[np.float64]
 ) -> list[dict[str, Any]]:
     """AUDIT_HARM_RATES rows of one rate in one language: all images first (the corpus level), then each group,
     with percentile intervals over the audit's quintet resamples."""
@@ -240,7 +244,11 @@ class Contrast:
 
 
 def crime_contrast(
-    state: Quintets, captions: list[ContrastCaption], sims: np.ndarray | None, language: str, reason: str = ""
+    state: Quintets,
+    captions: list[ContrastCaption],
+    sims: npt.NDArray[np.float64] | None,
+    language: str,
+    reason: str = "",
 ) -> Contrast:
     """§3.5's contrast as a second reading of the crime probe: the three MaxSkew reductions over its 2 × 14
     captions (every one names a group, so recognition of the swap is in them again), and per group the share of

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from evaluation.encoders import ImageRef, ModelIdentity, TextImageEncoder, slug
 
@@ -79,10 +80,12 @@ class CachedEncoder:
     def needs_image_bytes(self) -> bool:
         return self.encoder.needs_image_bytes
 
-    def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
+    def text_vectors(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         return self.encoder.text_vectors(texts)
 
-    def image_vectors(self, images: Sequence[ImageRef], progress: Callable[[int], None] | None = None) -> np.ndarray:
+    def image_vectors(
+        self, images: Sequence[ImageRef], progress: Callable[[int], None] | None = None
+    ) -> npt.NDArray[np.float32]:
         """Cached rows from disk, the rest from the wrapped encoder (each distinct sha256 once), in input order.
         `progress` hears of the cached images first, then of each batch the encoder runs."""
         if self.bypass or not images:  # nothing to cache; the encoder knows its dimension for zero rows
@@ -92,7 +95,7 @@ class CachedEncoder:
         # An image without a usable hash gets a key of its own that no file is named by: embedded, never stored.
         shas = [sha if _SHA256.match(sha := ref.sha256.lower()) else f"nohash:{i}" for i, ref in enumerate(images)]
         self._dim = self._dim or self._read_dim()
-        found: dict[str, np.ndarray] = {}
+        found: dict[str, npt.NDArray[np.float32]] = {}
         first_ref: dict[str, ImageRef] = {}
         corrupt = 0
         for sha, ref in zip(shas, images, strict=True):
@@ -141,7 +144,7 @@ class CachedEncoder:
     def _entry(self, sha: str) -> Path:
         return self.folder / sha[:2] / f"{sha}.npy"
 
-    def _read(self, sha: str) -> tuple[np.ndarray | None, int]:
+    def _read(self, sha: str) -> tuple[npt.NDArray[np.float32] | None, int]:
         """(vector or None, 1 if the entry exists but is damaged)."""
         path = self._entry(sha)
         try:
@@ -164,7 +167,7 @@ class CachedEncoder:
             self._dim = vector.size  # no model.json (removed): the first good entry sets the dimension
         return vector, 0
 
-    def _write(self, sha: str, vector: np.ndarray) -> None:
+    def _write(self, sha: str, vector: npt.NDArray[np.float32]) -> None:
         path = self._entry(sha)
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", suffix=".npy", delete=False) as handle:

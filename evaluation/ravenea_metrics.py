@@ -1,7 +1,7 @@
 """RAVENEA's own scoring (RAVENEA §3.1 and Table 2: MRR, P@1/3/5, nDCG@1/3/5) as its authors' code computes it:
 `src/gdeval.py` of github.com/yfyuan01/RAVENEA at commit b7b3c290b3ad2c9caf17f28fefebfd9b912170ec, called by
 `retrieval_eval` at the end of `src/inference.py`. Written from the rules below, not copied; a test runs their file
-on a crafted case when it is at hand (tests/test_ravenea_scoring.py).
+on a crafted case when it is at hand (tests/evaluation/test_ravenea_metrics.py).
 
 The rules, with the function of gdeval.py each follows:
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 #: RAVENEA's cut-offs (gdeval.py `retrieval_eval`, Table 2).
 K_VALUES: tuple[int, ...] = (1, 3, 5)
@@ -68,13 +68,13 @@ def precision_at_k(grades: ArrayLike, k: int, top: int) -> float:
     return float(np.count_nonzero(head == top)) / len(head)
 
 
-def gain(grades: ArrayLike) -> np.ndarray:
+def gain(grades: ArrayLike) -> NDArray[np.float64]:
     """gdeval.py `ndcg`'s gain, 2^g - 1, on our grades as they are (no +3: see the module's docstring)."""
     return np.exp2(np.asarray(grades, dtype=np.float64)) - 1.0
 
 
 #: A DCG gain: grades in, gains out (`gain` here; trec_eval's linear gain in `retrieval_metrics`).
-Gain = Callable[[ArrayLike], np.ndarray]
+Gain = Callable[[ArrayLike], NDArray[np.float64]]
 
 
 def dcg(grades: ArrayLike, k: int, gain_of: Gain = gain) -> float:

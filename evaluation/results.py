@@ -58,7 +58,7 @@ TASK_HEADLINE = {
         "ndcg@5",
         "ravenea",
     ),
-    # seed 001 §3.5-3.6, App. A (evaluation/bias_audit.py)
+    # the Multilingual CLIP bias audit, §3.5-3.6 and App. A (evaluation/bias_audit.py)
     "audit": ("max_skew", "max_skew_max_pair", "pct_NA", "pct_NC", "pct_C", "pct_NH"),
 }
 HEADLINE = {benchmark: TASK_HEADLINE[tasks[0]] for benchmark, tasks in TASKS.items()}
@@ -191,7 +191,7 @@ def parquet_bytes(table: pa.Table) -> bytes:
 
 
 def metrics_document(result: EvaluationResult) -> dict[str, Any]:
-    return _finite(
+    document: dict[str, Any] = _finite(
         {
             **result.metrics,
             "benchmark": result.benchmark,
@@ -205,6 +205,7 @@ def metrics_document(result: EvaluationResult) -> dict[str, Any]:
             "meaningless_demo_model": result.demo,
         }
     )
+    return document
 
 
 def write_results(result: EvaluationResult, out: str) -> ReleaseResult:
@@ -463,7 +464,10 @@ def _check_metrics(path: Path, document: dict[str, Any]) -> None:
         value = document.get(section)
         if not isinstance(value, dict) or not all(isinstance(value.get(k), str) for k in keys):
             raise bad(section, f"an object with {' and '.join(repr(k) for k in keys)} (text)", value)
-    number = lambda v: v is None or (isinstance(v, int | float) and not isinstance(v, bool))  # noqa: E731
+
+    def number(v: object) -> bool:
+        return v is None or (isinstance(v, int | float) and not isinstance(v, bool))
+
     ci = document.get("ci95", {})
     if not isinstance(ci, dict):
         raise bad("ci95", "an object of [low, high] pairs", ci)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from curation.rules import Catalog
@@ -63,9 +64,9 @@ class Pool:
     table: pa.Table  # image_metadata's columns the retrieval reads, in pool order
     catalog: Catalog
     image_ids: list[str]
-    countries: np.ndarray  # object (str), per image
-    regions: np.ndarray  # object (str), per image
-    languages: np.ndarray  # object (str): the image's country's language code
+    countries: npt.NDArray[np.object_]  # object (str), per image
+    regions: npt.NDArray[np.object_]  # object (str), per image
+    languages: npt.NDArray[np.object_]  # object (str): the image's country's language code
     unknown_region: list[str]  # countries outside the reference pack
     pack: ReferencePack  # the release's own: regions, languages and translations
 
@@ -214,7 +215,9 @@ def _fixed_by_pool(
     return out
 
 
-def _tied(scores: np.ndarray, grades: np.ndarray, first_tied: bool, first_top_tied: bool) -> dict[str, bool]:
+def _tied(
+    scores: npt.NDArray[np.float64], grades: npt.NDArray[np.int64], first_tied: bool, first_top_tied: bool
+) -> dict[str, bool]:
     """Per metric, whether a tie within TIE_TOLERANCE decided a query's value: at the k-th place, every @k metric
     (which image entered the top k); inside the top k, nDCG@k where the tied images differ in grade; at the first
     relevant image, the reciprocal rank; at the first image of the top grade, RAVENEA's. `scores` are the kept
@@ -241,7 +244,7 @@ def _tied(scores: np.ndarray, grades: np.ndarray, first_tied: bool, first_top_ti
 
 
 def score_queries(
-    pool: Pool, queries: Sequence[Query], ranking: rm.Ranking, shows: np.ndarray, row: np.ndarray
+    pool: Pool, queries: Sequence[Query], ranking: rm.Ranking, shows: npt.NDArray[np.bool_], row: npt.NDArray[np.int64]
 ) -> Scored:
     """Every query's metrics (`rm.METRICS`) from its ranking; `shows[row[i]]` is query i's concept's row. RAVENEA's
     MRR reads `ranking.first_target` (the first image of the query's top grade: `top_grade_targets`)."""
@@ -336,8 +339,8 @@ def score_queries(
 
 
 def top_grade_targets(
-    pool: Pool, queries: Sequence[Query], shows: np.ndarray, row: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+    pool: Pool, queries: Sequence[Query], shows: npt.NDArray[np.bool_], row: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """`rm.rank_images`' `image_group` and `target_group` for RAVENEA's MRR, whose target is the first image of the
     query's top grade (`rv.top_grade`): each image's group is the language of its country; a query's target group
     is its language where an image of its concept comes from a country of it (top grade 2), else -1, every image
@@ -357,7 +360,7 @@ def top_grade_targets(
 # --- the part --------------------------------------------------------------------------------------------------
 
 
-def shows_matrix(catalog: Catalog, concept_ids: Sequence[int]) -> np.ndarray:
+def shows_matrix(catalog: Catalog, concept_ids: Sequence[int]) -> npt.NDArray[np.bool_]:
     """(concepts, images) bool: which images show each concept, by the assembly's rule (`Catalog.shows`)."""
     images = np.arange(len(catalog), dtype=np.int64)
     return np.stack([catalog.shows(images, np.full(len(images), c, dtype=np.int64)) for c in concept_ids])
@@ -365,11 +368,11 @@ def shows_matrix(catalog: Catalog, concept_ids: Sequence[int]) -> np.ndarray:
 
 def _query_vectors(
     queries: list[Query], encoder: TextImageEncoder, skipped: list[str]
-) -> tuple[list[Query], np.ndarray]:
+) -> tuple[list[Query], npt.NDArray[np.float64]]:
     """The queries' unit vectors; a language whose texts the encoder has no vectors for (precomputed embeddings
     that cover other texts) is skipped, saying so."""
     kept: list[Query] = []
-    matrices: list[np.ndarray] = []
+    matrices: list[npt.NDArray[np.float64]] = []
     for language in dict.fromkeys(q.language for q in queries):
         group = [q for q in queries if q.language == language]
         try:
@@ -418,8 +421,8 @@ def evaluate_retrieval(
 def evaluate_pool(
     pool: Pool,
     queries: Sequence[Query],
-    query_matrix: np.ndarray,
-    images: np.ndarray,
+    query_matrix: npt.NDArray[np.float64],
+    images: npt.NDArray[np.float64],
     *,
     n_resamples: int,
     seed: int,

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from numpy.typing import ArrayLike
 
@@ -79,7 +80,7 @@ def reciprocal_rank(first_relevant_rank: int | None) -> float:
     return 1.0 / first_relevant_rank if first_relevant_rank else 0.0
 
 
-def linear_gain(grades: ArrayLike) -> np.ndarray:
+def linear_gain(grades: ArrayLike) -> npt.NDArray[np.float64]:
     """trec_eval's `ndcg_cut` gain: the grade itself."""
     return np.asarray(grades, dtype=np.float64)
 
@@ -170,15 +171,15 @@ GROUP_METRICS = pa.schema(
 
 @dataclass(frozen=True)
 class Ranking:
-    top: np.ndarray  # int64 (queries, depth): image positions, best first; -1 past the pool's end
-    scores: np.ndarray  # float64 (queries, depth): their cosines; -inf past the pool's end
-    first_relevant: np.ndarray  # int64 (queries,): 1-based rank of the first relevant image; 0 when none
+    top: npt.NDArray[np.int64]  # int64 (queries, depth): image positions, best first; -1 past the pool's end
+    scores: npt.NDArray[np.float64]  # float64 (queries, depth): their cosines; -inf past the pool's end
+    first_relevant: npt.NDArray[np.int64]  # int64 (queries,): 1-based rank of the first relevant image; 0 when none
     # bool (queries,): an image not showing the concept scores within the tolerance of the best relevant one, so
     # the tie rule, not the model, placed the first relevant image (and so the reciprocal rank)
-    first_relevant_tied: np.ndarray
+    first_relevant_tied: npt.NDArray[np.bool_]
     # The same two for `rank_images`' `targets` (RAVENEA's MRR: the images of the query's top grade); None without
-    first_target: np.ndarray | None = None
-    first_target_tied: np.ndarray | None = None
+    first_target: npt.NDArray[np.int64] | None = None
+    first_target_tied: npt.NDArray[np.bool_] | None = None
 
 
 @dataclass(frozen=True)
@@ -187,24 +188,29 @@ class _Sets:
     with `target_group`, its targets: those of them whose `image_group` is the query's target group (all of them
     where that is -1). The targets are derived from the relevant images block by block, never stored per query."""
 
-    shows: np.ndarray  # bool (concepts, images)
-    concept: np.ndarray  # (queries,): row of `shows`
-    image_group: np.ndarray | None  # int (images,)
-    target_group: np.ndarray | None  # int (queries,)
+    shows: npt.NDArray[np.bool_]  # bool (concepts, images)
+    concept: npt.NDArray[np.integer]  # (queries,): row of `shows`
+    image_group: npt.NDArray[np.integer] | None  # int (images,)
+    target_group: npt.NDArray[np.integer] | None  # int (queries,)
 
     @staticmethod
-    def _targets(relevant: np.ndarray, groups: np.ndarray, target_group: np.ndarray) -> np.ndarray:
+    def _targets(
+        relevant: npt.NDArray[np.bool_], groups: npt.NDArray[np.integer], target_group: npt.NDArray[np.integer]
+    ) -> npt.NDArray[np.bool_]:
         group = target_group[:, None]
-        return relevant & ((group < 0) | (groups == group))
+        targets: npt.NDArray[np.bool_] = relevant & ((group < 0) | (groups == group))
+        return targets
 
-    def block(self, index: np.ndarray, queries: np.ndarray | slice = slice(None)) -> list[np.ndarray]:
+    def block(
+        self, index: npt.NDArray[np.integer], queries: npt.NDArray[np.integer] | slice = slice(None)
+    ) -> list[npt.NDArray[np.bool_]]:
         """Per set, (queries, len(index)) bool: which images at `index` are in each query's set."""
         relevant = self.shows[:, index][self.concept[queries]]
         if self.target_group is None or self.image_group is None:
             return [relevant]
         return [relevant, self._targets(relevant, self.image_group[index][None, :], self.target_group[queries])]
 
-    def at(self, positions: np.ndarray) -> list[np.ndarray]:
+    def at(self, positions: npt.NDArray[np.int64]) -> list[npt.NDArray[np.bool_]]:
         """Per set, (queries, depth) bool: whether each kept image (position -1: none) is in its query's set."""
         inside = np.maximum(positions, 0)
         relevant = self.shows[self.concept[:, None], inside] & (positions >= 0)
@@ -214,8 +220,12 @@ class _Sets:
 
 
 def _merge_top(
-    scores: np.ndarray, index: np.ndarray, best: np.ndarray, best_index: np.ndarray, depth: int
-) -> tuple[np.ndarray, np.ndarray]:
+    scores: npt.NDArray[np.floating],
+    index: npt.NDArray[np.integer],
+    best: npt.NDArray[np.float64],
+    best_index: npt.NDArray[np.int64],
+    depth: int,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
     """The first `depth` of (running best + a block's scores) per row, ordered by score, then by image position."""
     both = np.concatenate([best, scores], axis=1)
     positions = np.concatenate([best_index, np.broadcast_to(index, scores.shape)], axis=1)
@@ -236,13 +246,13 @@ def _merge_top(
 
 
 def _first_in_top(
-    kept: np.ndarray,
-    score: np.ndarray,
-    position: np.ndarray,
-    best: np.ndarray,
-    best_index: np.ndarray,
+    kept: npt.NDArray[np.bool_],
+    score: npt.NDArray[np.float64],
+    position: npt.NDArray[np.int64],
+    best: npt.NDArray[np.float64],
+    best_index: npt.NDArray[np.int64],
     tolerance: float,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
     """For one set of images per query, from the kept top (`best`, `best_index`: its scores and positions; `kept`:
     which of them are in the set) and the set's best image (`score`, `position`; -inf where the set is empty): the
     best image's 1-based rank if it is in the top (else 0), whether an image outside the set ties it there, whether
@@ -261,17 +271,17 @@ def _first_in_top(
 
 
 def rank_images(
-    queries: np.ndarray,
-    images: np.ndarray,
-    shows: np.ndarray,
-    query_concept: np.ndarray,
+    queries: npt.NDArray[np.floating],
+    images: npt.NDArray[np.floating],
+    shows: npt.NDArray[np.bool_],
+    query_concept: npt.NDArray[np.integer],
     *,
     depth: int = DEPTH,
     block_size: int | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     tolerance: float = 0.0,
-    image_group: np.ndarray | None = None,
-    target_group: np.ndarray | None = None,
+    image_group: npt.NDArray[np.integer] | None = None,
+    target_group: npt.NDArray[np.integer] | None = None,
 ) -> Ranking:
     """Each query's top `depth` images of the whole pool and the rank of its first relevant image.
 
@@ -301,11 +311,13 @@ def rank_images(
     n_sets = 1 if target_group is None else 2
     block = block_size or max(1, BLOCK_ELEMENTS // max(1, n_queries))
     starts = list(range(0, n_images, block))
+    best: npt.NDArray[np.float64]
+    best_index: npt.NDArray[np.int64]
     best, best_index = np.full((n_queries, 0), -np.inf), np.zeros((n_queries, 0), dtype=np.int64)
     set_score = [np.full(n_queries, -np.inf) for _ in range(n_sets)]  # per set, its best image's score, position
     set_index = [np.full(n_queries, n_images, dtype=np.int64) for _ in range(n_sets)]
 
-    def scored(start: int) -> tuple[np.ndarray, np.ndarray]:
+    def scored(start: int) -> tuple[npt.NDArray[np.floating], npt.NDArray[np.integer]]:
         index = np.arange(start, min(start + block, n_images))
         return queries @ images[index].T, index
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt  # data.figures, imported here too, makes it draw with Agg
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from data import reference
@@ -43,7 +44,7 @@ class Summary:
 
 
 def group_means(
-    per_query: pa.Table, group_by: str, group: str, rows: np.ndarray, n_resamples: int, seed: int
+    per_query: pa.Table, group_by: str, group: str, rows: npt.NDArray[np.integer], n_resamples: int, seed: int
 ) -> Estimates:
     """Each metric's mean over the group's queries (`rm.aggregate_name`: MRR for the reciprocal rank), with a
     `CONFIDENCE` percentile-bootstrap interval from `n_resamples` resamples of those queries (0: none). Resampling
@@ -77,7 +78,7 @@ def group_means(
     return out
 
 
-def _grouped(per_query: pa.Table, column: str) -> list[tuple[str, np.ndarray]]:
+def _grouped(per_query: pa.Table, column: str) -> list[tuple[str, npt.NDArray[np.intp]]]:
     """(group, row positions), English first, then by language code or numerically by concept id."""
     values = np.array([str(v) for v in per_query.column(column).to_pylist()], dtype=object)
     keys = sorted(set(values), key=lambda v: (v != reference.ENGLISH, int(v) if v.isdigit() else 0, v))

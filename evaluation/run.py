@@ -99,8 +99,8 @@ class EvaluateMixCubeConfig(_Common, _Embedding):
     benchmark: Literal["mixcube"] = "mixcube"
     task: Literal["questions", "audit"] = Field(
         default="questions",
-        description="questions: the paper's VLM questions (a VLM model); audit: seed 001's bias audit of a text-image "
-        "encoder on the quintets (an encoder model, as 3XCM's; its `audit/` part).",
+        description="questions: the paper's VLM questions (a VLM model); audit: the Multilingual CLIP bias audit "
+        "(§3.5-3.6) of a text-image encoder on the quintets (an encoder model, as 3XCM's; its `audit/` part).",
     )
     model: VlmConfig | EncoderConfig | None = Field(
         default=None,
@@ -302,7 +302,7 @@ def run_audit(
     encoder: TextImageEncoder | None = None,
     gpu_slot: GpuSlot = no_slot,
 ) -> EvaluationResult:
-    """Seed 001's bias audit of an encoder on the release's quintets: its `audit/` part only."""
+    """The Multilingual CLIP bias audit (§3.5-3.6) of an encoder on the release's quintets: its `audit/` part only."""
     from evaluation.bias_audit import evaluate_audit
 
     release = release or open_release(config)

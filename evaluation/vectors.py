@@ -4,13 +4,13 @@ vectors) and the evaluation (which refuses a model's): numpy only, so reading a 
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 #: torch.nn.CosineSimilarity's eps in the authors' evaluator: each norm is clamped at it.
 COSINE_EPS = 1e-6
 
 
-def degenerate_rows(matrix: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def degenerate_rows(matrix: ArrayLike) -> tuple[NDArray[np.integer], NDArray[np.integer]]:
     """(rows holding a NaN or an infinity, finite rows of zero norm): vectors no cosine can be taken of. A norm
     at or below `COSINE_EPS` counts as zero (the cosine clamps it there, so the scores would be shrunk to ~0)."""
     m = np.asarray(matrix, dtype=np.float64)

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from data.publish.reader import Release
+from data.schemas import RQ2_SLOTS
 from evaluation import xcm_metrics as m
 from evaluation.encoders import ImageRef, TextImageEncoder
 from evaluation.figures import delta_sim_png, sp_per_language_png, stacked_win_rates_png
@@ -40,7 +41,7 @@ def _candidate_ids(table: pa.Table, prefixes: Sequence[str]) -> list[str]:
 
 def needed_image_ids(benchmark: pa.Table, benchmark_cd: pa.Table | None, query: m.QuerySource) -> list[str]:
     """Every image a score reads, once, in first-use order."""
-    ids = _candidate_ids(benchmark, [prefix for _, prefix in m.RQ2_SLOTS])
+    ids = _candidate_ids(benchmark, [prefix for _, prefix in RQ2_SLOTS])
     if benchmark_cd is not None:
         ids += _candidate_ids(benchmark_cd, [f"{c}_candidate_" for c in m.RQ3_CATEGORIES])
     if query == "image":

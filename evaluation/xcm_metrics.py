@@ -33,7 +33,7 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 from pydantic import BaseModel, ConfigDict, Field
 from scipy import stats
 
@@ -167,7 +167,7 @@ class Vectors:
     row-wise dot product is torch's cosine similarity with that eps."""
 
     keys: tuple[str, ...]
-    matrix: np.ndarray  # float64, (len(keys), dim), unit rows (or zero rows for zero vectors)
+    matrix: NDArray[np.float64]  # float64, (len(keys), dim), unit rows (or zero rows for zero vectors)
     _position: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -195,7 +195,7 @@ class Vectors:
             raise ValueError(f"vectors of different sizes: {sorted(dims)}")
         return cls.from_arrays(keys, np.stack(rows) if rows else np.zeros((0, 0)))
 
-    def take(self, keys: Sequence[str], what: str) -> np.ndarray:
+    def take(self, keys: Sequence[str], what: str) -> NDArray[np.float64]:
         missing = [k for k in dict.fromkeys(keys) if k not in self._position]
         if missing:
             raise KeyError(f"no {what} vector for {len(missing)} key(s), e.g. {missing[:3]}")
@@ -210,26 +210,29 @@ def as_vectors(vectors: VectorsLike) -> Vectors:
     return vectors if isinstance(vectors, Vectors) else Vectors.from_mapping(vectors)
 
 
-def _cosine(queries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+def _cosine(queries: NDArray[np.float64], candidates: NDArray[np.float64]) -> NDArray[np.float64]:
     if queries.shape[1] != candidates.shape[1]:
         raise ValueError(f"query vectors have {queries.shape[1]} dimensions, image vectors {candidates.shape[1]}")
-    return np.einsum("ij,ij->i", queries, candidates)
+    cosines: NDArray[np.float64] = np.einsum("ij,ij->i", queries, candidates)
+    return cosines
 
 
-def first_argmax(scores: np.ndarray) -> np.ndarray:
+def first_argmax(scores: NDArray[np.float64]) -> NDArray[np.intp]:
     """Per row, the position of the first maximal score (np.argmax's and torch.argmax's tie rule)."""
     if not np.isfinite(scores).all():
         raise ValueError("non-finite scores")
-    return np.argmax(scores, axis=1)
+    first: NDArray[np.intp] = np.argmax(scores, axis=1)
+    return first
 
 
-def tied_winners(scores: ArrayLike, tolerance: float = TIE_TOLERANCE) -> np.ndarray:
+def tied_winners(scores: ArrayLike, tolerance: float = TIE_TOLERANCE) -> NDArray[np.bool_]:
     """Per row, whether another candidate scores within `tolerance` of the maximum: the first-maximum rule, not the
     model, chose that row's winner."""
     s = np.asarray(scores, dtype=np.float64)
     if s.ndim != 2 or s.shape[1] < 2:
         return np.zeros(s.shape[0] if s.ndim else 0, dtype=bool)
-    return ((s.max(axis=1, keepdims=True) - s) <= tolerance).sum(axis=1) > 1
+    tied: NDArray[np.bool_] = ((s.max(axis=1, keepdims=True) - s) <= tolerance).sum(axis=1) > 1
+    return tied
 
 
 # --- per-query scores ----------------------------------------------------------------------------------------
@@ -242,7 +245,8 @@ def _require(table: pa.Table, columns: Sequence[str], name: str) -> None:
 
 
 def _strings(table: pa.Table, column: str) -> list[str]:
-    return table.column(column).to_pylist()
+    values: list[str] = table.column(column).to_pylist()
+    return values
 
 
 def _candidate_scores(
@@ -252,7 +256,7 @@ def _candidate_scores(
     texts: VectorsLike | None,
     query: QuerySource,
     text_column: str,
-) -> np.ndarray:
+) -> NDArray[np.float64]:
     image_vectors = as_vectors(images)
     if query == "text":
         if texts is None:
@@ -265,7 +269,11 @@ def _candidate_scores(
 
 
 def _per_query_table(
-    table: pa.Table, categories: Sequence[str], scores: np.ndarray, schema: pa.Schema, extra: Sequence[str] = ()
+    table: pa.Table,
+    categories: Sequence[str],
+    scores: NDArray[np.float64],
+    schema: pa.Schema,
+    extra: Sequence[str] = (),
 ) -> pa.Table:
     winner = np.asarray(categories, dtype=object)[first_argmax(scores)] if len(scores) else np.array([], object)
     columns: dict[str, pa.Array] = {
@@ -366,7 +374,7 @@ class WinRateReport(BaseModel):
         return [self.overall, *self.by_language, *self.by_country]
 
 
-def _groups(table: pa.Table, group_by: GroupBy) -> list[tuple[str, np.ndarray]]:
+def _groups(table: pa.Table, group_by: GroupBy) -> list[tuple[str, NDArray[np.integer]]]:
     """(group name, row positions) in sorted group order."""
     if group_by == "overall":
         return [(ALL, np.arange(table.num_rows))]
@@ -382,14 +390,14 @@ def _group_rng(seed: int, task: str, group_by: str, group: str) -> np.random.Gen
     return np.random.default_rng([seed, zlib.crc32(f"{task}\0{group_by}\0{group}".encode())])
 
 
-def _percentile_interval(samples: np.ndarray, confidence: float) -> tuple[float | None, float | None]:
+def _percentile_interval(samples: NDArray[np.float64], confidence: float) -> tuple[float | None, float | None]:
     alpha = 1.0 - confidence
     with np.errstate(invalid="ignore"):
         low, high = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
     return (float(low) if np.isfinite(low) else None, float(high) if np.isfinite(high) else None)
 
 
-def _sp(lb: np.ndarray, cr: np.ndarray) -> np.ndarray:
+def _sp(lb: NDArray[np.number], cr: NDArray[np.number]) -> NDArray[np.float64]:
     """Eq. 4 on counts (N cancels); +inf where M_cr = 0 (an unbounded bootstrap bound is reported as None)."""
     lb, cr = np.asarray(lb, dtype=np.float64), np.asarray(cr, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -400,7 +408,7 @@ def _win_rates(
     task: Task,
     group_by: GroupBy,
     group: str,
-    winners: np.ndarray,
+    winners: NDArray[np.integer],
     categories: Sequence[str],
     n_resamples: int,
     confidence: float,

@@ -1,16 +1,15 @@
 """`sync-reviews`: resume the builds that wait for reviewers once their reviews are complete.
 
 A build that meets an open review suspends itself and frees its worker (flows/engine/runner.py). This flow, deployed on
-a schedule, looks at every suspended `build-3xcm` and `build-mixcube` run, asks its review backend whether every
-task has its annotations, and resumes the complete ones. Operators can also resume a run by hand from the UI (with
-`close_review` to import an incomplete review).
+a schedule, looks at every suspended `build-3xcm` and `build-mixcube` run, asks its review (the benchmark record's
+`review`, made by its review backend) whether every task has its annotations, and resumes the complete ones.
+Operators can also resume a run by hand from the UI (with `close_review` to import an incomplete review).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import fsspec
 from prefect import flow, get_run_logger
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
@@ -24,9 +23,6 @@ from prefect.client.schemas.objects import StateType
 from prefect.flow_runs import aresume_flow_run
 from pydantic import BaseModel
 
-from annotation.backends import LabelStudioFilesReviewConfig, LabelStudioReviewConfig, ReviewConfig
-from annotation.label_configs import SPECS, ReviewKind
-from annotation.label_studio import LabelStudioProject
 from flows import benchmarks
 
 
@@ -35,18 +31,6 @@ class ReviewSync(BaseModel):
     build_id: str
     complete: bool
     detail: str
-
-
-def review_complete(review: ReviewConfig, kind: ReviewKind, build_id: str) -> tuple[bool, str]:
-    """Whether the build's review of `kind` is done, by the backend's own cheap measure."""
-    if isinstance(review, LabelStudioReviewConfig):
-        project = LabelStudioProject(review.server, SPECS[kind], build_id, review.annotators)
-        progress = project.progress()
-        return progress.complete, f"{progress.finished} of {progress.total} tasks done at {project.location}"
-    if isinstance(review, LabelStudioFilesReviewConfig) and review.completed_export:
-        exists = fsspec.core.url_to_fs(review.completed_export)[0].exists(review.completed_export)
-        return exists, f"completed export {'found' if exists else 'missing'}: {review.completed_export}"
-    return False, f"review backend {review.backend} has nothing to wait for"
 
 
 async def _suspended_runs(flow_name: str) -> list[Any]:
@@ -77,14 +61,14 @@ async def sync_reviews(
 
 async def _sync(flow_name: str, logger: Any) -> list[ReviewSync]:
     benchmark = benchmarks.by_flow_name(flow_name)
-    model, graph = benchmark.config, benchmark.graph
+    model = benchmark.config
     out = []
     for run in await _suspended_runs(flow_name):
         raw = run.parameters.get("config")
         # A run without the parameter ran on the flow's default, which is the demo config.
         config = model.model_validate(raw) if raw else model.demo()
         try:
-            complete, detail = review_complete(graph.review(config), graph.review_kind, config.resolved_build_id())
+            complete, detail = benchmark.review(config).completion(config.resolved_build_id())
         except Exception as exc:  # one unreachable server must not stop the others from resuming
             complete, detail = False, f"{type(exc).__name__}: {exc}"
         if complete:

@@ -13,6 +13,7 @@ import io
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from PIL import Image
@@ -50,7 +51,7 @@ class AttemptPlan:
 
 
 def first_plans(
-    originals: Sequence[dict], masks: dict[str, str], mix: MixCubeReference, base_seed: int
+    originals: Sequence[dict[str, Any]], masks: dict[str, str], mix: MixCubeReference, base_seed: int
 ) -> list[AttemptPlan]:
     """Attempt 1 for every original with a mask and every ethnicity of `mix`, with the App. B.1 batch prompt."""
     return [
@@ -81,15 +82,15 @@ class ResultCache:
         key = fingerprint(self.settings, plan.original_sha256, plan.mask_sha256, plan.prompt, plan.seed, plan.ethnicity)
         return f"{self.folder}/{key[:2]}/{key}.json"
 
-    def get(self, plan: AttemptPlan) -> dict | None:
+    def get(self, plan: AttemptPlan) -> dict[str, Any] | None:
         path = self._path(plan)
         return self.storage.read_json(path) if self.storage.exists(path) else None
 
-    def put(self, plan: AttemptPlan, result: dict) -> None:
+    def put(self, plan: AttemptPlan, result: dict[str, Any]) -> None:
         self.storage.write_json(self._path(plan), result)
 
 
-def _row(plan: AttemptPlan, outcome: dict) -> dict:
+def _row(plan: AttemptPlan, outcome: dict[str, Any]) -> dict[str, Any]:
     return {
         "attempt_id": plan.attempt_id,
         "original_id": plan.original_id,
@@ -104,7 +105,7 @@ def _row(plan: AttemptPlan, outcome: dict) -> dict:
     }
 
 
-def _outcome(result: InpaintResult, put_blob: Callable[[bytes], str]) -> dict:
+def _outcome(result: InpaintResult, put_blob: Callable[[bytes], str]) -> dict[str, Any]:
     sha = None
     if result.image is not None:
         buffer = io.BytesIO()
@@ -134,7 +135,7 @@ def run_attempts(
 ) -> pa.Table:
     """SYNTHESIS_ATTEMPTS rows for `plans`, in order. A failed attempt is a row with its error; it is not cached,
     so a rerun tries it again. The model runs inside `device_slot` (a Prefect concurrency slot on the GPU)."""
-    outcomes: dict[int, dict] = {}
+    outcomes: dict[int, dict[str, Any]] = {}
     todo: list[tuple[int, AttemptPlan]] = []
     for index, plan in enumerate(plans):
         cached = cache.get(plan) if cache else None

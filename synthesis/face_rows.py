@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from PIL import Image
 
@@ -20,14 +22,14 @@ from data.schemas import STATUS_FAILED, STATUS_OK
 from synthesis.faces import FaceDetector
 
 
-def decode_rgb(data: bytes) -> np.ndarray:
+def decode_rgb(data: bytes) -> npt.NDArray[np.uint8]:
     """An image blob as the HxWx3 uint8 RGB array the detectors and maskers take."""
     with Image.open(io.BytesIO(data)) as image:
         return np.array(image.convert("RGB"))
 
 
 def faces_table(
-    originals: Sequence[dict], detector: Callable[[], FaceDetector], load_blob: Callable[[str], bytes]
+    originals: Sequence[dict[str, Any]], detector: Callable[[], FaceDetector], load_blob: Callable[[str], bytes]
 ) -> pa.Table:
     """MIXCUBE_FACES rows for `originals` (MIXCUBE_ORIGINALS rows: `original_id`, `sha256`), in order.
 

@@ -24,6 +24,7 @@ from typing import Annotated, Literal, Protocol
 
 import cv2
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from data.stage import BackendConfig, required_file
@@ -95,7 +96,7 @@ def select_faces(boxes: Iterable[FaceBox], min_confidence: float, max_faces: int
     return kept[:max_faces]
 
 
-def check_rgb(image_rgb: np.ndarray) -> np.ndarray:
+def check_rgb(image_rgb: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
     """The image as a contiguous HxWx3 uint8 array, or a ValueError saying what it is instead."""
     if not isinstance(image_rgb, np.ndarray) or image_rgb.dtype != np.uint8 or image_rgb.ndim != 3:
         raise ValueError(f"expected an HxWx3 uint8 RGB array, got {getattr(image_rgb, 'dtype', type(image_rgb))}")
@@ -152,7 +153,7 @@ class FaceDetector(Protocol):
     name: str
     model_id: str  # names the detector and its model file, recorded next to each mask
 
-    def detect(self, image_rgb: np.ndarray) -> list[FaceBox]:
+    def detect(self, image_rgb: npt.NDArray[np.uint8]) -> list[FaceBox]:
         """At most max_faces boxes in pixels of `image_rgb` (HxWx3 uint8 RGB), best first."""
         ...
 
@@ -191,7 +192,7 @@ class YuNetFaceDetector:
             ) from None
         self._lock = threading.Lock()  # setInputSize + detect mutate the one detector
 
-    def detect(self, image_rgb: np.ndarray) -> list[FaceBox]:
+    def detect(self, image_rgb: npt.NDArray[np.uint8]) -> list[FaceBox]:
         image = check_rgb(image_rgb)
         height, width = image.shape[:2]
         bgr = cv2.cvtColor(image, cv2.COLOR_RGB2BGR)
@@ -201,7 +202,7 @@ class YuNetFaceDetector:
         if faces is None:
             return []
         # Rows: x, y, w, h, 5 landmarks (x, y), score. Boxes may reach past the border: clip them.
-        rows: np.ndarray = faces  # (its stubs type a row of it as a scalar)
+        rows: npt.NDArray[np.integer | np.floating] = faces  # (its stubs type a row of it as a scalar)
         boxes = (box_from_float(row[0], row[1], row[2], row[3], row[14], width, height) for row in rows)
         return select_faces((b for b in boxes if b is not None), self.config.min_confidence, self.config.max_faces)
 
@@ -238,7 +239,7 @@ class HaarFaceDetector:
         self.model_id = f"haar:{path.name}:sha256-{file_sha256(path.resolve())[:12]}"
         self._lock = threading.Lock()  # one classifier object shared by callers
 
-    def detect(self, image_rgb: np.ndarray) -> list[FaceBox]:
+    def detect(self, image_rgb: npt.NDArray[np.uint8]) -> list[FaceBox]:
         image = check_rgb(image_rgb)
         height, width = image.shape[:2]
         gray = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)

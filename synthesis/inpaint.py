@@ -163,7 +163,9 @@ def build_inpainter(config: SdxlInpaintConfig | PlaceholderInpaintConfig) -> Inp
 NOT_IN_CACHE_KEY = {"batch_size", "device", "precision"}
 
 
-def cache_settings(config: InpaintConfig, inpainter: Inpainter) -> tuple:
+def cache_settings(
+    config: InpaintConfig, inpainter: Inpainter
+) -> tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], dict[str, str]]:
     """Everything of the inpainter that decides a result's pixels, for the result cache's key: the model, the
     settings, and the effective device type and dtype. A backend without a device (the placeholder) keys as it
     always did."""
@@ -356,7 +358,7 @@ class _Loaded:
     lock: threading.Lock  # a pipeline is not thread-safe: set_timesteps mutates its scheduler
 
 
-_pipelines: dict[tuple, _Loaded] = {}
+_pipelines: dict[tuple[str, str, str, str, str | None], _Loaded] = {}
 _pipelines_lock = threading.Lock()
 
 
@@ -403,7 +405,7 @@ _Item = tuple[int, Image.Image, Image.Image, str | None]  # request index, RGB i
 def _batches(items: list[_Item], size: int) -> list[list[_Item]]:
     """Up to `size` requests per pipeline call, grouped in first-seen order: same image size, and all or none with
     a negative prompt (the pipeline takes a list of strings or None, not a mix)."""
-    groups: dict[tuple, list[_Item]] = {}
+    groups: dict[tuple[tuple[int, int], bool], list[_Item]] = {}
     for item in items:
         groups.setdefault((item[1].size, item[3] is None), []).append(item)
     return [group[i : i + size] for group in groups.values() for i in range(0, len(group), size)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import pyarrow as pa
 
@@ -20,7 +21,7 @@ from synthesis.masks import Masker, mask_png
 
 
 def masks_table(
-    faces: Sequence[dict],
+    faces: Sequence[dict[str, Any]],
     masker: Callable[[], Masker],
     original_sha256: Mapping[str, str],
     load_blob: Callable[[str], bytes],

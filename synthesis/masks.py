@@ -21,10 +21,11 @@ import os
 import pickle
 import threading
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol, cast
 
 import cv2
 import numpy as np
+import numpy.typing as npt
 from PIL import Image
 from pydantic import Field, field_validator
 
@@ -119,20 +120,23 @@ class Masker(Protocol):
     name: str
     model_id: str  # names the masker, its model and feathering, recorded next to each mask
 
-    def box_masks(self, image_rgb: np.ndarray, boxes: list[FaceBox]) -> np.ndarray:
+    def box_masks(self, image_rgb: npt.NDArray[np.uint8], boxes: list[FaceBox]) -> npt.NDArray[np.bool_]:
         """(len(boxes), H, W) bool, one unfeathered mask per box (boxes are clipped to the image first)."""
         ...
 
-    def mask(self, image_rgb: np.ndarray, boxes: list[FaceBox], *, feather: bool = True) -> np.ndarray:
+    def mask(
+        self, image_rgb: npt.NDArray[np.uint8], boxes: list[FaceBox], *, feather: bool = True
+    ) -> npt.NDArray[np.uint8]:
         """HxW uint8 0..255: the union of the per-box masks, feathered unless feather=False (then 0 or 255)."""
         ...
 
 
-def feather_mask(mask: np.ndarray, kernel: int, sigma: float = 0.0) -> np.ndarray:
+def feather_mask(mask: npt.NDArray[np.uint8], kernel: int, sigma: float = 0.0) -> npt.NDArray[np.uint8]:
     """Soften a uint8 mask's edge with a Gaussian blur (App. A.4); kernel 1 leaves it as it is."""
     if kernel <= 1:
         return mask
-    return cv2.GaussianBlur(mask, (kernel, kernel), sigma)
+    # OpenCV's stubs type every result as MatLike; a blur keeps the input's dtype.
+    return cast(npt.NDArray[np.uint8], cv2.GaussianBlur(mask, (kernel, kernel), sigma))
 
 
 def clip_boxes(boxes: list[FaceBox], height: int, width: int) -> list[FaceBox]:
@@ -147,17 +151,19 @@ class _MaskerBase:
     model_id: str
     config: _FeatheredMask  # each backend's own config (below)
 
-    def _masks(self, image: np.ndarray, boxes: list[FaceBox]) -> np.ndarray:
+    def _masks(self, image: npt.NDArray[np.uint8], boxes: list[FaceBox]) -> npt.NDArray[np.bool_]:
         raise NotImplementedError
 
-    def box_masks(self, image_rgb: np.ndarray, boxes: list[FaceBox]) -> np.ndarray:
+    def box_masks(self, image_rgb: npt.NDArray[np.uint8], boxes: list[FaceBox]) -> npt.NDArray[np.bool_]:
         image = check_rgb(image_rgb)
         inside = clip_boxes(list(boxes), *image.shape[:2])
         if not inside:
             return np.zeros((0, *image.shape[:2]), dtype=bool)
         return self._masks(image, inside)
 
-    def mask(self, image_rgb: np.ndarray, boxes: list[FaceBox], *, feather: bool = True) -> np.ndarray:
+    def mask(
+        self, image_rgb: npt.NDArray[np.uint8], boxes: list[FaceBox], *, feather: bool = True
+    ) -> npt.NDArray[np.uint8]:
         image = check_rgb(image_rgb)
         per_box = self.box_masks(image, boxes)
         union = np.zeros(image.shape[:2], dtype=np.uint8)
@@ -172,7 +178,7 @@ class _MaskerBase:
         return f"feather={self.config.feather_kernel},{self.config.feather_sigma:g}"
 
 
-def _ellipse(height: int, width: int, box: FaceBox, scale: float) -> np.ndarray:
+def _ellipse(height: int, width: int, box: FaceBox, scale: float) -> npt.NDArray[np.bool_]:
     out = np.zeros((height, width), dtype=np.uint8)
     # 4 fractional bits: the centre of an odd-sized box sits on a half pixel.
     shift = 4
@@ -190,7 +196,7 @@ class EllipseMasker(_MaskerBase):
         self.config = config
         self.model_id = f"ellipse:scale={config.scale:g}:{self._feather_id}"
 
-    def _masks(self, image: np.ndarray, boxes: list[FaceBox]) -> np.ndarray:
+    def _masks(self, image: npt.NDArray[np.uint8], boxes: list[FaceBox]) -> npt.NDArray[np.bool_]:
         height, width = image.shape[:2]
         return np.stack([_ellipse(height, width, b, self.config.scale) for b in boxes])
 
@@ -203,7 +209,7 @@ class GrabCutMasker(_MaskerBase):
         self.config = config
         self.model_id = f"grabcut:iterations={config.iterations}:margin={config.margin:g}:{self._feather_id}"
 
-    def _one(self, bgr: np.ndarray, box: FaceBox) -> np.ndarray:
+    def _one(self, bgr: npt.NDArray[np.uint8], box: FaceBox) -> npt.NDArray[np.bool_]:
         """GrabCut on a crop around the box, so the cost follows the face's size, not the photo's.
 
         Seeds: the middle of the box (half-size ellipse) is certain face, the rest of the box probable face, the
@@ -234,8 +240,8 @@ class GrabCutMasker(_MaskerBase):
         out[y0:y1, x0:x1] = (seeds == cv2.GC_FGD) | (seeds == cv2.GC_PR_FGD)
         return out
 
-    def _masks(self, image: np.ndarray, boxes: list[FaceBox]) -> np.ndarray:
-        bgr = cv2.cvtColor(image, cv2.COLOR_RGB2BGR)
+    def _masks(self, image: npt.NDArray[np.uint8], boxes: list[FaceBox]) -> npt.NDArray[np.bool_]:
+        bgr = cast(npt.NDArray[np.uint8], cv2.cvtColor(image, cv2.COLOR_RGB2BGR))  # (stubs: MatLike)
         return np.stack([self._one(bgr, b) for b in boxes])
 
 
@@ -268,7 +274,7 @@ def load_sam_checkpoint(sam: Any, path: str | Path) -> Any:
     return sam.eval()
 
 
-_models: dict[tuple, Any] = {}
+_models: dict[tuple[str, str, int, int, str], Any] = {}
 _models_lock = threading.Lock()
 
 
@@ -307,7 +313,7 @@ class SamMasker(_MaskerBase):
             self._predictor = segment_anything.SamPredictor(self._sam)
         return self._predictor
 
-    def _masks(self, image: np.ndarray, boxes: list[FaceBox]) -> np.ndarray:
+    def _masks(self, image: npt.NDArray[np.uint8], boxes: list[FaceBox]) -> npt.NDArray[np.bool_]:
         torch = require("torch", "synthesis")
         with self._lock, torch.inference_mode():
             predictor = self._get_predictor()
@@ -321,7 +327,8 @@ class SamMasker(_MaskerBase):
                 )
             finally:
                 predictor.reset_image()  # frees the image embedding between calls
-        return masks[:, 0].cpu().numpy().astype(bool)
+        found: npt.NDArray[np.bool_] = masks[:, 0].cpu().numpy().astype(bool)
+        return found
 
 
 def sam_masker_from_model(sam: Any, config: SamMaskConfig, model_id: str = "sam:in-memory") -> SamMasker:
@@ -334,7 +341,7 @@ def build_masker(config: SamMaskConfig | EllipseMaskConfig | GrabCutMaskConfig) 
     return config.build()
 
 
-def mask_png(mask: np.ndarray) -> bytes:
+def mask_png(mask: npt.NDArray[np.uint8]) -> bytes:
     """A uint8 HxW mask as PNG bytes (mode L), for the blob store."""
     if not isinstance(mask, np.ndarray) or mask.dtype != np.uint8 or mask.ndim != 2:
         raise ValueError(f"mask_png: expected an HxW uint8 array, got {getattr(mask, 'shape', type(mask))}")
@@ -343,7 +350,7 @@ def mask_png(mask: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def mask_from_png(data: bytes) -> np.ndarray:
+def mask_from_png(data: bytes) -> npt.NDArray[np.uint8]:
     """The HxW uint8 mask of a `mask_png` blob."""
     with Image.open(io.BytesIO(data)) as image:
         return np.asarray(image.convert("L"), dtype=np.uint8).copy()

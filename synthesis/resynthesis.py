@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -34,7 +35,7 @@ _RESEED_AFTER_QA = {REJECT_ARTIFACTS, REJECT_MARKER}
 
 @dataclass(frozen=True)
 class Outcome:
-    attempt: dict  # the SYNTHESIS_ATTEMPTS row
+    attempt: dict[str, Any]  # the SYNTHESIS_ATTEMPTS row
     outcome: str
     retry_kind: str | None  # None: not retried (accepted or undecided)
 

@@ -11,6 +11,9 @@
 - `demo/` is the offline demo material (the synthetic corpus, the tiny random models): it may import `data/` and the
   domain folders, and only `flows/` imports it, apart from the entries in `EXCEPTIONS`.
 - `flows/` orchestrates and may import anything; nothing outside `flows/` imports it.
+- The engine, `flows/engine/`, knows no benchmark and no domain: it imports `data/` and `flows/engine/` only (no
+  `flows.xcm`, `flows.mixcube` or other flows module, no module named after a benchmark, no domain folder, no
+  `demo/`); what it runs (stages, reviews, releases) a benchmark's record hands it.
 - No import cycle between project modules. Imports under `if TYPE_CHECKING:` never run, so they count for the
   layering but not for cycles.
 
@@ -38,6 +41,7 @@ INFRASTRUCTURE = "data"
 DEMO = "demo"
 ORCHESTRATION = "flows"
 PUBLISHING = "data.publish"
+ENGINE = "flows.engine"
 #: A module named after a benchmark (`data.release_3xcm`, `curation.validate_mixcube`, `flows.xcm.release`).
 BENCHMARK_NAMED = re.compile(r"(^|[._])(3xcm|xcm|mixcube)($|[._])")
 
@@ -55,9 +59,10 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "that builds it: the evaluation config names the demo model, so the run resolves it."
     ),
     ("evaluation.retrieval", "curation.rules"): (
-        "Issue 30: an image is relevant to a retrieval query if it shows the concept by the same rule as assembly "
-        "(its concept, a tag, a byte or pixel copy): `Catalog.shows`, read-only, numpy and pyarrow only. A second "
-        "copy of the rule in evaluation/ could drift from the one the benchmark was built by."
+        "The retrieval task (GlobalRG's and RAVENEA's protocols on a 3XCM release): an image is relevant to a "
+        "retrieval query if it shows the concept by the same rule as assembly (its concept, a tag, a byte or pixel "
+        "copy): `Catalog.shows`, read-only, numpy and pyarrow only. A second copy of the rule in evaluation/ could "
+        "drift from the one the benchmark was built by."
     ),
 }
 
@@ -145,6 +150,10 @@ def _publishing(module: str) -> bool:
     return module == PUBLISHING or module.startswith(f"{PUBLISHING}.")
 
 
+def _engine(module: str) -> bool:
+    return module == ENGINE or module.startswith(f"{ENGINE}.")
+
+
 def layer_violations(imports: Iterable[Import], exceptions: dict[tuple[str, str], str]) -> list[str]:
     problems = []
     for item in imports:
@@ -153,6 +162,14 @@ def layer_violations(imports: Iterable[Import], exceptions: dict[tuple[str, str]
             problems.append(
                 f"{item.where}: {item.source} imports {item.target}, but data/publish/ is generic: it imports no "
                 "benchmark's module (that content goes beside the benchmark, in flows/<benchmark>/)"
+            )
+            continue
+        if _engine(item.source) and (
+            not (_engine(item.target) or target_top == INFRASTRUCTURE) or BENCHMARK_NAMED.search(item.target)
+        ):
+            problems.append(
+                f"{item.where}: {item.source} imports {item.target}, but the engine knows no benchmark and no domain: "
+                "flows/engine/ imports data/ and flows/engine/ only (a benchmark's record hands it what it runs)"
             )
             continue
         if source_top in (ORCHESTRATION, target_top) or (source_top == DEMO and target_top != ORCHESTRATION):
@@ -267,6 +284,13 @@ def test_the_checker_finds_planted_violations_and_cycles(tmp_path: Path) -> None
             "synthesis/s.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from synthesis import t\n",
             "synthesis/t.py": "from synthesis import s\n",  # a cycle only through a type-only import: none
             "flows/e.py": "from curation.c import g\nfrom synthesis.d import x\n",
+            # The engine: data/ and itself, nothing else (a type-only import counts too).
+            "flows/engine/__init__.py": "",
+            "flows/engine/g.py": (
+                "from data.base import f\nfrom flows.engine import h\nfrom flows.e import g\n"
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from curation.c import g\n"
+            ),
+            "flows/engine/h.py": "def f():\n    from data import release_3xcm\n",
             "data/release_3xcm.py": "",
             "data/publish/__init__.py": "",
             "data/publish/p.py": "from data import release_3xcm\n\ndef f():\n    from flows.e import g\n",
@@ -283,10 +307,21 @@ def test_the_checker_finds_planted_violations_and_cycles(tmp_path: Path) -> None
         "benchmark's module (that content goes beside the benchmark, in flows/<benchmark>/)",
         "data/publish/p.py:4: data.publish.p imports flows.e, but data/publish/ is generic: it imports no "
         "benchmark's module (that content goes beside the benchmark, in flows/<benchmark>/)",
+        *(
+            f"flows/engine/{where} imports {target}, but the engine knows no benchmark and no domain: flows/engine/ "
+            "imports data/ and flows/engine/ only (a benchmark's record hands it what it runs)"
+            for where, target in (
+                ("g.py:3: flows.engine.g", "flows.e"),
+                ("g.py:6: flows.engine.g", "curation.c"),
+                ("h.py:2: flows.engine.h", "data.release_3xcm"),
+            )
+        ),
         "synthesis/d.py:3: synthesis.d imports flows.e: only flows/ may import flows",
     ]
     assert benchmark_named_publishing(project_modules(tmp_path)) == ["data.publish.card_mixcube"]
     assert layer_violations(imports, {("curation.c", "synthesis.d"): "reason"}) == problems[1:]
+    # An entry of EXCEPTIONS allows a domain's import, never the engine's.
+    assert layer_violations(imports, {("flows.engine.g", "curation.c"): "reason"}) == problems
     assert unused_exceptions(imports, {("curation.c", "annotation.z"): "reason"}) == ["curation.c -> annotation.z"]
     assert sorted(import_cycles(imports)) == [
         "collectors.a (collectors/a.py:1) -> collectors.b (collectors/b.py:1) -> collectors.a",

@@ -42,7 +42,7 @@ class ImageRow:
 
 class TableImageRows(Sequence[ImageRow]):
     """The `ImageRow`s of an Arrow table, made a slice at a time when the writer reaches them: a list of every
-    row's metadata as Python objects costs about 4 KB per image, 4 GB for a million (issue 31)."""
+    row's metadata as Python objects costs about 4 KB per image, 4 GB for a million."""
 
     #: Rows converted to Python at once when iterating.
     CHUNK = 4096

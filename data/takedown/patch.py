@@ -38,7 +38,7 @@ from data.provenance import code_version
 from data.publish.format import IMAGE_CONFIGS, MANIFEST, SEMVER, ImageConfig
 from data.publish.images import ReleasedImages
 from data.publish.integrity import read_manifest
-from data.publish.manifest import ReleaseManifest
+from data.publish.manifest import Provenance, ReleaseManifest, TakedownRecord, validated
 from data.publish.reader import read_parquet_files, release_pack
 from data.publish.release import ReleaseConfig
 from data.reference import ReferencePack
@@ -239,54 +239,58 @@ def takedown_record(
     requested: dict[str, list[str]],
     removed: list[dict[str, Any]],
     rows: dict[str, Any],
-) -> dict[str, Any]:
+) -> TakedownRecord:
     """One takedown as the manifest keeps it (and the changelog and denylist are written from). The reason is kept
-    as given (one line): data, escaped only where a card renders it."""
+    as given (one line): data, escaped only where a card renders it. The record keeps every key it is given (the
+    removed images' `index`, the benchmark's row counts): `patch_provenance` writes them all."""
     checked_date(date)
-    return {
-        "version": version,
-        "parent": parent.version,
-        "date": date,
-        "reason": " ".join(reason.split()),
-        "requested": requested,
-        "removed": removed,
-        "rows": rows,
-        "code_version": code_version(),
-    }
+    return TakedownRecord.model_validate(
+        {
+            "version": version,
+            "parent": parent.version,
+            "date": date,
+            "reason": " ".join(reason.split()),
+            "requested": requested,
+            "removed": removed,
+            "rows": rows,
+            "code_version": code_version(),
+        }
+    )
 
 
-def patch_provenance(parent: ParentRelease, record: dict[str, Any], **more: Any) -> dict[str, Any]:
+def patch_provenance(parent: ParentRelease, record: TakedownRecord, **more: Any) -> Provenance:
     """The patch's provenance: the parent build's, what the patch adds (`more`), the parent it came from and every
-    takedown so far."""
-    return {
+    takedown so far, each as its record was given (`exclude_unset`). Checked as the writer checks it
+    (ManifestError names the field)."""
+    stated = {
         **parent.provenance(),
         **more,
         "parent": {"version": parent.version, "manifest_sha256": parent.manifest_sha256()},
         "takedowns": [
-            *(t.model_dump(mode="json", exclude_unset=True) for t in parent.manifest.takedowns or []),
-            record,
+            t.model_dump(mode="json", exclude_unset=True) for t in [*(parent.manifest.takedowns or []), record]
         ],
     }
+    return validated(Provenance, stated)
 
 
-def denylist_entries(record: dict[str, Any]) -> list[DenylistEntry]:
+def denylist_entries(record: TakedownRecord) -> list[DenylistEntry]:
     return [
         DenylistEntry(
-            image_id=image["image_id"],
-            sha256=image["sha256"],
-            pixel_sha256=image.get("pixel_sha256"),
-            url=image["url"],
-            final_url=image.get("final_url"),
-            reason=record["reason"],
-            date=record["date"],
-            version=record["version"],
-            removed_from=record["parent"],
+            image_id=image.image_id,
+            sha256=image.sha256,
+            pixel_sha256=image.pixel_sha256,
+            url=image.url,
+            final_url=image.final_url,
+            reason=record.reason,
+            date=record.date,
+            version=record.version,
+            removed_from=record.parent,
         )
-        for image in record["removed"]
+        for image in record.removed
     ]
 
 
-def record_denylist(parent: ParentRelease, record: dict[str, Any], held: HeldDenylist | None = None) -> str:
+def record_denylist(parent: ParentRelease, record: TakedownRecord, held: HeldDenylist | None = None) -> str:
     """Merge the takedown's images into the release root's denylist (through `held` when the takedown holds its
     lock already); returns its path."""
     if held is not None:

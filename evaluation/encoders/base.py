@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 from PIL import Image, ImageOps
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -88,11 +89,13 @@ class TextImageEncoder(Protocol):
         to keep."""
         ...
 
-    def image_vectors(self, images: Sequence[ImageRef], progress: Callable[[int], None] | None = None) -> np.ndarray:
+    def image_vectors(
+        self, images: Sequence[ImageRef], progress: Callable[[int], None] | None = None
+    ) -> npt.NDArray[np.float32]:
         """(len(images), dim) float32, row i for images[i]; `progress(n)` after each batch of n images."""
         ...
 
-    def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
+    def text_vectors(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """(len(texts), dim) float32, row i for texts[i]."""
         ...
 
@@ -196,7 +199,7 @@ class ModelBackendConfig(BackendConfig[TextImageEncoder]):
     batch_size: int = Field(default=64, gt=0, description="Images (or texts) per forward pass.")
 
 
-def check_dims(vectors: np.ndarray, expected_rows: int, what: str) -> np.ndarray:
+def check_dims(vectors: npt.NDArray[np.floating], expected_rows: int, what: str) -> npt.NDArray[np.float32]:
     if vectors.ndim != 2 or vectors.shape[0] != expected_rows:
         raise RuntimeError(f"{STAGE}: {what} returned shape {vectors.shape}, expected ({expected_rows}, dim)")
     return np.ascontiguousarray(vectors, dtype=np.float32)
@@ -206,10 +209,10 @@ def embed_images(
     images: Sequence[ImageRef],
     size: int,
     prepare: Callable[[ImageRef, bytes], T],
-    encode: Callable[[list[T]], np.ndarray],
+    encode: Callable[[list[T]], npt.ArrayLike],
     progress: Callable[[int], None] | None,
     what: str,
-) -> np.ndarray:
+) -> npt.NDArray[np.float32]:
     """`encode` over `_prepared_batches`, the rows stacked and checked; `progress(n)` after each batch."""
     rows = []
     for batch in _prepared_batches(images, size, prepare):
@@ -219,7 +222,9 @@ def embed_images(
     return check_dims(np.concatenate(rows), len(images), what)
 
 
-def embed_texts(texts: Sequence[str], size: int, encode: Callable[[list[str]], np.ndarray], what: str) -> np.ndarray:
+def embed_texts(
+    texts: Sequence[str], size: int, encode: Callable[[list[str]], npt.ArrayLike], what: str
+) -> npt.NDArray[np.float32]:
     """`encode` over batches of `size` texts, the rows stacked and checked."""
     rows = [
         np.asarray(encode(list(texts[start : start + size])), dtype=np.float32) for start in range(0, len(texts), size)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -61,7 +62,7 @@ class _Lookup:
     path: str
     sha256: str
     rows: dict[str, int]
-    matrix: np.ndarray
+    matrix: npt.NDArray[np.float32]
 
 
 #: Every Parquet file starts and ends with these four bytes.
@@ -182,7 +183,7 @@ def _read_embeddings(path: str, key: str, field: str) -> _Lookup:
     return _Lookup(path, digest, rows, matrix)
 
 
-def _take(lookup: _Lookup, keys: Sequence[str], what: str) -> np.ndarray:
+def _take(lookup: _Lookup, keys: Sequence[str], what: str) -> npt.NDArray[np.float32]:
     missing = [k for k in keys if k not in lookup.rows]
     if missing:
         examples = ", ".join(repr(k) for k in list(dict.fromkeys(missing))[:5])
@@ -221,11 +222,13 @@ class EmbeddingsEncoder:
             precision="n/a",
         )
 
-    def image_vectors(self, images: Sequence[ImageRef], progress: Callable[[int], None] | None = None) -> np.ndarray:
+    def image_vectors(
+        self, images: Sequence[ImageRef], progress: Callable[[int], None] | None = None
+    ) -> npt.NDArray[np.float32]:
         vectors = _take(self.images, [ref.image_id for ref in images], "images")
         if progress is not None and len(images):
             progress(len(images))
         return vectors
 
-    def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
+    def text_vectors(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         return _take(self.texts, list(texts), "query texts")

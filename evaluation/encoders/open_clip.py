@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import Field
 
 from data.clients.devices import resolve_device
@@ -65,7 +66,7 @@ class OpenClipEncoderConfig(ModelBackendConfig):
         return OpenClipEncoder(self)
 
 
-def _cached_tag_file(open_clip: Any, cfg: dict) -> Path | None:
+def _cached_tag_file(open_clip: Any, cfg: dict[str, Any]) -> Path | None:
     """The file open_clip would load for a pretrained tag, if it is already on disk (no download): the same
     lookup order as open_clip's `download_pretrained` (the hub file, its .safetensors alternative first)."""
     if cfg.get("file"):
@@ -104,7 +105,7 @@ class OpenClipEncoder:
         self.config = config
         self.weights = resolve_weights(config, STAGE)
         open_clip = register_model_configs(config, STAGE)
-        self._tag_cfg: dict = {}
+        self._tag_cfg: dict[str, Any] = {}
         if config.preprocess_tag is not None:
             if not self.weights.is_file:
                 raise ValueError(
@@ -168,7 +169,9 @@ class OpenClipEncoder:
                 self._loaded = (model, preprocess, open_clip.get_tokenizer(self.config.model_name))
             return self._loaded
 
-    def image_vectors(self, images: Sequence[ImageRef], progress: Callable[[int], None] | None = None) -> np.ndarray:
+    def image_vectors(
+        self, images: Sequence[ImageRef], progress: Callable[[int], None] | None = None
+    ) -> npt.NDArray[np.float32]:
         if not len(images):
             return np.empty((0, self.dim), dtype=np.float32)
         torch = require("torch", "embed")
@@ -176,21 +179,25 @@ class OpenClipEncoder:
         # open_clip's fp16 keeps some parameters in fp32; the input follows the conv weights, in half.
         dtype = torch.float16 if self.precision == "fp16" else torch.float32
 
-        def encode(batch: list[Any]) -> np.ndarray:
-            return model.encode_image(torch.stack(batch).to(self.device, dtype=dtype)).float().cpu().numpy()
+        def encode(batch: list[Any]) -> npt.NDArray[np.float32]:
+            vectors: npt.NDArray[np.float32] = (
+                model.encode_image(torch.stack(batch).to(self.device, dtype=dtype)).float().cpu().numpy()
+            )
+            return vectors
 
         with torch.inference_mode():
             prepare = lambda ref, data: preprocess(decode_image(ref, data))  # noqa: E731
             return embed_images(images, self.config.batch_size, prepare, encode, progress, "open_clip encode_image")
 
-    def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
+    def text_vectors(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         if not len(texts):
             return np.empty((0, self.dim), dtype=np.float32)
         torch = require("torch", "embed")
         model, _, tokenizer = self._load()
 
-        def encode(batch: list[str]) -> np.ndarray:
-            return model.encode_text(tokenizer(batch).to(self.device)).float().cpu().numpy()
+        def encode(batch: list[str]) -> npt.NDArray[np.float32]:
+            vectors: npt.NDArray[np.float32] = model.encode_text(tokenizer(batch).to(self.device)).float().cpu().numpy()
+            return vectors
 
         with torch.inference_mode():
             return embed_texts(texts, self.config.batch_size, encode, "open_clip encode_text")

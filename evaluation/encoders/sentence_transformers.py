@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 from PIL import Image
 from pydantic import Field
 
@@ -49,7 +50,8 @@ class SentenceTransformersEncoderConfig(ModelBackendConfig):
 def _st_dimension(model: Any) -> int | None:
     # sentence-transformers 5.x renamed get_sentence_embedding_dimension to get_embedding_dimension.
     method = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-    return method()
+    dimension: int | None = method()
+    return dimension
 
 
 class SentenceTransformersEncoder:
@@ -111,17 +113,22 @@ class SentenceTransformersEncoder:
                 self._loaded = (image_model, text_model, int(image_dim))
             return self._loaded
 
-    def image_vectors(self, images: Sequence[ImageRef], progress: Callable[[int], None] | None = None) -> np.ndarray:
+    def image_vectors(
+        self, images: Sequence[ImageRef], progress: Callable[[int], None] | None = None
+    ) -> npt.NDArray[np.float32]:
         image_model, _, dim = self._load()
         if not len(images):
             return np.empty((0, dim), dtype=np.float32)
 
-        def encode(batch: list[Image.Image]) -> np.ndarray:
-            return image_model.encode(batch, batch_size=len(batch), convert_to_numpy=True, show_progress_bar=False)
+        def encode(batch: list[Image.Image]) -> npt.NDArray[np.floating]:
+            vectors: npt.NDArray[np.floating] = image_model.encode(
+                batch, batch_size=len(batch), convert_to_numpy=True, show_progress_bar=False
+            )
+            return vectors
 
         return embed_images(images, self.config.batch_size, decode_image, encode, progress, "the image model's encode")
 
-    def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
+    def text_vectors(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         _, text_model, dim = self._load()
         if not len(texts):
             return np.empty((0, dim), dtype=np.float32)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 from PIL import Image
 from pydantic import Field
 
@@ -115,28 +116,31 @@ class TransformersEncoder:
                 self._loaded = (model, tokenizer, image_processor)
             return self._loaded
 
-    def _empty(self) -> np.ndarray:
+    def _empty(self) -> npt.NDArray[np.float32]:
         """(0, dim): CLIP-style configs name their projection size; otherwise one text tells."""
         model = self._load()[0]
         dim = getattr(model.config, "projection_dim", None)
         return np.empty((0, int(dim) if dim else self.text_vectors(["a"]).shape[1]), dtype=np.float32)
 
-    def image_vectors(self, images: Sequence[ImageRef], progress: Callable[[int], None] | None = None) -> np.ndarray:
+    def image_vectors(
+        self, images: Sequence[ImageRef], progress: Callable[[int], None] | None = None
+    ) -> npt.NDArray[np.float32]:
         if not len(images):
             return self._empty()
         torch = require("torch", "synthesis")
         model, _, image_processor = self._load()
         dtype = torch.float16 if self.precision == "fp16" else torch.float32
 
-        def encode(batch: list[Image.Image]) -> np.ndarray:
+        def encode(batch: list[Image.Image]) -> npt.NDArray[np.float32]:
             pixels = image_processor(images=batch, return_tensors="pt")["pixel_values"]
             output = model.get_image_features(pixel_values=pixels.to(self.device, dtype=dtype))
-            return _feature_tensor(output, "get_image_features").float().cpu().numpy()
+            vectors: npt.NDArray[np.float32] = _feature_tensor(output, "get_image_features").float().cpu().numpy()
+            return vectors
 
         with torch.inference_mode():
             return embed_images(images, self.config.batch_size, decode_image, encode, progress, "get_image_features")
 
-    def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
+    def text_vectors(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         if not len(texts):
             return self._empty()
         torch = require("torch", "synthesis")
@@ -145,10 +149,11 @@ class TransformersEncoder:
         limit = getattr(getattr(model.config, "text_config", model.config), "max_position_embeddings", None)
         max_length = min(tokenizer.model_max_length, limit) if limit else tokenizer.model_max_length
 
-        def encode(batch: list[str]) -> np.ndarray:
+        def encode(batch: list[str]) -> npt.NDArray[np.float32]:
             encoded = tokenizer(batch, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
             output = model.get_text_features(**encoded.to(self.device))
-            return _feature_tensor(output, "get_text_features").float().cpu().numpy()
+            vectors: npt.NDArray[np.float32] = _feature_tensor(output, "get_text_features").float().cpu().numpy()
+            return vectors
 
         with torch.inference_mode():
             return embed_texts(texts, self.config.batch_size, encode, "get_text_features")

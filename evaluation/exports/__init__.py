@@ -1,4 +1,4 @@
-"""Releases exported for the evaluation harnesses researchers already use (issue 29): one module per harness, each
+"""Releases exported for the evaluation harnesses researchers already use: one module per harness, each
 with `BENCHMARKS` (the release names it accepts) and `export(release, folder) -> str` (verifies the tables it reads
 against the manifest, writes its files into the `ImmutableFolder`, returns the harness command the README states).
 `common.run_export` does the rest: it opens the release, refuses a URL-only one, keeps the output out of any

@@ -38,7 +38,7 @@ def request_deadline(seconds: float) -> Iterator[None]:
 
 def _time_left(timeout: float | None, expired: type[Exception]) -> float | None:
     """`timeout`, shortened to the time left before this thread's deadline; `expired` once it has passed."""
-    end = getattr(_deadline, "end", None)
+    end: float | None = getattr(_deadline, "end", None)
     if end is None:
         return timeout
     left = end - time.monotonic()
@@ -71,7 +71,8 @@ class _DeadlineStream:
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         with _deadline_timeouts(self._errors.ReadTimeout):
-            return self._stream.read(max_bytes, _time_left(timeout, self._errors.ReadTimeout))
+            data: bytes = self._stream.read(max_bytes, _time_left(timeout, self._errors.ReadTimeout))
+            return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         with _deadline_timeouts(self._errors.WriteTimeout):

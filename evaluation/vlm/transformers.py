@@ -69,7 +69,7 @@ def resolve_model_folder(model: str) -> tuple[Path | None, str]:
         return None, model
 
 
-_pipelines: dict[tuple, Any] = {}
+_pipelines: dict[tuple[str, str | None, str, str, bool], Any] = {}
 _pipelines_lock = threading.Lock()
 
 

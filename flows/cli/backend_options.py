@@ -14,16 +14,20 @@ import types
 import typing
 from collections.abc import Callable, Iterable
 from enum import StrEnum
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-from pydantic import BaseModel
+
+if TYPE_CHECKING:  # imported when the options are made (a model command is named), not when the CLI starts
+    from pydantic import BaseModel
 
 SCALARS = (str, int, float, bool)
 
 
 def backends_of(union: Any) -> list[type[BaseModel]]:
     """The config classes of an `Annotated[A | B | ..., Field(discriminator="backend")]` union."""
+    from pydantic import BaseModel
+
     members = typing.get_args(typing.get_args(union)[0]) if typing.get_origin(union) is Annotated else ()
     return [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)] or [union]
 

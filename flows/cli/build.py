@@ -8,14 +8,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from flows import benchmarks
 from flows.cli.errors import BadInput, CliGroup, Refused
 from flows.cli.output import console, progress_bars
-from flows.engine.config import ConfigError, build_config, load_config
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the configs (pydantic, pyarrow through the workspace) are imported when a command runs
     from flows.engine.benchmark import Benchmark
 
 build_app = typer.Typer(cls=CliGroup, help="Run a build.", no_args_is_help=True)
@@ -100,6 +98,8 @@ for _name, _entry in benchmarks.REGISTRY.items():
 
 def _config(model: type, path: Path | None, demo: bool, overrides: dict) -> Any:
     """The build's config; a ConfigError (exit 2) names what cannot build."""
+    from flows.engine.config import build_config, load_config
+
     if path:
         cfg: Any = load_config(path, demo=demo, overrides=overrides, model=model)
     else:
@@ -111,6 +111,7 @@ def _config(model: type, path: Path | None, demo: bool, overrides: dict) -> Any:
 def _check_roots(cfg: Any) -> None:
     """The workspace and release roots must be usable folders before any stage runs."""
     from data.workspace import Storage, StorageError
+    from flows.engine.config import ConfigError
 
     for field, url in (("workspace_root", cfg.workspace_root), ("release.root", cfg.release.root)):
         try:
@@ -147,6 +148,8 @@ def _run_build(benchmark: Benchmark, cfg: Any, engine: Engine, close_reviews: bo
 
 
 def _print_summary(benchmark: str, summary: Any) -> None:
+    from rich.table import Table
+
     table = Table(title=f"{benchmark} build {summary.build_id}")
     for column in ("stage", "in", "kept", "dropped", "dropped by reason"):
         table.add_column(column)
@@ -186,6 +189,8 @@ def config_command(
 ) -> None:
     """Print the default (or demo) build config as JSON, to edit and pass with --config. A benchmark without a
     default input (MixCuBe's originals) prints its demo config unless --schema is given."""
+    from flows.engine.config import build_config
+
     model = benchmarks.get(benchmark).config
     if schema:
         typer.echo(json.dumps(model.model_json_schema(), indent=2))

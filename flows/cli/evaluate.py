@@ -8,22 +8,38 @@ content. Everything cheap is checked before a model is loaded or asked anything.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from enum import StrEnum
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from evaluation.encoders import EncoderConfig
-from evaluation.vlm import VlmConfig
-from flows.cli.backend_options import backend_choice, field_options, plain, with_options
+from flows.cli.backend_options import plain
 from flows.cli.errors import BadInput, CliError, CliGroup, Refused
 from flows.cli.output import InputFileError, console, os_error_line, progress_bars, read_mapping, validation_line
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
+    from typer._click import Command, Context
 
-evaluate_app = typer.Typer(cls=CliGroup, help="Evaluate a model on a release, as the papers do.", no_args_is_help=True)
+
+class EvaluateGroup(CliGroup):
+    """The `evaluate` group: `3xcm` and `mixcube` take their options from the backend unions, whose modules import
+    numpy, PIL and pyarrow. The group lists them by name and help (`evaluate --help`) and builds them with their
+    options only when one is named (to run, to show its help, to complete), so that the CLI starts light."""
+
+    def resolve_command(self, ctx: Context, args: list[str]) -> tuple[str | None, Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if name in MODEL_COMMANDS:
+            command = model_commands()[name]
+        return name, command, rest
+
+
+evaluate_app = typer.Typer(
+    cls=EvaluateGroup, help="Evaluate a model on a release, as the papers do.", no_args_is_help=True
+)
 
 
 # The backends and their options come from the configs' unions: the CLI keeps no list of its own.
@@ -31,11 +47,6 @@ if TYPE_CHECKING:  # enums made at run time from the backend unions (Typer reads
     EncoderBackend = StrEnum
     VlmBackend = StrEnum
     MixCubeBackend = StrEnum
-else:
-    EncoderBackend = backend_choice("EncoderBackend", EncoderConfig)
-    VlmBackend = backend_choice("VlmBackend", VlmConfig)
-    # MixCuBe's questions ask a VLM, its audit embeds with an encoder: --task says which the backend names.
-    MixCubeBackend = backend_choice("MixCubeBackend", VlmConfig, EncoderConfig)
 
 
 class XcmTask(StrEnum):
@@ -197,15 +208,12 @@ def evaluate_3xcm_command(
     _run(_validate(Evaluate3XCMConfig, data, config))
 
 
-evaluate_app.command("3xcm")(with_options(evaluate_3xcm_command, field_options(EncoderConfig), before="query"))
-
-
 def evaluate_mixcube_command(
     release: ReleaseArgument,
     task: Annotated[
         MixCubeTask | None,
         typer.Option(
-            help="questions (the paper's VLM questions, the default) or audit (seed 001's bias audit of a "
+            help="questions (the paper's VLM questions, the default) or audit (the Multilingual CLIP bias audit of a "
             "text-image encoder, as 3XCM's backends: written under audit/)."
         ),
     ] = None,
@@ -250,9 +258,9 @@ def evaluate_mixcube_command(
 ) -> None:
     """Country Identification (App. B.2) on every image of a MixCuBe release, and Cultural Marker Identification
     (App. B.3) on Food with a judge: accuracy per country x category x ethnicity and the drop from original to each
-    swap. --predictions scores a harness's answers instead of asking a model. --task audit instead runs seed 001's
-    counterfactual bias audit of a text-image encoder (MaxSkew and harm rates over the quintets). Exit 2 on bad input,
-    1 if the result folder exists with other content."""
+    swap. --predictions scores a harness's answers instead of asking a model. --task audit instead runs the
+    Multilingual CLIP bias audit's counterfactual audit of a text-image encoder (MaxSkew and harm rates over the
+    quintets). Exit 2 on bad input, 1 if the result folder exists with other content."""
     from evaluation.predictions import FORMATS, reader
     from evaluation.run import EvaluateMixCubeConfig
 
@@ -287,9 +295,43 @@ def evaluate_mixcube_command(
     _run(_validate(EvaluateMixCubeConfig, data, config))
 
 
-evaluate_app.command("mixcube")(
-    with_options(evaluate_mixcube_command, field_options(VlmConfig, EncoderConfig), before="judge_backend")
-)
+#: The commands whose options come from the backend unions: `model_commands` builds them when one is named.
+MODEL_COMMANDS: dict[str, Callable[..., None]] = {"3xcm": evaluate_3xcm_command, "mixcube": evaluate_mixcube_command}
+
+
+def _listed(name: str) -> None:
+    """`evaluate --help` lists the command by its name and help; `EvaluateGroup` runs what `model_commands` builds."""
+
+    def listed_only() -> None:
+        raise AssertionError(f"evaluate {name} runs as model_commands() builds it")
+
+    evaluate_app.command(name, help=MODEL_COMMANDS[name].__doc__)(listed_only)
+
+
+for _name in MODEL_COMMANDS:
+    _listed(_name)
+
+
+@cache
+def model_commands() -> dict[str, Command]:
+    """The `3xcm` and `mixcube` commands with their options, from the backend unions (built once, when one is named):
+    `--model-backend` offers the unions' backends and every scalar field of a backend is an option."""
+    from evaluation.encoders import EncoderConfig
+    from evaluation.vlm import VlmConfig
+    from flows.cli.backend_options import backend_choice, field_options, with_options
+
+    # the names the commands' annotations use, read by Typer when it builds them
+    globals().update(
+        EncoderBackend=backend_choice("EncoderBackend", EncoderConfig),
+        VlmBackend=backend_choice("VlmBackend", VlmConfig),
+        # MixCuBe's questions ask a VLM, its audit embeds with an encoder: --task says which the backend names.
+        MixCubeBackend=backend_choice("MixCubeBackend", VlmConfig, EncoderConfig),
+    )
+    full = typer.Typer(cls=CliGroup)
+    full.command("3xcm")(with_options(evaluate_3xcm_command, field_options(EncoderConfig), before="query"))
+    mixcube_options = field_options(VlmConfig, EncoderConfig)
+    full.command("mixcube")(with_options(evaluate_mixcube_command, mixcube_options, before="judge_backend"))
+    return dict(typer.main.get_group(full).commands)
 
 
 @evaluate_app.command("compare")

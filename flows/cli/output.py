@@ -7,7 +7,6 @@ from types import TracebackType
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 console = Console(stderr=True)
 
@@ -28,6 +27,8 @@ class progress_bars:
     """A rich progress bar per long stage (items or shards, as the stage reports them)."""
 
     def __enter__(self) -> progress_bars:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         self.bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from flows.cli.errors import BadInput, Refused
 from flows.cli.output import console
@@ -49,6 +48,7 @@ def audit_command(
     import time
 
     from rich.markup import escape
+    from rich.table import Table
 
     from curation.rule_audit import DEFAULT_MAX_REUSE, audit_path, check_out_path, write_violations
 

@@ -1,11 +1,13 @@
 """What defines a benchmark to the rest of the code: one record per benchmark, read by the CLI, the flows, the
 sync-reviews deployment and the evaluation (`flows/benchmarks.py` lists them).
 
-A record names the benchmark's config class, its stage graph, the preflight that checks the config before any stage
-runs, how it releases and what its release records, where its releases keep their images, how a release folder is
-checked against its rules, and how a takedown is derived and written as a patch release. The generic publishing
-steps (`flows/operations/takedown.py`, `flows/operations/validate.py`) ask the record, never test the benchmark's name,
-and hand `data/publish/` what it names.
+A record names the benchmark's config class, its stage graph, its human review (`data/review.py` `Review`: how
+long a suspended build waits for it, and whether it is done, for `flows/sync_reviews.py`), the preflight that
+checks the config before any stage runs, how it releases and what its release records, where its releases keep
+their images, how a release folder is checked against its rules, and how a takedown is derived and written as a
+patch release. The generic publishing steps (`flows/operations/takedown.py`, `flows/operations/validate.py`) ask the
+record, never test the benchmark's name, and hand `data/publish/` what it names. The engine imports no benchmark and
+no domain package (`tests/test_layers.py`): whatever of them it runs, the record hands it.
 From these it makes its two ways to build: here, without Prefect (`build_locally`), and its Prefect flow (`flow`),
 which the benchmark's module binds under the name its `entrypoint` gives, for `prefect.yaml` and the workers to find.
 
@@ -28,21 +30,24 @@ from prefect.utilities.hashing import file_hash
 
 from data.publish.folder import ReleaseResult
 from data.publish.format import IMAGE_CONFIGS, ImageConfig
+from data.publish.manifest import Provenance
 from data.reference import ReferencePack
+from data.review import Review
 from data.workspace import Workspace
 from flows.engine.graph import Build, BuildGraph, ConfigT, Progress
 from flows.engine.reference import prepare_pack
 from flows.engine.runner import BuildSummary, ProgressArtifact, execute_in_prefect, execute_locally, summary_markdown
 
 if TYPE_CHECKING:
-    from curation.takedown import TakedownRequest
     from data.publish.images import ReleasedImages
+    from data.publish.manifest import TakedownRecord
     from data.takedown.patch import DerivedPatch, ParentRelease
 
-    #: (parent, request, the parent's images) -> what taking the request down gives, decided and not written.
-    DerivePatch = Callable[[ParentRelease, TakedownRequest, ReleasedImages], DerivedPatch]
+    #: (parent, request, the parent's images) -> what taking the request down gives, decided and not written. The
+    #: request is curation's `TakedownRequest`, which the engine does not name (`flows/operations/takedown.py` does).
+    DerivePatch = Callable[[ParentRelease, Any, ReleasedImages], DerivedPatch]
     #: (parent, its images, the takedown record, the derivation) -> the written patch release.
-    WritePatch = Callable[[ParentRelease, ReleasedImages, dict[str, Any], DerivedPatch], ReleaseResult]
+    WritePatch = Callable[[ParentRelease, ReleasedImages, TakedownRecord, DerivedPatch], ReleaseResult]
 
 Engine = Literal["local", "prefect"]
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +62,10 @@ class Benchmark(Generic[ConfigT]):
     entrypoint: str
     description: str  # the flow's docstring, shown by Prefect
     config: type[ConfigT]
-    graph: BuildGraph
+    graph: BuildGraph[ConfigT]
+    # The build's human review, made by its review backend (annotation/backends.py `BuildReview`): how long a
+    # suspended build waits for the reviewers, and whether they are done (`flows/sync_reviews.py` asks).
+    review: Callable[[ConfigT], Review]
     # Fails fast (ConfigError, FileNotFoundError, MissingExtraError) on a config that cannot build: a missing
     # weights file must not surface after hours of search, download or inpainting. Cheap: nothing large is loaded.
     preflight: Callable[[ConfigT], None]
@@ -67,7 +75,7 @@ class Benchmark(Generic[ConfigT]):
     check_reference: Callable[[ConfigT, ReferencePack, str, Workspace], None]
     # Validate and materialise the release, reporting the rows written as the stage "release".
     release: Callable[[Build[ConfigT], Progress | None], ReleaseResult]
-    provenance: Callable[[Build[ConfigT]], dict[str, Any]]  # what the manifest records of the build
+    provenance: Callable[[Build[ConfigT]], Provenance]  # what the manifest records of the build
     nothing_released: type[Exception]  # raised when the build's tables must not (or cannot) be released
     # Checks a release folder against the benchmark's rules, (folder, patch) -> ValidationReport; None where the
     # benchmark has no rule checker. `patch`: a takedown patch, which `flows/operations/validate.py` also replays.
@@ -107,7 +115,7 @@ class Benchmark(Generic[ConfigT]):
         close_reviews: bool = False,
     ) -> BuildSummary:
         """One build of `config`: the preflight, once, then the whole build in this process (`local`; open reviews
-        raise `ReviewPending`: rerun when done) or as a run of the Prefect flow (`prefect`; it publishes its own
+        raise `WaitingForReviewers`: rerun when done) or as a run of the Prefect flow (`prefect`; it publishes its own
         progress artifacts, so `progress` is not used). The flow run does not check the config again."""
         if engine not in ("local", "prefect"):
             raise ValueError(f"unknown engine {engine!r}: local or prefect")
@@ -121,7 +129,8 @@ class Benchmark(Generic[ConfigT]):
     def build_locally(
         self, config: ConfigT, progress: Progress | None = None, close_reviews: bool = False
     ) -> BuildSummary:
-        """The whole build in this process, without Prefect. Open reviews raise `ReviewPending`: rerun when done."""
+        """The whole build in this process, without Prefect. Open reviews raise `WaitingForReviewers`: rerun when
+        done."""
         return self.run(config, "local", progress, close_reviews)
 
     def build_in_flow(self, config: ConfigT, close_reviews: bool) -> BuildSummary:
@@ -145,7 +154,9 @@ class Benchmark(Generic[ConfigT]):
             self.preflight(config)
         build = self.build(config)
         self.prepare_reference(build)
-        summary = execute_in_prefect(build, close_reviews, lambda: self.release(build, ProgressArtifact()))
+        summary = execute_in_prefect(
+            build, self.review(config), close_reviews, lambda: self.release(build, ProgressArtifact())
+        )
         create_markdown_artifact(
             key=f"{self.flow_name}-summary",
             markdown=summary_markdown(self.title, summary),

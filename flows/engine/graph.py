@@ -1,5 +1,8 @@
 """A build as a graph of stages, shared by 3XCM and MixCuBe: fingerprints, skip-if-done, and the stage context.
 
+The engine knows no benchmark and no domain: a benchmark hands it a graph of stages typed by its config class
+(`Stage[ConfigT]`), and reviews reach it through `data/review.py`.
+
 Each stage's fingerprint hashes its name, version, its config section and its upstream fingerprints, so a changed
 config reruns that stage and everything after it, and an unchanged one is skipped.
 
@@ -10,19 +13,15 @@ workspace explicitly; a whole-table stage is written here, a sharded one by `flo
 
 from __future__ import annotations
 
-import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
-from annotation.backends import LabelStudioFilesReviewConfig, ReviewConfig, ReviewContext
-from annotation.label_configs import ReviewKind
-from collectors.concept_generation import review_file_sha256
 from data.reference import ReferencePack
+from data.review import ReviewContext
 from data.stage import stats_from_table
 from data.stage_stats import StageStats
 from data.workspace import StageMarker, Workspace, fingerprint
@@ -71,17 +70,8 @@ class StageContext(Generic[ConfigT]):
         return lambda done, total: progress(stage, done, total)
 
     def review_context(self) -> ReviewContext:
-        storage = self.ws.storage
-        local = "file" in storage.fs.protocol
-        return ReviewContext(
-            build_id=self.ws.build_id,
-            # Label Studio reads the export from a local disk; a remote workspace exports to the temp folder.
-            files_folder=Path(self.ws.file_path() if local else tempfile.gettempdir())
-            / ("" if local else self.ws.build_id),
-            load_blob=self.ws.blobs.get,
-            blob_path=(lambda sha: self.ws.blobs.path(sha)) if local else (lambda sha: None),
-            accept_incomplete=self.accept_incomplete,
-        )
+        """What a review stage hands its review backend."""
+        return ReviewContext.of_workspace(self.ws, self.accept_incomplete)
 
 
 @dataclass(frozen=True)
@@ -95,15 +85,15 @@ class StageOutput:
 
 
 @dataclass(frozen=True)
-class Stage:
-    """One step of a build. `run` returns a `StageOutput` (a whole table) or a `ShardPlan` (item by item, shard by
-    shard); only the graph writes, with the schemas declared here."""
+class Stage(Generic[ConfigT]):
+    """One step of a build of a `ConfigT`. `run` returns a `StageOutput` (a whole table) or a `ShardPlan` (item by
+    item, shard by shard); only the graph writes, with the schemas declared here."""
 
     name: str
     version: int
     deps: tuple[str, ...]
-    settings: Callable[[Any], Any]  # the config's share in the stage's fingerprint
-    run: Callable[[StageContext[Any]], StageOutput | ShardPlan[Any]]
+    settings: Callable[[ConfigT], object]  # the config's share in the stage's fingerprint
+    run: Callable[[StageContext[ConfigT]], StageOutput | ShardPlan[Any]]
     schema: pa.Schema
     side_schemas: Mapping[str, pa.Schema] = field(default_factory=dict)
     gpu: bool = False  # its shards need a GPU: on Dask they go only to workers that offer one
@@ -112,23 +102,17 @@ class Stage:
 
 
 @dataclass(frozen=True)
-class BuildGraph:
+class BuildGraph(Generic[ConfigT]):
     """The stages of one benchmark's build, in run order. `stages_for` may depend on the config (MixCuBe's number
     of synthesis rounds does)."""
 
-    name: str  # the benchmark: 3xcm | mixcube
-    stages_for: Callable[[Any], tuple[Stage, ...]]
-    review_field: str  # the config section of its human review
-    review_kind: ReviewKind  # which review that is
+    name: str  # the benchmark, as the CLI names it
+    stages_for: Callable[[ConfigT], tuple[Stage[ConfigT], ...]]
 
-    def review(self, config: BuildConfig) -> ReviewConfig:
-        review: ReviewConfig = getattr(config, self.review_field)
-        return review
-
-    def stages(self, config: BuildConfig) -> tuple[Stage, ...]:
+    def stages(self, config: ConfigT) -> tuple[Stage[ConfigT], ...]:
         return self.stages_for(config)
 
-    def names(self, config: BuildConfig) -> list[str]:
+    def names(self, config: ConfigT) -> list[str]:
         return [s.name for s in self.stages(config)]
 
     def build(self, config: ConfigT) -> Build[ConfigT]:
@@ -140,7 +124,7 @@ class Build(Generic[ConfigT]):
 
     It travels to Dask workers by its graph and config; each process resolves its own workspace."""
 
-    def __init__(self, graph: BuildGraph, config: ConfigT) -> None:
+    def __init__(self, graph: BuildGraph[ConfigT], config: ConfigT) -> None:
         self.graph = graph
         self.config = config
         self.stages = {stage.name: stage for stage in graph.stages(config)}
@@ -160,7 +144,7 @@ class Build(Generic[ConfigT]):
     def names(self) -> list[str]:
         return list(self.stages)
 
-    def stage(self, name: str) -> Stage:
+    def stage(self, name: str) -> Stage[ConfigT]:
         return self.stages[name]
 
     @property
@@ -171,9 +155,6 @@ class Build(Generic[ConfigT]):
             return workspace_pack(self.ws)
         except FileNotFoundError:
             return prepare_pack(self.config, self.ws)
-
-    def review(self) -> ReviewConfig:
-        return self.graph.review(self.config)
 
     def stats(self) -> list[StageStats]:
         """Every stage's stats, each read as its stage's `stats_model`."""
@@ -214,7 +195,7 @@ class Build(Generic[ConfigT]):
         """Run one stage unless its output with the same fingerprint exists. Returns (marker, skipped).
 
         A sharded stage's shards run where `map_shards` puts them (default: in order, here). A review stage raises
-        `ReviewPending` while annotators are at work; it writes nothing until they are done."""
+        `WaitingForReviewers` (data/review.py) while annotators are at work; it writes nothing until they are done."""
         ws, fp, stage = self.ws, self.fingerprints[name], self.stage(name)
         inputs = self.input_digests(name)
         if ws.is_current(name, fp, inputs):
@@ -248,7 +229,7 @@ class Build(Generic[ConfigT]):
             return stats
         return stats.model_copy(update={"repaired_files": self._repaired[name]})
 
-    def _write(self, stage: Stage, fp: str, output: StageOutput, inputs: dict[str, str]) -> StageMarker:
+    def _write(self, stage: Stage[ConfigT], fp: str, output: StageOutput, inputs: dict[str, str]) -> StageMarker:
         unknown = set(output.side_tables) ^ set(stage.side_schemas)
         if unknown:
             raise TypeError(
@@ -269,7 +250,7 @@ class Build(Generic[ConfigT]):
         )
 
     @staticmethod
-    def _planned(stage: Stage, plan: ShardPlan[Any]) -> ShardPlan[Any]:
+    def _planned(stage: Stage[Any], plan: ShardPlan[Any]) -> ShardPlan[Any]:
         return plan if plan.schema is not None else replace(plan, schema=stage.schema)
 
     def input_digests(self, name: str) -> dict[str, str]:
@@ -315,11 +296,3 @@ class Build(Generic[ConfigT]):
 # The shard plan of the stage this process last worked on, by (workspace, stage, fingerprint).
 _plans: dict[tuple[str, str, str], ShardPlan[Any]] = {}
 _plans_lock = threading.Lock()
-
-
-def review_settings(review: ReviewConfig) -> Any:
-    """A review's part of its stage fingerprint: a new completed export at the same path is new input, so its
-    content counts."""
-    if isinstance(review, LabelStudioFilesReviewConfig) and review.completed_export:
-        return (review, review_file_sha256(review.completed_export))
-    return review

@@ -26,10 +26,9 @@ from prefect.input import RunInput
 from prefect.utilities.hashing import hash_objects
 from pydantic import BaseModel, Field, SerializeAsAny
 
-from annotation.backends import LabelStudioReviewConfig
-from annotation.collect import ReviewPending
 from data.figures import bars_png
 from data.publish.folder import ReleaseResult
+from data.review import Review, WaitingForReviewers
 from data.stage_stats import StageStats
 from data.workspace import Workspace
 from flows.engine.graph import Build, Progress
@@ -129,14 +128,15 @@ def execute_locally(
     progress: Progress | None = None,
     close_reviews: bool = False,
 ) -> BuildSummary:
-    """The whole build in this process, without Prefect. Open reviews raise `ReviewPending`: rerun when done."""
+    """The whole build in this process, without Prefect. Open reviews raise `WaitingForReviewers`: rerun when
+    done."""
 
     def run(name: str, close: bool) -> StageRun:
         _, skipped = build.run(name, progress, accept_incomplete=close or close_reviews)
         return StageRun(stage=name, status="skipped" if skipped else "done")
 
     def cannot_wait(outcome: StageRun, waits: int) -> ReviewResume:
-        raise AssertionError("stages raise ReviewPending; they never return a waiting stage")
+        raise AssertionError("stages raise WaitingForReviewers; they never return a waiting stage")
 
     return execute(build, run, cannot_wait, do_release)
 
@@ -209,7 +209,7 @@ def stage_task(build: Build[Any], name: str, close_reviews: bool = False) -> Sta
     shards = current_shard_map()  # Dask, or None: the shards run here
     try:
         marker, skipped = build.run(name, ProgressArtifact(), close_reviews, shards)
-    except ReviewPending as pending:
+    except WaitingForReviewers as pending:
         get_run_logger().info("%s: waiting for reviewers: %s", name, pending)
         create_markdown_artifact(
             key=artifact_key(f"{name}-waiting"),
@@ -252,8 +252,9 @@ def stage_task(build: Build[Any], name: str, close_reviews: bool = False) -> Sta
     return StageRun(stage=name, status="skipped" if skipped else "done", workers=workers)
 
 
-def wait_for_reviews(build: Build[Any], outcome: StageRun, waits: int) -> ReviewResume:
-    """Suspend the run (the worker is freed) until it is resumed with a `ReviewResume`.
+def wait_for_reviews(build: Build[Any], review: Review, outcome: StageRun, waits: int) -> ReviewResume:
+    """Suspend the run (the worker is freed) until it is resumed with a `ReviewResume`, or for as long as `review`
+    waits.
 
     Suspension needs a deployment: the worker starts the run again on resume, finished stages are skipped, and the
     keyed suspend returns the input it was given. A run without a deployment cannot be started again, so it stops
@@ -262,17 +263,17 @@ def wait_for_reviews(build: Build[Any], outcome: StageRun, waits: int) -> Review
     context = FlowRunContext.get()
     if context is None or context.flow_run is None or context.flow_run.deployment_id is None:
         raise ReviewsNotFinished(f"{outcome.detail}; run a deployment to wait for them, or rerun this build later")
-    review = build.review()
-    timeout = review.wait_timeout_s if isinstance(review, LabelStudioReviewConfig) else None  # others never suspend
     key = f"{outcome.stage}-{build.fingerprints[outcome.stage][:12]}-{waits}"
-    answer = suspend_flow_run(wait_for_input=ReviewResume, key=key, timeout=timeout)
+    answer = suspend_flow_run(wait_for_input=ReviewResume, key=key, timeout=review.wait_timeout_s)
     get_run_logger().info("resumed %s (close_review=%s): %s", outcome.stage, answer.close_review, answer.note)
     return answer
 
 
-def execute_in_prefect(build: Build[Any], close_reviews: bool, do_release: Callable[[], ReleaseResult]) -> BuildSummary:
+def execute_in_prefect(
+    build: Build[Any], review: Review, close_reviews: bool, do_release: Callable[[], ReleaseResult]
+) -> BuildSummary:
     """Inside a flow: one task per stage (with Dask, one more per shard of a sharded stage), a suspend per open
-    review, the release as its own task."""
+    review (as long as `review`, the build's, waits), the release as its own task."""
     release_task = task(name="release", cache_policy=NO_CACHE)(do_release)
     with shard_map(build):
         return execute(
@@ -280,7 +281,7 @@ def execute_in_prefect(build: Build[Any], close_reviews: bool, do_release: Calla
             lambda name, close: stage_task.with_options(name=name, retry_delay_seconds=retry_delays())(
                 build, name, close or close_reviews
             ),
-            lambda outcome, waits: wait_for_reviews(build, outcome, waits),
+            lambda outcome, waits: wait_for_reviews(build, review, outcome, waits),
             release_task,
         )
 

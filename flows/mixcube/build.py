@@ -18,6 +18,7 @@ from curation.validate_mixcube import shipped_masks, validate_quintets
 from data.provenance import code_version
 from data.publish.folder import ReleaseResult
 from data.publish.format import ReleaseReadError
+from data.publish.manifest import Provenance, validated
 from data.publish.reader import read_parquet_parts, release_pack
 from data.publish.release import with_phash
 from data.reference import ReferencePack
@@ -29,7 +30,7 @@ from flows.mixcube import takedown
 from flows.mixcube.config import BuildMixCubeConfig
 from flows.mixcube.deviations import mixcube_deviations
 from flows.mixcube.release import IMAGES, write_mixcube_release
-from flows.mixcube.stages import GRAPH, FacesStats, MasksStats, QuintetsStats, SynthesisStats
+from flows.mixcube.stages import GRAPH, FacesStats, MasksStats, QuintetsStats, SynthesisStats, build_review
 
 
 class NothingToRelease(RuntimeError):
@@ -63,12 +64,14 @@ def backends(config: BuildMixCubeConfig) -> dict[str, Any]:
     }
 
 
-def provenance(build: Build[BuildMixCubeConfig]) -> dict[str, Any]:
+def provenance(build: Build[BuildMixCubeConfig]) -> Provenance:
+    """What the release's manifest states of the build, checked as the writer checks it (ManifestError names the
+    field)."""
     config, names = build.config, build.names
     stats = {s.stage: s for s in build.stats()}
     quintets = build.ws.stats("quintets", QuintetsStats)
     reviewers = sorted({review.reviewer if (review := stats[n].review) else "?" for n in names if n.startswith("qa_")})
-    return {
+    stated = {
         "build_id": build.build_id,
         "demo": config.is_demo,
         "config": config.released_config(),
@@ -94,6 +97,7 @@ def provenance(build: Build[BuildMixCubeConfig]) -> dict[str, Any]:
         "stage_fingerprints": build.fingerprints,
         "stage_stats": [s.model_dump(mode="json") for s in stats.values()],
     }
+    return validated(Provenance, stated)
 
 
 def release(build: Build[BuildMixCubeConfig], progress: Progress | None = None) -> ReleaseResult:
@@ -114,7 +118,9 @@ def release(build: Build[BuildMixCubeConfig], progress: Progress | None = None) 
         phash = {sha: None if batch.errors[i] else int(batch.phash[i]) for i, sha in enumerate(shas)}
         rows = with_phash(rows, phash)
     written = None if progress is None else partial(progress, "release")
-    return write_mixcube_release(build.config.release, ws.blobs, rows, provenance(build), build.pack, progress=written)
+    # As the build stated it (`exclude_unset`, python values: the writer's JSON is byte for byte the same).
+    stated = provenance(build).model_dump(exclude_unset=True)
+    return write_mixcube_release(build.config.release, ws.blobs, rows, stated, build.pack, progress=written)
 
 
 def validate_release(folder: Path, patch: bool = False) -> ValidationReport:
@@ -138,6 +144,7 @@ MIXCUBE: Benchmark[BuildMixCubeConfig] = Benchmark(
     ),
     config=BuildMixCubeConfig,
     graph=GRAPH,
+    review=build_review,
     preflight=check_backends,
     check_reference=check_reference,
     release=release,

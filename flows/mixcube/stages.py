@@ -18,17 +18,19 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from annotation.backends import BuildReview
 from annotation.synthesis_qa import run_synthesis_qa
 from collectors.mixcube_originals import collect_originals, upright_fetched
 from collectors.mixcube_search import SearchOriginalsConfig, search_originals
 from curation.filter_rows import filter_stats, filters_table
 from curation.quintets import assemble_quintets
-from curation.synthesis_filters import KEEP, build_synthesis_filter
+from curation.synthesis_filters import build_synthesis_filter
 from data import schemas
+from data.review_labels import KEEP
 from data.schemas import STATUS_OK
 from data.stage import stats_from_table
 from data.stage_stats import ReviewSummary, StageStats
-from flows.engine.graph import BuildGraph, Stage, StageOutput, review_settings
+from flows.engine.graph import BuildGraph, Stage, StageOutput
 from flows.engine.graph import StageContext as GraphContext
 from flows.engine.shards import ShardPlan
 from flows.engine.slots import gpu_slot
@@ -188,6 +190,12 @@ def _first(table: pa.Table, column: str) -> str | None:
     return table[column][0].as_py() if table.num_rows else None
 
 
+def build_review(config: BuildMixCubeConfig) -> BuildReview:
+    """The build's human review: the synthesis QA of every round (the record's `review`, each QA stage's
+    fingerprint share)."""
+    return BuildReview(config.qa, "synthesis_qa")
+
+
 def _qa(round_: int) -> Callable[[StageContext], StageOutput]:
     name = f"qa_r{round_}"
 
@@ -311,8 +319,8 @@ def below_target(ctx: StageContext, rows: pa.Table) -> list[dict]:
 # -- the graph ----------------------------------------------------------------------------------------------------
 
 
-def _stages(config: BuildMixCubeConfig) -> tuple[Stage, ...]:
-    stages = [
+def _stages(config: BuildMixCubeConfig) -> tuple[Stage[BuildMixCubeConfig], ...]:
+    stages: list[Stage[BuildMixCubeConfig]] = [
         # Version 2: originals are stored upright (EXIF orientation applied) with the received bytes' sha256.
         # Version 3: with their provenance (schemas.SOURCE_FIELDS).
         Stage("originals", 3, (), originals_settings, _originals, schemas.MIXCUBE_ORIGINALS),
@@ -348,7 +356,7 @@ def _stages(config: BuildMixCubeConfig) -> tuple[Stage, ...]:
                 f"qa_r{n}",
                 1,
                 (f"filters_r{n}",),
-                lambda c: review_settings(c.qa),
+                lambda c: build_review(c).settings(),
                 _qa(n),
                 schemas.SYNTHESIS_QA,
                 {"requests": schemas.RESYNTHESIS_REQUESTS, "decisions": schemas.REVIEW_DECISIONS},
@@ -369,4 +377,4 @@ def _stages(config: BuildMixCubeConfig) -> tuple[Stage, ...]:
     return tuple(stages)
 
 
-GRAPH = BuildGraph("mixcube", _stages, review_field="qa", review_kind="synthesis_qa")
+GRAPH: BuildGraph[BuildMixCubeConfig] = BuildGraph("mixcube", _stages)

@@ -22,7 +22,7 @@ from curation.takedown import TakedownRequest, take_down_mixcube
 from data.publish.changelog import code_span, render_changelog
 from data.publish.folder import ReleaseResult
 from data.publish.images import ReleasedImages
-from data.publish.manifest import Provenance, validated
+from data.publish.manifest import TakedownRecord
 from data.schemas import MIXCUBE_ROWS
 from data.takedown.denylist import DenylistFetcher, mark_taken_down, read_denylist, with_denylist
 from data.takedown.patch import DerivedPatch, ParentRelease, PatchInputError, patch_provenance
@@ -49,26 +49,26 @@ def derive_patch(parent: ParentRelease, request: TakedownRequest, images: Releas
 
 
 def write_patch(
-    parent: ParentRelease, images: ReleasedImages, record: dict[str, Any], derived: DerivedPatch
+    parent: ParentRelease, images: ReleasedImages, record: TakedownRecord, derived: DerivedPatch
 ) -> ReleaseResult:
     """The patch `derive_patch` decided, written as the release `record` names."""
     return write_mixcube_patch(parent, images, record, derived.tables[IMAGES.config])
 
 
 def write_mixcube_patch(
-    parent: ParentRelease, images: ReleasedImages, record: dict[str, Any], rows: pa.Table
+    parent: ParentRelease, images: ReleasedImages, record: TakedownRecord, rows: pa.Table
 ) -> ReleaseResult:
     """The patch of a MixCuBe release: `rows` are its rows without bytes, without the removed quintets."""
     provenance = patch_provenance(parent, record)
-    if "cells_below_target" in provenance:
-        provenance["cells_below_target"] = cells_below_target(parent, rows)
+    if "cells_below_target" in provenance.model_fields_set:  # the parent states them: counted again
+        provenance = provenance.model_copy(update={"cells_below_target": cells_below_target(parent, rows)})
     return write_mixcube_release(
-        parent.release_config(record["version"]),
+        parent.release_config(record.version),
         _ReleasedBlobs(parent, images),
         rows.select([n for n in (*MIXCUBE_ROWS.names, "phash") if n in rows.column_names]),  # a URL-only parent's
-        provenance,
+        provenance.model_dump(exclude_unset=True),  # as stated (python values: the same JSON bytes)
         parent.pack(),
-        changelog=render_changelog(validated(Provenance, provenance).takedowns or []),
+        changelog=render_changelog(provenance.takedowns or []),
     )
 
 

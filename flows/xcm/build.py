@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from collectors.pack_needs import MISSING_COLUMNS, PackIncomplete, missing_for_build, missing_summary
 from curation.validate import ValidationReport, validate_benchmark
 from data.provenance import code_version
 from data.publish.folder import ReleaseResult
 from data.publish.format import ReleaseReadError
+from data.publish.manifest import Provenance, validated
 from data.publish.reader import read_parquet_parts, read_parts_as, release_pack
 from data.publish.release import with_phash
 from data.reference import ReferencePack, load_pack
@@ -29,7 +29,14 @@ from flows.xcm import takedown
 from flows.xcm.config import Build3XCMConfig
 from flows.xcm.deviations import xcm_deviations
 from flows.xcm.release import IMAGES, write_3xcm_release
-from flows.xcm.stages import GRAPH, AssemblyStats, BuildValidationError, published_tables, validate_tables
+from flows.xcm.stages import (
+    GRAPH,
+    AssemblyStats,
+    BuildValidationError,
+    build_review,
+    published_tables,
+    validate_tables,
+)
 
 
 def backends(config: Build3XCMConfig) -> dict[str, str]:
@@ -84,13 +91,15 @@ def check_reference(config: Build3XCMConfig, pack: ReferencePack, location: str,
     )
 
 
-def provenance(build: Build[Build3XCMConfig]) -> dict[str, Any]:
+def provenance(build: Build[Build3XCMConfig]) -> Provenance:
+    """What the release's manifest states of the build, checked as the writer checks it (ManifestError names the
+    field)."""
     config, stats = build.config, build.stats()
     by_name = {s.stage: s for s in stats}
     summary = by_name["review"].review
     review = summary.model_dump(mode="json", exclude_unset=True) if summary else {}
     reviewer = summary.reviewer if summary else "?"
-    return {
+    stated = {
         "build_id": build.build_id,
         "config": config.released_config(),
         "code_version": code_version(),
@@ -108,6 +117,7 @@ def provenance(build: Build[Build3XCMConfig]) -> dict[str, Any]:
         "stage_stats": [s.model_dump(mode="json") for s in stats],
         "reuse": build.ws.stats("assembly", AssemblyStats).reuse or {},
     }
+    return validated(Provenance, stated)
 
 
 def release(build: Build[Build3XCMConfig], progress: Progress | None = None) -> ReleaseResult:
@@ -131,7 +141,8 @@ def release(build: Build[Build3XCMConfig], progress: Progress | None = None) -> 
         tables.benchmark,
         tables.benchmark_cd,
         tables.unassembled,
-        {**provenance(build), "validation": {"summary": report.summary()}},
+        # As the build stated it (`exclude_unset`, python values: the writer's JSON is byte for byte the same).
+        {**provenance(build).model_dump(exclude_unset=True), "validation": {"summary": report.summary()}},
         pack,
         progress=None if progress is None else partial(progress, "release"),
     )
@@ -171,6 +182,7 @@ XCM: Benchmark[Build3XCMConfig] = Benchmark(
     ),
     config=Build3XCMConfig,
     graph=GRAPH,
+    review=build_review,
     preflight=preflight,
     check_reference=check_reference,
     release=release,

@@ -2,12 +2,15 @@
 the RAI texts and the composition notes), from the release's tables and the build's provenance.
 
 Pure (`data/publish/croissant.py` turns the facts into JSON-LD): an identical rebuild states the same facts.
+`xcm_facts` composes one builder per section of the datasheet (`_collection`, `_preprocessing`, ..., `_uses`,
+`_record_sets`, `_composition`), each reading a `_Release`: the tables, the provenance and the counts taken once.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -98,6 +101,97 @@ def _record_set(name: str, description: str, pattern: str, schema: pa.Schema, ro
     return RecordSetSpec(name, description, pattern, schema, rows, columns=column_descriptions(schema), **more)
 
 
+@dataclass(frozen=True)
+class _Release:
+    """A 3XCM release as the card's sections read it: its tables, its provenance, and what is counted from them once."""
+
+    version: str
+    images: pa.Table  # `image_metadata` without the image column
+    benchmark: pa.Table
+    benchmark_cd: pa.Table
+    unassembled: pa.Table
+    provenance: Provenance
+    mode: str
+    stats: dict[str, dict[str, Any]]
+    reviewer: str
+    countries: Counter[str]
+    concepts: list[tuple[int, str]]
+    languages: Counter[str]
+    query_langs: Counter[str]
+    formats: Counter[str]
+    timeframe: str | None
+    timeframe_note: str
+    sources: str  # where the images came from (`source_lines`)
+    unlicensed: str  # the images that declare no licence, if any
+
+    @property
+    def backends(self) -> dict[str, Any]:
+        return self.provenance.backends
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.provenance.config
+
+    @property
+    def demo(self) -> bool:
+        return self.config.get("demo_corpus") is not None
+
+    @property
+    def demo_note(self) -> str:
+        return (
+            "This is a demonstration build: its images are the generated pictures of the offline demo corpus, not "
+            "photos."
+            if self.demo
+            else ""
+        )
+
+    @property
+    def demo_suffix(self) -> str:
+        return f" {self.demo_note}" if self.demo else ""
+
+    @property
+    def converted(self) -> int:
+        """Images not downloaded as JPEG, re-encoded once at release."""
+        return self.images.num_rows - self.formats.get("JPEG", 0)
+
+    @property
+    def annotators(self) -> Any:
+        return self.config.get("review", {}).get("annotators", "?")
+
+
+def _release(
+    version: str,
+    images: pa.Table,
+    benchmark: pa.Table,
+    benchmark_cd: pa.Table,
+    unassembled: pa.Table,
+    provenance: Provenance,
+    mode: str,
+) -> _Release:
+    timeframe, timeframe_note = collection_timeframe(images)
+    sources, unlicensed = source_lines(images, "Images")
+    return _Release(
+        version=version,
+        images=images,
+        benchmark=benchmark,
+        benchmark_cd=benchmark_cd,
+        unassembled=unassembled,
+        provenance=provenance,
+        mode=mode,
+        stats=stage_stats(provenance),
+        reviewer=provenance.review.get("reviewer", provenance.backends.get("review", "unknown")),
+        countries=Counter(images["country"].to_pylist()),
+        concepts=sorted(set(zip(images["concept_id"].to_pylist(), images["concept"].to_pylist(), strict=True))),
+        languages=Counter(images["language_code"].to_pylist()),
+        query_langs=Counter(images["query_lang"].to_pylist()),
+        formats=Counter(images["format"].to_pylist()),
+        timeframe=timeframe,
+        timeframe_note=timeframe_note,
+        sources=sources,
+        unlicensed=unlicensed,
+    )
+
+
 def xcm_facts(
     version: str,
     images: pa.Table,
@@ -109,52 +203,97 @@ def xcm_facts(
 ) -> ReleaseFacts:
     """The facts of a 3XCM release: `images` is `image_metadata` without the image column. `mode` is the
     release's (`urls`: no image bytes, the `image` field is the image's URL)."""
-    stats, backends = stage_stats(provenance), provenance.backends
-    config, review = provenance.config, provenance.review
-    reviewer = review.get("reviewer", backends.get("review", "unknown"))
-    demo = config.get("demo_corpus") is not None
-    n = images.num_rows
-    countries = Counter(images["country"].to_pylist())
-    concepts = sorted(set(zip(images["concept_id"].to_pylist(), images["concept"].to_pylist(), strict=True)))
-    languages = Counter(images["language_code"].to_pylist())
-    query_langs = Counter(images["query_lang"].to_pylist())
-    formats = Counter(images["format"].to_pylist())
-    taggers = Counter(images["tagger"].to_pylist())
-    converted = n - formats.get("JPEG", 0)
-    timeframe, timeframe_note = collection_timeframe(images)
-    search, dedup = config.get("search", {}), config.get("image_dedup", {})
-    reuse = provenance.reuse
-    left = Counter(zip(unassembled["task"].to_pylist(), unassembled["reason"].to_pylist(), strict=True))
-    demo_note = (
-        "This is a demonstration build: its images are the generated pictures of the offline demo corpus, not photos."
-        if demo
-        else ""
+    r = _release(version, images, benchmark, benchmark_cd, unassembled, provenance, mode)
+    n, countries, concepts = images.num_rows, r.countries, r.concepts
+    return ReleaseFacts(
+        name="3XCM (culturebench build)",
+        benchmark="3xcm",
+        version=version,
+        description=(
+            f"{n} images of {len(concepts)} culturally inclusive concepts from {len(countries)} countries "
+            f"({', '.join(sorted(countries))}), turned into {benchmark.num_rows} RQ2 triplets and "
+            f"{benchmark_cd.num_rows} RQ3 sextets of forced-choice text-to-image retrieval, following Evaluating "
+            "Perspectival Biases in Cross-Modal Retrieval (3XCM). culturebench build "
+            f"{provenance.build_id or '?'}.{r.demo_suffix}"
+        ),
+        motivation=(
+            "3XCM measures whether text-to-image retrieval models prefer images of the query's own language or "
+            "culture over the images that answer the query (RQ2), and how a cultural descriptor in another language "
+            "shifts that preference (RQ3). This release rebuilds it with culturebench, under stricter candidate "
+            f"rules than the published benchmark.{r.demo_suffix}"
+        ),
+        keywords=("cultural bias", "cross-lingual", "text-to-image retrieval", "3XCM"),
+        cite_as=(
+            "Cite the paper that defines the benchmark, Evaluating Perspectival Biases in Cross-Modal Retrieval "
+            f"(3XCM), and this release as: 3XCM, culturebench build {version} "
+            f"(build id {provenance.build_id or '?'})."
+        ),
+        languages=tuple(sorted(set(r.languages) | {"en"})),
+        record_sets=_record_sets(r),
+        file_groups=webdataset_groups("image_id"),
+        composition=_composition(r),
+        rai=_rai(r),
     )
-    search_stats = stats.get("search", {})
-    sources, unlicensed = source_lines(images, "Images")
-    collection = " ".join(
+
+
+def _rai(r: _Release) -> RaiTexts:
+    """The datasheet's RAI texts, one builder per property."""
+    return RaiTexts(
+        data_collection=_collection(r),
+        data_collection_type=_collection_types(r),
+        data_collection_timeframe=r.timeframe or "",
+        data_preprocessing_protocol=_preprocessing(r),
+        data_manipulation_protocol=_manipulation(r),
+        data_annotation_protocol=_annotation_protocol(r),
+        data_annotation_platform=platforms([r.reviewer]),
+        data_annotation_analysis=[_annotation_analysis(r)],
+        annotations_per_item=(
+            "0: no human labels (auto-accept)." if r.reviewer == AUTO_ACCEPT else f"{r.annotators} per ambiguous pair."
+        ),
+        machine_annotation_tools=_tools(r),
+        personal_sensitive_information=_sensitive(r),
+        data_biases=_biases(r),
+        data_limitations=_limitations(r),
+        data_use_cases=_uses(r),
+        data_release_maintenance_plan=maintenance_plan("3xcm", r.version),
+    )
+
+
+def _collection(r: _Release) -> str:
+    """How the images were found and fetched: concepts, queries, search, download, what was released."""
+    backends, search_stats = r.backends, r.stats.get("search", {})
+    search, downloaded = r.config.get("search", {}), stage_line(r.stats, "images", "download")
+    return " ".join(
         s
         for s in (
-            f"{len(concepts)} concepts from the `{backends.get('concepts', '?')}` concept list (concept dedup "
+            f"{len(r.concepts)} concepts from the `{backends.get('concepts', '?')}` concept list (concept dedup "
             f"`{backends.get('concept_dedup', '?')}`), translated by `{backends.get('translations', '?')}`.",
             f"{search_stats.get('rows_in', 'an unrecorded number of')} queries (each concept per country, in English "
             f"and in the country's language) went to the `{backends.get('search', '?')}` search backend, "
             f"{search.get('max_results', '?')} results each at most: {search_stats.get('extra', {}).get('hits', '?')} "
             f"hits, {search_stats.get('extra', {}).get('queries_failed', 0)} failed queries.",
-            f"The `{backends.get('images', '?')}` downloader fetched them: " + stage_line(stats, "images", "download"),
-            f"Released: {n} images from {len(countries)} countries.",
-            sources,
-            demo_note,
-            timeframe_note,
+            f"The `{backends.get('images', '?')}` downloader fetched them: " + downloaded,
+            f"Released: {r.images.num_rows} images from {len(r.countries)} countries.",
+            r.sources,
+            r.demo_note,
+            r.timeframe_note,
         )
         if s
     )
-    collection_type = (
-        ["Others: generated pictures of the offline demo corpus (software), not collected data"]
-        if demo
-        else _collection_type(backends.get("search", ""))
-    )
-    preprocessing = [
+
+
+def _collection_types(r: _Release) -> list[str]:
+    if r.demo:
+        return ["Others: generated pictures of the offline demo corpus (software), not collected data"]
+    return _collection_type(r.backends.get("search", ""))
+
+
+def _preprocessing(r: _Release) -> list[str]:
+    """Each stage that dropped, merged or changed images, then assembly and validation."""
+    stats, backends, provenance = r.stats, r.backends, r.provenance
+    dedup, reuse, formats = r.config.get("image_dedup", {}), provenance.reuse, r.formats
+    left = Counter(zip(r.unassembled["task"].to_pylist(), r.unassembled["reason"].to_pylist(), strict=True))
+    return [
         stage_line(stats, "images", "Download checks (size, decoding, decompression bombs)"),
         stage_line(stats, "concept_dedup", f"Concept deduplication by `{backends.get('concept_dedup', '?')}`"),
         stage_line(
@@ -164,119 +303,143 @@ def xcm_facts(
         )
         + f" {stats.get('image_dedup', {}).get('extra', {}).get('review_queue', 0)} ambiguous pairs were queued "
         "for review.",
-        stage_line(stats, "review", f"Near-duplicate review (`{reviewer}`)"),
-        f"Tagging (`{backends.get('tagging', '?')}`): images per tagger: {counts(taggers)}.",
+        stage_line(stats, "review", f"Near-duplicate review (`{r.reviewer}`)"),
+        f"Tagging (`{backends.get('tagging', '?')}`): images per tagger: "
+        f"{counts(Counter(r.images['tagger'].to_pylist()))}.",
         f"Image format: {counts(formats)}; "
-        + (f"{converted} images not in JPEG were converted once to JPEG (quality 95)." if converted else "all JPEG."),
-        f"Assembly (seed {provenance.seeds.get('assembly', '?')}): {benchmark.num_rows} RQ2 triplets, "
-        f"{benchmark_cd.num_rows} RQ3 sextets; candidate reuse RQ2 max {reuse.get('rq2', {}).get('max_reuse', '?')}, "
-        f"RQ3 max {reuse.get('rq3', {}).get('max_reuse', '?')}; {unassembled.num_rows} query slots unassembled"
-        + (f" ({', '.join(f'{t} {r} {k}' for (t, r), k in sorted(left.items()))})." if left else "."),
+        + (
+            f"{r.converted} images not in JPEG were converted once to JPEG (quality 95)."
+            if r.converted
+            else "all JPEG."
+        ),
+        f"Assembly (seed {provenance.seeds.get('assembly', '?')}): {r.benchmark.num_rows} RQ2 triplets, "
+        f"{r.benchmark_cd.num_rows} RQ3 sextets; candidate reuse RQ2 max "
+        f"{reuse.get('rq2', {}).get('max_reuse', '?')}, RQ3 max {reuse.get('rq3', {}).get('max_reuse', '?')}; "
+        f"{r.unassembled.num_rows} query slots unassembled"
+        + (f" ({', '.join(f'{t} {why} {k}' for (t, why), k in sorted(left.items()))})." if left else "."),
         f"Validation against the benchmark rules: {validation_summary(provenance)}.",
     ]
-    manipulation = "No image was edited or synthesized. " + (
-        f"{converted} images not in JPEG ({counts({k: v for k, v in formats.items() if k != 'JPEG'})}) were "
+
+
+def _manipulation(r: _Release) -> str:
+    return "No image was edited or synthesized. " + (
+        f"{r.converted} images not in JPEG ({counts({k: v for k, v in r.formats.items() if k != 'JPEG'})}) were "
         "re-encoded once as JPEG (quality 95) at release; `sha256` keeps the hash of the bytes as downloaded, "
         "`format` their format."
-        if converted
+        if r.converted
         else "Every image is published byte for byte as downloaded (all were JPEG)."
     )
-    annotators = config.get("review", {}).get("annotators", "?")
-    annotation_protocol = [
+
+
+def _annotation_protocol(r: _Release) -> list[str]:
+    """The near-duplicate review (3XCM App. J) as specified and as this build ran it, the tags, the translations."""
+    backends = r.backends
+    return [
         "Near-duplicate review (3XCM App. J): each ambiguous pair is shown side by side with the guideline, the "
-        f"automatic scores and a prediction; {annotators} annotators per pair choose same scene, different or "
+        f"automatic scores and a prediction; {r.annotators} annotators per pair choose same scene, different or "
         "unsure. A choice wins with more than half of the votes cast; an undecided pair keeps one image and holds "
         "the other back.",
         (
             "In this build no human reviewed the pairs: the auto-accept policy accepted the automatic decisions."
-            if reviewer == AUTO_ACCEPT
-            else f"In this build the pairs were reviewed through `{reviewer}`."
+            if r.reviewer == AUTO_ACCEPT
+            else f"In this build the pairs were reviewed through `{r.reviewer}`."
         ),
         f"Concept tags: tagger `{backends.get('tagging', '?')}`"
         + (" (each image is tagged with its own concept only)." if backends.get("tagging") == "none" else "."),
         f"Translations: `{backends.get('translations', '?')}`.",
     ]
+
+
+def _annotation_analysis(r: _Release) -> str:
+    review = r.provenance.review
     analysis = review_analysis(review, "Near-duplicate review")
     if review.get("scenes_fully_held_back"):
         analysis += f" {review['scenes_fully_held_back']} scenes have no image because each of theirs was held back."
-    biases = [
+    return analysis
+
+
+def _biases(r: _Release) -> list[str]:
+    countries = r.countries
+    return [
         f"Images per country range from {min(countries.values(), default=0)} to {max(countries.values(), default=0)} "
         f"({counts(countries)}).",
-        f"Images per language: {counts(languages)}; per query language: {counts(query_langs)}.",
+        f"Images per language: {counts(r.languages)}; per query language: {counts(r.query_langs)}.",
         (
             "The images are generated demo pictures: they carry none of a search engine's cultural or regional "
             "skew, and measure nothing about it."
-            if demo
-            else f"Each country's images are the top results of the `{backends.get('search', '?')}` search backend for "
-            "its queries: the engine's ranking, index and regional defaults shape what a concept looks like for "
+            if r.demo
+            else f"Each country's images are the top results of the `{r.backends.get('search', '?')}` search backend "
+            "for its queries: the engine's ranking, index and regional defaults shape what a concept looks like for "
             "each country."
         ),
     ]
+
+
+def _limitations(r: _Release) -> list[str]:
     limitations = [
-        *deviation_lines(provenance),
-        url_only_line(mode, "image"),
-        f"{unassembled.num_rows} query slots could not be assembled (no eligible candidate).",
-        timeframe_note,
-        unlicensed,
+        *deviation_lines(r.provenance),
+        url_only_line(r.mode, "image"),
+        f"{r.unassembled.num_rows} query slots could not be assembled (no eligible candidate).",
+        r.timeframe_note,
+        r.unlicensed,
     ]
-    if demo:
-        limitations.append(demo_note + " It checks the pipeline; it measures no model.")
-    sensitive = [
+    if r.demo:
+        limitations.append(r.demo_note + " It checks the pipeline; it measures no model.")
+    return [line for line in limitations if line]
+
+
+def _sensitive(r: _Release) -> list[str]:
+    return [
         "Geography, language and culture: every image is labelled with a country, its language and a culturally "
         "inclusive concept.",
         (
             "The demo corpus is generated pictures, which show no real people."
-            if demo
+            if r.demo
             else "The images are search results and may show identifiable people and places; the build applies no "
             "face detection, blurring or removal of personal data. `url` and `source_page` name each image's origin."
         ),
     ]
+
+
+def _uses(r: _Release) -> list[str]:
     uses = [
-        f"Testing text-to-image retrieval models for perspectival (language and cultural) bias: {benchmark.num_rows} "
-        f"RQ2 triplets (`benchmark`) and {benchmark_cd.num_rows} RQ3 sextets (`benchmark_cd`), scored by "
-        "`culturebench evaluate 3xcm` or the authors' evaluator (`benchmarks/xcm-bench.csv`).",
+        "Testing text-to-image retrieval models for perspectival (language and cultural) bias: "
+        f"{r.benchmark.num_rows} RQ2 triplets (`benchmark`) and {r.benchmark_cd.num_rows} RQ3 sextets "
+        "(`benchmark_cd`), scored by `culturebench evaluate 3xcm` or the authors' evaluator "
+        "(`benchmarks/xcm-bench.csv`).",
         "The split is named `train` because the authors' evaluator expects it; it is a test set.",
         "Research use only (CC BY-NC-SA 4.0); ethical review is required for production use.",
     ]
-    if demo:
+    if r.demo:
         uses.append("This demo build is for checking the pipeline, not for measuring models.")
+    return uses
+
+
+def _tools(r: _Release) -> list[str]:
+    backends = r.backends
     tools = [
         f"Concept deduplication: `{backends.get('concept_dedup', '?')}`.",
         f"Near-duplicates: `{backends.get('image_dedup', '?')}`.",
     ]
     if backends.get("tagging") not in (None, "none"):
         tools.append(f"Multi-label concept tagging: `{backends['tagging']}`.")
-    rai = RaiTexts(
-        data_collection=collection,
-        data_collection_type=collection_type,
-        data_collection_timeframe=timeframe or "",
-        data_preprocessing_protocol=preprocessing,
-        data_manipulation_protocol=manipulation,
-        data_annotation_protocol=annotation_protocol,
-        data_annotation_platform=platforms([reviewer]),
-        data_annotation_analysis=[analysis],
-        annotations_per_item=(
-            "0: no human labels (auto-accept)." if reviewer == AUTO_ACCEPT else f"{annotators} per ambiguous pair."
-        ),
-        machine_annotation_tools=tools,
-        personal_sensitive_information=sensitive,
-        data_biases=biases,
-        data_limitations=[line for line in limitations if line],
-        data_use_cases=uses,
-        data_release_maintenance_plan=maintenance_plan("3xcm", version),
-    )
-    ordered_langs = tuple(sorted(set(languages) | {"en"}))
-    record_sets = (
+    return tools
+
+
+def _record_sets(r: _Release) -> tuple[RecordSetSpec, ...]:
+    urls = r.mode == "urls"
+    benchmark, benchmark_cd, unassembled = r.benchmark, r.benchmark_cd, r.unassembled
+    return (
         _record_set(
             "image_metadata",
             "The images, one per row: the authors' fields, ours, and the image. The `*_index` columns of the other "
             "record sets are row positions in this one.",
             "image_metadata/*.parquet",
-            images.schema,
-            n,
+            r.images.schema,
+            r.images.num_rows,
             key=("image_id",),
-            image_column=None if mode == "urls" else "image",
-            image_url_column="url" if mode == "urls" else None,
+            image_column=None if urls else "image",
+            image_url_column="url" if urls else None,
         ),
         _record_set(
             "benchmark",
@@ -314,44 +477,19 @@ def xcm_facts(
             key=("query_index",),
         ),
     )
-    countries_text = ", ".join(sorted(countries))
-    demo_suffix = f" {demo_note}" if demo else ""
-    return ReleaseFacts(
-        name="3XCM (culturebench build)",
-        benchmark="3xcm",
-        version=version,
-        description=(
-            f"{n} images of {len(concepts)} culturally inclusive concepts from {len(countries)} countries "
-            f"({countries_text}), turned into {benchmark.num_rows} RQ2 triplets and {benchmark_cd.num_rows} RQ3 "
-            "sextets of forced-choice text-to-image retrieval, following Evaluating Perspectival Biases in "
-            f"Cross-Modal Retrieval (3XCM). culturebench build {provenance.build_id or '?'}.{demo_suffix}"
-        ),
-        motivation=(
-            "3XCM measures whether text-to-image retrieval models prefer images of the query's own language or "
-            "culture over the images that answer the query (RQ2), and how a cultural descriptor in another language "
-            "shifts that preference (RQ3). This release rebuilds it with culturebench, under stricter candidate "
-            f"rules than the published benchmark.{demo_suffix}"
-        ),
-        keywords=("cultural bias", "cross-lingual", "text-to-image retrieval", "3XCM"),
-        cite_as=(
-            "Cite the paper that defines the benchmark, Evaluating Perspectival Biases in Cross-Modal Retrieval "
-            f"(3XCM), and this release as: 3XCM, culturebench build {version} "
-            f"(build id {provenance.build_id or '?'})."
-        ),
-        languages=ordered_langs,
-        record_sets=record_sets,
-        file_groups=webdataset_groups("image_id"),
-        composition=(
-            f"{n} images (`image_metadata`), {benchmark.num_rows} RQ2 triplets (`benchmark`), "
-            f"{benchmark_cd.num_rows} RQ3 sextets (`benchmark_cd`), {unassembled.num_rows} unassembled query slots "
-            "(`unassembled`).",
-            f"{len(countries)} countries: {counts(countries)} images.",
-            f"{len(concepts)} concepts: "
-            + ", ".join(f"{name} ({cid})" for cid, name in concepts[:40])
-            + (f", and {len(concepts) - 40} more (see `image_metadata`)." if len(concepts) > 40 else "."),
-            f"Languages: {counts(languages)} images; query languages: {counts(query_langs)}.",
-        ),
-        rai=rai,
+
+
+def _composition(r: _Release) -> tuple[str, ...]:
+    concepts, countries = r.concepts, r.countries
+    return (
+        f"{r.images.num_rows} images (`image_metadata`), {r.benchmark.num_rows} RQ2 triplets (`benchmark`), "
+        f"{r.benchmark_cd.num_rows} RQ3 sextets (`benchmark_cd`), {r.unassembled.num_rows} unassembled query slots "
+        "(`unassembled`).",
+        f"{len(countries)} countries: {counts(countries)} images.",
+        f"{len(concepts)} concepts: "
+        + ", ".join(f"{name} ({cid})" for cid, name in concepts[:40])
+        + (f", and {len(concepts) - 40} more (see `image_metadata`)." if len(concepts) > 40 else "."),
+        f"Languages: {counts(r.languages)} images; query languages: {counts(r.query_langs)}.",
     )
 
 

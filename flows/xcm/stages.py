@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from annotation.backends import AUTO_ACCEPT
+from annotation.backends import BuildReview
 from annotation.review import ReviewImage, image_extension, run_review
 from collectors.concepts import run_concepts
 from collectors.search import SearchConfig, build_queries, search_rows
@@ -30,12 +30,13 @@ from curation.validate import ValidationReport, validate_benchmark
 from data import schemas
 from data.progress import StepProgress, Steps
 from data.reference import ReferencePack
+from data.review_labels import AUTO_ACCEPT
 from data.schemas import STATUS_OK
 from data.stage import stats_from_table
 from data.stage_stats import StageStats
 from data.workspace import StageMarker, Workspace
 from demo.corpus import generate_demo_corpus
-from flows.engine.graph import BuildGraph, Progress, Stage, StageOutput, review_settings
+from flows.engine.graph import BuildGraph, Progress, Stage, StageOutput
 from flows.engine.graph import StageContext as GraphContext
 from flows.engine.shards import ShardPlan
 from flows.engine.slots import gpu_slot
@@ -237,6 +238,12 @@ def _image_dedup(ctx: StageContext) -> StageOutput:
     return StageOutput(result.decisions, side, stats)
 
 
+def build_review(config: Build3XCMConfig) -> BuildReview:
+    """The build's human review: ambiguous near-duplicate pairs (the record's `review`, the review stage's
+    fingerprint share)."""
+    return BuildReview(config.review, "duplicate_review")
+
+
 def _review(ctx: StageContext) -> StageOutput:
     steps = Steps(ctx.on_progress(ctx.stage), 2)
     queue = ctx.ws.read_extra_table("image_dedup", "review_queue")
@@ -389,7 +396,7 @@ def embedding_settings(config: Build3XCMConfig) -> Any:
     return None if tier is None else tier.embedder.model_dump(exclude={"batch_size"})
 
 
-STAGES: tuple[Stage, ...] = (
+STAGES: tuple[Stage[Build3XCMConfig], ...] = (
     # Version 3: the pictures no longer depend on concept id numbers. Version 2 of concepts: the authors' ids.
     Stage("demo_corpus", 3, (), lambda c: c.demo_corpus, _demo_corpus, schemas.DEMO_CORPUS),
     Stage("concepts", 2, (), concepts_settings, _concepts, schemas.CONCEPTS),
@@ -430,7 +437,7 @@ STAGES: tuple[Stage, ...] = (
         "review",
         2,
         ("image_dedup",),
-        lambda c: review_settings(c.review),
+        lambda c: build_review(c).settings(),
         _review,
         schemas.REVIEW,
         {"decisions": schemas.REVIEW_DECISIONS},
@@ -458,7 +465,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage("validation", 2, ("assembly",), lambda c: c.assembly.max_candidate_reuse, _validation, schemas.VIOLATIONS),
 )
-GRAPH = BuildGraph("3xcm", lambda config: STAGES, review_field="review", review_kind="duplicate_review")
+GRAPH: BuildGraph[Build3XCMConfig] = BuildGraph("3xcm", lambda config: STAGES)
 
 
 def run_stage(

@@ -23,7 +23,7 @@ from data.publish.changelog import code_span, render_changelog
 from data.publish.folder import ReleaseResult
 from data.publish.format import MANIFEST
 from data.publish.images import ReleasedImages
-from data.publish.manifest import Provenance, ReleaseManifest, validated
+from data.publish.manifest import ReleaseManifest, TakedownRecord
 from data.schemas import UNASSEMBLED
 from data.stage_stats import StageStats
 from data.takedown.denylist import TAKEN_DOWN, drop_from_catalog, read_denylist, with_denylist
@@ -82,7 +82,7 @@ def derive_patch(parent: ParentRelease, request: TakedownRequest, images: Releas
 
 
 def write_patch(
-    parent: ParentRelease, images: ReleasedImages, record: dict[str, Any], derived: DerivedPatch
+    parent: ParentRelease, images: ReleasedImages, record: TakedownRecord, derived: DerivedPatch
 ) -> ReleaseResult:
     """The patch `derive_patch` decided, written as the release `record` names."""
     decided: XcmTakedown = derived.detail
@@ -102,7 +102,7 @@ def write_patch(
 def write_3xcm_patch(
     parent: ParentRelease,
     images: ReleasedImages,
-    record: dict[str, Any],
+    record: TakedownRecord,
     catalog: pa.Table,
     benchmark: pa.Table,
     benchmark_cd: pa.Table,
@@ -116,16 +116,16 @@ def write_3xcm_patch(
     checked = {"summary": validation, "balance_replayed": False}
     provenance = patch_provenance(parent, record, reuse=reuse, validation=checked)
     return write_3xcm_release(
-        parent.release_config(record["version"]),
+        parent.release_config(record.version),
         None,  # type: ignore[arg-type]  # no blob store: the bytes are the parent's
         catalog,
         benchmark,
         benchmark_cd,
         unassembled,
-        provenance,
+        provenance.model_dump(exclude_unset=True),  # as stated (python values: the same JSON bytes)
         parent.pack(),
         load_image=lambda meta: images.get(meta["image_id"]),  # type: ignore[arg-type,return-value]  # None: not embedded
-        changelog=render_changelog(validated(Provenance, provenance).takedowns or []),
+        changelog=render_changelog(provenance.takedowns or []),
     )
 
 

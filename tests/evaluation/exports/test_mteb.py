@@ -20,7 +20,7 @@ from tests.support.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
 HARNESS_PYTHON = ROOT / ".venv-harness-embedding" / "bin" / "python"
-RUN_SCRIPT = ROOT / "tests" / "harness_scripts" / "mteb_run.py"
+RUN_SCRIPT = ROOT / "tests" / "support" / "harness_scripts" / "mteb_run.py"
 RQ2, RQ3 = mteb_export.TASKS
 
 

@@ -44,7 +44,7 @@ class ToyStats(StageStats):
     detector: str | None = None
 
 
-def toy_graph(calls: Calls, side: dict[str, pa.Table] | None = None) -> BuildGraph:
+def toy_graph(calls: Calls, side: dict[str, pa.Table] | None = None) -> BuildGraph[ToyConfig]:
     def items(ctx: Any) -> StageOutput:
         calls.runs.append(ctx.stage)
         rows = [{"item": i, "status": "ok" if i else "failed", "error": None if i else "empty"} for i in range(3)]
@@ -68,7 +68,7 @@ def toy_graph(calls: Calls, side: dict[str, pa.Table] | None = None) -> BuildGra
         Stage("items", 1, (), lambda c: c.count, items, ITEMS, {"notes": NOTES}),
         Stage("total", 1, ("items",), lambda c: None, total, ITEMS, stats_model=ToyStats),
     )
-    return BuildGraph("toy", lambda config: stages, review_field="review", review_kind="duplicate_review")
+    return BuildGraph("toy", lambda config: stages)
 
 
 def test_the_graph_writes_what_a_stage_returns_with_the_declared_schemas(tmp_path: Path) -> None:
@@ -161,6 +161,15 @@ def test_every_registered_benchmark_is_one_record_the_cli_and_sync_reviews_read(
         benchmarks.get("4xcm")
 
 
+class NoReview:
+    """A review with nothing to wait for: the engine asks it through `data.review.Review` only."""
+
+    wait_timeout_s = None
+
+    def completion(self, build_id: str) -> tuple[bool, str]:
+        return False, "nothing to wait for"
+
+
 def toy_benchmark(calls: Calls, release_root: Path) -> Benchmark[ToyConfig]:
     def preflight(config: ToyConfig) -> None:
         calls.runs.append("preflight")
@@ -176,6 +185,7 @@ def toy_benchmark(calls: Calls, release_root: Path) -> Benchmark[ToyConfig]:
         description="Build the toy.",
         config=ToyConfig,
         graph=toy_graph(calls),
+        review=lambda config: NoReview(),
         preflight=preflight,
         check_reference=lambda *args: None,
         release=release,
@@ -226,3 +236,31 @@ def test_3xcm_fails_before_any_stage_when_its_open_clip_weights_are_missing(tmp_
     )
     assert result.exit_code == 2 and "does not exist" in result.output
     assert not any(tmp_path.rglob("_SUCCESS"))
+
+
+@pytest.mark.parametrize(("name", "section", "stage"), [("3xcm", "review", "review"), ("mixcube", "qa", "qa_r1")])
+def test_each_record_hands_the_engine_its_review(tmp_path: Path, name: str, section: str, stage: str) -> None:
+    """The engine reaches a review only through the record's `review` (data/review.py `Review`); the review stage's
+    fingerprint counts the completed export's content, so a new export at the same path is new input."""
+    record = benchmarks.get(name)
+    export = tmp_path / "export.json"
+    files = {"backend": "label_studio_files", "completed_export": str(export)}
+    config = record.config.demo(workspace_root=str(tmp_path / "ws"), **{section: files})
+    review = record.review(config)
+    assert review.wait_timeout_s is None  # only a Label Studio server's review times out
+    assert review.completion("b") == (False, f"completed export missing: {export}")
+    export.write_text("[]")
+    assert review.completion("b") == (True, f"completed export found: {export}")
+    before = record.build(config).fingerprints
+    export.write_text('[{"id": 1}]')
+    after = record.build(config).fingerprints
+    assert before[stage] != after[stage] and all(before[s] == after[s] for s in record.graph.names(config)[:2])
+    server = {"backend": "label_studio", "server": {"document_root": str(tmp_path)}, "wait_timeout_s": 3600}
+    demo = record.config.demo().model_dump(mode="json")  # a section replaced whole, not merged into the demo's
+
+    def with_review(review: dict[str, Any]) -> Any:
+        return record.review(record.config.model_validate({**demo, section: review}))
+
+    assert with_review(server).wait_timeout_s == 3600
+    auto = with_review({"backend": "auto_accept"})
+    assert auto.completion("b") == (False, "review backend auto_accept has nothing to wait for")
