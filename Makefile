@@ -2,6 +2,10 @@
 # with a tiny random model) and `make test`.
 # Both create .venv and install the locked dependency set when needed; nothing is taken from the host
 # besides a Python 3.11 interpreter.
+# Every venv gets its bytecode compiled once, when it is installed (COMPILE): uv writes none, and where
+# PYTHONDONTWRITEBYTECODE is set (as on the CI machines) every Python process, each test worker, CLI call, flow
+# run, harness run and Label Studio start, would compile all it imports again: `import prefect, flows.xcm.build`
+# took 28 s instead of 6 on 2 cores. The errors are ignored: a few packages ship files for other Pythons.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,10 +15,11 @@ STAMP := $(VENV)/.installed-stamp
 LS_VENV ?= .venv-labelstudio
 LS_STAMP := $(LS_VENV)/.installed-stamp
 CHROMIUM ?= /usr/bin/chromium
+COMPILE = -m compileall -q -j 0 $(1)/lib/python3*/site-packages >/dev/null 2>&1 || true
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export DO_NOT_TRACK ?= 1
 
-.PHONY: demo test docs lint lock venv clean label-studio browser harnesses
+.PHONY: demo test test-fast docs lint lock venv clean label-studio browser harnesses
 
 venv: $(STAMP)
 
@@ -23,6 +28,7 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv>=0.4"
 	$(BIN)/uv pip install --python $(BIN)/python -r requirements.lock
 	$(BIN)/uv pip install --python $(BIN)/python --no-deps -e .
+	$(BIN)/python $(call COMPILE,$(VENV))
 	touch $@
 
 # The tests start a real Label Studio server from this venv.
@@ -32,6 +38,7 @@ $(LS_STAMP): requirements-labelstudio.lock
 	test -x $(LS_VENV)/bin/python || $(PYTHON) -m venv $(LS_VENV)
 	$(LS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "uv>=0.4"
 	$(LS_VENV)/bin/uv pip install --python $(LS_VENV)/bin/python -r requirements-labelstudio.lock
+	$(LS_VENV)/bin/python $(call COMPILE,$(LS_VENV))
 	touch $@
 
 # Each evaluation harness the tests run for real (lmms-eval, VLMEvalKit, MTEB, clip_benchmark) pins what clashes with
@@ -46,6 +53,7 @@ harnesses: $(HARNESS_STAMPS)
 	test -x .venv-harness-$*/bin/python || $(PYTHON) -m venv .venv-harness-$*
 	.venv-harness-$*/bin/python -m pip install --quiet --disable-pip-version-check "uv>=0.4"
 	.venv-harness-$*/bin/uv pip install --python .venv-harness-$*/bin/python -r $<
+	.venv-harness-$*/bin/python $(call COMPILE,.venv-harness-$*)
 	touch $@
 
 # Debian's Chromium for the labeling-interface screenshots (Playwright drives it; no browser download).
@@ -61,10 +69,23 @@ demo: $(STAMP)
 	$(BIN)/culturebench evaluate mixcube releases/mixcube/0.1.0-demo --demo-model
 	$(BIN)/culturebench evaluate mixcube releases/mixcube/0.1.0-demo --demo-model --task audit
 
+# pytest-xdist's workers for the two test targets: one per core, at most TEST_MAX_WORKERS (each imports torch and
+# may start servers of its own). `make test TEST_WORKERS=0` runs the suite in one process.
+TEST_WORKERS ?= auto
+TEST_MAX_WORKERS ?= 4
+PYTEST_WORKERS := -n $(TEST_WORKERS) $(if $(filter auto logical,$(TEST_WORKERS)),--maxprocesses $(TEST_MAX_WORKERS))
+# What test-fast leaves out (the markers are in pyproject.toml).
+FAST_MARKERS := not server and not harness and not browser and not dask and not slow
+
 # The type checker ([tool.mypy] in pyproject.toml) first: CI runs this target.
 test: $(STAMP) $(LS_STAMP) harnesses browser docs
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_WORKERS)
+
+# The edit-test loop: no root, no server, no harness venv, no browser, no Dask cluster, no slow test (see the markers
+# in pyproject.toml); a few minutes. `make test` still runs everything.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_WORKERS) -m "$(FAST_MARKERS)"
 
 # The documentation site (mkdocs.yml, docs/) into .site/. Strict: a broken link or anchor, or a page missing from nav,
 # fails the build. Quiet when it passes; its whole log when it fails (mkdocs' own --quiet would also hide the

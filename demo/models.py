@@ -46,6 +46,10 @@ PATCH_SIZE = 8
 IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2  # "default" feature strategy drops the CLS token
 
 DONE = "README.md"
+# The demo model's answer cap, below the paper's 120 (App. C.2): its answers are random bytes, and greedy decoding
+# makes a shorter answer the first tokens of the longer one. Long enough for any country name the scorer looks for
+# (one token per byte: the tokenizer has no merges); the demo's cost is the per-token step, not the model.
+DEMO_MAX_NEW_TOKENS = 32
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<image>"]
 
 # Each message: "USER: <image>\n<text>" (images first), then "ASSISTANT:" for generation.

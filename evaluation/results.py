@@ -66,6 +66,11 @@ DEMO_WARNING = (
     "> **These numbers are meaningless.** The model is a tiny network with random weights, built to exercise the "
     "evaluation end to end; it says nothing about any real model or about the benchmark."
 )
+# The demo VLM's answer cap (demo.models.DEMO_MAX_NEW_TOKENS), kept in the settings as `demo_answer_cap`: a key
+# with "token" in it would be redacted as a secret.
+DEMO_VLM_NOTE = (
+    "Its answers stop at {tokens} new tokens, not the paper's 120 (App. C.2): they are random bytes either way."
+)
 
 
 @dataclass
@@ -304,7 +309,8 @@ def render_card(result: EvaluationResult, document: dict[str, Any]) -> str:
         empty_configs_note(configs),
     ]
     if result.demo:
-        lines.append(DEMO_WARNING + "\n")
+        tokens = result.settings.get("demo_answer_cap")
+        lines.append(DEMO_WARNING + (" " + DEMO_VLM_NOTE.format(tokens=tokens) if tokens else "") + "\n")
     for warning in result.warnings:
         lines.append(f"> **Warning.** {warning}\n")
     lines += [

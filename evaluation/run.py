@@ -172,10 +172,11 @@ def demo_encoder(root: str) -> EncoderConfig:
 
 
 def demo_vlm(root: str) -> VlmConfig:
-    from demo.models import random_vlm
+    from demo.models import DEMO_MAX_NEW_TOKENS, random_vlm
 
     folder = random_vlm(Path(root) / "demo-random-vlm")
-    return TypeAdapter(VlmConfig).validate_python({"backend": "transformers", "model": str(folder), "device": "cpu"})
+    model = {"backend": "transformers", "model": str(folder), "device": "cpu", "max_new_tokens": DEMO_MAX_NEW_TOKENS}
+    return TypeAdapter(VlmConfig).validate_python(model)
 
 
 def open_release(config: Evaluate3XCMConfig | EvaluateMixCubeConfig) -> Release:
@@ -380,11 +381,20 @@ def run_mixcube(
         tables={"accuracy": mx.accuracy_table(per_image, mix), "swap_drops": mx.swap_drops(per_image, mix)},
         metrics=metrics,
         figures=figures,
-        settings=settings_mixcube(judge, vlm),
+        settings=settings_mixcube(judge, vlm) | _demo_vlm_settings(config),
         skipped=skipped,
         demo=config.demo,
         warnings=_failure_warnings(metrics) + mx.several_cultures_warnings(metrics) + mx.answer_rule_warnings(metrics),
     )
+
+
+def _demo_vlm_settings(config: EvaluateMixCubeConfig) -> dict[str, Any]:
+    """The demo model's answer cap, for its card: only when the demo model answered."""
+    if config.model is not None or config.predictions is not None:
+        return {}
+    from demo.models import DEMO_MAX_NEW_TOKENS
+
+    return {"demo_answer_cap": DEMO_MAX_NEW_TOKENS}
 
 
 def _failure_warnings(metrics: dict[str, Any]) -> list[str]:

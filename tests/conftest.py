@@ -8,10 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.shared_dirs import built_once
+
 pytest_plugins = [
     "tests.support.label_studio_fixtures",
     "tests.support.brisque_weights",
-]  # the Label Studio server, the BRISQUE weights
+    "tests.support.scheduling",
+    "pytester",
+]  # the Label Studio server, the BRISQUE weights, the markers and xdist's groups, pytester (test_scheduling.py)
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
@@ -69,27 +73,30 @@ def small_demo_config(workspace_root: Path, release_root: Path):  # -> Build3XCM
 @pytest.fixture(scope="session")
 def small_releases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A small 3XCM demo release and a small MixCuBe one (2 cultures x 2 categories x 1 original), both 0.0.1 in one
-    release root, built once per session: tests read them, and copy them before changing anything."""
+    release root, built once per test run (once for all xdist workers): tests read them, and copy them before changing
+    anything."""
     from flows.mixcube.build import build_locally as build_mixcube
     from flows.mixcube.config import BuildMixCubeConfig
     from flows.xcm.build import build_locally as build_3xcm
     from flows.xcm.config import Build3XCMConfig
 
-    root = tmp_path_factory.mktemp("small-releases")
-    three = Build3XCMConfig.demo(
-        workspace_root=str(root / "ws3"),
-        countries=SMALL_COUNTRIES,
-        concepts={"include": SMALL_CONCEPTS},
-        demo_corpus={"countries": SMALL_COUNTRIES, "concepts": SMALL_CONCEPTS, "images_per_query": 2},
-        release={"root": str(root / "rel"), "version": "0.0.1"},
-    )
-    mix = BuildMixCubeConfig.demo(
-        workspace_root=str(root / "wsm"),
-        originals={"per_cell": 1, "cultures": ["South Korea", "UK"], "categories": ["Food", "Clothes"]},
-        release={"root": str(root / "rel"), "version": "0.0.1"},
-        shard_size=4,
-    )
-    return {"3xcm": Path(build_3xcm(three).release_path), "mixcube": Path(build_mixcube(mix).release_path)}
+    def build(root: Path) -> dict[str, str]:
+        three = Build3XCMConfig.demo(
+            workspace_root=str(root / "ws3"),
+            countries=SMALL_COUNTRIES,
+            concepts={"include": SMALL_CONCEPTS},
+            demo_corpus={"countries": SMALL_COUNTRIES, "concepts": SMALL_CONCEPTS, "images_per_query": 2},
+            release={"root": str(root / "rel"), "version": "0.0.1"},
+        )
+        mix = BuildMixCubeConfig.demo(
+            workspace_root=str(root / "wsm"),
+            originals={"per_cell": 1, "cultures": ["South Korea", "UK"], "categories": ["Food", "Clothes"]},
+            release={"root": str(root / "rel"), "version": "0.0.1"},
+            shard_size=4,
+        )
+        return {"3xcm": build_3xcm(three).release_path, "mixcube": build_mixcube(mix).release_path}
+
+    return {name: Path(path) for name, path in built_once(tmp_path_factory, "small-releases", build).items()}
 
 
 @pytest.fixture(scope="session")

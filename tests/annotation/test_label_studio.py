@@ -70,6 +70,7 @@ def test_label_configs_create_projects_on_the_server_idempotently(
     assert project.maximum_annotations == 3
 
 
+@pytest.mark.browser
 def test_duplicate_review_round_trip(
     label_studio: RunningLabelStudio, annotators: list[LabelStudio], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -123,6 +124,7 @@ def test_duplicate_review_round_trip(
     assert grown.value.new_tasks == 1
 
 
+@pytest.mark.browser
 def test_synthesis_qa_round_trip(
     label_studio: RunningLabelStudio, annotators: list[LabelStudio], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

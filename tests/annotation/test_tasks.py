@@ -291,6 +291,7 @@ def _project(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Label
     return LabelStudioProject(config, SPECS[DUP], "b1", 3, sleep=lambda s: None)
 
 
+@pytest.mark.slow
 def test_a_server_that_is_down_is_named_after_the_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
@@ -303,6 +304,7 @@ def test_a_server_that_is_down_is_named_after_the_retries(tmp_path: Path, monkey
     assert "after 3 attempts" in str(e.value) and "secret-token-value-123" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_transient_errors_are_retried_and_client_errors_are_not(
     flaky_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -314,6 +316,7 @@ def test_transient_errors_are_retried_and_client_errors_are_not(
     assert "secret-token-value-123" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_a_down_server_leaves_the_review_stage_unwritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_demo_config
 ) -> None:
@@ -335,6 +338,7 @@ def test_a_down_server_leaves_the_review_stage_unwritten(
     assert ws.marker("review") is None
 
 
+@pytest.mark.slow
 def test_cli_exits_3_while_reviews_are_open_and_closes_them_on_request(tmp_path: Path) -> None:
     import yaml
     from typer.testing import CliRunner

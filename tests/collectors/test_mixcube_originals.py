@@ -27,6 +27,7 @@ def haar_faces(data: bytes) -> int:
     return len(cascade.detectMultiScale(gray, scaleFactor=1.1, minNeighbors=5, minSize=(24, 24)))
 
 
+@pytest.mark.slow
 def test_demo_originals_cover_every_cell_with_labels_and_a_detectable_face(tmp_path: Path) -> None:
     ws = Workspace(str(tmp_path), "mixcube-demo")
     table = collect_originals(DemoOriginalsConfig(per_cell=2), ws.blobs.put, default_pack().mixcube())

@@ -294,6 +294,7 @@ _RULE = st.tuples(st.sampled_from(["Allow", "Disallow"]), _PIECES.map(lambda p: 
 _GROUP = st.tuples(st.lists(st.sampled_from(["*", AGENT, "otherbot"]), min_size=1, max_size=2), st.lists(_RULE))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(groups=st.lists(_GROUP, max_size=4), paths=st.lists(st.text(alphabet="ab/$%", max_size=16), min_size=1))
 def test_robots_decisions_agree_with_the_regex_implementation(

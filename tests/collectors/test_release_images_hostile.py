@@ -206,6 +206,7 @@ def test_an_output_onto_or_inside_a_release_is_refused_before_any_download(
 # -- item 9: crash safety ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_killed_fetch_resumes_from_its_journal_and_leaves_no_temporary_folders(tmp_path: Path) -> None:
     n = 60
     corpus = [make_jpeg(100 + i, size=(320, 240)) for i in range(n)]

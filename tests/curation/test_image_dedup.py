@@ -247,6 +247,7 @@ def test_scope_is_the_concept_unless_global() -> None:
     assert decide(inputs, ImageDedupConfig(scope="global")).decisions["keep"].to_pylist() == [True, False]
 
 
+@pytest.mark.slow
 def test_demo_corpus_planted_duplicates_are_found_and_nothing_else(tmp_path: Path) -> None:
     """Every planted duplicate within a concept is merged into its source by the expected tier; no original is."""
     root = tmp_path / "corpus"

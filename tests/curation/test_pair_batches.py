@@ -90,6 +90,7 @@ def _inputs(paths: list[str], held: list[int]) -> DedupInputs:
     )
 
 
+@pytest.mark.slow
 def test_decide_answers_the_same_whatever_the_batches_and_holds_one_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

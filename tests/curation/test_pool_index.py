@@ -146,6 +146,7 @@ def _synthetic_texts(table: pa.Table) -> tuple[pa.Table, QueryTexts]:
     )
 
 
+@pytest.mark.slow
 def test_countries_outside_the_reference_data_assemble_and_validate() -> None:
     """A scale test's 40 synthetic countries in 25 groups: groups and languages come from the table itself."""
     rng = np.random.default_rng(0)

@@ -50,6 +50,7 @@ def _group(country: str) -> str:
     return default_pack().country_by_name()[country].language_group
 
 
+@pytest.mark.slow
 def test_the_authors_benchmark_reassembled_keeps_their_images_and_breaks_no_rule(tmp_path: Path) -> None:
     out = tmp_path / "repaired"
     result = CliRunner().invoke(app, ["reassemble", "--pool", str(AUTHORS), "--out", str(out)])
@@ -126,6 +127,7 @@ def test_a_row_that_breaks_a_rule_is_replaced_and_the_others_kept(tmp_path: Path
     assert _group(first["semantically_relevant_candidate_country"]) != _group(broken["query_country"])
 
 
+@pytest.mark.slow
 def test_a_release_of_ours_is_reassembled_with_its_tags(small_demo_config, tmp_path: Path) -> None:
     release = Path(build_locally(small_demo_config).release_path)
     result = reassemble(release)

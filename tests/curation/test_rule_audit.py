@@ -566,6 +566,7 @@ def test_metadata_with_repeated_indexes_is_bad_input(tmp_path: Path) -> None:
 # -- a release the project built --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_release_built_by_the_project_audits_clean(small_demo_config) -> None:
     release = Path(build_locally(small_demo_config).release_path)
     code, output = run(release)

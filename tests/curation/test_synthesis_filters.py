@@ -111,6 +111,7 @@ def piq_reference(pixels: np.ndarray, weights: Path, hub: Path) -> float:
 # ---------------------------------------------------------------- BRISQUE
 
 
+@pytest.mark.slow
 def test_brisque_scores_sharp_photo_below_degraded_and_threshold_decides(
     tmp_path: Path, brisque_weights_file: Path, hub_dir: Path, no_network: list[tuple]
 ) -> None:
@@ -135,6 +136,7 @@ def test_brisque_scores_sharp_photo_below_degraded_and_threshold_decides(
     assert no_network == []
 
 
+@pytest.mark.slow
 def test_weights_path_is_the_model_used(tmp_path: Path, brisque_weights_file: Path, no_network: list[tuple]) -> None:
     # Zero coefficients leave only the SVR's bias: every image scores -rho = 153.591 (piq's MATLAB model constant).
     sv_coef, sv = torch.load(brisque_weights_file, weights_only=True)
@@ -218,6 +220,7 @@ def test_unscorable_image_is_an_error_row_and_piq_is_left_as_found(
     assert no_network == []
 
 
+@pytest.mark.slow
 def test_concurrent_scoring_matches_serial(tmp_path: Path, brisque_weights_file: Path) -> None:
     filters = build_synthesis_filter(brisque_only(brisque_weights_file))
     photos = [skimage_data.astronaut()[::2, ::2], skimage_data.coffee()[::2, ::2], skimage_data.chelsea()]
@@ -271,6 +274,7 @@ def test_similarity_bounds_decide_low_keep_high(tmp_path: Path) -> None:
     assert [row["clip_similarity"] for row in rows] == pytest.approx(observed, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_chunking_and_shared_originals_do_not_change_rows(tmp_path: Path) -> None:
     clip = clip_config(tmp_path)
     a, b = png(astronaut()), png(skimage_data.coffee())

@@ -53,6 +53,7 @@ def _released(release_dir: Path, name: str) -> pa.Table:
     return pa.concat_tables([pq.read_table(f) for f in sorted((release_dir / name).glob("*.parquet"))])
 
 
+@pytest.mark.slow
 def test_no_distractor_of_the_demo_release_is_a_copy_of_an_image_of_the_query_concept(
     demo: tuple[Build3XCMConfig, Path],
 ) -> None:
@@ -256,6 +257,7 @@ def _built(config: Build3XCMConfig) -> tuple[Workspace, dict]:
     return Workspace(config.workspace_root, config.resolved_build_id()), files
 
 
+@pytest.mark.slow
 def test_a_flipped_bit_in_a_finished_table_is_repaired_never_published(small_demo_config: Build3XCMConfig) -> None:
     ws, clean = _built(small_demo_config)
     part = Path(ws.stage_dir("image_metadata")) / "part-00000.parquet"
@@ -275,6 +277,7 @@ def test_a_flipped_bit_in_a_finished_table_is_repaired_never_published(small_dem
     assert summary.validation.startswith("valid")
 
 
+@pytest.mark.slow
 def test_a_deleted_part_is_redone_alone(
     small_demo_config: Build3XCMConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -295,6 +298,7 @@ def test_a_deleted_part_is_redone_alone(
     assert images.rows_in == ws.marker("images").rows and _files(summary.release_path) == clean_files
 
 
+@pytest.mark.slow
 def test_a_truncated_part_names_its_file(small_demo_config: Build3XCMConfig) -> None:
     ws, _ = _built(small_demo_config)
     part = Path(ws.stage_dir("assembly")) / "part-00000.parquet"
@@ -310,6 +314,7 @@ def test_a_truncated_part_names_its_file(small_demo_config: Build3XCMConfig) -> 
     assert damaged.value.filename == str(part)
 
 
+@pytest.mark.slow
 def test_the_release_validates_exactly_the_tables_it_publishes(small_demo_config: Build3XCMConfig) -> None:
     """A table changed behind the validation stage's back (its marker rewritten to match, as a bug could) is caught
     by the release's own validation, and nothing is published."""
@@ -370,6 +375,7 @@ def test_the_production_configs_run_as_the_papers_do() -> None:
     assert len(mixcube_deviations(BuildMixCubeConfig.demo(), reviewers=["auto_accept"])) == 6
 
 
+@pytest.mark.slow
 def test_reviews_wait_for_people_unless_a_config_says_otherwise(small_demo_config: Build3XCMConfig) -> None:
     """The papers' reviews are human (3XCM App. J, MixCuBe §2): without a completed export a build waits; only the
     demos, which nobody annotates, accept automatically (and their cards say so)."""

@@ -15,6 +15,7 @@ from tests.conftest import SMALL_CONCEPTS, SMALL_COUNTRIES
 LONG_STAGES = ("demo_corpus", "image_hashes", "image_dedup", "review", "assembly", "validation", "release")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("benchmark", ["3xcm", "mixcube"])
 def test_a_build_reports_every_long_stage_to_the_end(tmp_path: Path, benchmark: str) -> None:
     calls: dict[str, list[tuple[int, int]]] = defaultdict(list)

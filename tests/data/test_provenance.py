@@ -158,6 +158,7 @@ def faked_ddgs(host: FakeImageHost) -> Iterator[FakeDuckDuckGo]:
         yield ddg
 
 
+@pytest.mark.slow
 def test_every_released_3xcm_image_row_carries_its_provenance(tmp_path: Path) -> None:
     corpus = [make_jpeg(i, size=(320, 240)) for i in range(80)]
     config = ddgs_build_config(tmp_path, search={"license_filter": "ShareCommercially"})
@@ -228,6 +229,7 @@ def write_manifest(root: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_local_manifest_declares_licence_url_page_and_time_else_unknown(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     generate_demo_corpus(
@@ -275,6 +277,7 @@ def test_a_manifest_time_that_is_no_iso_8601_names_its_line(tmp_path: Path) -> N
 # -- the demo release's card ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_demo_card_summarises_licences_and_domains_with_a_figure(small_demo_config: Build3XCMConfig) -> None:
     release = Path(build_locally(small_demo_config).release_path)
     card = (release / "README.md").read_text()
@@ -368,6 +371,7 @@ def test_a_bad_labels_time_is_a_row_with_its_reason(tmp_path: Path) -> None:
     assert rows[0]["status"] == "failed" and rows[0]["error"].startswith("bad_retrieved_at: retrieved_at '03/04/2023'")
 
 
+@pytest.mark.slow
 def test_mixcube_search_originals_and_their_swaps_carry_the_search_and_fetch_provenance(tmp_path: Path) -> None:
     mirrored = io.BytesIO()
     ImageOps.mirror(Image.open(io.BytesIO(astronaut_jpeg()))).save(mirrored, format="JPEG", quality=90)

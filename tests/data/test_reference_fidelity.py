@@ -128,6 +128,7 @@ def demo_with_a_spaced_country(small_demo_config: Build3XCMConfig) -> Build3XCMC
     )
 
 
+@pytest.mark.slow
 def test_a_build_writes_image_ids_in_the_authors_format(demo_with_a_spaced_country: Build3XCMConfig) -> None:
     from data.workspace import Workspace
 

@@ -245,6 +245,7 @@ def test_a_build_lacking_translations_is_refused_before_the_first_stage(tmp_path
     assert not (workspace / listed.parent.parent.name / "tables").exists()  # no stage ran
 
 
+@pytest.mark.slow
 def test_a_gemini_build_drafts_what_its_pack_lacks_into_its_own_copy(tmp_path: Path) -> None:
     folder = new_pack(tmp_path)
     _without_japanese_train_and_kenya(folder)
@@ -350,6 +351,7 @@ def globalrg_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "releases" / "3xcm" / "0.1.0-demo"
 
 
+@pytest.mark.slow
 def test_the_globalrg_demo_builds_for_every_country_and_carries_its_pack(globalrg_release: Path) -> None:
     import pyarrow.parquet as pq
 
@@ -366,6 +368,7 @@ def test_the_globalrg_demo_builds_for_every_country_and_carries_its_pack(globalr
     assert places["Kenya"] == "Africa" and len(places) == 49
 
 
+@pytest.mark.slow
 def test_a_moved_release_needs_nothing_but_itself(globalrg_release: Path, tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
@@ -401,6 +404,7 @@ def test_a_moved_release_needs_nothing_but_itself(globalrg_release: Path, tmp_pa
 # -- MixCuBe with a sixth culture and a fifth ethnicity ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_mixcube_pack_with_a_sixth_culture_and_a_fifth_ethnicity(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
@@ -446,6 +450,7 @@ def test_a_mixcube_pack_with_a_sixth_culture_and_a_fifth_ethnicity(tmp_path: Pat
 # -- the guide's commands, as written ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_guides_commands_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/reference-packs.md's "Start a pack" block, in a fresh folder, with the fake Gemini behind gemini.yaml."""
     import re

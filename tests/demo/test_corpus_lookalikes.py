@@ -54,6 +54,7 @@ def _without_lookalikes(config: Build3XCMConfig, root: Path) -> Build3XCMConfig:
     return config.model_copy(update={"workspace_root": str(root), "demo_corpus": corpus})
 
 
+@pytest.mark.slow
 def test_lookalikes_are_queued_for_review_kept_and_move_nothing_else(
     small_demo_config: Build3XCMConfig, tmp_path: Path
 ) -> None:
@@ -91,6 +92,7 @@ def _files(root: Path) -> dict[str, str]:
             p.is_file() and p.name != "ground_truth.json"}  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_lookalikes_are_added_last_and_deterministic(tmp_path: Path, seed: int) -> None:
     config = DemoCorpusConfig(countries=["USA", "Spain", "Japan"], concepts=["train", "food"], images_per_query=2,

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from curation.image_hashing import dhash_bulk, phash_bulk
 from curation.image_thumbnails import thumbnails
@@ -60,6 +61,7 @@ def _peak_growth(countries: list[str], concepts: list[str]) -> dict[str, int]:
     return figures
 
 
+@pytest.mark.slow
 def test_peak_memory_does_not_grow_with_the_corpus() -> None:
     small = _peak_growth(["USA", "Japan"], ["train", "food"])
     large = _peak_growth(["USA", "Japan", "Spain", "Kenya"], ["train", "food", "wedding", "market"])
@@ -76,6 +78,7 @@ def _files(root: Path) -> dict[str, str]:
             p.is_file()}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_corpus_is_the_same_with_one_worker_or_two_and_progress_is_reported(tmp_path: Path) -> None:
     config = DemoCorpusConfig(countries=["USA", "Spain", "Japan"], concepts=["train", "food", "school"],
                               images_per_query=2)  # fmt: skip

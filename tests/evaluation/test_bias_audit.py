@@ -495,6 +495,7 @@ def test_card_warns_first_and_figures_render(mixcube: Release, part: ResultPart)
     assert not any("meaningless" in w for w in warnings) and "awaiting native review" in warnings[0]
 
 
+@pytest.mark.slow
 def test_seeded_intervals_and_refused_vectors(mixcube: Release, part: ResultPart) -> None:
     again = audit.evaluate_audit(mixcube, HashEncoder(), n_resamples=200, seed=5)
     assert again.ci95 == part.ci95 and again.metrics == part.metrics
@@ -506,6 +507,7 @@ def test_seeded_intervals_and_refused_vectors(mixcube: Release, part: ResultPart
         audit.evaluate_audit(mixcube, HashEncoder(zero_image=2), n_resamples=0, seed=0)
 
 
+@pytest.mark.slow
 def test_demo_encoder_runs_the_audit(mixcube: Release, tmp_path: Path) -> None:
     from evaluation.run import demo_encoder
 

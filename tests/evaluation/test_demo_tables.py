@@ -25,6 +25,7 @@ def _run(command: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_the_documented_check_passes_on_the_demo_output() -> None:
     assert CHECK in (ROOT / "docs" / "contributors.md").read_text(encoding="utf-8")
     result = _run(CHECK)
@@ -83,6 +84,7 @@ def test_without_results_it_says_to_run_make_demo(tmp_path: Path, capsys: pytest
     assert "make demo" in err and "\n" not in err.strip()
 
 
+@pytest.mark.slow
 def test_the_documented_write_rewrites_a_stale_readme(tmp_path: Path) -> None:
     write = ".venv/bin/python -m evaluation.demo_tables --write"
     assert write in (ROOT / "docs" / "contributors.md").read_text(encoding="utf-8")

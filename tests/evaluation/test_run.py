@@ -52,6 +52,7 @@ def _knows_originals(rows: list[dict]):
     return respond
 
 
+@pytest.mark.slow
 def test_mixcube_cli_against_an_openai_compatible_server(releases: dict[str, Path], tmp_path: Path) -> None:
     release = releases["mixcube"]
     rows = _release_rows(release)
@@ -118,6 +119,13 @@ def test_evaluate_flow_publishes_tables_and_figure_links(
     assert set(three.headline) == {"M_cr", "M_lb", "M_ti", "SP"} and three.headline["M_cr"] is not None
     assert json.loads((Path(mix.out) / "metrics.json").read_text())["meaningless_demo_model"] is True
     assert "These numbers are meaningless" in (Path(three.out) / "README.md").read_text()
+    # The demo VLM's answers are capped below the paper's 120 tokens, and its card says by how much; an encoder's not.
+    from demo.models import DEMO_MAX_NEW_TOKENS
+
+    cap = json.loads((Path(mix.out) / "metrics.json").read_text())["settings"]["demo_answer_cap"]
+    assert cap == DEMO_MAX_NEW_TOKENS < 120
+    assert f"Its answers stop at {cap} new tokens" in (Path(mix.out) / "README.md").read_text()
+    assert "new tokens" not in (Path(three.out) / "README.md").read_text()
 
     async def artifacts() -> dict[str, object]:
         async with get_client() as client:
@@ -136,6 +144,7 @@ def test_evaluate_flow_publishes_tables_and_figure_links(
     assert any(k.endswith("-win-rates") for k in found)
 
 
+@pytest.mark.slow
 def test_the_image_cache_serves_a_second_evaluation_and_the_gpu_slot_is_held_only_by_local_models(
     releases: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

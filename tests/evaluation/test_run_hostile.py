@@ -265,6 +265,7 @@ def test_ties_are_detected_within_float32_resolution() -> None:
     assert m.first_argmax(scores).tolist() == [0, 0, 1, 2]  # the winner rule itself is unchanged
 
 
+@pytest.mark.slow
 def test_identical_vectors_say_that_ties_decided_the_winners(tmp_path: Path) -> None:
     release = copy_3xcm(tmp_path)
     code, output = evaluate_3xcm_cli(release, write_vectors(release, tmp_path / "same", identical=True), tmp_path / "o")

@@ -47,6 +47,7 @@ def evaluated(small_releases: dict[str, Path], tmp_path_factory: pytest.TempPath
     return out
 
 
+@pytest.mark.slow
 def test_each_task_has_its_own_default_folder_and_the_papers_task_keeps_its_metrics_as_before(
     evaluated: dict[str, Path],
 ) -> None:
@@ -62,6 +63,7 @@ def test_each_task_has_its_own_default_folder_and_the_papers_task_keeps_its_metr
     assert set(both) >= RETRIEVAL_KEYS and set(both["ci95"]) >= RETRIEVAL_KEYS
 
 
+@pytest.mark.slow  # `evaluated`: four tiny-model evaluations
 def test_a_retrieval_result_is_a_part_folder_that_datasets_loads(evaluated: dict[str, Path]) -> None:
     folder = evaluated["retrieval"]
     metrics = json.loads((folder / "metrics.json").read_text())
@@ -78,6 +80,7 @@ def test_a_retrieval_result_is_a_part_folder_that_datasets_loads(evaluated: dict
     assert any(f.startswith("retrieval/") for f in manifest["files"]), manifest["files"]
 
 
+@pytest.mark.slow  # `evaluated`: four tiny-model evaluations
 def test_the_audit_runs_on_an_encoder_and_says_first_that_placeholder_syntheses_make_it_meaningless(
     evaluated: dict[str, Path],
 ) -> None:
@@ -95,6 +98,7 @@ def test_the_audit_runs_on_an_encoder_and_says_first_that_placeholder_syntheses_
     assert (folder / "audit" / "figures" / "skew_heatmap.png").is_file()
 
 
+@pytest.mark.slow  # `evaluated`: four tiny-model evaluations
 def test_compare_shows_every_tasks_metrics_side_by_side(evaluated: dict[str, Path], tmp_path: Path) -> None:
     table, figure, markdown = compare([evaluated["triplet"], evaluated["retrieval"], evaluated["all"]])
     metrics = set(table["metric"].to_pylist())
@@ -111,6 +115,7 @@ def test_compare_shows_every_tasks_metrics_side_by_side(evaluated: dict[str, Pat
     assert code == 0 and "max_skew." in output, output
 
 
+@pytest.mark.slow  # `evaluated`: four tiny-model evaluations
 def test_a_rerun_of_a_task_is_unchanged_and_another_task_at_the_same_path_is_refused(
     small_releases: dict[str, Path], evaluated: dict[str, Path]
 ) -> None:

@@ -33,9 +33,6 @@ from scipy import stats
 
 from data.schemas import RQ2_SLOTS, RQ3_SLOTS
 from evaluation import xcm_metrics as m
-from flows.xcm.build import build_locally
-from flows.xcm.config import Build3XCMConfig
-from tests.conftest import SMALL_CONCEPTS, SMALL_COUNTRIES
 
 DIM = 24
 AUTHORS_ENV = "XCM_AUTHORS_EVAL"
@@ -65,17 +62,9 @@ AUTHORS_LETTER = {"A": "correct", "B": "language_biased", "C": "irrelevant"}  # 
 
 
 @pytest.fixture(scope="module")
-def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The `small_demo_config` build (tests/conftest.py), built once for this module's read-only checks."""
-    root = tmp_path_factory.mktemp("evaluation")
-    config = Build3XCMConfig.demo(
-        workspace_root=str(root / "workspace"),
-        countries=SMALL_COUNTRIES,
-        concepts={"include": SMALL_CONCEPTS},
-        demo_corpus={"countries": SMALL_COUNTRIES, "concepts": SMALL_CONCEPTS, "images_per_query": 2},
-        release={"root": str(root / "releases"), "version": "0.0.1"},
-    )
-    return Path(build_locally(config).release_path)
+def release(small_releases: dict[str, Path]) -> Path:
+    """The small 3XCM demo release (`small_releases` in tests/conftest.py, built once per run): read only."""
+    return small_releases["3xcm"]
 
 
 def _read(release: Path, name: str, columns: list[str] | None = None) -> pa.Table:
@@ -241,6 +230,7 @@ def _benchmark(tables: dict[str, pa.Table], kind: str) -> pa.Table:
 RQ2_KINDS = ["continuous", "tied", "tied-subset"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", RQ2_KINDS)
 @pytest.mark.parametrize("query", ["text", "image"])
 def test_rq2_equals_the_restated_authors_arithmetic(tables: dict[str, pa.Table], kind: str, query: str) -> None:
@@ -756,6 +746,7 @@ def _embeddings_cli(release: Path, folder: Path, out: Path, *extra: str) -> tupl
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["continuous", "tied"])
 def test_cli_results_equal_the_authors_arithmetic_and_form_an_immutable_loadable_folder(
     release: Path, tables: dict[str, pa.Table], tmp_path: Path, kind: str
@@ -875,6 +866,7 @@ def test_cli_names_missing_vectors_and_skips_what_rq2_only_vectors_cannot_score(
     assert "Not computed" in (tmp_path / "out-rq2" / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_compare_puts_models_side_by_side(release: Path, tables: dict[str, pa.Table], tmp_path: Path) -> None:
     image_vectors, text_vectors = _embeddings(tables, "continuous")
     _write_embeddings(tmp_path / "a", image_vectors, text_vectors)

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 from datasets import load_dataset
 
@@ -55,7 +56,33 @@ def copy_project(dest: Path) -> Path:
     return dest
 
 
+# Each test's own deadline, shared out between its steps by `Budget`; pytest-timeout's, above it, is the last resort.
+BUDGET_S = 1500
+TIMEOUT_S = BUDGET_S + 300
+
+
+class Budget:
+    """A test's deadline shared out between its steps: each step waits at most its own bound and never past the
+    deadline, so that one slow step (a build on a loaded machine, the browser) cannot eat the others' time unseen; the
+    step that finds no time left fails naming itself and when the steps before it began."""
+
+    def __init__(self, total_s: float = BUDGET_S) -> None:
+        self.total_s = total_s
+        self.start = time.monotonic()
+        self.steps: list[str] = []
+
+    def __call__(self, step: str, bound_s: float) -> float:
+        """The seconds `step` may take: `bound_s`, or what is left of the test's time if that is less."""
+        elapsed = time.monotonic() - self.start
+        self.steps.append(f"{step} at {elapsed:.0f} s")
+        left = self.total_s - elapsed
+        if left < 1:
+            raise AssertionError(f"no time left for {step}: the test's {self.total_s:.0f} s are spent ({self.steps})")
+        return min(bound_s, left)
+
+
 def run(command: list[str], env: dict[str, str], cwd: Path, timeout: float = 300) -> str:
+    """`command` to its end within `timeout` s; fails naming the command when it exits non-zero or runs over."""
     done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{command} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done.stdout + done.stderr
@@ -104,9 +131,9 @@ def process_worker(
     return background(worker, env, project, log_path)
 
 
-def deployment_run(name: str, env: dict[str, str], project: Path) -> str:
+def deployment_run(name: str, env: dict[str, str], project: Path, timeout: float = 300) -> str:
     """`prefect deployment run NAME`; returns the flow run id it printed."""
-    output = run([str(BIN / "prefect"), "deployment", "run", name], env, project)
+    output = run([str(BIN / "prefect"), "deployment", "run", name], env, project, timeout)
     match = re.search(r"UUID:\s*([0-9a-f-]{36})", output)
     assert match, output
     return match.group(1)
@@ -131,36 +158,52 @@ def marker_times(workspace: Path) -> dict[str, int]:
     return {p.parent.name: p.stat().st_mtime_ns for p in workspace.glob("tables/*/_SUCCESS")}
 
 
-def wait_for(run_id: str, env: dict[str, str], cwd: Path, timeout_s: float = 600) -> str:
+def wait_for(run_id: str, env: dict[str, str], timeout_s: float = 600, name: str = "") -> str:
+    """The flow run's terminal state type, read from the server's API (an HTTP request a second: a `prefect
+    flow-run inspect` process a poll would cost a core's worth of Python start-ups on a small machine)."""
+    session = requests.Session()
+    session.trust_env = False  # 127.0.0.1, never through a proxy
     deadline = time.monotonic() + timeout_s
+    state = "unread"
     while time.monotonic() < deadline:
-        out = run([str(BIN / "prefect"), "flow-run", "inspect", run_id, "--output", "json"], env, cwd)
-        state = json.loads(out[out.index("{") :])["state"]["type"]
+        with contextlib.suppress(requests.RequestException, ValueError, KeyError, TypeError):
+            answer = session.get(f"{env['PREFECT_API_URL']}/flow_runs/{run_id}", timeout=30)
+            state = answer.json()["state"]["type"] if answer.status_code == 200 else f"HTTP {answer.status_code}"
         if state in TERMINAL:
             return state
-        time.sleep(3)
-    raise AssertionError(f"flow run {run_id} did not finish in {timeout_s} s")
+        time.sleep(1)
+    raise AssertionError(f"flow run {name or run_id} did not finish in {timeout_s:.0f} s (last state: {state})")
 
 
+@pytest.mark.browser
 @pytest.mark.prefect
+@pytest.mark.timeout(TIMEOUT_S)
 def test_readme_sequence_deploys_and_runs_both_demos_to_completed(prefect_api: dict[str, str], tmp_path: Path) -> None:
     env = prefect_api
+    budget = Budget()
     project = copy_project(tmp_path / "project")
-    setup = run([str(BIN / "culturebench"), "prefect-setup"], env, project)
+    setup = run([str(BIN / "culturebench"), "prefect-setup"], env, project, budget("prefect-setup", 300))
     assert "created work pool culturebench-process" in setup and "created limit gpu = 1" in setup
-    assert "already there: limit gpu" in run([str(BIN / "culturebench"), "prefect-setup"], env, project)
-    deployed = run([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], env, project)
+    again = run([str(BIN / "culturebench"), "prefect-setup"], env, project, budget("prefect-setup again", 300))
+    assert "already there: limit gpu" in again
+    deployed = run([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], env, project, budget("deploy", 300))
     for name in ("build-3xcm/demo", "build-mixcube/demo", "sync-reviews/sync-reviews", "evaluate/demo-3xcm"):
         assert name in deployed, deployed
 
+    def submit(name: str) -> str:
+        return deployment_run(name, env, project, budget(f"deployment run {name}", 300))
+
+    def finish(name: str) -> str:
+        return wait_for(runs[name], env, budget(f"wait for {name}", 600), name)
+
     evaluations = ("evaluate/demo-3xcm", "evaluate/demo-mixcube", "evaluate/demo-mixcube-audit")
     with process_worker(env, project, tmp_path / "worker.log"):
-        runs = {name: deployment_run(name, env, project) for name in ("build-3xcm/demo", "build-mixcube/demo")}
-        states = {name: wait_for(run_id, env, project) for name, run_id in runs.items()}
+        runs = {name: submit(name) for name in ("build-3xcm/demo", "build-mixcube/demo")}
+        states = {name: finish(name) for name in runs}
         # The evaluate deployment on both demo releases, each with a tiny random model built on the worker.
         if set(states.values()) == {"COMPLETED"}:
-            runs.update({name: deployment_run(name, env, project) for name in evaluations})
-            states.update({name: wait_for(runs[name], env, project) for name in evaluations})
+            runs.update({name: submit(name) for name in evaluations})
+            states.update({name: finish(name) for name in evaluations})
     assert states == {
         "build-3xcm/demo": "COMPLETED",
         "build-mixcube/demo": "COMPLETED",
@@ -169,7 +212,7 @@ def test_readme_sequence_deploys_and_runs_both_demos_to_completed(prefect_api: d
         "evaluate/demo-mixcube-audit": "COMPLETED",
     }, (tmp_path / "worker.log").read_text()[-5000:]
 
-    logs = run([str(BIN / "prefect"), "flow-run", "logs", runs["build-3xcm/demo"]], env, project)
+    logs = run([str(BIN / "prefect"), "flow-run", "logs", runs["build-3xcm/demo"]], env, project, budget("logs", 300))
     assert "image_dedup: done (" in logs and "validation: done (" in logs, logs[-3000:]  # stage logs reach the API
 
     # What an operator sees: the run page in the Prefect UI, in headless Chromium.
@@ -180,12 +223,13 @@ def test_readme_sequence_deploys_and_runs_both_demos_to_completed(prefect_api: d
         artifact_dir() / "prefect-build-3xcm-demo.png",
         "Completed",
         ["build-3xcm-summary", "image-dedup-stats"],
+        budget_s=budget("the Prefect UI screenshot", 300),
     )
     assert page.state_shown, f"the run page never showed Completed: {page.path}"
     assert page.artifacts_shown == ["build-3xcm-summary", "image-dedup-stats"], page.artifacts_path
 
     three = project / "releases" / "3xcm" / Build3XCMConfig.demo().release.version
-    run([str(BIN / "culturebench"), "validate", str(three)], env, project)
+    run([str(BIN / "culturebench"), "validate", str(three)], env, project, budget("validate", 300))
     assert len(load_dataset(str(three), "benchmark", split="train")) > 0
     mix = project / "releases" / "mixcube" / BuildMixCubeConfig.demo().release.version
     loaded = load_dataset(str(mix), split="train")
@@ -231,19 +275,22 @@ def test_release_deployments_hold_production_configs_that_fail_fast_without_thei
 
 
 @pytest.mark.prefect
+@pytest.mark.timeout(TIMEOUT_S)
 def test_a_flow_process_killed_mid_build_is_resumed_by_a_rerun_without_redoing_finished_stages(
     prefect_api: dict[str, str], tmp_path: Path
 ) -> None:
     env = prefect_api
+    budget = Budget()
     project = copy_project(tmp_path / "project")
-    run([str(BIN / "culturebench"), "prefect-setup"], env, project)
-    run([str(BIN / "prefect"), "--no-prompt", "deploy", "--name", "build-3xcm/demo"], env, project)
+    run([str(BIN / "culturebench"), "prefect-setup"], env, project, budget("prefect-setup", 300))
+    deploy = [str(BIN / "prefect"), "--no-prompt", "deploy", "--name", "build-3xcm/demo"]
+    run(deploy, env, project, budget("deploy", 300))
     config = Build3XCMConfig.demo()
     workspace = project / "workspace" / config.resolved_build_id()
 
     with process_worker(env, project, tmp_path / "worker.log") as worker:
-        first = deployment_run("build-3xcm/demo", env, project)
-        deadline = time.monotonic() + 300
+        first = deployment_run("build-3xcm/demo", env, project, budget("the first deployment run", 300))
+        deadline = time.monotonic() + budget("the images stage of the first run", 300)
         while not (workspace / "tables" / "images" / "_SUCCESS").exists():  # kill once the downloads are done
             assert time.monotonic() < deadline, "the images stage never finished"
             time.sleep(0.05)
@@ -251,13 +298,14 @@ def test_a_flow_process_killed_mid_build_is_resumed_by_a_rerun_without_redoing_f
         assert engines, "no flow run process under the worker"
         for pid in engines:
             os.kill(pid, signal.SIGKILL)
-        assert wait_for(first, env, project) == "CRASHED"
+        assert wait_for(first, env, budget("the killed run's end", 600), "the killed run") == "CRASHED"
         before = marker_times(workspace)
         assert "images" in before and "validation" not in before
         assert not (project / "releases" / "3xcm").exists()
 
-        second = deployment_run("build-3xcm/demo", env, project)
-        assert wait_for(second, env, project) == "COMPLETED", (tmp_path / "worker.log").read_text()[-5000:]
+        second = deployment_run("build-3xcm/demo", env, project, budget("the second deployment run", 300))
+        resumed = wait_for(second, env, budget("the resumed run", 600), "the resumed run")
+        assert resumed == "COMPLETED", (tmp_path / "worker.log").read_text()[-5000:]
     after = marker_times(workspace)
     assert {stage: after[stage] for stage in before} == before  # no finished stage ran again
     assert set(after) == {s.name for s in STAGES}
@@ -266,7 +314,7 @@ def test_a_flow_process_killed_mid_build_is_resumed_by_a_rerun_without_redoing_f
     # relative roots and the code of a project copy (its manifest names the code), so a second copy, run from there.
     clean = copy_project(tmp_path / "clean")
     cli = "from flows.cli import app; app()"
-    run([sys.executable, "-c", cli, "build", "3xcm", "--demo", "--engine", "local"], env, clean)
+    run([sys.executable, "-c", cli, "build", "3xcm", "--demo", "--engine", "local"], env, clean, budget("clean", 600))
     resumed_release = project / "releases" / "3xcm" / config.release.version
     clean_release = clean / "releases" / "3xcm" / config.release.version
     files = sorted(p.relative_to(clean_release) for p in clean_release.rglob("*") if p.is_file())

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from data.reference import load_pack
 from perf.build_scale import STAGE_ORDER, Shape, generate_corpus, plan_corpus, run_stage_process, write_pack
@@ -38,6 +39,7 @@ def _peak_mb(spec_path: Path) -> float:
     return max(m.peak_rss_mb for m in measures)
 
 
+@pytest.mark.slow
 def test_build_peak_memory_grows_far_below_the_images(tmp_path: Path) -> None:
     (small_spec, small_n, small_decoded), (large_spec, large_n, large_decoded) = (
         _prepare(tmp_path, SMALL),

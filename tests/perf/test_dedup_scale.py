@@ -76,6 +76,7 @@ def _digests(truth: CorpusTruth) -> dict[str, str]:
 # -- corpus -----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_corpus_is_deterministic_for_a_seed_whatever_the_workers(small: CorpusTruth, tmp_path: Path) -> None:
     again = generate_corpus(tmp_path / "again", seed=small.seed, bases=BASES, workers=1)
     assert again.files == small.files
@@ -178,6 +179,7 @@ def test_each_transform_does_what_its_kind_says(small: CorpusTruth) -> None:
             assert xs.max() - xs.min() < 0.25 * w and ys.max() - ys.min() < 0.25 * h
 
 
+@pytest.mark.slow
 def test_generating_over_a_foreign_folder_is_refused_and_over_a_corpus_allowed(tmp_path: Path) -> None:
     foreign = tmp_path / "foreign"
     (foreign / corpus_mod.IMAGE_DIR).mkdir(parents=True)
@@ -323,6 +325,7 @@ def _fake_file_dedup(merge_siblings: bool) -> types.ModuleType:
     return module
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("merge_siblings", [False, True])
 def test_main_scores_our_side_and_ends_with_one_json_line(
     merge_siblings: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -401,6 +404,7 @@ def test_both_bases_are_scored_for_either_tool_on_a_hand_made_example() -> None:
     assert split["closure"]["precision"] == 1.0 and split["closure"]["recall"] == 1.0
 
 
+@pytest.mark.slow
 def test_the_report_and_the_json_line_carry_both_tools_on_both_bases(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -516,6 +520,7 @@ def test_each_mix_plans_and_draws_what_it_declares(name: str) -> None:
         assert style.noise == mix.noise
 
 
+@pytest.mark.slow
 def test_a_mix_corpus_records_its_mix_and_differs_from_another(tmp_path: Path) -> None:
     small = generate_corpus(tmp_path / "small", seed=1, bases=3, workers=1, mix="png-small")
     loaded = CorpusTruth.load(tmp_path / "small" / corpus_mod.TRUTH_FILE)
@@ -529,6 +534,7 @@ def truth_kind(truth: CorpusTruth, path: str) -> str:
     return truth.files[Path(path).name].kind
 
 
+@pytest.mark.slow
 def test_the_floor_times_our_decode_and_the_cold_start_reads_a_fresh_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -34,6 +34,7 @@ def spawner(grandchildren: int, busy_s: float) -> list[str]:
     return [sys.executable, "-c", code]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("grandchildren", "busy_s"),
     [(1, 0.3), (6, 0.05)],  # one long grandchild; short ones, each about as long as a few polls

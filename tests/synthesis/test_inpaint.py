@@ -148,6 +148,7 @@ def test_attempt_seeds_are_distinct_and_stable(tmp_path: Path) -> None:
 # -- SDXL on tiny random components ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sdxl_from_pretrained_runs_at_the_original_size(tmp_path: Path, tiny_folder: Path) -> None:
     inpainter = build_inpainter(sdxl(tiny_folder))
     reqs = [request(11, ethnicity="African"), request(12, original="orig-2", ethnicity="SouthAsian", attempt=2)]
@@ -172,6 +173,7 @@ def test_sdxl_from_pretrained_runs_at_the_original_size(tmp_path: Path, tiny_fol
     assert build_inpainter(sdxl(other)).model_id != inpainter.model_id
 
 
+@pytest.mark.slow
 def test_sdxl_same_seed_same_pixels_other_seed_other_pixels(tmp_path: Path, tiny_folder: Path) -> None:
     first = build_inpainter(sdxl(tiny_folder)).inpaint([request(5)])[0]
     again = build_inpainter(sdxl(tiny_folder)).inpaint([request(5)])[0]
@@ -180,6 +182,7 @@ def test_sdxl_same_seed_same_pixels_other_seed_other_pixels(tmp_path: Path, tiny
     assert np.abs(pixels(first.image) - pixels(other.image)).max() > 10
 
 
+@pytest.mark.slow
 def test_sdxl_batches_match_single_calls(tmp_path: Path, tiny_folder: Path) -> None:
     # Two same-size requests share a call with batch_size 2; the third (another size) runs alone.
     reqs = [request(21, image_seed=1), request(22, original="orig-2", image_seed=2), request(23, size=(64, 48))]
@@ -195,6 +198,7 @@ def test_sdxl_batches_match_single_calls(tmp_path: Path, tiny_folder: Path) -> N
     assert np.abs(pixels(batched[0].image) - pixels(batched[1].image)).max() > 10
 
 
+@pytest.mark.slow
 def test_sdxl_bad_request_is_a_result_not_an_exception(tmp_path: Path, tiny_folder: Path) -> None:
     bad = request(31)
     bad.mask = box_mask((WIDTH + 1, HEIGHT))
@@ -223,6 +227,7 @@ class FlakyPipe:
         return self.pipe(**kwargs)
 
 
+@pytest.mark.slow
 def test_sdxl_failed_batch_is_retried_one_by_one(
     tmp_path: Path, tiny_folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -295,6 +300,7 @@ def test_sdxl_fp16_on_cuda(tmp_path: Path) -> None:
     assert plain_inpainter._pipeline().pipe.unet.dtype == torch.float16
 
 
+@pytest.mark.slow
 def test_sdxl_fp16_weights_load_with_and_without_the_variant(
     tmp_path: Path, tiny_folder: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

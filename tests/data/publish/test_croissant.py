@@ -112,6 +112,7 @@ def _parquet(release: Path, config: str) -> pa.Table:
     return pa.concat_tables(pq.read_table(p) for p in sorted((release / config).glob("*.parquet")))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("benchmark", ["3xcm", "mixcube"])
 def test_mlcroissant_validates_the_release(releases: dict[str, Path], benchmark: str) -> None:
     cli = Path(sys.executable).with_name("mlcroissant")
@@ -307,6 +308,7 @@ def test_the_card_carries_the_datasheet(releases: dict[str, Path], benchmark: st
     assert card.startswith("---\n")  # the front matter `datasets` reads is still first
 
 
+@pytest.mark.slow
 def test_a_rebuild_writes_the_same_croissant_and_card(releases: dict[str, Path], tmp_path: Path) -> None:
     """A fresh workspace and release root: no time of "now" and no path reaches either file."""
     from flows.mixcube.build import build_locally

@@ -96,6 +96,7 @@ def files_holding(folder: Path, needle: bytes) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and needle in p.read_bytes()]
 
 
+@pytest.mark.slow
 def test_publish_round_trip_is_idempotent_and_a_takedown_patch_is_a_new_tag(
     hub: FakeHub, root: Path, tmp_path: Path
 ) -> None:

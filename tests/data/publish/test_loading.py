@@ -24,6 +24,7 @@ from tests.support.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
 KEYS = {"3xcm": "image_id", "mixcube": "sample_id"}
+pytestmark = pytest.mark.slow  # every test reads `folders`: three builds, a takedown, a reassembly, two evaluations
 
 
 def invoke(*args: str) -> None:

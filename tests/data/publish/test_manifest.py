@@ -202,6 +202,7 @@ def test_a_takedown_patch_reads_back_its_parent_and_records(releases: dict[str, 
     assert [r.image_id for r in model.takedowns[-1].removed] == [image_id]
 
 
+@pytest.mark.slow
 def test_a_reassembled_benchmark_reads_back_unchanged(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

@@ -107,6 +107,7 @@ write_denylist(root, "3xcm", new)
 """
 
 
+@pytest.mark.slow
 def test_concurrent_takedowns_keep_every_denylist_entry(tmp_path: Path) -> None:
     """Processes merging different entries into one large denylist at the same moment: every entry survives (the
     read-merge-write runs under an exclusive lock, reading the denylist again under it)."""
@@ -257,6 +258,7 @@ def test_a_corrupt_denylist_is_refused_before_anything_is_written(demo_root: Pat
     assert (benchmark / DENYLIST).read_text() == '{"benchmark": "mixcube", "entries": ['
 
 
+@pytest.mark.slow
 def test_a_denylist_that_cannot_be_written_after_the_patch_says_so_and_a_rerun_completes_it(
     demo_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -367,6 +369,7 @@ def url_only_mixcube(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
+@pytest.mark.slow
 def test_a_url_only_mixcube_takedown_writes_a_url_only_patch(url_only_mixcube: Path, tmp_path: Path) -> None:
     import datasets
 

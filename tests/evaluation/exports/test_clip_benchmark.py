@@ -60,6 +60,7 @@ def test_layout_counts_and_determinism(export: Path, small_releases: dict[str, P
             assert path.read_bytes() == (again / path.relative_to(export)).read_bytes(), path
 
 
+@pytest.mark.harness
 def test_clip_benchmark_cli_runs(export: Path, small_releases: dict[str, Path], tmp_path: Path) -> None:
     if not HARNESS_PYTHON.is_file():
         pytest.skip("the clip_benchmark venv .venv-harness-embedding is missing: run `make harnesses`")

@@ -150,6 +150,7 @@ def test_dev_zero_as_out_is_refused_without_reading_it(tmp_path: Path, args: lis
     assert "--out /dev/zero is a device, not a folder" in one_line(done.stderr, "/dev/zero")
 
 
+@pytest.mark.slow
 def test_a_fifo_in_the_out_folder_is_never_opened(tmp_path: Path) -> None:
     release = forged(tmp_path, "mixcube", ["default"], {})
     out = tmp_path / "out"

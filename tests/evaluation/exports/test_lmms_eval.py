@@ -346,6 +346,7 @@ def test_hooks_and_aggregations_agree_with_ours(release: Path, utils: ModuleType
 
 
 # -- a real lmms-eval run ------------------------------------------------------------------------------------------
+@pytest.mark.harness
 @pytest.mark.skipif(not HARNESS_PYTHON.exists(), reason=SKIP_REASON)
 def test_lmms_eval_runs_the_export_offline(release: Path, exported: Path, tmp_path: Path) -> None:
     rows = _release_rows(release)

@@ -108,6 +108,7 @@ def _top(predictions: dict[str, Any]) -> dict[str, str]:
     return {qid: max(scores.items(), key=lambda item: (item[1], item[0]))[0] for qid, scores in ranked.items()}
 
 
+@pytest.mark.harness
 def test_mteb_accuracy_equals_our_m_cr(export: Path, small_releases: dict[str, Path], tmp_path: Path) -> None:
     if not HARNESS_PYTHON.is_file():
         pytest.skip("the mteb venv .venv-harness-embedding is missing: run `make harnesses`")

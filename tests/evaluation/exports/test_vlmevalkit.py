@@ -152,6 +152,7 @@ def harness_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.mark.harness
 @pytest.mark.skipif(not HARNESS_PYTHON.exists(), reason="VLMEvalKit's venv is missing: run `make harnesses`")
 def test_vlmevalkit_loads_the_export_and_its_prediction_file_scores_as_the_demo_model(
     small_releases: dict[str, Path], exported: Path, tmp_path: Path

@@ -159,6 +159,7 @@ def fixed_answers(rows: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
+@pytest.mark.harness
 @pytest.mark.skipif(not HARNESS_PYTHON.exists(), reason=SKIP_REASON)
 def test_a_real_lmms_eval_run_scores_as_our_scorer(
     small_releases: dict[str, Path], tmp_path_factory: pytest.TempPathFactory

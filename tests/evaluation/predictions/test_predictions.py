@@ -67,6 +67,7 @@ def demo_predictions(release: Path, demo: Path) -> list[list[Any]]:
     return [[i, row["sample_id"], answers[row["sample_id"]] or ""] for i, row in enumerate(default_rows(release))]
 
 
+@pytest.mark.slow
 def test_predictions_of_the_demo_model_score_exactly_as_the_demo_model_run(
     small_releases: dict[str, Path], demo_run: Path, tmp_path: Path
 ) -> None:

@@ -152,6 +152,7 @@ def test_rows_padded_to_a_wide_header_are_bounded(tmp_path: Path) -> None:
     assert "more than" in result.get("refused", "") and "cells" in result["refused"], result
 
 
+@pytest.mark.slow
 def test_a_shared_strings_part_of_millions_of_tiny_items_is_refused_in_bounded_memory(tmp_path: Path) -> None:
     """A 331 KB xlsx whose sharedStrings.xml holds 127 MiB of tiny <si> entries took 2.3 GB."""
     path = tmp_path / "strings_MixCuBe.xlsx"
@@ -294,6 +295,7 @@ def test_an_lmms_eval_answer_longer_than_a_models_is_refused_naming_the_line(tmp
     assert str(caught.value).startswith(f"{path}: line 2 (doc_id 1): the answer is longer than 1 MiB")
 
 
+@pytest.mark.slow
 def test_twenty_huge_answers_are_refused_by_evaluate_and_nothing_is_written(
     small_releases: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -67,6 +67,7 @@ def test_an_invalid_version_names_the_field(small_demo_config: Build3XCMConfig, 
     assert code == 2 and "release.version" in output and "Traceback" not in output
 
 
+@pytest.mark.slow
 def test_a_full_disk(small_demo_config: Build3XCMConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = Storage.write_bytes
 
@@ -85,6 +86,7 @@ def test_a_full_disk(small_demo_config: Build3XCMConfig, tmp_path: Path, monkeyp
     assert code == 0, output and "skipped (already done)" in output
 
 
+@pytest.mark.slow
 def test_a_read_only_release_root(
     small_demo_config: Build3XCMConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -108,6 +110,7 @@ def test_a_read_only_release_root(
     assert code == 0 and '"status": "unchanged"' in output
 
 
+@pytest.mark.slow
 def test_a_corrupt_blob(small_demo_config: Build3XCMConfig, tmp_path: Path) -> None:
     summary = build_locally(small_demo_config)
     shutil.rmtree(summary.release_path)
@@ -120,6 +123,7 @@ def test_a_corrupt_blob(small_demo_config: Build3XCMConfig, tmp_path: Path) -> N
     assert ws.blobs.path(sha) in line and "rerun" in line
 
 
+@pytest.mark.slow
 def test_a_truncated_parquet_in_a_release(small_demo_config: Build3XCMConfig) -> None:
     release = Path(build_locally(small_demo_config).release_path)
     part = next((release / "benchmark").glob("*.parquet"))
@@ -133,6 +137,7 @@ def test_a_truncated_parquet_in_a_release(small_demo_config: Build3XCMConfig) ->
     assert str(part) in _error_line(result.output, "not a readable Parquet file")
 
 
+@pytest.mark.slow
 def test_a_malformed_review_export(small_demo_config: Build3XCMConfig, tmp_path: Path) -> None:
     export = tmp_path / "export.json"
     export.write_text(json.dumps([{"id": 1, "data": {"item_key": "a|b"}, "annotations": "not a list"}]))

@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     """
     from typer.testing import CliRunner
@@ -24,6 +26,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_prefect_sees_the_cli_startup_timeout(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"}
     env["PREFECT_HOME"] = str(tmp_path / "missing" / "prefect-home")

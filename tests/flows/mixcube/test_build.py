@@ -47,6 +47,7 @@ def workspace(config: BuildMixCubeConfig) -> Workspace:
     return GRAPH.build(config).ws
 
 
+@pytest.mark.slow
 def test_demo_build_releases_quintets_and_a_rerun_redoes_nothing(tmp_path: Path) -> None:
     config = small_config(tmp_path)
     summary = build_locally(config)
@@ -128,6 +129,7 @@ def test_prefect_flow_builds_the_demo_with_a_task_per_stage_and_inpaints_holding
     assert set(GRAPH.names(config)) | {"release"} <= asyncio.run(task_names())
 
 
+@pytest.mark.slow
 def test_filter_rejections_are_redrawn_up_to_the_cap_and_reported(tmp_path: Path, brisque_weights_file: Path) -> None:
     # No image scores below -1000: every attempt is rejected, so every pair is drawn max_attempts times.
     filters = {"brisque": {"weights_path": str(brisque_weights_file), "max_score": -1000.0}, "clip": None}
@@ -158,6 +160,7 @@ def test_filter_rejections_are_redrawn_up_to_the_cap_and_reported(tmp_path: Path
     assert {r["attempt"] for r in ws.read_table("synthesis_r3").to_pylist()} == {3}
 
 
+@pytest.mark.slow
 def test_qa_requests_become_new_attempts_and_undecided_ones_are_reported(tmp_path: Path) -> None:
     originals = {"per_cell": 1, "cultures": ["South Korea"], "categories": ["Food", "Festival", "Clothes"]}
     waiting = {"backend": "label_studio_files", "when_unreviewed": "wait"}
@@ -247,6 +250,7 @@ class Killed(BaseException):
     """Stands for the process dying: not an Exception, so nothing in the stage may catch it."""
 
 
+@pytest.mark.slow
 def test_a_crash_mid_synthesis_resumes_without_redrawing_finished_shards(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -270,6 +274,7 @@ def test_a_crash_mid_synthesis_resumes_without_redrawing_finished_shards(
     assert len(drawn) == 16 and len(set(drawn)) == 16  # nothing drawn twice
 
 
+@pytest.mark.slow
 def test_a_missing_model_file_fails_before_any_stage_runs(tmp_path: Path) -> None:
     config = small_config(tmp_path, faces={"backend": "yunet", "model_path": str(tmp_path / "absent.onnx")})
     with pytest.raises(FileNotFoundError, match="model_path"):

@@ -135,6 +135,7 @@ def released_originals(release_path: str) -> dict[str, bytes]:
     return out
 
 
+@pytest.mark.slow
 def test_sideways_phone_photos_are_found_masked_inpainted_and_released_upright(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -64,6 +64,7 @@ def build_rows(ws: Workspace, drop: tuple[str, str] | None = None) -> tuple[pa.T
     return quintets.rows, quintets.incomplete
 
 
+@pytest.mark.slow
 def test_release_keeps_the_public_columns_and_order_and_marks_placeholders(tmp_path: Path) -> None:
     import datasets
     import webdataset as wds

@@ -180,6 +180,7 @@ def assert_repaired_only_the_removed_slot(changed: dict, removed_ids: set[str], 
                     assert new[f"{prefix}image_id"] == old[f"{prefix}image_id"]
 
 
+@pytest.mark.slow
 def test_taking_down_a_candidate_repairs_only_the_rows_that_used_it(xcm_root: Path) -> None:
     parent = xcm_root / "3xcm" / "0.0.1"
     benchmark = rows_of(parent, "benchmark")
@@ -338,6 +339,7 @@ def mixcube_config(tmp_path: Path, version: str = "0.0.1") -> BuildMixCubeConfig
     )
 
 
+@pytest.mark.slow
 def test_mixcube_takedown_removes_whole_quintets_and_a_rebuild_honours_the_denylist(tmp_path: Path) -> None:
     parent = Path(build_mixcube(mixcube_config(tmp_path)).release_path)
     rows = rows_of(parent, "default")

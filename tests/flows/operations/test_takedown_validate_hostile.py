@@ -163,6 +163,7 @@ app()
 """
 
 
+@pytest.mark.slow
 def test_takedowns_at_once_leave_no_denylisted_image_in_the_newest_version(root: Path, tmp_path: Path) -> None:
     """Two takedowns from one parent at the same moment (0.0.2 and 0.0.3): before, 0.0.3 held the quintet 0.0.2
     removed. Now they run one after the other under the denylist's lock; the later patch applies the earlier's
@@ -376,6 +377,7 @@ FORGERIES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("benchmark", ["3xcm", "mixcube"])
 @pytest.mark.parametrize("forgery", sorted(FORGERIES))
 def test_a_forgery_with_its_manifest_recomputed_is_invalid(

@@ -90,6 +90,7 @@ class SimulatedCrash(BaseException):
     """Stands in for a kill: not an Exception, so no handler in the pipeline may swallow it."""
 
 
+@pytest.mark.slow
 def test_a_crashed_build_resumes_without_redoing_finished_work(
     small_demo_config: Build3XCMConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -141,6 +142,7 @@ def stage_rows(config: Build3XCMConfig, stage: str) -> int:
     return Workspace(config.workspace_root, config.resolved_build_id()).marker(stage).rows
 
 
+@pytest.mark.slow
 def test_a_changed_stage_config_reruns_that_stage_and_what_follows(small_demo_config: Build3XCMConfig) -> None:
     build_locally(small_demo_config)
     changed = small_demo_config.model_copy(
@@ -158,6 +160,7 @@ def test_a_changed_stage_config_reruns_that_stage_and_what_follows(small_demo_co
     assert summary.skipped_stages == order[: order.index("image_dedup")]
 
 
+@pytest.mark.slow
 def test_cli_demo_build_and_config_errors(tmp_path: Path) -> None:
     runner = CliRunner()
     config_file = tmp_path / "build.yaml"
@@ -205,6 +208,7 @@ def test_prefect_yaml_demo_deployment_matches_the_flow() -> None:
     assert config == Build3XCMConfig.demo()
 
 
+@pytest.mark.slow
 def test_a_build_that_breaks_a_rule_fails_and_releases_nothing(
     small_demo_config: Build3XCMConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:

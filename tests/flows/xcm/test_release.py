@@ -25,6 +25,7 @@ AUTHOR_FIELDS = ["concept_id", "concept_in_native", "image_id", "index_in_datase
                  "country", "title", "image"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_release_loads_with_datasets_and_webdataset(small_demo_config) -> None:
     summary = build_locally(small_demo_config)
     release = Path(summary.release_path)
@@ -78,6 +79,7 @@ def test_release_loads_with_datasets_and_webdataset(small_demo_config) -> None:
     assert "auto-accept" in card and "tagger=none" in card  # embedded defaults are declared
 
 
+@pytest.mark.slow
 def test_manifest_hashes_every_file_and_records_provenance(small_demo_config) -> None:
     release = Path(build_locally(small_demo_config).release_path)
     manifest = json.loads((release / "manifest.json").read_text())
@@ -96,6 +98,7 @@ def test_manifest_hashes_every_file_and_records_provenance(small_demo_config) ->
     )
 
 
+@pytest.mark.slow
 def test_a_version_is_immutable(small_demo_config) -> None:
     first = build_locally(small_demo_config)
     assert first.release_status == "created"
@@ -114,6 +117,7 @@ def test_a_version_is_immutable(small_demo_config) -> None:
     assert build_locally(bumped).release_status == "created"
 
 
+@pytest.mark.slow
 def test_validate_command_on_a_release(small_demo_config) -> None:
     release = Path(build_locally(small_demo_config).release_path)
     runner = CliRunner()

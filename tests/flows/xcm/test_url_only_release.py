@@ -54,6 +54,7 @@ def report(out: Path) -> dict[str, dict]:
     return {r["image_id"]: r for r in pq.read_table(out / REPORT).to_pylist()}
 
 
+@pytest.mark.slow
 def test_a_url_only_3xcm_release_round_trips_through_fetch_release(tmp_path: Path) -> None:
     from datasets import load_dataset
 
@@ -149,6 +150,7 @@ def blob(workspace: Path, sha: str) -> bytes:
     return path.read_bytes()
 
 
+@pytest.mark.slow
 def test_fetch_release_refuses_a_release_with_its_images(small_demo_config: Build3XCMConfig, tmp_path: Path) -> None:
     release = Path(build_locally(small_demo_config).release_path)
     with pytest.raises(FetchReleaseError, match="not a URL-only one"):
@@ -157,6 +159,7 @@ def test_fetch_release_refuses_a_release_with_its_images(small_demo_config: Buil
     assert result.exit_code == 2 and "not a URL-only one" in result.output
 
 
+@pytest.mark.slow
 def test_a_url_only_mixcube_release_keeps_the_swaps_bytes_and_names_the_originals(tmp_path: Path) -> None:
     import datasets
 
