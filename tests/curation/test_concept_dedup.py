@@ -105,7 +105,12 @@ def test_bge_m3_merges_exactly_the_pairs_at_or_above_the_threshold(tiny_m3: Path
     ids, names = list(NAMES), list(NAMES.values())
     sim = reference_similarity(tiny_m3, names)
     pairs = [(i, j) for i in range(len(names)) for j in range(i + 1, len(names)) if names[i] != names[j]]
-    distinct = sorted({round(float(sim[i, j]), 6) for i, j in pairs}, reverse=True)
+    # The cosines of distinct name pairs, one per value: the copies of "hello world" give the same pair again, equal
+    # up to float noise from padding in another batch (1e-6), which rounding alone can split (0.843873 vs 0.843872).
+    distinct: list[float] = []
+    for value in sorted((float(sim[i, j]) for i, j in pairs), reverse=True):
+        if not distinct or distinct[-1] - value > 1e-5:
+            distinct.append(value)
     # Between the 2nd and 3rd highest cosine of distinct names: some distinct names merge, most do not.
     threshold = (distinct[1] + distinct[2]) / 2
     assert distinct[1] - distinct[2] > 1e-4, "the tiny model's scores are too close to place a threshold"
