@@ -62,7 +62,8 @@ class ValidationReport(BaseModel):
 
     def summary(self, limit: int = 20) -> str:
         if self.ok:
-            return f"valid: {self.rows_checked}"
+            checked = ", ".join(f"{rows:,} {table}" for table, rows in self.rows_checked.items())
+            return f"valid: {checked} rows checked"  # for people: it is printed in the cards and by the CLI
         lines = [f"{len(self.violations)} violation(s):"]
         lines += [f"  [{v.table} row {v.row}] {v.rule}: {v.detail}" for v in self.violations[:limit]]
         if len(self.violations) > limit:

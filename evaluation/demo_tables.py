@@ -1,10 +1,10 @@
-"""The README's demo tables, rendered from the result folders `make demo` writes under `evaluations/`, so that the
-numbers the README quotes are the demo's own output, not a copy that drifts.
+"""The demo tables of the README and the docs (`DOCUMENTS`), rendered from the result folders `make demo` writes
+under `evaluations/`, so that the numbers they quote are the demo's own output, not a copy that drifts.
 
-    .venv/bin/python -m evaluation.demo_tables --check   # exit 1, naming the table, when README.md disagrees
+    .venv/bin/python -m evaluation.demo_tables --check   # exit 1, naming the table, when a document disagrees
     .venv/bin/python -m evaluation.demo_tables --write   # rewrite the tables between their markers
 
-Each table sits between `<!-- demo-table: NAME -->` and `<!-- /demo-table -->` in README.md. `--check` compares
+Each table sits between `<!-- demo-table: NAME -->` and `<!-- /demo-table -->` in its document. `--check` compares
 cell by cell, a number within one unit of its last printed digit (a random model on another CPU may round the
 other way), so a table whose numbers, columns or rows changed fails.
 """
@@ -128,13 +128,38 @@ def _audit(results: Path) -> list[dict[str, Any]]:
     return [row]
 
 
+def _xcm_languages(results: Path) -> list[dict[str, Any]]:
+    """RQ2's win rates (M_cr, M_lb, M_ti) and SP, overall with their intervals and per query language."""
+    rq2 = read_metrics(_folder(results, "3xcm", "--all"))["rq2"]
+    rows = []
+    for group in (rq2["overall"], *rq2["by_language"]):
+        ci = group is rq2["overall"]
+        rates = group["rates"]
+        row: dict[str, Any] = {"query language": group["group"], "n": group["n"]}
+        for header, key in (("M_cr", "correct"), ("M_lb", "language_biased"), ("M_ti", "irrelevant")):
+            row[header] = cell(rates[key]) if ci else _value(rates[key]["value"])
+        row["SP"] = cell(group["sp"]) if ci else _value(group["sp"]["value"])
+        rows.append(row)
+    return rows
+
+
 TABLES: dict[str, Callable[[Path], list[dict[str, Any]]]] = {
     "headline": _headline,
     "retrieval-globalrg": _retrieval_globalrg,
     "retrieval": _retrieval_languages,
     "retrieval-ravenea": _retrieval_ravenea,
     "audit": _audit,
+    "xcm-languages": _xcm_languages,
 }
+#: Where each table is, relative to the README's folder. Only the README must exist (a copy of it alone is checked).
+DOCUMENTS: dict[str, tuple[str, ...]] = {
+    "README.md": ("headline", "retrieval-globalrg", "retrieval", "retrieval-ravenea", "audit"),
+    "docs/researchers.md": ("xcm-languages",),
+}
+
+
+def document_of(name: str) -> str:
+    return next(document for document, names in DOCUMENTS.items() if name in names)
 
 
 def render(results: Path = RESULTS) -> dict[str, str]:
@@ -158,20 +183,20 @@ def _same_cell(want: str, have: str) -> bool:
     return True
 
 
-def differences(readme: str, tables: dict[str, str]) -> list[str]:
-    """One line per table of README.md that is missing or disagrees with the demo's."""
+def differences(readme: str, tables: dict[str, str], document: str = "README.md") -> list[str]:
+    """One line per table of `tables` that `document` (its text: `readme`) lacks or gives otherwise than the demo."""
     found = {m.group("name"): m.group("body") for m in _MARK.finditer(readme)}
     out = []
     for name, table in tables.items():
         if name not in found:
-            out.append(f"README.md: no demo table {name!r} (<!-- demo-table: {name} --> ... <!-- /demo-table -->)")
+            out.append(f"{document}: no demo table {name!r} (<!-- demo-table: {name} --> ... <!-- /demo-table -->)")
             continue
         want, have = _cells(table), _cells(found[name])
         if len(want) != len(have) or any(
             len(w) != len(h) or not all(_same_cell(a, b) for a, b in zip(w, h, strict=True))
             for w, h in zip(want, have, strict=True)
         ):
-            out.append(f"README.md: demo table {name!r} differs from the demo's output:\n{table}")
+            out.append(f"{document}: demo table {name!r} differs from the demo's output:\n{table}")
     return out
 
 
@@ -189,15 +214,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         tables = render(args.results)
-        readme = args.readme.read_text(encoding="utf-8")
+        documents = {"README.md": (args.readme, args.readme.read_text(encoding="utf-8"))}
+        for document in DOCUMENTS:
+            path = args.readme.parent / document
+            if document != "README.md" and path.is_file():
+                documents[document] = (path, path.read_text(encoding="utf-8"))
     except (OSError, KeyError, TypeError, ValueError) as error:  # a missing, unreadable or malformed file: one line
         print(f"demo tables: {error}", file=sys.stderr)
         return 2
-    if args.write:
-        # through a temporary sibling renamed into place: a crash leaves the old README whole
-        write_file(str(args.readme.resolve().parent), args.readme.name, write(readme, tables).encode())
-        return 0
-    problems = differences(readme, tables)
+    problems = []
+    for document, (path, text) in documents.items():
+        own = {name: tables[name] for name in DOCUMENTS[document]}
+        if args.write:
+            # through a temporary sibling renamed into place: a crash leaves the old file whole
+            write_file(str(path.resolve().parent), path.name, write(text, own).encode())
+        else:
+            problems += differences(text, own, document)
     for line in problems:
         print(line, file=sys.stderr)
     return 1 if problems else 0

@@ -144,6 +144,11 @@ def url_only_notice(mode: str, command: str) -> str:
     )
 
 
+def demo_notice(why: str) -> str:
+    """The first line of a demonstration release's card: it is not the benchmark, and `why`."""
+    return f"**This is a pipeline demonstration, not the benchmark**: {why}"
+
+
 def auto_accept_notice(what: str) -> str:
     """First lines of a card whose human review was replaced by the auto-accept policy."""
     return (

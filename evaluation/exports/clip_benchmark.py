@@ -1,16 +1,21 @@
 """`culturebench export RELEASE --harness clip-benchmark`: 3XCM's query images as clip_benchmark 1.6.2 `wds`
-datasets, one retrieval and one zero-shot classification dataset per query language.
+zero-shot classification datasets, one per query language.
 
-For query language L, the images are the RQ2 query images whose query is in L; each image's caption (`.txt`) is its
-query text (the concept in L), and its class (`.cls`) is its concept, named (`classnames.txt`) by that concept's
-query text in L, with the plain template `{c}`. This measures concept recognition in L among the images of L's
-countries: not the paper's M_cr / M_lb / SP, since clip_benchmark has no per-query candidate sets (the triplets
-cannot be expressed in its format). Tars are written with fixed mtime, owner and order: the same release gives the
-same bytes.
+For query language L, the images are the RQ2 query images whose query is in L; each image's class (`.cls`) is its
+concept, named (`classnames.txt`) by that concept's query text in L, with the plain template `{c}`. This measures
+concept recognition in L among the images of L's countries: not the paper's M_cr / M_lb / SP, since clip_benchmark
+has no per-query candidate sets (the triplets cannot be expressed in its format).
+
+No retrieval datasets: many images share one caption (their concept's name), and clip_benchmark's retrieval counts
+only an image's own caption as its positive, so a perfect concept recogniser would score R@1 of about 1 / (images
+per concept), 0.08 to 0.17 on the demo. Classification has the concept as its label, and a perfect recogniser scores
+1.0 (tests/evaluation/exports/test_clip_benchmark.py). Tars are written with fixed mtime, owner and order: the same
+release gives the same bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
@@ -111,74 +116,112 @@ def export(release: Release, folder: ImmutableFolder) -> str:
     release.verify(["image_metadata", "benchmark"])
     data = _images(release)
     summary: list[str] = []
-    for lang, rows in languages(release).items():
+    languages_seen = []
+    for lang, all_rows in languages(release).items():
+        languages_seen.append(lang)
+        pixels = {row["query_image_id"]: _pixels(release, data, row) for row in all_rows}
+        rows = unambiguous(all_rows, pixels)
         concepts = sorted({row["query_concept"] for row in rows})
         names: dict[str, str] = {}
         for row in rows:
             names.setdefault(row["query_concept"], row["query_text"])
-        retrieval, classification = [], []
+        classification = []
         for position, row in enumerate(rows):
             key = f"{position:06d}"
             image_id = row["query_image_id"]
-            if image_id not in data:
-                raise refuse(release, "benchmark", row["row"], "query_image_id", image_id, "an image of image_metadata")
-            at, raw = data[image_id]
-            ext, image = _image(raw, image_format(raw, release, "image_metadata", at, image_id))
+            ext, image = _image(data[image_id][1], pixels[image_id][0])
             meta = json.dumps({"image_id": image_id, "concept": row["query_concept"]}, ensure_ascii=False).encode()
-            retrieval.append({f"{key}.{ext}": image, f"{key}.txt": row["query_text"].encode(), f"{key}.json": meta})
             cls = str(concepts.index(row["query_concept"])).encode()
             classification.append({f"{key}.{ext}": image, f"{key}.cls": cls, f"{key}.json": meta})
-        for kind, samples in (("retrieval", retrieval), ("classification", classification)):
-            root = f"3xcm_{kind}_{lang}"
-            folder.write_bytes(f"{root}/dataset_type.txt", f"{kind}\n".encode())
-            folder.write_bytes(f"{root}/test/nshards.txt", b"1\n")
-            folder.write_bytes(f"{root}/test/0.tar", _tar(samples))
-            if kind == "classification":
-                folder.write_bytes(f"{root}/classnames.txt", "".join(f"{names[c]}\n" for c in concepts).encode())
-                folder.write_bytes(f"{root}/zeroshot_classification_templates.txt", b"{c}\n")
-        summary.append(f"| {lang} | {len(rows)} | {len(concepts)} |")
-    command = (
-        "clip_benchmark eval --task zeroshot_retrieval --dataset wds/3xcm_retrieval_<L> "
-        "--dataset_root '<this folder>/{dataset}' --model MODEL --pretrained WEIGHTS --output retrieval_<L>.json && "
-        "clip_benchmark eval --task zeroshot_classification --dataset wds/3xcm_classification_<L> "
-        "--dataset_root '<this folder>/{dataset}' --model MODEL --pretrained WEIGHTS --output classification_<L>.json"
-    )
+        root = f"3xcm_classification_{lang}"
+        folder.write_bytes(f"{root}/dataset_type.txt", b"classification\n")
+        folder.write_bytes(f"{root}/test/nshards.txt", b"1\n")
+        folder.write_bytes(f"{root}/test/0.tar", _tar(classification))
+        folder.write_bytes(f"{root}/classnames.txt", "".join(f"{names[c]}\n" for c in concepts).encode())
+        folder.write_bytes(f"{root}/zeroshot_classification_templates.txt", b"{c}\n")
+        summary.append(f"| {lang} | {len(rows)} | {len(concepts)} | {len(all_rows) - len(rows)} |")
+    command = run_command(sorted(languages_seen))
     folder.write_bytes(README, _readme(release, summary, command).encode())
     return command
+
+
+def _pixels(release: Release, data: dict[str, tuple[int, Any]], row: dict[str, Any]) -> tuple[str, str]:
+    """(PIL's format name, sha256 of the decoded RGB pixels) of a query image; ExportError when it has none."""
+    image_id = row["query_image_id"]
+    if image_id not in data:
+        raise refuse(release, "benchmark", row["row"], "query_image_id", image_id, "an image of image_metadata")
+    at, raw = data[image_id]
+    fmt = image_format(raw, release, "image_metadata", at, image_id)
+    with Image.open(io.BytesIO(raw)) as image:
+        return fmt, hashlib.sha256(image.convert("RGB").tobytes()).hexdigest()
+
+
+def unambiguous(rows: list[dict[str, Any]], pixels: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
+    """The rows whose picture no row of another concept shows too: one label per picture. The same picture filed
+    under two concepts (a copy across concepts; the validator lets it be a query of each) has no single right class,
+    and would cap a perfect recogniser below 1.0."""
+    concepts_of: defaultdict[str, set[str]] = defaultdict(set)
+    for row in rows:
+        concepts_of[pixels[row["query_image_id"]][1]].add(row["query_concept"])
+    return [row for row in rows if len(concepts_of[pixels[row["query_image_id"]][1]]) == 1]
+
+
+def run_command(langs: list[str]) -> str:
+    """The README's command: every language's dataset, from the variables the README sets out. One shard per
+    dataset, so `--num_workers 0`: with its default of 4 workers, clip_benchmark's WebDataset loader finds no
+    samples (it splits the shards between the workers)."""
+    return (
+        f"for L in {' '.join(langs)}; do\n"
+        '  clip_benchmark eval --task zeroshot_classification --dataset "wds/3xcm_classification_$L" \\\n'
+        '    --dataset_root "$EXPORT/{dataset}" --model "$MODEL" --pretrained "$PRETRAINED" \\\n'
+        '    --num_workers 0 --output "$OUT/classification_$L.json"\n'
+        "done"
+    )
 
 
 def _readme(release: Release, summary: list[str], command: str) -> str:
     rows = "\n".join(summary)
     return f"""# {release.name} {release.version} for clip_benchmark 1.6.2 (`wds` datasets)
 
-Per query language L, two datasets (`--dataset wds/<folder>`):
+Per query language L, one zero-shot classification dataset, `wds/3xcm_classification_<L>`: the images are the RQ2
+query images whose query is in L (the released bytes; `.json` names each image_id), the class (`.cls`) is the
+image's concept, named in `classnames.txt` by its query text in L, template `{{c}}`. A picture that is the query
+image of two concepts (the same decoded pixels) has no single right class, and is left out.
 
-- `3xcm_retrieval_<L>`: image-text retrieval; each image's caption (`.txt`) is its 3XCM query text in L.
-- `3xcm_classification_<L>`: zero-shot classification; the class (`.cls`) is the image's concept, named in
-  `classnames.txt` by its query text in L, template `{{c}}`.
-
-The images are the RQ2 query images whose query is in L (the released bytes; `.json` names each image_id).
-
-| L | images | concepts |
-|---|---|---|
+| L | images | concepts | left out: one picture under two concepts |
+|---|---|---|---|
 {rows}
 
 ## Run
+
+Set four variables, then run the loop as it is:
+
+- `EXPORT`: this folder;
+- `MODEL` and `PRETRAINED`: an open_clip model, e.g. `ViT-B-32` and `laion2b_s34b_b79k`. A local checkpoint: a
+  folder with `open_clip_config.json` and `open_clip_pytorch_model.bin` (open_clip's own layout), as
+  `MODEL=local-dir:/path/to/folder` (open_clip then ignores `PRETRAINED`; set it to `none`);
+- `OUT`: an existing folder for the results, outside this one.
 
 ```bash
 {command}
 ```
 
-(`--task` must be given: clip_benchmark's default task for a `wds/` name is classification.
-`--dataset_root` is a plain folder path with `{{dataset}}` in it; a non-registered open_clip architecture needs
-`open_clip.add_model_config` first.)
+`--num_workers 0` matters: each dataset is one shard, and with clip_benchmark's default of 4 workers its WebDataset
+loader finds no samples.
+
+**How to tell that it failed.** Each language must leave `$OUT/classification_<L>.json` with `metrics.acc1`; a
+missing file means that language failed, whatever the exit code said.
 
 ## What it measures, and what not
 
-Concept recognition in L among the images of L's countries (recall@k, zero-shot accuracy). **This is not the
+Concept recognition in L among the images of L's countries (zero-shot top-1 and top-5 accuracy). **This is not the
 paper's metric**: clip_benchmark has no per-query candidate sets, so 3XCM's triplets and sextets (correct vs
 language-biased vs irrelevant image) cannot be expressed in its format, and M_cr, M_lb, M_ti and SP are not
 measured. For those, use `culturebench evaluate 3xcm` (or `--harness mteb`, whose accuracy is M_cr).
+
+There are no retrieval datasets: many images share one caption (their concept's name), and clip_benchmark's
+retrieval counts only an image's own caption as its positive, so even a perfect concept recogniser would score a
+recall@1 of about one over the images per concept.
 
 Release manifest sha256: `{release.manifest_sha256}`.
 """

@@ -78,6 +78,8 @@ def check_answer(path: Path, where: str, answer: str) -> str:
 
 class PredictionsReader(Protocol):
     HARNESS: str
+    #: Why `model_name` found none, for the one-line error that asks for `--predictions-model`.
+    NO_MODEL_NAME: str
 
     def read_predictions(self, path: Path, rows: pa.Table) -> dict[str, str]: ...
 
@@ -140,7 +142,7 @@ class PredictionsConfig(BaseModel):
         answers = module.read_predictions(path, rows)
         name = self.model_name or module.model_name(path)
         if not name:
-            raise PredictionsError(f"{path}: the file's name names no model; pass --predictions-model")
+            raise PredictionsError(f"{path}: {module.NO_MODEL_NAME}; pass --predictions-model NAME")
         source = {
             "harness": module.HARNESS,
             "format": self.format,

@@ -23,6 +23,10 @@ import pyarrow as pa
 from evaluation.predictions import PredictionsError, check_answer, check_rows, read_prediction_bytes
 
 HARNESS = "lmms-eval"
+NO_MODEL_NAME = (
+    "the run's results.json beside the samples file names no model (lmms-eval takes it from --model_args "
+    "pretrained=...; these had none)"
+)
 TASK = "culturebench_mixcube"
 SAMPLES_SUFFIX = f"_samples_{TASK}.jsonl"
 #: The task's metric records, any of which names the row's sample (`process_results` of the exported utils.py).

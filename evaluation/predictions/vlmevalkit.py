@@ -30,6 +30,7 @@ from evaluation.predictions import (
 )
 
 HARNESS = "VLMEvalKit"
+NO_MODEL_NAME = "the file's name names no model (VLMEvalKit writes <model>_MixCuBe.xlsx)"
 DATASET = "MixCuBe"
 SUFFIXES = (".xlsx", ".tsv", ".csv")
 _MAIN = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
@@ -64,25 +65,43 @@ def read_predictions(path: Path, rows: pa.Table) -> dict[str, str]:
     if not table:
         raise PredictionsError(f"{path}: no rows")
     header = table[0]
-    for column in ("index", "prediction"):
-        if column not in header:
-            raise PredictionsError(f"{path}: no {column!r} column (columns: {', '.join(header)})")
+    # VLMEvalKit's own file keys a row by `index`; a plain `sample_id,prediction` file (people's own scripts) by id.
+    if "prediction" not in header or not {"index", "sample_id"} & set(header):
+        raise PredictionsError(
+            f"{path}: needs a 'prediction' column and an 'index' or 'sample_id' column (columns: {', '.join(header)})"
+        )
     at = {name: header.index(name) for name in ("index", "prediction", "sample_id") if name in header}
+    positions = None if "index" in at else {sample: i for i, sample in enumerate(rows.column("sample_id").to_pylist())}
     predicted: dict[int, str] = {}
     sample_ids: dict[int, str] = {}
     for line, values in enumerate(table[1:], start=2):
         if not any(values):
             continue
         values = values + [""] * (len(header) - len(values))
-        index = _index(path, line, values[at["index"]])
-        if index in predicted:
-            raise PredictionsError(f"{path}: index {index} appears twice (row {line})")
         sample_id = values[at["sample_id"]] if "sample_id" in at else None
+        index = (
+            _index(path, line, values[at["index"]])
+            if positions is None
+            else _position(path, line, sample_id, positions)
+        )
+        if index in predicted:
+            twice = f"index {index}" if positions is None else f"sample {_shown(sample_id or '', 60)!r}"
+            raise PredictionsError(f"{path}: {twice} appears twice (row {line})")
         named = f"row {line} (index {index}" + (f", sample {_shown(sample_id, 60)!r})" if sample_id else ")")
         predicted[index] = check_answer(path, named, values[at["prediction"]])
         if sample_id is not None:
             sample_ids[index] = sample_id
     return check_rows(path, rows, predicted, sample_ids)
+
+
+def _position(path: Path, line: int, sample_id: str | None, positions: dict[str, int]) -> int:
+    """The release row of a file keyed by `sample_id` (no `index` column)."""
+    if sample_id not in positions:
+        raise PredictionsError(
+            f"{path}: row {line}: sample {_shown(sample_id or '', 60)!r} is no row of the release; "
+            "was it made from another release?"
+        )
+    return positions[sample_id]
 
 
 def _index(path: Path, line: int, value: str) -> int:

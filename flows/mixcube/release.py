@@ -24,6 +24,7 @@ from data.publish.card import (
     CardConfig,
     auto_accept_notice,
     card_configs,
+    demo_notice,
     deviations_section,
     front_matter,
     hub_metadata,
@@ -174,10 +175,7 @@ def render_card(
     demo = provenance.demo
     warnings = []
     if demo:
-        warnings.append(
-            "**This is a pipeline demonstration, not the benchmark**: the originals are composed from a stock "
-            "portrait, not collected photos."
-        )
+        warnings.append(demo_notice("the originals are composed from a stock portrait, not collected photos."))
     if placeholders:
         warnings.append(
             f"**{placeholders} images are placeholders, not syntheses** (`placeholder=true`): the offline stand-in "

@@ -18,6 +18,7 @@ from data.publish.card import (
     CardConfig,
     auto_accept_notice,
     card_configs,
+    demo_notice,
     deviations_section,
     empty_configs_note,
     front_matter,
@@ -39,7 +40,7 @@ from data.reference import ReferencePack
 from data.schemas import XCM_BENCH_CSV_COLUMNS
 from data.stage_stats import StageStats
 from data.workspace import BlobStore
-from flows.xcm.release_facts import xcm_facts
+from flows.xcm.release_facts import is_demo, xcm_facts
 
 NAME = "3xcm"
 #: Where a 3XCM release keeps its images (`Benchmark.image_config`).
@@ -162,12 +163,16 @@ def render_card(
         card_configs(configs),
         pretty_name="3XCM (culturebench build)",
         tags=["cultural-bias", "cross-lingual", "text-to-image-retrieval"],
-        # Retrieval of images by multilingual text queries; the Hub's list has no retrieval category for images.
-        extra=hub_metadata(languages, catalog.num_rows, ["image-to-text", "text-to-image"]),
+        # The Hub's listing: image-to-text and text-to-image are generation tasks there. 3XCM ranks images for a text
+        # (retrieval), by the zero-shot image-text similarity of CLIP-style models (our reading of the Hub's list).
+        extra=hub_metadata(languages, catalog.num_rows, ["text-retrieval", "zero-shot-image-classification"]),
     )
     backends = provenance.backends
     warnings = deviations_section(provenance.deviations) + review_note(provenance.review)
     notice = auto_accept_notice("near-duplicate decisions") if backends.get("review") == "auto_accept" else ""
+    if is_demo(provenance):  # first thing, as MixCuBe's card
+        why = "its images are the generated pictures of the offline demo corpus, not collected photos."
+        notice = f"> {demo_notice(why)}\n\n{notice}"
     per_country = Counter(catalog["country"].to_pylist())
     country_rows = [{"country": c.name, "images": per_country[c.name]} for c in pack.countries if per_country[c.name]]
     stage_rows = [

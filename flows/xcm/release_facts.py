@@ -101,6 +101,11 @@ def _record_set(name: str, description: str, pattern: str, schema: pa.Schema, ro
     return RecordSetSpec(name, description, pattern, schema, rows, columns=column_descriptions(schema), **more)
 
 
+def is_demo(provenance: Provenance) -> bool:
+    """A build of the offline demo corpus (its config names one)."""
+    return provenance.config.get("demo_corpus") is not None
+
+
 @dataclass(frozen=True)
 class _Release:
     """A 3XCM release as the card's sections read it: its tables, its provenance, and what is counted from them once."""
@@ -134,7 +139,7 @@ class _Release:
 
     @property
     def demo(self) -> bool:
-        return self.config.get("demo_corpus") is not None
+        return is_demo(self.provenance)
 
     @property
     def demo_note(self) -> str:

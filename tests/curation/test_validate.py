@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections import defaultdict
 from pathlib import Path
@@ -337,13 +338,18 @@ def test_the_release_validates_exactly_the_tables_it_publishes(small_demo_config
 # -- what the cards claim -----------------------------------------------------------------------------------------
 
 
-def test_the_demo_card_opens_with_the_auto_accepted_review_and_names_every_deviation(
+def test_the_demo_card_opens_with_the_demo_notice_and_the_auto_accepted_review_and_names_every_deviation(
     demo: tuple[Build3XCMConfig, Path],
 ) -> None:
     _, release_dir = demo
     card = (release_dir / "README.md").read_text().split("---\n", 2)[2]
-    opening = [line for line in card.splitlines() if line.strip()][:2]
-    assert opening[0].startswith("# 3XCM") and "No human reviewed the near-duplicate decisions" in opening[1]
+    opening = [line for line in card.splitlines() if line.strip()][:3]
+    assert opening[0].startswith("# 3XCM")
+    assert opening[1].startswith("> **This is a pipeline demonstration, not the benchmark**"), opening  # as MixCuBe's
+    assert "No human reviewed the near-duplicate decisions" in opening[2]
+    # the validator's line is for people, not a Python dict
+    checked = next(line for line in card.splitlines() if line.startswith("Every row was checked by the validator"))
+    assert "{" not in checked and re.search(r"valid: \d+ image_metadata, \d+ benchmark, .* rows checked", checked)
     deviations = json.loads((release_dir / "manifest.json").read_text())["deviations"]
     for expected in ("deduplicated lexically", "shipped drafts", "local folder", "CLIP-embedding tier was off",
                      "No human reviewed", "own concept only"):  # fmt: skip

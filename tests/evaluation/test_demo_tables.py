@@ -43,21 +43,37 @@ def _bump_first_number(table: str) -> str:
     return "\n".join(lines)
 
 
+def _marked(tables: dict[str, str]) -> str:
+    return "".join(f"<!-- demo-table: {n} -->\n{t}<!-- /demo-table -->\n\n" for n, t in tables.items())
+
+
 @pytest.mark.parametrize("name", list(demo_tables.TABLES))
-def test_a_changed_number_fails_the_check_naming_its_table(tmp_path: Path, name: str) -> None:
+def test_a_changed_number_fails_the_check_naming_its_table(
+    tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     tables = demo_tables.render(ROOT / "evaluations")
-    readme = "".join(f"<!-- demo-table: {n} -->\n{t}<!-- /demo-table -->\n\n" for n, t in tables.items())
-    assert demo_tables.differences(readme, tables) == []
-    stale = readme.replace(tables[name], _bump_first_number(tables[name]) + "\n")
-    problems = demo_tables.differences(stale, tables)
-    assert len(problems) == 1 and repr(name) in problems[0], problems
-    # --write puts the demo's numbers back, and only inside the markers
-    path = tmp_path / "README.md"
+    document = demo_tables.document_of(name)  # README.md, or the docs page the table is on
+    own = {n: tables[n] for n in demo_tables.DOCUMENTS[document]}
+    text = _marked(own)
+    assert demo_tables.differences(text, own, document) == []
+    stale = text.replace(tables[name], _bump_first_number(tables[name]) + "\n")
+    problems = demo_tables.differences(stale, own, document)
+    assert len(problems) == 1 and repr(name) in problems[0] and problems[0].startswith(document), problems
+    # the command checks every document beside the README, and --write puts the demo's numbers back, only inside
+    # the markers
+    readme = tmp_path / "README.md"
+    readme.write_text(_marked({n: tables[n] for n in demo_tables.DOCUMENTS["README.md"]}), encoding="utf-8")
+    path = tmp_path / document
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("# Title\n\ntext kept\n\n" + stale, encoding="utf-8")
-    assert demo_tables.main(["--write", "--readme", str(path), "--results", str(ROOT / "evaluations")]) == 0
+    results = ["--results", str(ROOT / "evaluations")]
+    assert demo_tables.main(["--check", "--readme", str(readme), *results]) == 1
+    assert capsys.readouterr().err.startswith(f"{document}: demo table {name!r} differs")
+    assert demo_tables.main(["--write", "--readme", str(readme), *results]) == 0
     written = path.read_text(encoding="utf-8")
     assert written.startswith("# Title\n\ntext kept\n\n")
-    assert demo_tables.differences(written, tables) == []
+    assert demo_tables.differences(written, own, document) == []
+    assert demo_tables.main(["--check", "--readme", str(readme), *results]) == 0
 
 
 def test_a_missing_marker_or_row_fails(tmp_path: Path) -> None:
@@ -88,7 +104,8 @@ def test_without_results_it_says_to_run_make_demo(tmp_path: Path, capsys: pytest
 def test_the_documented_write_rewrites_a_stale_readme(tmp_path: Path) -> None:
     write = ".venv/bin/python -m evaluation.demo_tables --write"
     assert write in (ROOT / "docs" / "contributors.md").read_text(encoding="utf-8")
-    tables = demo_tables.render(ROOT / "evaluations")
+    rendered = demo_tables.render(ROOT / "evaluations")
+    tables = {n: rendered[n] for n in demo_tables.DOCUMENTS["README.md"]}  # a folder with the README alone
     name = next(iter(tables))
     (tmp_path / "evaluations").symlink_to(ROOT / "evaluations")
     readme = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -146,9 +146,11 @@ def test_every_tar_loads_with_the_webdataset_builder(folders: dict[str, Path], k
 
 
 def test_the_cards_carry_the_hub_listing_metadata(folders: dict[str, Path]) -> None:
-    for kind, tasks in (("3xcm", {"image-to-text", "text-to-image"}), ("mixcube", {"visual-question-answering"})):
+    retrieval = {"text-retrieval", "zero-shot-image-classification"}
+    for kind, tasks in (("3xcm", retrieval), ("mixcube", {"visual-question-answering"})):
         meta, _ = card(folders[kind])
         assert tasks <= set(meta["task_categories"])
+        assert not {"image-to-text", "text-to-image"} & set(meta["task_categories"])  # the Hub's generation tasks
         assert meta["size_categories"] == ["n<1K"]  # the small demos have fewer than 1,000 images
         assert meta["language"] and all(len(code) == 2 for code in meta["language"])
     three, _ = card(folders["3xcm"])

@@ -216,3 +216,22 @@ def test_a_real_lmms_eval_run_scores_as_our_scorer(
     logged = [json.loads(line) for line in samples_files[0].read_text(encoding="utf-8").splitlines()]
     verdicts = {s["mixcube_accuracy"]["sample_id"]: s["mixcube_accuracy"]["correct"] for s in logged}
     assert verdicts == {r["sample_id"]: r["correct"] for r in ours}
+
+
+def test_a_log_without_a_model_name_asks_for_predictions_model_naming_pretrained(
+    small_releases: dict[str, Path], tmp_path: Path
+) -> None:
+    release = small_releases["mixcube"]
+    rows = default_rows(release)
+    samples = write_samples(
+        tmp_path / "res" / SAMPLES, [sample_line(i, r["sample_id"], "x") for i, r in enumerate(rows)]
+    )
+    # `--model_args` without `pretrained=`: lmms-eval writes no model_name into the run's results.json
+    samples.with_name(SAMPLES.replace(f"_samples_{lx.TASK}.jsonl", "_results.json")).write_text('{"results": {}}')
+    out = tmp_path / "out"
+    result = invoke("evaluate", "mixcube", str(release), "--predictions", str(samples),
+                    "--predictions-format", "lmms-eval", "--out", str(out))  # fmt: skip
+    assert result.exit_code == 2, result.output
+    line = error_line(result.output, "--predictions-model")
+    assert "pretrained=" in line and SAMPLES in line, line
+    assert not out.exists()

@@ -134,7 +134,7 @@ def test_a_wrong_answer_is_scored_wrong_and_a_right_one_right(small_releases: di
         ("extra", "no image row of the release"),
         ("twice", "appears twice"),
         ("other-sample", "in the file but"),
-        ("no-column", "no 'prediction' column"),
+        ("no-column", "needs a 'prediction' column"),
         ("not-a-number", "is not a number"),
     ],
 )
@@ -184,6 +184,42 @@ def test_predictions_refuse_a_model_too_and_other_formats(small_releases: dict[s
     result = invoke("evaluate", "mixcube", release, "--predictions", str(unnamed), "--out", str(tmp_path / "o"))
     assert result.exit_code == 2
     error_line(result.output, "--predictions-model")
+
+
+def test_a_plain_sample_id_prediction_csv_scores_as_the_index_file(
+    small_releases: dict[str, Path], tmp_path: Path
+) -> None:
+    """People's own scripts write `sample_id,prediction`, without VLMEvalKit's `index`: read by id, in any order."""
+    release = small_releases["mixcube"]
+    rows = default_rows(release)
+    answers = [r["country"] if i % 3 else "no idea" for i, r in enumerate(rows)]
+    by_index = write_tsv(tmp_path / "m_MixCuBe.tsv", ["index", "prediction"], [[i, a] for i, a in enumerate(answers)])
+    plain = tmp_path / "plain.csv"
+    with plain.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["sample_id", "prediction"])
+        writer.writerows(reversed([[r["sample_id"], a] for r, a in zip(rows, answers, strict=True)]))
+    runs = {}
+    for name, file in (("index", by_index), ("plain", plain)):
+        out = tmp_path / name
+        result = invoke("evaluate", "mixcube", str(release), "--predictions", str(file), "--predictions-model", "m",
+                        "--out", str(out))  # fmt: skip
+        assert result.exit_code == 0, result.output
+        runs[name] = pq.read_table(out / "per_query.parquet").select(["sample_id", "answer", "correct"])
+    assert runs["plain"].equals(runs["index"])
+    # an id the release does not have, and one given twice, are one line each, naming the file
+    release_rows_ = release_rows(release / "default")
+    for case, lines, needle in (
+        ("unknown", [["nope", "x"]], "sample 'nope' is no row of the release"),
+        ("twice", [[rows[0]["sample_id"], "x"], [rows[0]["sample_id"], "y"]], "appears twice"),
+    ):
+        bad = write_tsv(tmp_path / f"{case}.tsv", ["sample_id", "prediction"], lines)
+        with pytest.raises(PredictionsError) as raised:
+            reader.read_predictions(bad, release_rows_)
+        assert needle in str(raised.value) and str(bad) in str(raised.value) and "\n" not in str(raised.value)
+    neither = write_tsv(tmp_path / "neither.tsv", ["id", "prediction"], [["a", "x"]])
+    with pytest.raises(PredictionsError, match="an 'index' or 'sample_id' column"):
+        reader.read_predictions(neither, release_rows_)
 
 
 def test_reader_maps_index_to_sample_id_and_reads_csv(small_releases: dict[str, Path], tmp_path: Path) -> None:
