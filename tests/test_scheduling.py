@@ -26,7 +26,8 @@ def built(tmp_path_factory):
 """
 
 FILES = {
-    "test_shared.py": "".join(f"def test_{n}(built):\n    pass\n\n" for n in ("one", "two", "three")),
+    "test_shared.py": "SLOW_FIXTURES = {'built'}\n\n"
+    + "".join(f"def test_{n}(built):\n    pass\n\n" for n in ("one", "two", "three")),
     "test_review_a.py": "def test_a(label_studio):\n    pass\n",
     "test_review_b.py": "def test_b(label_studio):\n    pass\n",
     "test_plain.py": "".join(f"def test_{n}():\n    pass\n\n" for n in range(8)),
@@ -67,6 +68,7 @@ def test_module_fixtures_and_label_studio_stay_on_one_worker_and_markers_follow_
     assert workers["test_a"] == workers["test_b"]  # one Label Studio server
     assert len(set(workers.values())) == 2  # and the plain tests spread over both
 
-    # `server` follows from the fixture: -m "not server" leaves both review tests out, and nothing else.
-    fast = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not server and not browser")
-    fast.assert_outcomes(passed=11)
+    # `server` follows from the fixture and `slow` from the module's SLOW_FIXTURES: -m leaves out both review tests
+    # and the three that take the build, and nothing else.
+    fast = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not server and not browser and not slow")
+    fast.assert_outcomes(passed=8)

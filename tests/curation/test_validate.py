@@ -43,6 +43,10 @@ def _config(root: Path, **overrides: object) -> Build3XCMConfig:
     )
 
 
+# Its tests are `slow` (tests/support/scheduling.py): the full demo build, out of `make test-fast`.
+SLOW_FIXTURES = {"demo"}
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Build3XCMConfig, Path]:
     """The full offline demo (the one `make demo` releases), built once for the module's read-only checks."""

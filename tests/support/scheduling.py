@@ -8,6 +8,8 @@ without a word:
 - `server`: the Prefect test server (`prefect`, `prefect_server`), a real `prefect server` (`prefect_api`), or Label
   Studio (`label_studio`); also every test marked `prefect`.
 - `dask`: the modules in `MODULE_MARKS` (the engine's tests, kept in tests/flows/engine/, start Dask clusters).
+- `slow`: every test that takes a fixture its module names in `SLOW_FIXTURES` (a module-scoped build or export),
+  besides the tests marked by hand.
 
 Under xdist (`make test` runs `pytest -n auto`; `--dist loadgroup` in addopts):
 
@@ -75,6 +77,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for name in MODULE_MARKS.get(_module_path(item), ()):
             item.add_marker(name)
+        # A module names its fixtures that build (a release, an export) in SLOW_FIXTURES: their tests are slow
+        if set(getattr(getattr(item, "module", None), "SLOW_FIXTURES", ())) & set(getattr(item, "fixturenames", ())):
+            item.add_marker("slow")
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("prefect"):
             item.add_marker("server")
 

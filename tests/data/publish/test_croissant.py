@@ -91,6 +91,10 @@ def _mixcube_config(root: Path):
     )
 
 
+# Its tests are `slow` (tests/support/scheduling.py): a 3XCM and a MixCuBe build, out of `make test-fast`.
+SLOW_FIXTURES = {"releases"}
+
+
 @pytest.fixture(scope="module")
 def releases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from flows.mixcube.build import build_locally as build_mixcube

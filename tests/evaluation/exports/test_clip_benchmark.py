@@ -39,6 +39,10 @@ def _harness_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+# Its tests are `slow` (tests/support/scheduling.py): an export of the small release, out of `make test-fast`.
+SLOW_FIXTURES = {"export"}
+
+
 @pytest.fixture(scope="module")
 def export(small_releases: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cb-export") / "export"

@@ -36,6 +36,10 @@ DATE = "2026-05-01"
 PREFIX_OF = {"query_index": "query_image_id"}  # the id column beside each index column
 
 
+# Its tests are `slow` (tests/support/scheduling.py): a 3XCM build, out of `make test-fast`.
+SLOW_FIXTURES = {"xcm_build"}
+
+
 @pytest.fixture(scope="module")
 def xcm_build(tmp_path_factory: pytest.TempPathFactory) -> Build3XCMConfig:
     """One small 3XCM demo build (as conftest's `small_demo_config`), released as 0.0.1; tests take down from copies
