@@ -116,9 +116,8 @@ def export(release: Release, folder: ImmutableFolder) -> str:
     release.verify(["image_metadata", "benchmark"])
     data = _images(release)
     summary: list[str] = []
-    languages_seen = []
-    for lang, all_rows in languages(release).items():
-        languages_seen.append(lang)
+    by_language = languages(release)
+    for lang, all_rows in by_language.items():
         pixels = {row["query_image_id"]: _pixels(release, data, row) for row in all_rows}
         rows = unambiguous(all_rows, pixels)
         concepts = sorted({row["query_concept"] for row in rows})
@@ -140,7 +139,7 @@ def export(release: Release, folder: ImmutableFolder) -> str:
         folder.write_bytes(f"{root}/classnames.txt", "".join(f"{names[c]}\n" for c in concepts).encode())
         folder.write_bytes(f"{root}/zeroshot_classification_templates.txt", b"{c}\n")
         summary.append(f"| {lang} | {len(rows)} | {len(concepts)} | {len(all_rows) - len(rows)} |")
-    command = run_command(sorted(languages_seen))
+    command = run_command(sorted(by_language))
     folder.write_bytes(README, _readme(release, summary, command).encode())
     return command
 
