@@ -84,18 +84,18 @@ def empty_configs_note(configs: Sequence[CardConfig]) -> str:
 
 
 def webdataset_loading(tars: Sequence[str]) -> str:
-    """How to load the WebDataset tars with `datasets`, naming the features file beside them; nothing without tars."""
+    """How to load the WebDataset tars with `datasets`, and where the rest of each row is; nothing without tars."""
     if not tars:
         return ""
     return f"""
-The WebDataset shards load with `datasets` given the features beside them (its `webdataset` builder would otherwise
-guess the columns' types from the first samples):
+The WebDataset shards load with `datasets` as they are. Each sample's JSON holds the row's columns that are never
+null; the nullable ones are in the Parquet table only, which the sample's `__key__` joins (a column null in the first
+samples would make the `webdataset` builder guess the wrong type). `{WEBDATASET_FEATURES}` gives the exact types, for
+`features=`:
 
 ```python
-import json
-from datasets import Features, load_dataset
-features = Features.from_dict(json.load(open("<this folder>/{WEBDATASET_FEATURES}")))
-samples = load_dataset("webdataset", data_files="<this folder>/images/*.tar", features=features, split="train")
+from datasets import load_dataset
+samples = load_dataset("webdataset", data_files="<this folder>/images/*.tar", split="train")
 ```
 """
 

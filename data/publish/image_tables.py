@@ -105,14 +105,22 @@ def hf_image_schema(schema: pa.Schema, image_column: str = "image") -> pa.Schema
     return features.arrow_schema
 
 
+def sidecar_fields(schema: pa.Schema) -> list[str]:
+    """The columns a tar sample's JSON holds: those the table's schema declares never null, the image's key among
+    them. `datasets`' `webdataset` builder types each column from the first samples of the first shard, so a column
+    null there and set later fails to cast (`Couldn't cast array of type string to null`, datasets issue #7549); the
+    nullable columns live in the Parquet table only, joined by the key, and the bare `load_dataset("webdataset",
+    data_files=...)` loads without `features=` and without turning null into ""."""
+    return [f.name for f in schema if not f.nullable and f.name != "image"]
+
+
 def webdataset_features(schema: pa.Schema) -> dict[str, Any]:
     """The features of a tar sample as the `webdataset` builder yields it: its key and shard, the JPEG, and the
-    sidecar JSON (the row's columns, without its image), as `Features.to_dict()` writes them."""
+    sidecar JSON (the row's never-null columns, `sidecar_fields`), as `Features.to_dict()` writes them."""
     from datasets import Features, Value
     from datasets import Image as HFImage
 
-    sidecar = Features.from_arrow_schema(schema)
-    sidecar.pop("image", None)
+    sidecar = Features.from_arrow_schema(pa.schema([schema.field(name) for name in sidecar_fields(schema)]))
     features = Features({"__key__": Value("string"), "__url__": Value("string"), "jpg": HFImage(), "json": sidecar})
     as_dict: dict[str, Any] = features.to_dict()
     return as_dict
@@ -136,7 +144,8 @@ def write_image_shards(
     full_schema = hf_image_schema(schema) if image_column else hf_schema(schema)
     sizes = [int(r.metadata.get("num_bytes") or 0) if image_column and r.embed else 0 for r in rows]
     plan = list(_plan_shards(sizes, limits.max_shard_bytes))
-    tar_shards = _TarShards(folder, list(_plan_shards(sizes, limits.max_shard_bytes, limits.max_shard_images)))
+    tar_plan = list(_plan_shards(sizes, limits.max_shard_bytes, limits.max_shard_images))
+    tar_shards = _TarShards(folder, tar_plan, sidecar_fields(schema))
     parquet_files = []
     for shard, (start, stop) in enumerate(plan):
         rel = f"{config_name}/{split}-{shard:05d}-of-{len(plan):05d}.parquet"
@@ -172,6 +181,7 @@ def write_image_shards(
 class _TarShards:
     folder: ImmutableFolder
     plan: list[tuple[int, int]]
+    fields: list[str]  # the sidecar JSON's columns (`sidecar_fields`)
     written: list[str] = field(default_factory=list)
     _current: Any = None
     _buffer: io.BytesIO | None = None
@@ -197,7 +207,8 @@ class _TarShards:
             )
         if "." in key:
             raise ValueError(f"WebDataset keys may not contain dots: {key!r}")
-        sample_json = json.dumps(metadata, sort_keys=True, ensure_ascii=False, default=str).encode()
+        sidecar = {name: metadata.get(name) for name in self.fields}
+        sample_json = json.dumps(sidecar, sort_keys=True, ensure_ascii=False, default=str).encode()
         self._current.write({"__key__": key, "jpg": data, "json": sample_json})
 
     def _flush(self) -> None:

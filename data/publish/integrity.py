@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from pydantic import ValidationError
 
-from data.publish.format import MANIFEST, ImageConfig, ReleaseReadError
+from data.publish.format import MANIFEST, WEBDATASET_FEATURES, ImageConfig, ReleaseReadError
 from data.publish.json_file import read_json_object
 from data.publish.manifest import FileEntry, FolderManifest, ReleaseManifest, first_problem, shown
 
@@ -414,6 +414,21 @@ class _Unsaid:
             self.first.append(name)
 
 
+def _sidecar_keys(manifest: Manifest[Any]) -> list[str] | None:
+    """The columns the tars' JSON holds, as the features file beside them names them (`json`'s keys); None (every
+    column, as releases before the features file named fewer wrote them) when it names none. Its bytes are the
+    manifest's (`verify_files`), so a forged one is reported there."""
+    path = manifest.folder / WEBDATASET_FEATURES
+    if WEBDATASET_FEATURES not in manifest.files or not path.is_file():
+        return None
+    try:
+        doc, _ = read_json_object(path, MAX_MANIFEST_BYTES, error=ReleaseReadError, too_big="not a features file")
+    except ReleaseReadError:
+        return None  # verify_files names the file
+    sidecar = doc.get("json")
+    return [str(name) for name in sidecar] if isinstance(sidecar, dict) else None
+
+
 def _canonical_json(data: bytes | str) -> str | None:
     try:
         return json.dumps(json.loads(data), sort_keys=True, ensure_ascii=False)
@@ -438,6 +453,7 @@ def image_claims(manifest: Manifest[ReleaseManifest], images: ImageConfig) -> li
     if model.mode == "urls" and tars:
         modes.add(f"{MANIFEST}: mode 'urls', yet the release holds its images in {len(tars)} tar(s), {tars[0]} first")
     pending = _tar_samples(folder, tars, samples)
+    sidecar = _sidecar_keys(manifest) if tars else None
     unsaid = {True: _Unsaid(), False: _Unsaid()}  # rows holding (True) or lacking bytes, against the mode
     for file in sorted((folder / config).glob("*.parquet")):
         rel = file.relative_to(folder).as_posix()
@@ -449,7 +465,7 @@ def image_claims(manifest: Manifest[ReleaseManifest], images: ImageConfig) -> li
                 continue
             for group in range(reader.num_row_groups):
                 for row in reader.read_row_group(group).to_pylist():
-                    _check_row(rel, row, key, model.mode, tars, pending, unsaid, sizes, samples)
+                    _check_row(rel, row, key, model.mode, tars, pending, unsaid, sizes, samples, sidecar)
         except Exception as exc:  # verify_image_bytes names an unreadable table
             samples.add(f"{rel}: not a readable image table ({type(exc).__name__})")
     for tar, extra, _ in pending:
@@ -474,8 +490,10 @@ def _check_row(
     unsaid: dict[bool, _Unsaid],
     sizes: _Found,
     samples: _Found,
+    sidecar: list[str] | None = None,
 ) -> None:
-    """One image row against the mode, its num_bytes and its sample in the tars (the next one of `pending`)."""
+    """One image row against the mode, its num_bytes and its sample in the tars (the next one of `pending`), whose
+    JSON holds the row's `sidecar` columns (all of them when None)."""
     image = row.pop("image")
     data = image.get("bytes") if isinstance(image, dict) else None
     name = row.get(key)
@@ -498,6 +516,7 @@ def _check_row(
         return
     if parts.get("jpg") != data:
         samples.add(f"{tar}: {sample_key}.jpg is not the image of {rel} row {shown(name)}")
-    written = json.dumps(row, sort_keys=True, ensure_ascii=False, default=str)  # as the shard writer writes it
+    held = row if sidecar is None else {name: row.get(name) for name in sidecar}
+    written = json.dumps(held, sort_keys=True, ensure_ascii=False, default=str)  # as the shard writer writes it
     if _canonical_json(parts.get("json", b"")) != _canonical_json(written):
         samples.add(f"{tar}: {sample_key}.json is not the row {shown(name)} of {rel}")

@@ -37,7 +37,7 @@ from data.publish.manifest import Provenance, validated, validation_summary
 from data.publish.release import ReleaseConfig, ReleaseWriter
 from data.publish.sources import DOMAINS_FIGURE, domains_png, sources_section
 from data.reference import ReferencePack
-from data.schemas import XCM_BENCH_CSV_COLUMNS
+from data.schemas import IMAGE_METADATA, XCM_BENCH_CSV_COLUMNS
 from data.stage_stats import StageStats
 from data.workspace import BlobStore
 from flows.xcm.release_facts import is_demo, xcm_facts
@@ -60,8 +60,18 @@ FIGURE = "figures/images_per_concept_country.png"
 
 
 def image_metadata_schema(catalog_schema: pa.Schema) -> pa.Schema:
-    ours = [f for f in catalog_schema if f.name not in AUTHOR_IMAGE_FIELDS]
-    return pa.schema([catalog_schema.field(n) for n in AUTHOR_IMAGE_FIELDS] + ours)
+    """The authors' columns first, then ours; each column never null where `IMAGE_METADATA` declares it so, also when
+    the catalog comes from a release's Parquet (a patch: the HF schema there marks every column nullable), so that
+    the tars' JSON holds the same columns either way (`data.publish.image_tables.sidecar_fields`)."""
+    declared = {f.name: f for f in IMAGE_METADATA}
+
+    def field(name: str) -> pa.Field:
+        found = catalog_schema.field(name)
+        known = declared.get(name)
+        return found.with_nullable(known.nullable) if known is not None and known.type == found.type else found
+
+    ours = [f.name for f in catalog_schema if f.name not in AUTHOR_IMAGE_FIELDS]
+    return pa.schema([field(n) for n in [*AUTHOR_IMAGE_FIELDS, *ours]])
 
 
 def concept_country_matrix(catalog: pa.Table, pack: ReferencePack) -> tuple[np.ndarray, list[str], list[str]]:

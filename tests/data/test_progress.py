@@ -85,10 +85,10 @@ def test_tars_are_placed_by_bisection_across_many_shards(tmp_path: Path) -> None
 
     plan = [(start, start + 3) for start in range(0, 30, 3)]
     folder = Folder()
-    tars = _TarShards(folder, plan)  # type: ignore[arg-type]  # a stand-in with the one method the tars call
+    tars = _TarShards(folder, plan, ["i"])  # type: ignore[arg-type]  # a stand-in with the one method the tars call
     for position in range(30):
         tars.add(position, f"k{position}", b"\xff\xd8jpeg", {"i": position})
     tars.close()
     assert tars.written == [f"images/{k:05d}.tar" for k in range(10)]
     with pytest.raises(ValueError, match="in no tar"):
-        _TarShards(folder, plan).add(30, "late", b"", {})  # type: ignore[arg-type]
+        _TarShards(folder, plan, ["i"]).add(30, "late", b"", {})  # type: ignore[arg-type]

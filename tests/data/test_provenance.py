@@ -35,7 +35,7 @@ from collectors.search_ddgs import DdgsSearchConfig, DdgsSearcher
 from data.image_sources import UNKNOWN_LICENSE, domain, utc_timestamp
 from data.publish.sources import DOMAINS_FIGURE
 from data.reference import default_pack
-from data.schemas import MIXCUBE_ROWS, SOURCE_FIELDS, XCM_BENCH_CSV_COLUMNS
+from data.schemas import IMAGE_METADATA, MIXCUBE_ROWS, SOURCE_FIELDS, XCM_BENCH_CSV_COLUMNS
 from demo.corpus import DemoCorpusConfig, country_folder, generate_demo_corpus
 from flows.mixcube.build import build_locally as build_mixcube_locally
 from flows.mixcube.config import BuildMixCubeConfig
@@ -188,10 +188,15 @@ def test_every_released_3xcm_image_row_carries_its_provenance(tmp_path: Path) ->
         assert row["license"] == UNKNOWN_LICENSE and row["license_filter"] == "ShareCommercially"
     assert {r["rank"] for r in rows} == {1, 2}
 
-    # The WebDataset sidecars carry the same columns; the authors' CSV keeps its exact columns.
+    # The WebDataset sidecars carry the never-null columns (the licence, query, url and rank among them); the
+    # nullable provenance (final_url, retrieved_at, ...) joins from the table by image_id. The authors' CSV keeps its
+    # exact columns.
     with tarfile.open(next((release / "images").glob("*.tar"))) as tar:
         sidecar = json.load(tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith(".json"))))
-    assert set(XCM_PROVENANCE) <= set(sidecar) and sidecar["final_url"] and sidecar["retrieved_at"]
+    never_null = {f.name for f in IMAGE_METADATA if not f.nullable}
+    row = next(r for r in rows if r["image_id"] == sidecar["image_id"])
+    assert sidecar == {name: row[name] for name in never_null} and {"license", "url", "rank"} <= set(sidecar)
+    assert row["final_url"] and row["retrieved_at"]
     manifest = json.loads((release / "manifest.json").read_text())
     assert DOMAINS_FIGURE in manifest["files"]
     with (release / "benchmarks" / "xcm-bench.csv").open(newline="") as handle:

@@ -7,6 +7,7 @@ evaluation results of both benchmarks."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -116,13 +117,18 @@ def test_an_empty_table_is_among_the_folders(folders: dict[str, Path]) -> None:
 
 
 @pytest.mark.parametrize("kind", ["3xcm", "mixcube", "3xcm-patch"])
-def test_every_tar_loads_with_the_webdataset_builder(folders: dict[str, Path], kind: str) -> None:
+def test_every_tar_loads_with_the_bare_webdataset_builder(folders: dict[str, Path], kind: str) -> None:
+    """`load_dataset("webdataset", data_files=...)` with no `features=`, the first thing a user tries: each sample's
+    JSON is its row's never-null columns (the table schema's), exactly, and the rest join by the key."""
     from datasets import Features, load_dataset
+
+    from data.schemas import IMAGE_METADATA, MIXCUBE_ROWS
 
     folder = folders[kind]
     benchmark = "mixcube" if kind == "mixcube" else "3xcm"
     key = KEYS[benchmark]
-    features = Features.from_dict(json.loads((folder / WEBDATASET_FEATURES).read_text(encoding="utf-8")))
+    schema = MIXCUBE_ROWS if benchmark == "mixcube" else IMAGE_METADATA
+    never_null = {f.name for f in schema if not f.nullable}
     table = "default" if benchmark == "mixcube" else "image_metadata"
     columns = [f for f in pq.read_schema(next((folder / table).glob("*.parquet"))).names if f != "image"]
     rows = {
@@ -130,19 +136,23 @@ def test_every_tar_loads_with_the_webdataset_builder(folders: dict[str, Path], k
         for path in sorted((folder / table).glob("*.parquet"))
         for row in pq.read_table(path, columns=columns).to_pylist()
     }
+    assert any(v is None for row in rows.values() for v in row.values())  # nullable columns the tars leave out
     tars = sorted(folder.glob("images/*.tar"))
     assert tars
-    seen = 0
+    with_images = 0
     for tar in tars:
         with tarfile.open(tar) as archive:
-            members = sum(1 for m in archive.getmembers() if m.name.endswith(".json"))
-        samples = load_dataset("webdataset", data_files=str(tar), features=features, split="train")
-        assert samples.num_rows == members
-        for sample in samples:
-            assert sample["json"] == rows[sample["__key__"]]  # every value typed, nulls kept
-            assert sample["jpg"] is not None
-        seen += samples.num_rows
-    assert seen == len(rows)
+            with_images += sum(1 for m in archive.getmembers() if m.name.endswith(".json"))
+    samples = load_dataset("webdataset", data_files=str(folder / "images" / "*.tar"), split="train")
+    assert samples.num_rows == with_images == len(rows)
+    for sample in samples:
+        row = rows[sample["__key__"]]
+        assert sample["json"] == {name: row[name] for name in never_null & set(columns)}  # no null blurred into ""
+        assert sample["jpg"] is not None
+    # the features beside the tars give the same rows, typed as the tables type them
+    features = Features.from_dict(json.loads((folder / WEBDATASET_FEATURES).read_text(encoding="utf-8")))
+    typed = load_dataset("webdataset", data_files=str(folder / "images" / "*.tar"), features=features, split="train")
+    assert [s["json"] for s in typed] == [s["json"] for s in samples]
 
 
 def test_the_cards_carry_the_hub_listing_metadata(folders: dict[str, Path]) -> None:
@@ -156,3 +166,54 @@ def test_the_cards_carry_the_hub_listing_metadata(folders: dict[str, Path]) -> N
     three, _ = card(folders["3xcm"])
     codes = set(pq.read_table(next((folders["3xcm"] / "benchmark").glob("*.parquet")))["query_language"].to_pylist())
     assert codes <= set(three["language"]) and three["multilinguality"] == "multilingual"
+
+
+def test_the_documented_load_keys_the_cache_by_the_manifest(folders: dict[str, Path], tmp_path: Path) -> None:
+    """Two releases in folders of the same name share one `datasets` cache entry when loaded bare (the second gets
+    the first one's rows); the README's `load`, keyed by the manifest's sha256, loads each one's own rows."""
+    from datasets import load_dataset
+
+    from tests.support.documented_commands import DOCUMENTS, python_snippets
+
+    readme = next(s for s in python_snippets() if s.document == "README.md" and "def load(" in s.code)
+    definitions: dict[str, Any] = {}
+    exec(readme.code.split("\n\n\ntriplets")[0], definitions)  # the imports and `load`, not the demo calls
+    assert DOCUMENTS[0].name == "README.md"
+    first, second = tmp_path / "a" / "0.1.0-demo", tmp_path / "b" / "0.1.0-demo"
+    shutil.copytree(folders["3xcm"], first)
+    shutil.copytree(folders["3xcm"], second)
+    # the second: the same card, fewer rows, another manifest (as a rebuilt demo with other data would have)
+    (table,) = sorted((second / "image_metadata").glob("*.parquet"))
+    pq.write_table(pq.read_table(table).slice(0, 5), table)
+    (second / "manifest.json").write_text((second / "manifest.json").read_text() + "\n")
+    rows = [parquet_rows(folder, "image_metadata/*.parquet") for folder in (first, second)]
+    assert rows[0] != rows[1]
+    cache = str(tmp_path / "cache")
+    bare = [load_dataset(str(f), "image_metadata", split="train", cache_dir=cache).num_rows for f in (first, second)]
+    assert bare == [rows[0], rows[0]]  # the trap: the second folder's load returns the first one's rows
+    os.environ["HF_DATASETS_CACHE"] = cache
+    try:
+        keyed = [definitions["load"](str(f), "image_metadata").num_rows for f in (first, second)]
+    finally:
+        del os.environ["HF_DATASETS_CACHE"]
+    assert keyed == rows
+
+
+@pytest.mark.parametrize("kind", ["3xcm", "mixcube", "3xcm-patch"])
+def test_the_cards_python_runs_as_written_on_its_folder(folders: dict[str, Path], kind: str, tmp_path: Path) -> None:
+    """Each ```python block of a release card, with `<this folder>` the release's path (its only placeholder)."""
+    import subprocess
+    import sys
+
+    from tests.support.documented_commands import bash_blocks
+
+    folder = folders[kind]
+    blocks = bash_blocks((folder / "README.md").read_text(encoding="utf-8"), "python")
+    assert blocks, f"{kind}: the card gives no Python"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    for block in blocks:
+        code = "\n".join(line for _, line in block).replace("<this folder>", folder.as_posix())
+        assert "<" not in code.replace("<=", ""), code  # no other placeholder left
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{kind}, line {block[0][0]}: {done.stderr[-2000:]}"
