@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import (
     BaseModel,
@@ -343,7 +344,10 @@ def run_mixcube(
     files = sorted((release.path / "default").glob("*.parquet"))
     if not files:
         raise ValueError(f"{release.path}: the release has no default table")
-    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    # A partial prediction file (lmms-eval's --limit, an interrupted run) is scored on the rows it answers alone.
+    partial = vlm if isinstance(vlm, PredictionsVlm) and vlm.partial else None
+    answered = partial.answered if partial is not None else None
+    total = len(answered) if answered is not None else sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     done = 0
 
     def advance(n: int) -> None:
@@ -359,6 +363,8 @@ def run_mixcube(
         for file in files:  # a batch of rows (with their image bytes) at a time, not the whole release
             for batch in pq.ParquetFile(file).iter_batches(batch_size=config.batch_rows):
                 rows = pa.Table.from_batches([batch])
+                if answered is not None:
+                    rows = rows.filter(pc.is_in(rows["sample_id"], pa.array(sorted(answered), pa.string())))
                 parts.append(mx.evaluate_images(rows, vlm, judge, mix=mix, progress=advance, workers=workers))
     per_image = pa.concat_tables(parts)
     cached = sum(per_image["cached"].to_pylist())
@@ -373,6 +379,8 @@ def run_mixcube(
     if judge is not None:  # the paper's Fig. 8b: the same bars for Cultural Marker Identification
         figures["marker_accuracy_bars.png"] = mx.fig3_bars_png(per_image, mix, task="marker")
     metrics = _with_intervals(mx.summary(per_image, mix), per_image)
+    if partial is not None:
+        metrics["coverage"] = dict(partial.coverage)  # never silently: the card's warning says it too
     return EvaluationResult(
         benchmark="mixcube",
         release=release,
@@ -384,7 +392,12 @@ def run_mixcube(
         settings=settings_mixcube(judge, vlm) | _demo_vlm_settings(config),
         skipped=skipped,
         demo=config.demo,
-        warnings=_failure_warnings(metrics) + mx.several_cultures_warnings(metrics) + mx.answer_rule_warnings(metrics),
+        warnings=[
+            *_coverage_warnings(metrics),
+            *_failure_warnings(metrics),
+            *mx.several_cultures_warnings(metrics),
+            *mx.answer_rule_warnings(metrics),
+        ],
     )
 
 
@@ -395,6 +408,18 @@ def _demo_vlm_settings(config: EvaluateMixCubeConfig) -> dict[str, Any]:
     from demo.models import DEMO_MAX_NEW_TOKENS
 
     return {"demo_answer_cap": DEMO_MAX_NEW_TOKENS}
+
+
+def _coverage_warnings(metrics: dict[str, Any]) -> list[str]:
+    """What a partial prediction file's result covers (an empty list for a full one)."""
+    coverage = metrics.get("coverage")
+    if not coverage:
+        return []
+    return [
+        f"Partial run: the prediction file answers {coverage['answered_images']} of the release's "
+        f"{coverage['release_images']} images ({coverage['share']:.1%}). Every figure here is over those images "
+        "alone, not the benchmark; it is comparable only with runs on the same images."
+    ]
 
 
 def _failure_warnings(metrics: dict[str, Any]) -> list[str]:

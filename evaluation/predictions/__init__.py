@@ -8,9 +8,11 @@ One module per format under this package, registered in `FORMATS` by name. Each 
 - `read_predictions(path: Path, rows: pa.Table) -> dict[str, str]`: our `sample_id` -> the model's answer text.
   `rows` is the release's `default` table in its order (as the export wrote it), with at least `sample_id`,
   `category` and `image_sha256` (null for a row without image bytes: the exports leave it out, so no prediction is
-  expected for it). Anything wrong with the file (unreadable, a column missing, a row missing, an extra or repeated
-  row, a row that names another sample, an answer longer than a model's may be: `check_answer`) raises
-  `PredictionsError` naming the file, on one line;
+  expected for it). A file may answer only some rows (a partial run: lmms-eval's `--limit`, an interrupted VLMEvalKit
+  run): the answered rows are scored and the result says its coverage (`PredictionsVlm.coverage`). Anything wrong
+  with the file (unreadable, a column missing, no row answered, an extra or repeated row, a row that names another
+  sample, an answer longer than a model's may be: `check_answer`) raises `PredictionsError` naming the file, on one
+  line;
 - `model_name(path: Path) -> str | None`: the model's name as the file's name gives it (None when it does not).
 
 `PredictionsVlm` is a `VisionLanguageModel` that answers from the file: `evaluate_images` asks it exactly as it asks
@@ -171,9 +173,23 @@ class PredictionsVlm:
             rows.column("image_sha256").to_pylist(),
             strict=True,
         ):
-            if digest is not None and category in prompts:
+            if digest is not None and category in prompts and sample_id in answers:
                 self._queues[(digest, prompts[category])].append(answers[sample_id])
         self._file = source["file"]
+        image_rows = [s for s, d in zip(rows.column("sample_id").to_pylist(), rows.column("image_sha256").to_pylist(),
+                                        strict=True) if d is not None]  # fmt: skip
+        #: The rows the file answers; a partial run's result is scored on them alone.
+        self.answered: frozenset[str] = frozenset(s for s in image_rows if s in answers)
+        self.coverage: dict[str, Any] = {
+            "answered_images": len(self.answered),
+            "release_images": len(image_rows),
+            "share": len(self.answered) / len(image_rows) if image_rows else 0.0,
+        }
+
+    @property
+    def partial(self) -> bool:
+        """Whether the file answers only some of the release's images (then only those are scored)."""
+        return len(self.answered) < int(self.coverage["release_images"])
 
     def ask(self, prompt: str, image: bytes | None = None) -> Answer:
         queue = self._queues.get((sha256_bytes(image), prompt)) if image is not None else None
@@ -186,16 +202,23 @@ class PredictionsVlm:
 
 
 def check_rows(
-    path: Path, rows: pa.Table, predicted: dict[int, str], sample_ids: dict[int, str] | None = None
+    path: Path,
+    rows: pa.Table,
+    predicted: dict[int, str],
+    sample_ids: dict[int, str] | None = None,
+    failed: set[int] | None = None,
 ) -> dict[str, str]:
-    """`sample_id` -> answer from a file's `index` -> answer (`index` = row position in `rows`): every row with image
-    bytes answered once, nothing else; `sample_ids` (the file's own column, when it has one) must agree."""
+    """`sample_id` -> answer from a file's `index` -> answer (`index` = row position in `rows`): rows with image
+    bytes answered once each, at least one, nothing else (a partial run answers only some of them: scored on those,
+    with its coverage); `sample_ids` (the file's own column, when it has one) must agree. `failed`: rows the file
+    marks as failed calls, unanswered but checked like the others (`index` and `sample_id`)."""
     ids: list[str] = rows.column("sample_id").to_pylist()
     expected = {i for i, digest in enumerate(rows.column("image_sha256").to_pylist()) if digest is not None}
     missing = sorted(expected - predicted.keys())
-    extra = sorted(predicted.keys() - expected)
-    if missing:
-        raise PredictionsError(f"{path}: no prediction for {len(missing)} row(s) of the release, index {_few(missing)}")
+    extra = sorted((predicted.keys() | (failed or set())) - expected)
+    if expected and len(missing) == len(expected):
+        why = f" ({len(failed)} row(s) marked as failed calls)" if failed else ""
+        raise PredictionsError(f"{path}: no prediction for any of the release's {len(expected)} image rows{why}")
     if extra:
         raise PredictionsError(
             f"{path}: {len(extra)} index(es) that are no image row of the release ({_few(extra)}); "

@@ -41,6 +41,10 @@ _ESCAPE = re.compile(r"_x([0-9A-Fa-f]{4})_")
 _CELL = re.compile(r"([A-Z]+)(\d+)")
 #: XFD, a worksheet's last column (16,384 columns: ECMA-376 and Excel).
 _MAX_COLUMNS = 16384
+#: What VLMEvalKit writes for a row whose model call failed (`vlmeval/constant.py` FAIL_MSG, and the API variant
+#: "... via API." of `vlmeval/inference.py`); it tests `FAIL_MSG in prediction` itself. Such a row is unanswered, not
+#: a wrong answer: the run is scored as a partial one, with its coverage.
+FAILED_ROW = "Failed to obtain answer"
 #: A prediction file of the whole MixCuBe (some 12,500 images x 8 columns) has about 100,000 cells: the cells built
 #: (rows padded to their last cell) and the shared strings are each bounded far above that, the XML elements of a
 #: part (2 or 3 per cell) likewise; a file past these is refused, whatever its size says.
@@ -73,6 +77,7 @@ def read_predictions(path: Path, rows: pa.Table) -> dict[str, str]:
     at = {name: header.index(name) for name in ("index", "prediction", "sample_id") if name in header}
     positions = None if "index" in at else {sample: i for i, sample in enumerate(rows.column("sample_id").to_pylist())}
     predicted: dict[int, str] = {}
+    failed: set[int] = set()  # rows VLMEvalKit marked as failed calls
     sample_ids: dict[int, str] = {}
     for line, values in enumerate(table[1:], start=2):
         if not any(values):
@@ -88,10 +93,14 @@ def read_predictions(path: Path, rows: pa.Table) -> dict[str, str]:
             twice = f"index {index}" if positions is None else f"sample {_shown(sample_id or '', 60)!r}"
             raise PredictionsError(f"{path}: {twice} appears twice (row {line})")
         named = f"row {line} (index {index}" + (f", sample {_shown(sample_id, 60)!r})" if sample_id else ")")
-        predicted[index] = check_answer(path, named, values[at["prediction"]])
+        answer = check_answer(path, named, values[at["prediction"]])
         if sample_id is not None:
             sample_ids[index] = sample_id
-    return check_rows(path, rows, predicted, sample_ids)
+        if FAILED_ROW in answer:
+            failed.add(index)
+            continue
+        predicted[index] = answer
+    return check_rows(path, rows, predicted, sample_ids, failed)
 
 
 def _position(path: Path, line: int, sample_id: str | None, positions: dict[str, int]) -> int:

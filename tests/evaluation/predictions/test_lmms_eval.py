@@ -70,6 +70,9 @@ def test_reader_maps_doc_id_to_sample_id(tmp_path: Path) -> None:
     lines = [sample_line(1, "s-1", ['Korea, "maybe"\nor Japan']), sample_line(0, "s-0", "UK")]
     file = write_samples(tmp_path / "out" / "org__model" / SAMPLES, lines)
     assert reader.read_predictions(file, rows) == {"s-0": "UK", "s-1": 'Korea, "maybe"\nor Japan'}
+    # a partial log (lmms-eval's --limit) reads as the rows it answers; the run says its coverage (test_predictions)
+    partial = write_samples(tmp_path / "partial" / SAMPLES, lines[1:])
+    assert reader.read_predictions(partial, rows) == {"s-0": "UK"}
     # the output folder is as good as the file: its one samples file is found wherever lmms-eval nested it
     assert reader.prediction_file(tmp_path / "out") == file
     assert reader.read_predictions(tmp_path / "out", rows) == reader.read_predictions(file, rows)
@@ -85,7 +88,6 @@ def test_reader_maps_doc_id_to_sample_id(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("case", "needle"),
     [
-        ("missing", "no prediction for 1 row"),
         ("extra", "no image row of the release"),
         ("no-image-row", "no image row of the release"),
         ("twice", "doc_id 0 appears twice"),
@@ -99,9 +101,7 @@ def test_reader_maps_doc_id_to_sample_id(tmp_path: Path) -> None:
 )
 def test_bad_samples_logs_are_one_line_errors_naming_the_file(tmp_path: Path, case: str, needle: str) -> None:
     lines = [sample_line(0, "s-0", "UK"), sample_line(1, "s-1", "Korea")]
-    if case == "missing":
-        lines = lines[:1]
-    elif case == "extra":
+    if case == "extra":
         lines.append(sample_line(7, "s-7", "UK"))
     elif case == "no-image-row":
         lines.append(sample_line(2, "s-2", "UK"))

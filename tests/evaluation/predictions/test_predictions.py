@@ -130,7 +130,7 @@ def test_a_wrong_answer_is_scored_wrong_and_a_right_one_right(small_releases: di
 @pytest.mark.parametrize(
     ("case", "needle"),
     [
-        ("missing", "no prediction for 1 row"),
+        ("none", "no prediction for any of the release's"),
         ("extra", "no image row of the release"),
         ("twice", "appears twice"),
         ("other-sample", "in the file but"),
@@ -144,8 +144,8 @@ def test_bad_prediction_files_are_one_line_errors_naming_the_file(
     release = small_releases["mixcube"]
     rows = [[i, r["sample_id"], r["country"]] for i, r in enumerate(default_rows(release))]
     header = ["index", "sample_id", "prediction"]
-    if case == "missing":
-        rows = rows[:-1]
+    if case == "none":
+        rows = []
     elif case == "extra":
         rows.append([len(rows), "x", "Korea"])
     elif case == "twice":
@@ -163,6 +163,60 @@ def test_bad_prediction_files_are_one_line_errors_naming_the_file(
     line = error_line(result.output, needle)
     assert str(file) in " ".join(result.output.split()) or file.name in line
     assert not out.exists()
+
+
+def test_vlmevalkits_failed_rows_are_unanswered_not_wrong(small_releases: dict[str, Path], tmp_path: Path) -> None:
+    """VLMEvalKit writes its FAIL_MSG for a row whose call failed: not a wrong answer, a row without one."""
+    from evaluation.predictions.vlmevalkit import FAILED_ROW
+
+    release = small_releases["mixcube"]
+    rows = default_rows(release)
+    failed = {1, 4}
+    predictions = [[i, f"{FAILED_ROW} via API." if i in failed else r["country"]] for i, r in enumerate(rows)]
+    file = write_tsv(tmp_path / "m_MixCuBe.tsv", ["index", "prediction"], predictions)
+    out = tmp_path / "out"
+    result = invoke("evaluate", "mixcube", str(release), "--predictions", str(file), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["coverage"]["answered_images"] == len(rows) - len(failed)
+    assert metrics["images"] == len(rows) - len(failed) and metrics["accuracy"] == 1.0  # each names its culture
+    scored = {r["sample_id"] for r in pq.read_table(out / "per_query.parquet").to_pylist()}
+    assert scored == {r["sample_id"] for i, r in enumerate(rows) if i not in failed}
+
+
+@pytest.mark.slow
+def test_a_partial_run_is_scored_on_its_answered_images_and_says_its_coverage(
+    small_releases: dict[str, Path], demo_run: Path, tmp_path: Path
+) -> None:
+    """lmms-eval's --limit answers the first rows only: scored on those, never silently (metrics.json and card)."""
+    release = small_releases["mixcube"]
+    predictions = demo_predictions(release, demo_run)
+    kept = predictions[::3]  # every third row: not a prefix, so the filter is by id, not by position
+    file = write_tsv(tmp_path / "demo-vlm_MixCuBe.tsv", ["index", "sample_id", "prediction"], kept)
+    out = tmp_path / "out"
+    result = invoke("evaluate", "mixcube", str(release), "--predictions", str(file), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    ids = [r["sample_id"] for r in default_rows(release)]
+    answered = [ids[int(index)] for index, _, _ in kept]
+    ours = pq.read_table(out / "per_query.parquet").to_pylist()
+    assert [r["sample_id"] for r in ours] == answered
+    theirs = {r["sample_id"]: r for r in pq.read_table(demo_run / "per_query.parquet").to_pylist()}
+    assert [r["correct"] for r in ours] == [theirs[i]["correct"] for i in answered]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["images"] == len(kept)
+    assert metrics["coverage"] == {
+        "answered_images": len(kept), "release_images": len(ids), "share": len(kept) / len(ids)
+    }  # fmt: skip
+    scored = [theirs[i]["correct"] for i in answered if theirs[i]["correct"] is not None]
+    assert metrics["accuracy"] == (sum(scored) / len(scored) if scored else None)
+    card = (out / "README.md").read_text()
+    assert f"answers {len(kept)} of the release's {len(ids)} images" in card.replace("\n", " ")
+    # a full file says nothing of coverage: its metrics are as before
+    (tmp_path / "full").mkdir()
+    full = write_tsv(tmp_path / "full" / "demo-vlm_MixCuBe.tsv", ["index", "sample_id", "prediction"], predictions)
+    result = invoke("evaluate", "mixcube", str(release), "--predictions", str(full), "--out", str(tmp_path / "f"))
+    assert result.exit_code == 0, result.output
+    assert "coverage" not in json.loads((tmp_path / "f" / "metrics.json").read_text())
 
 
 def test_predictions_refuse_a_model_too_and_other_formats(small_releases: dict[str, Path], tmp_path: Path) -> None:
