@@ -540,7 +540,7 @@ def compare(folders: list[str | Path]) -> tuple[pa.Table, bytes, str]:
     figure = compare_png(labels, values, f"{benchmark}: models compared")
     markdown = markdown_table(
         [
-            {"model": label, **{n: _fmt(headline_value(d, n)) for n in names}}
+            {"model": markdown_text(label), **{n: _fmt(headline_value(d, n)) for n in names}}
             for label, d in zip(labels, documents, strict=True)
         ]
     )

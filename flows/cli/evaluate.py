@@ -338,24 +338,39 @@ def model_commands() -> dict[str, Command]:
 def compare_command(
     results: Annotated[list[Path], typer.Argument(help="Result folders of one benchmark (each has metrics.json).")],
     out: Annotated[Path | None, typer.Option(help="Write comparison.parquet, .md and .png here.")] = None,
+    html: Annotated[
+        Path | None,
+        typer.Option(help="Write a static leaderboard page here (index.html, the cards and figures copied; offline)."),
+    ] = None,
 ) -> None:
-    """Several models side by side: one table (printed as Markdown) and one figure. --out is checked before anything
-    is read: never a file, an input, or a folder inside a release or result folder (those are immutable)."""
+    """Several models side by side: one table (printed as Markdown) and one figure, then each benchmark's breakdowns
+    (per query language, per ethnicity and country). --html writes a leaderboard page of one release, with the
+    papers' published baselines. --out and --html are checked before anything is read: never a file, an input, or a
+    folder inside a release or result folder (those are immutable)."""
     from data.output_paths import OutputPathError, check_output
+    from evaluation.leaderboard import breakdown_markdown, read_results
+    from evaluation.leaderboard_html import check_page_dir, page_files, write_page
     from evaluation.results import compare
 
-    if out is not None:
-        try:
+    try:
+        if out is not None:
             if out.exists() and not out.is_dir():
                 raise OutputPathError(f"--out {out} is a file: compare writes a folder of three files; choose a folder")
             check_output(out, inputs=results, option="--out")
-        except OutputPathError as exc:
-            raise _fail(str(exc)) from None
+        if html is not None:
+            check_page_dir(html, results)
+    except OutputPathError as exc:
+        raise _fail(str(exc)) from None
     try:
         table, figure, markdown = compare(list(results))
+        read = read_results(results)
+        page = page_files(read) if html is not None else {}
     except (FileNotFoundError, ValueError, KeyError) as exc:
         raise _fail(f"cannot compare: {exc}") from None
+    except OSError as exc:  # a card or figure that cannot be read
+        raise _fail(os_error_line(exc)) from None
     typer.echo(markdown)
+    typer.echo(breakdown_markdown(read))
     if out is not None:
         import pyarrow.parquet as pq
 
@@ -367,3 +382,9 @@ def compare_command(
         except OSError as exc:
             raise _fail(os_error_line(exc), Refused) from None
         console.print(f"written: {out}/comparison.{{parquet,md,png}}", markup=False, soft_wrap=True)
+    if html is not None:
+        try:
+            write_page(html, page)
+        except OSError as exc:
+            raise _fail(os_error_line(exc), Refused) from None
+        console.print(f"written: {html}/index.html", markup=False, soft_wrap=True)
