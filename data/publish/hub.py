@@ -11,6 +11,10 @@ each file's size and its git blob sha1, or its LFS sha256 for a file the Hub sto
   previous release had and this one has not deleted; `.gitattributes`, the Hub's own, kept), then the version is
   tagged on it and the tag is read back. A takedown patch is one more version: one more commit and tag on top.
 
+Files go up through the Hub's Git LFS API (`huggingface_hub` asks the Hub which files LFS must hold: binary ones and
+those above 10 MB), never through Xet (`lfs_uploads`): LFS is the path the tests run against a local Hub
+(`tests/support/fake_hub.py`), and Xet's storage protocol has no local stand-in. Downloads are not concerned.
+
 The token goes to `huggingface_hub` only (its Authorization header): never into a message, a log or a file, and
 never over plain http except to a loopback host (`check_endpoint`: a Hub elsewhere must be https://).
 
@@ -222,19 +226,52 @@ def hub_errors(what: str) -> Iterator[None]:
     import httpx2  # huggingface_hub's HTTP client
     from huggingface_hub.errors import HfHubHTTPError
 
+    def refused(exc: HfHubHTTPError, doing: str) -> PublishRefused:
+        status = exc.response.status_code if exc.response is not None else "?"
+        detail = " ".join((exc.server_message or "").split())[:300]
+        try:  # a request to the Hub's storage (a signed URL) carries no token: the hint is not for it
+            sent_token = "authorization" in exc.response.request.headers
+        except (AttributeError, RuntimeError):  # httpx raises RuntimeError for a response without its request
+            sent_token = True
+        hint = "; check the token and its write access" if status in (401, 403) and sent_token else ""
+        return PublishRefused(f"the Hub refused to {doing}: HTTP {status}" + (f": {detail}" if detail else "") + hint)
+
     try:
         yield
     except HfHubHTTPError as exc:
-        status = exc.response.status_code if exc.response is not None else "?"
-        detail = " ".join((exc.server_message or "").split())[:300]
-        hint = "; check the token and its write access" if status in (401, 403) else ""
-        raise PublishRefused(
-            f"the Hub refused to {what}: HTTP {status}" + (f": {detail}" if detail else "") + hint
-        ) from None
+        raise refused(exc, what) from None
     except httpx2.HTTPError as exc:
         raise PublishRefused(f"cannot reach the Hub to {what}: {type(exc).__name__}") from None
     except ValueError as exc:  # huggingface_hub's own checks (a card whose metadata the Hub rejects)
         raise PublishRefused(f"cannot {what}: {' '.join(str(exc).split())[:300]}") from None
+    except RuntimeError as exc:  # an LFS upload: "Error while uploading 'PATH'", the HTTP error as its cause
+        cause = exc.__cause__
+        doing = f"{what} ({' '.join(str(exc).split())[:200]})"
+        if isinstance(cause, HfHubHTTPError):
+            raise refused(cause, doing) from None
+        if isinstance(cause, httpx2.HTTPError):
+            raise PublishRefused(f"cannot reach the Hub's storage to {doing}: {type(cause).__name__}") from None
+        raise
+
+
+@contextmanager
+def lfs_uploads() -> Iterator[None]:
+    """For the length of the block, `huggingface_hub` uploads through the LFS batch API, not Xet (which it picks
+    whenever `hf_xet` is installed, as it is here), and draws no progress bars (the command prints one line). It reads
+    HF_HUB_DISABLE_XET once, at import: the constant `is_xet_available` reads at each upload is what is set, and
+    restored afterwards."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    xet_was_off, bars_were_off = constants.HF_HUB_DISABLE_XET, are_progress_bars_disabled()
+    constants.HF_HUB_DISABLE_XET = True
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        constants.HF_HUB_DISABLE_XET = xet_was_off
+        if not bars_were_off:
+            enable_progress_bars()
 
 
 def remote_files(api: HfApi, repo_id: str, revision: str) -> dict[str, RemoteFile]:
@@ -242,7 +279,9 @@ def remote_files(api: HfApi, repo_id: str, revision: str) -> dict[str, RemoteFil
 
     with hub_errors(f"list the files of {repo_id} at {revision}"):
         return {
-            entry.path: RemoteFile(entry.size, entry.blob_id, entry.lfs.sha256 if entry.lfs else None)
+            entry.path: RemoteFile(
+                entry.lfs.size if entry.lfs else entry.size, entry.blob_id, entry.lfs.sha256 if entry.lfs else None
+            )
             for entry in api.list_repo_tree(repo_id, recursive=True, revision=revision, repo_type=REPO_TYPE)
             if isinstance(entry, RepoFile)
         }
@@ -265,7 +304,7 @@ def commit_release(
         CommitOperationAdd(path_in_repo=rel, path_or_fileobj=folder / rel) for rel in sorted(local)
     ]
     operations += [CommitOperationDelete(path_in_repo=rel) for rel in sorted(stale)]
-    with hub_errors(f"commit to {repo_id}"):
+    with hub_errors(f"commit to {repo_id}"), lfs_uploads():
         info = api.create_commit(
             repo_id,
             operations,
@@ -275,6 +314,69 @@ def commit_release(
             parent_commit=head[0] if head else None,
         )
     return str(info.oid)
+
+
+def tagged_release(
+    api: HfApi, repo_id: str, folder: Path, local: dict[str, LocalFile], version: str, tags: dict[str, str]
+) -> PublishResult | None:
+    """`unchanged` if the version's tag holds the release already, None if there is no such tag; PublishRefused if
+    it holds other files."""
+    if version not in tags:
+        return None
+    problems = differences(local, remote_files(api, repo_id, tags[version]))
+    if problems:
+        raise PublishRefused(
+            f"{repo_id}: tag {version} already holds other files than {folder} ({'; '.join(problems[:3])}"
+            f"{'; ...' if len(problems) > 3 else ''}); a published version never changes: publish a new version"
+        )
+    return PublishResult("unchanged", repo_id, version, tags[version])
+
+
+@dataclass(frozen=True)
+class PublishPreview:
+    """What `publish_release` would do, read from the release and the Hub without writing anything."""
+
+    repo_id: str
+    endpoint: str
+    name: str
+    version: str
+    status: Literal["new", "unchanged"]  # unchanged: the version's tag holds the release already
+    repository: Literal["new", "existing"]
+    files: int
+    total_bytes: int
+    changes: tuple[str, ...]  # how `main` differs from the release: what the commit would change
+
+
+def preview_release(folder: Path, repo_id: str, token: str, endpoint: str | None = None) -> PublishPreview:
+    """The release verified (as `publish_release` does first) and compared with what the Hub holds: its version's tag
+    (refused if it holds other files, as `publish_release` would be), else `main`. Nothing is written."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    check_repo_id(repo_id)
+    hub = resolve_endpoint(endpoint)
+    name, version, local = local_files(folder)
+    api = HfApi(endpoint=hub, token=token)
+    with hub_errors(f"list the branches and tags of {repo_id}"):
+        try:
+            refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
+        except RepositoryNotFoundError:
+            refs = None  # publish_release creates it
+    tags = {ref.name: ref.target_commit for ref in refs.tags} if refs else {}
+    main = next((ref.target_commit for ref in refs.branches if ref.name == BRANCH), None) if refs else None
+    unchanged = tagged_release(api, repo_id, folder, local, version, tags)
+    changes = () if unchanged else tuple(differences(local, remote_files(api, repo_id, main) if main else {}))
+    return PublishPreview(
+        repo_id,
+        hub,
+        name,
+        version,
+        "unchanged" if unchanged else "new",
+        "existing" if refs else "new",
+        len(local),
+        sum(file.size for file in local.values()),
+        changes,
+    )
 
 
 def publish_release(
@@ -292,14 +394,9 @@ def publish_release(
     with hub_errors(f"list the branches and tags of {repo_id}"):
         refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
     tags = {ref.name: ref.target_commit for ref in refs.tags}
-    if version in tags:
-        problems = differences(local, remote_files(api, repo_id, tags[version]))
-        if problems:
-            raise PublishRefused(
-                f"{repo_id}: tag {version} already holds other files than {folder} ({'; '.join(problems[:3])}"
-                f"{'; ...' if len(problems) > 3 else ''}); a published version never changes: publish a new version"
-            )
-        return PublishResult("unchanged", repo_id, version, tags[version])
+    unchanged = tagged_release(api, repo_id, folder, local, version, tags)
+    if unchanged is not None:
+        return unchanged
     main = next((ref.target_commit for ref in refs.branches if ref.name == BRANCH), None)
     head = (main, remote_files(api, repo_id, main)) if main is not None else None
     if head is not None and not differences(local, head[1]):
