@@ -5,14 +5,17 @@ The export writes
 
 - `culturebench_mixcube/culturebench_mixcube.yaml`: the task. Its `dataset_path` is the release folder itself
   (absolute, read-only: lmms-eval's `datasets.load_dataset` reads the card's `default` config, split `train`); no
-  image is copied. `generate_until`, greedy, 120 new tokens at most (App. C.2's cap, as `culturebench evaluate`).
+  image is copied. `generate_until`, greedy, 120 new tokens at most (App. C.2's cap, as `culturebench evaluate`),
+  no stop string (`until: []`: lmms-eval's default, a blank line, would have some models cut the answer there).
+  Its `dataset_kwargs` key the datasets cache by the release's manifest (`cache_key`).
 - `culturebench_mixcube/utils.py`: `evaluation/exports/lmms_eval_task.py` with its data block filled in: the App.
   B.2 prompts (the release pack's `evaluation_prompts`), the ground-truth terms of every culture by the paper's
   rule and our aliases apart (`evaluation.mixcube.ground_truth_terms`), the lookup from a culture's spellings to
   them, and every country's names (`evaluation.mixcube.country_names`, written as data: the task needs no Babel),
   so that the task imports neither culturebench nor anything but the standard library. Its `verdict` is our
   scorer's, copied (`evaluation/answer_match.py`).
-- `README.md`: the command and what it measures.
+- `README.md`: the command, run as written once its variables are set (`run_command`), how to tell that it failed
+  (lmms-eval 0.7.3 exits 0 all the same: `check_command`), and what it measures.
 
 Only the Country Identification task is exported: Cultural Marker Identification needs a judge model (App. B.3),
 which an lmms-eval task cannot call offline; `culturebench evaluate mixcube` scores it.
@@ -22,6 +25,8 @@ The same release gives the same bytes (the release's absolute path is part of th
 from __future__ import annotations
 
 import json
+import shlex
+import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -141,6 +146,16 @@ def _yaml_string(text: str) -> str:
     return _escaped(json.dumps(text, ensure_ascii=False))  # a JSON string is a YAML double-quoted scalar
 
 
+def cache_key(release: Release) -> str:
+    """What the YAML's `dataset_kwargs` give `datasets.load_dataset` as the config's `description` (lmms-eval 0.7.3
+    passes them on, `ConfigurableTask.download`): a config kwarg, which datasets 5.2 hashes into the cache folder's
+    config id (`BuilderConfig.create_config_id`). Without one, a local folder's cache is
+    `<datasets cache>/<folder name>/default/0.0.0/<hash of the card's YAML>`: nothing of its parent path or its
+    files, so two releases in folders of one name (two `0.1.0-demo`) share it, and the second loads the first's
+    rows. The manifest's sha256 keys each release apart; the same release anywhere reuses its cache."""
+    return f"culturebench {release.name} {release.version}, manifest sha256 {release.manifest_sha256}"
+
+
 def task_yaml(release: Release) -> str:
     metrics = "".join(
         f"  - metric: {metric}\n    aggregation: !function utils.{function}\n"
@@ -154,6 +169,9 @@ def task_yaml(release: Release) -> str:
         f"dataset_path: {_yaml_string(release_path(release))}\n"
         "dataset_name: default\n"
         "test_split: train\n"
+        "# datasets caches a local folder by its name and card alone: the manifest keys this release's cache apart.\n"
+        "dataset_kwargs:\n"
+        f"  description: {_yaml_string(cache_key(release))}\n"
         "output_type: generate_until\n"
         "doc_to_visual: !function utils.doc_to_visual\n"
         "doc_to_text: !function utils.doc_to_text\n"
@@ -162,6 +180,8 @@ def task_yaml(release: Release) -> str:
         f"  max_new_tokens: {MAX_NEW_TOKENS}\n"
         "  temperature: 0\n"
         "  do_sample: false\n"
+        '  # lmms-eval\'s default, ["\\n\\n"], has some models cut the answer at its first blank line: scored whole\n'
+        "  until: []\n"
         "process_results: !function utils.process_results\n"
         f"metric_list:\n{metrics}"
         "metadata:\n"
@@ -170,11 +190,62 @@ def task_yaml(release: Release) -> str:
     )
 
 
-def command(folder: str, results: str = "RESULTS") -> str:
+#: The README's variables, each with what to set it to.
+VARIABLES: tuple[tuple[str, str], ...] = (
+    ("EXPORT", "this folder"),
+    (
+        "MODEL",
+        "an lmms-eval model that takes `pretrained`, `device` and `device_map`, as its Hugging Face models do "
+        "(`llava_hf`, `llava_onevision`, `qwen2_5_vl`, `internvl3`, ...)",
+    ),
+    (
+        "PRETRAINED",
+        "the checkpoint: a Hub id (`llava-hf/llava-1.5-7b-hf`) or a local folder as `save_pretrained` writes it",
+    ),
+    (
+        "DEVICE",
+        "`cpu`, or `cuda:0` for a GPU: both the model's `device` and its `device_map` (llava_hf moves the model to "
+        "`device`, `cuda` unless told, and transformers 5.24 refuses its default empty `device_map`)",
+    ),
+    ("OUT", "a new, empty folder for the results"),
+)
+#: Checks the run's files, since lmms-eval 0.7.3 exits 0 when it failed: `{images}` is the number of images.
+_CHECK = """python - "$OUT" <<'CHECK'
+import glob, json, sys
+out, images = sys.argv[1], {images}
+results = glob.glob(f"{{out}}/**/*_results.json", recursive=True)
+samples = glob.glob(f"{{out}}/**/*_samples_{task}.jsonl", recursive=True)
+if len(results) != 1 or len(samples) != 1:
+    sys.exit(f"lmms-eval failed: {{len(results)}} results and {{len(samples)}} samples files in {{out}}, not 1 each")
+with open(samples[0], encoding="utf-8") as handle:
+    answers = [json.loads(line)["mixcube_accuracy"]["answer"] for line in handle if line.strip()]
+with open(results[0], encoding="utf-8") as handle:
+    accuracy = json.load(handle).get("results", {{}}).get("{task}", {{}}).get("mixcube_accuracy,none")
+if len(answers) != images or not isinstance(accuracy, (int, float)):
+    sys.exit(f"lmms-eval failed: {{len(answers)}} of {{images}} images answered, mixcube_accuracy {{accuracy!r}}")
+if not any(answers):
+    sys.exit("lmms-eval failed: every answer is empty (its log says why: 'Error ... in generating')")
+print(f"mixcube_accuracy {{accuracy}} on {{images}} images, {{answers.count('')}} answers empty")
+CHECK"""
+
+
+def run_command() -> str:
+    """The README's command, as it runs once `VARIABLES` are set. `--force_simple`: the model's simple variant,
+    which takes the task's `doc_to_visual` and `doc_to_text` as they are; a chat variant (llava_hf's) fails with
+    `'function' object has no attribute 'items'` when lmms-eval built the task as a simple one (it does so for a
+    task given by its path: `--tasks FOLDER`)."""
     return (
-        f"python -m lmms_eval --model MODEL --model_args ARGS --tasks {TASK} --include_path {folder}/{TASK} "
-        f"--batch_size 1 --log_samples --output_path {results}"
+        'python -m lmms_eval --model "$MODEL" \\\n'
+        '  --model_args "pretrained=$PRETRAINED,device=$DEVICE,device_map=$DEVICE" \\\n'
+        f'  --force_simple --tasks {TASK} --include_path "$EXPORT/{TASK}" \\\n'
+        '  --batch_size 1 --log_samples --output_path "$OUT"'
     )
+
+
+def check_command(images: int) -> str:
+    """The README's check of a run: exit status 1 and why, unless `$OUT` holds one results file with
+    `mixcube_accuracy` and one samples file with a line per image, some answer not empty."""
+    return _CHECK.format(images=images, task=TASK)
 
 
 def _terms_table(ref: MixCubeReference) -> str:
@@ -201,6 +272,13 @@ def readme(release: Release, counts: Counter[str], n: int) -> str:
     ref = release.pack().mixcube()
     original = ref.original_label
     by_ethnicity = ", ".join(f"{e} {counts[e]}" for e in [original, *sorted(set(counts) - {original})])
+    variables = (
+        "\n".join(
+            textwrap.fill(f"- `{name}`: {what};", 116, subsequent_indent="  ", break_on_hyphens=False)
+            for name, what in VARIABLES
+        ).removesuffix(";")
+        + "."
+    )
     return f"""# MixCuBe {release.version} for lmms-eval
 
 The Country Identification task of MixCuBe (*When Tom Eats Kimchi*, §3) on the release
@@ -209,16 +287,34 @@ The Country Identification task of MixCuBe (*When Tom Eats Kimchi*, §3) on the 
 
 ## Run it
 
-From this folder, with lmms-eval 0.7.3 installed and MODEL one of its models:
+With lmms-eval 0.7.3 installed (`python -m lmms_eval` runs it), set these variables, then run the command as it
+is:
+
+{variables}
 
 ```bash
-{command(".")}
+{run_command()}
 ```
 
-`--include_path` finds the task `{TASK}`; `--log_samples` keeps every answer and its verdict in
-`RESULTS/*_samples_{TASK}.jsonl`. The data are read from the release folder itself (the YAML's `dataset_path`,
-read-only; nothing is copied here), so it runs offline (`HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1`); keep the release
-where it is, or export again after moving it.
+`--include_path` finds the task `{TASK}`; `--log_samples` keeps every answer and its verdict.
+`--force_simple` runs the model's plain variant, which takes the task's `doc_to_visual` and `doc_to_text` as they
+are (a chat variant, such as llava_hf's, fails with `AttributeError: 'function' object has no attribute 'items'`
+whenever lmms-eval builds the task as a plain one, as it does for `--tasks` given a path). The data are read from the
+release folder itself (the YAML's `dataset_path`, read-only; nothing is copied here), so with a local checkpoint it
+runs offline (`HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1`); keep the release where it is, or export again after moving
+it. The datasets cache is keyed by the release's manifest (the YAML's `dataset_kwargs`), so another release in a
+folder of the same name never gets this one's rows.
+
+**How to tell that it failed.** lmms-eval exits 0 even when the run failed (a model that does not load, a wrong
+device): its exit code tells nothing. The run succeeded only if `$OUT` holds one `*_results.json` with a number
+at `results.{TASK}["mixcube_accuracy,none"]` and one `*_samples_{TASK}.jsonl` with {n}
+lines, one per image (lmms-eval puts both in a folder named after the checkpoint), not all of whose answers are
+empty (a model that fails on each image is logged as answering ""). This checks it, and exits 1 saying why when it
+failed:
+
+```bash
+{check_command(n)}
+```
 
 ## What it measures
 
@@ -275,4 +371,5 @@ def export(release: Release, folder: ImmutableFolder) -> str:
     folder.write_bytes(TASK_YAML, task_yaml(release).encode())
     folder.write_bytes(TASK_UTILS, utils_source(release).encode())
     folder.write_bytes(README, readme(release, counts, rows.num_rows).encode())
-    return command(folder.final)
+    export_line = f"EXPORT={shlex.quote(folder.final)}  # and MODEL, PRETRAINED, DEVICE, OUT: see its README.md"
+    return f"{export_line}\n{run_command()}"

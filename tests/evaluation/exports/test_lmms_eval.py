@@ -1,7 +1,9 @@
-"""`culturebench export RELEASE --harness lmms-eval` (issue 29): the MixCuBe task folder, its format (layout, same
-bytes, the YAML, a self-contained utils.py whose scoring and aggregations agree with `evaluation.mixcube`), and a
-real lmms-eval 0.7.3 run of it, offline, in .venv-harness-lmms-eval (`make harnesses`), whose per-image verdicts
-and accuracies equal ours on the same answers."""
+"""`culturebench export RELEASE --harness lmms-eval` (issues 29, 42): the MixCuBe task folder, its format (layout,
+same bytes, the YAML, a self-contained utils.py whose scoring and aggregations agree with `evaluation.mixcube`), and
+real lmms-eval 0.7.3 runs of the export README's own command, as written, offline, in .venv-harness-lmms-eval
+(`make harnesses`): with a tiny random llava_hf checkpoint in a folder, and with a model answering from a map, whose
+logged verdicts and accuracies equal ours on the same answers; the README's check catching a run that failed (exit
+0); and two releases in folders of one name each loading its own rows through the task (the datasets cache trap)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import hashlib
 import importlib.util
 import itertools
 import json
+import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -18,6 +22,8 @@ from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -29,9 +35,21 @@ from evaluation.exports import lmms_eval as lx
 from evaluation.exports.common import ExportError, run_export
 from evaluation.vlm import Answer, VlmIdentity
 from tests.evaluation.test_answer_match import CASES, CONTAINED
-from tests.support.lmms_eval_run import HARNESS_PYTHON, SKIP_REASON, run_lmms_eval
+from tests.support.lmms_eval_run import (
+    HARNESS_PYTHON,
+    SKIP_REASON,
+    TASK_ROWS,
+    harness_env,
+    readme_blocks,
+    readme_env,
+    run_block,
+)
+from tests.support.release_tamper import rehash_manifest
+from tests.support.tiny_vlm import build_tiny_vlm
 
 STDLIB_IMPORTS = {"__future__", "bisect", "re", "unicodedata", "collections.abc", "functools", "typing"}
+# Its format tests are `slow` (tests/support/scheduling.py): an export of the small release, out of `make test-fast`.
+SLOW_FIXTURES = {"exported"}
 
 
 # -- helpers -------------------------------------------------------------------------------------------------------
@@ -218,7 +236,7 @@ def exported(release: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     before = _tree(release)
     result = run_export(release, "lmms-eval", out)
     assert result.status == "created"
-    assert f"--include_path {out}/{lx.TASK}" in result.command
+    assert result.command.startswith(f"EXPORT={out} ") and result.command.endswith(lx.run_command())
     assert _tree(release) == before, "the export wrote into the release"
     return out
 
@@ -236,7 +254,10 @@ def test_layout_and_same_bytes(release: Path, exported: Path, tmp_path: Path) ->
     assert _tree(again) == _tree(exported)
     assert run_export(release, "lmms-eval", exported).status == "unchanged"
     readme = (exported / "README.md").read_text(encoding="utf-8")
-    assert lx.command(".") in readme
+    images = _release_rows(release).num_rows
+    assert readme_blocks(exported) == [f"{lx.run_command()}\n", f"{lx.check_command(images)}\n"]
+    for name, _ in lx.VARIABLES:  # each variable the command uses is set out, and only those
+        assert f"- `{name}`: " in readme and f"${name}" in lx.run_command() + lx.check_command(images)
     assert "Cultural Marker" in readme and str(release.resolve()) in readme
 
 
@@ -251,6 +272,9 @@ def test_yaml_names_the_release_and_the_hooks(release: Path, exported: Path, uti
     assert config["task"] == lx.TASK
     assert config["dataset_path"] == str(release.resolve())
     assert config["dataset_name"] == "default" and config["test_split"] == "train"
+    opened = Release.open(release)
+    assert config["dataset_kwargs"] == {"description": lx.cache_key(opened)}  # datasets' cache, keyed by the manifest
+    assert opened.manifest_sha256 in lx.cache_key(opened)
     assert config["output_type"] == "generate_until"
     card = (release / "README.md").read_text(encoding="utf-8")
     assert "config_name: default" in card and any((release / "default").glob("train-*.parquet"))
@@ -345,22 +369,89 @@ def test_hooks_and_aggregations_agree_with_ours(release: Path, utils: ModuleType
     _assert_metrics_equal(theirs, _our_metrics(per_image))
 
 
-# -- a real lmms-eval run ------------------------------------------------------------------------------------------
+# -- a real lmms-eval run: the README's command, as written -------------------------------------------------
+def _run_readme(
+    exported: Path, tmp_path: Path, *, plugin: bool = False, **variables: str
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The README's command, its variables set as the README says (DEVICE=cpu); returns OUT and the run."""
+    out = tmp_path / "out"
+    out.mkdir()
+    command, _ = readme_blocks(exported)
+    env = readme_env(tmp_path / "home", plugin=plugin, EXPORT=str(exported), DEVICE="cpu", OUT=str(out), **variables)
+    return out, run_block(command, env, tmp_path)
+
+
+def _check(exported: Path, out: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """The README's check of a run's files, as written."""
+    _, check = readme_blocks(exported)
+    return run_block(check, readme_env(tmp_path / "home", OUT=str(out)), tmp_path)
+
+
+def _logged(out: Path, log: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The run's results file and its samples log: lmms-eval's own evidence (its exit code is 0 either way)."""
+    results = sorted(out.rglob("*_results.json"))
+    samples = sorted(out.rglob(f"*_samples_{lx.TASK}.jsonl"))
+    assert len(results) == 1 and len(samples) == 1, log
+    lines = samples[0].read_text(encoding="utf-8").splitlines()
+    return json.loads(results[0].read_text(encoding="utf-8")), [json.loads(line) for line in lines]
+
+
+def _assert_scored_as_ours(rows: pa.Table, results: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, str]:
+    """Every image of the release logged once, with its row's groups; each verdict and every aggregate lmms-eval
+    reported equal to our scorer's on the answers it logged. Returns those answers."""
+    records = [sample["mixcube_accuracy"] for sample in samples]
+    for sample in samples:  # one record per image, the same under every metric
+        assert all(sample[metric] == sample["mixcube_accuracy"] for metric, _, _ in lx.METRICS)
+    assert sorted(r["sample_id"] for r in records) == sorted(rows["sample_id"].to_pylist())
+    groups = {row["sample_id"]: row for row in rows.select(["sample_id", *lx._READ[1:]]).to_pylist()}
+    assert all({k: r[k] for k in groups[r["sample_id"]]} == groups[r["sample_id"]] for r in records)
+    answers = {r["sample_id"]: r["answer"] for r in records}
+    per_image = _ours(rows, answers)
+    for column in ("correct", "correct_with_our_aliases", "negated"):
+        expected = dict(zip(per_image["sample_id"].to_pylist(), per_image[column].to_pylist(), strict=True))
+        assert {r["sample_id"]: r[column] for r in records} == expected, column
+    reported = results["results"][lx.TASK]
+    ours = _our_metrics(per_image)
+    _assert_metrics_equal({name: reported[f"{name},none"] for name in ours}, ours)
+    return answers
+
+
 @pytest.mark.harness
 @pytest.mark.skipif(not HARNESS_PYTHON.exists(), reason=SKIP_REASON)
-def test_lmms_eval_runs_the_export_offline(release: Path, exported: Path, tmp_path: Path) -> None:
+def test_the_readme_command_runs_as_written_with_a_llava_hf_checkpoint_in_a_folder(
+    release: Path, exported: Path, tmp_path: Path
+) -> None:
+    """As the README says: MODEL=llava_hf, PRETRAINED a local folder (a tiny random LLaVA, `save_pretrained`'s
+    layout), DEVICE=cpu. Its answers are gibberish; what counts is that every image was asked and scored as ours."""
+    model = build_tiny_vlm(tmp_path / "tiny-llava")
+    out, done = _run_readme(exported, tmp_path, MODEL="llava_hf", PRETRAINED=str(model))
+    log = (done.stdout + done.stderr)[-6000:]
+    checked = _check(exported, out, tmp_path)
+    assert checked.returncode == 0 and checked.stdout.startswith("mixcube_accuracy "), checked.stderr + log
+    results, samples = _logged(out, log)
+    assert results["config"]["model_backend"] == "lmms_eval.models.simple.llava_hf.LlavaHf (simple)"  # --force_simple
+    answers = _assert_scored_as_ours(_release_rows(release), results, samples)
+    # the checkpoint answered each image, greedy, at most 120 new tokens (App. C.2), no stop string
+    assert all(answers.values())
+    generation = results["configs"][lx.TASK]["generation_kwargs"]
+    assert generation == {"max_new_tokens": lx.MAX_NEW_TOKENS, "temperature": 0, "do_sample": False, "until": []}
+
+
+@pytest.mark.harness
+@pytest.mark.skipif(not HARNESS_PYTHON.exists(), reason=SKIP_REASON)
+def test_the_readme_command_scores_a_model_as_ours(release: Path, exported: Path, tmp_path: Path) -> None:
+    """The same command with a plugin model (`culturebench_answers`, PRETRAINED its answer map) whose answers score
+    every way: right, negated, our aliases only, tricky near-misses."""
     rows = _release_rows(release)
     answers = _answers_for(rows)
     (tmp_path / "answers.json").write_text(json.dumps(answers), encoding="utf-8")
-    results_dir = tmp_path / "results"
     seen = tmp_path / "seen.jsonl"
-    done = run_lmms_eval(exported, tmp_path / "answers.json", results_dir, tmp_path, model_args=f"seen={seen}")
+    out, done = _run_readme(exported, tmp_path, plugin=True, MODEL="culturebench_answers",
+                            PRETRAINED=str(tmp_path / "answers.json"), CULTUREBENCH_LMMS_SEEN=str(seen))  # fmt: skip
     log = (done.stdout + done.stderr)[-6000:]
-    # lmms-eval 0.7.3 exits 0 even when the evaluation failed: its files are the evidence
-    assert done.returncode == 0, log
-    samples_files = sorted(results_dir.rglob(f"*_samples_{lx.TASK}.jsonl"))
-    results_files = sorted(results_dir.rglob("*_results.json"))
-    assert len(samples_files) == 1 and len(results_files) == 1, log
+    checked = _check(exported, out, tmp_path)
+    assert checked.returncode == 0, checked.stderr + log
+    results, samples = _logged(out, log)
 
     # the model was asked each row's App. B.2 question about its one image
     asked = [json.loads(line) for line in seen.read_text(encoding="utf-8").splitlines()]
@@ -370,19 +461,109 @@ def test_lmms_eval_runs_the_export_offline(release: Path, exported: Path, tmp_pa
         assert a["prompt"] == MIX.evaluation_prompts[categories[a["sample_id"]]]
         assert len(a["images"]) == 1 and a["images"][0][1] == "RGB"
 
-    # per image: lmms-eval's verdict is ours on the same answer
-    samples = [json.loads(line) for line in samples_files[0].read_text(encoding="utf-8").splitlines()]
-    records = {s["mixcube_accuracy"]["sample_id"]: s["mixcube_accuracy"] for s in samples}
-    assert {k: r["answer"] for k, r in records.items()} == answers
+    # per image and in aggregate: lmms-eval's scores are ours, on answers that score every way
+    assert _assert_scored_as_ours(rows, results, samples) == answers
     per_image = _ours(rows, answers)
-    ours = dict(zip(per_image["sample_id"].to_pylist(), per_image["correct"].to_pylist(), strict=True))
-    assert {k: r["correct"] for k, r in records.items()} == ours
-    assert len(set(ours.values())) == 2
-    for column in ("correct_with_our_aliases", "negated"):
-        expected = dict(zip(per_image["sample_id"].to_pylist(), per_image[column].to_pylist(), strict=True))
-        assert {k: r[column] for k, r in records.items()} == expected, column
+    assert len(set(per_image["correct"].to_pylist())) == 2 and any(per_image["negated"].to_pylist())
+    assert per_image["correct"].to_pylist() != per_image["correct_with_our_aliases"].to_pylist()
 
-    # the aggregates: accuracy overall, per ethnicity, country, category; the drops
-    reported = json.loads(results_files[0].read_text(encoding="utf-8"))["results"][lx.TASK]
-    theirs = {name: reported[f"{name},none"] for name in _our_metrics(per_image)}
-    _assert_metrics_equal(theirs, _our_metrics(per_image))
+
+@pytest.mark.harness
+@pytest.mark.skipif(not HARNESS_PYTHON.exists(), reason=SKIP_REASON)
+def test_the_readme_check_catches_a_run_that_failed(exported: Path, tmp_path: Path) -> None:
+    """A checkpoint folder with nothing in it: lmms-eval logs the error and exits 0; the README's check exits 1."""
+    empty = tmp_path / "no-checkpoint"
+    empty.mkdir()
+    out, done = _run_readme(exported, tmp_path, MODEL="llava_hf", PRETRAINED=str(empty))
+    log = (done.stdout + done.stderr)[-6000:]
+    assert done.returncode == 0 and "Error during evaluation" in log, log  # what the README warns of
+    assert not any(out.rglob("*_results.json"))
+    checked = _check(exported, out, tmp_path)
+    assert checked.returncode == 1 and checked.stderr.startswith("lmms-eval failed: 0 results"), checked.stderr
+
+
+def test_the_readme_check_wants_one_run_with_every_image(release: Path, exported: Path, tmp_path: Path) -> None:
+    """The check alone (plain Python), on files laid out as lmms-eval writes them: a whole run passes; an image
+    short, no accuracy, every answer empty, or a second run in the same folder fail."""
+    images = _release_rows(release).num_rows
+    _, check = readme_blocks(exported)
+    env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def run(name: str, answers: list[str], metrics: dict[str, Any], runs: int = 1) -> subprocess.CompletedProcess[str]:
+        out = tmp_path / name
+        lines = "".join(json.dumps({m: {"answer": a} for m, _, _ in lx.METRICS}) + "\n" for a in answers)
+        for i in range(runs):
+            folder = out / "org__model"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"2026010{i}_results.json").write_text(json.dumps({"results": {lx.TASK: metrics}}))
+            (folder / f"2026010{i}_samples_{lx.TASK}.jsonl").write_text(lines)
+        return run_block(check, env | {"OUT": str(out)}, tmp_path)
+
+    accuracy = {"mixcube_accuracy,none": 0.25}
+    answers = ["Korea", *[""] * (images - 1)]
+    whole = run("whole", answers, accuracy)
+    assert whole.returncode == 0, whole.stderr
+    assert whole.stdout == f"mixcube_accuracy 0.25 on {images} images, {images - 1} answers empty\n"
+    for failed in (
+        run("short", answers[:-1], accuracy),
+        run("no-accuracy", answers, {}),
+        run("all-empty", [""] * images, accuracy),
+        run("two-runs", answers, accuracy, runs=2),
+    ):
+        assert failed.returncode == 1 and failed.stderr.startswith("lmms-eval failed: "), failed.stderr
+
+
+# -- the datasets cache trap ---------------------------------------------------------------------------------------
+def _another_build_in_a_folder_of_the_same_name(release: Path, folder: Path) -> Path:
+    """A copy of the release with one culture's images only, its manifest made anew: another build of the same
+    version, as a second `0.1.0-demo` somewhere else would be."""
+    shutil.copytree(release, folder)
+    parts = sorted((folder / "default").glob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(part) for part in parts])
+    kept = table.filter(pc.equal(table["country"], table["country"][0]))
+    for part in parts:
+        part.unlink()
+    pq.write_table(kept, parts[0])
+    rehash_manifest(folder)
+    return folder
+
+
+@pytest.mark.harness
+@pytest.mark.skipif(not HARNESS_PYTHON.exists(), reason=SKIP_REASON)
+def test_two_releases_in_folders_of_one_name_each_load_their_own_rows(release: Path, tmp_path: Path) -> None:
+    """datasets 5.2 caches a local folder under `<folder name>/default/0.0.0/<hash of its card's YAML>`: a second
+    release in a folder of the same name loads the first one's rows from that cache (reproduced here with the
+    harness's datasets, as `load_dataset(FOLDER, name="default", split="train")`). The exported task keys the cache
+    by the release's manifest (`dataset_kwargs`), so through lmms-eval each loads its own, in the same cache."""
+    first = tmp_path / "a" / release.name
+    shutil.copytree(release, first)
+    second = _another_build_in_a_folder_of_the_same_name(release, tmp_path / "b" / release.name)
+    own = {f: _release_rows(f)["sample_id"].to_pylist() for f in (first, second)}
+    assert set(own[second]) < set(own[first])
+    assert Release.open(first).manifest_sha256 != Release.open(second).manifest_sha256
+    tasks = {}
+    for folder in (first, second):
+        assert run_export(folder, "lmms-eval", folder.parent / "export").status == "created"
+        tasks[folder] = folder.parent / "export" / lx.TASK_YAML
+    sources = [f"raw:{first}", f"raw:{second}", f"task:{tasks[second]}", f"task:{tasks[first]}"]
+    done = subprocess.run(
+        [str(HARNESS_PYTHON), "-m", TASK_ROWS, *sources],
+        env=harness_env(tmp_path / "home"),  # one HF_HOME: one datasets cache for all four
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-6000:]
+    loaded = {r["source"]: r for r in map(json.loads, (x for x in done.stdout.splitlines() if x.startswith("{")))}
+    assert set(loaded) == set(sources), done.stdout[-3000:]
+
+    # the trap: without a key, the second folder is read from the first one's cache
+    raw_first, raw_second = loaded[f"raw:{first}"], loaded[f"raw:{second}"]
+    assert raw_first["sample_ids"] == own[first]
+    assert raw_second["cache"] == raw_first["cache"], "datasets now caches these apart: see lx.cache_key"
+    assert raw_second["sample_ids"] == own[first] != own[second]
+    # the export: each release its own rows, from a cache of its own
+    for folder in (first, second):
+        assert loaded[f"task:{tasks[folder]}"]["sample_ids"] == own[folder], folder
+    assert len({raw_first["cache"], *(loaded[f"task:{tasks[f]}"]["cache"] for f in (first, second))}) == 3

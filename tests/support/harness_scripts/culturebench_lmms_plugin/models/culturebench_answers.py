@@ -1,10 +1,13 @@
-"""A stand-in VLM for lmms-eval that answers each image from a JSON map {sample_id: answer} (`answers=PATH`), and
-records what it was asked (`seen=PATH`, JSON lines: sample_id, the prompt, the image's size and mode), so that a test
-can feed our own scorer the very same answers and check the prompts and images the task gave the model."""
+"""A stand-in VLM for lmms-eval that answers each image from a JSON map {sample_id: answer} (`answers=PATH`, or
+`pretrained=PATH` as the export README's command passes a checkpoint), and records what it was asked (`seen=PATH`, or
+the environment's CULTUREBENCH_LMMS_SEEN; JSON lines: sample_id, the prompt, the image's size and mode), so that a
+test can feed our own scorer the very same answers and check the prompts and images the task gave the model. Other
+model args (`device`, `device_map`) are taken and ignored, as a model on any device answers the same."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +17,16 @@ from lmms_eval.api.model import lmms
 class AnswerMap(lmms):
     is_simple = True
 
-    def __init__(self, answers: str, seen: str = "", default: str = "", **kwargs: Any) -> None:
+    def __init__(
+        self, answers: str = "", pretrained: str = "", seen: str = "", default: str = "", **kwargs: Any
+    ) -> None:
         super().__init__()
-        self._answers: dict[str, str] = json.loads(Path(answers).read_text(encoding="utf-8"))
+        path = answers or pretrained
+        if not path:
+            raise ValueError("culturebench_answers needs answers=PATH or pretrained=PATH (a JSON map)")
+        # `pretrained=org/name` (a model name for the results folder) beside `answers=PATH` is only a name
+        self._answers: dict[str, str] = json.loads(Path(path).read_text(encoding="utf-8"))
+        seen = seen or os.environ.get("CULTUREBENCH_LMMS_SEEN", "")
         self._seen = Path(seen) if seen else None
         self._default = default
 
