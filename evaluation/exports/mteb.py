@@ -1,16 +1,28 @@
 """`culturebench export RELEASE --harness mteb`: 3XCM's RQ2 and RQ3 as MTEB 2.x (MIEB) text-to-image
 multiple-choice tasks, shaped like MIEB's ImageCoDe / BLINK multi-choice tasks (`AbsTaskRetrieval`, type
-`VisionCentricQA`, main score `accuracy` = recall@1 over each query's own candidates, `top_ranked`).
+`VisionCentricQA`, main score `accuracy` = recall@1 over each query's own candidates, `top_ranked`), with a runner
+for local CLIP checkpoints that also saves the vectors our scorer reads.
 
-The export holds a task module (`culturebench_3xcm_mteb.py`, which imports only mteb, datasets and pyarrow) and the
-data its `load_data` reads, next to it:
+The export holds three modules, copied unchanged from their templates here (none imports culturebench):
 
-- `data/corpus.parquet`: every image of the release (`id` = image_id, `image` = an HF Image column, the released
-  bytes unchanged), so a run's image vectors cover the release, as `--model-backend embeddings` needs.
-- `data/<task>/queries.parquet`: one row per benchmark row (`id` = `q` + row position, `text` = query_text, and the
-  query's language, country, concept and image for grouping).
-- `data/<task>/qrels.parquet`: the correct candidate of each query (`query-id`, `corpus-id`, `score` = 1).
-- `data/<task>/top_ranked.parquet`: each query's candidates in slot order (`query-id`, `corpus-ids`, `categories`).
+- `culturebench_3xcm_mteb.py` (`mteb_tasks.py`): the two tasks, each with the subset `all` (every query: M_cr)
+  and one subset per query language (M_cr of that language);
+- `local_clip_mteb.py` (`mteb_adapter.py`): mteb encoders for a local open_clip or Hugging Face CLIP checkpoint,
+  computing vectors as our open_clip and transformers backends do;
+- `run_mteb.py` (`mteb_runner.py`): runs both tasks with such a checkpoint (`--model`), writes mteb's results,
+  saves the vectors (`--save-vectors`) and checks that every result is there (`--check`);
+
+and the data they read, in `data/`:
+
+- `release.json`: the release's name, version and manifest sha256 (mteb's dataset revision);
+- `corpus.parquet`: every image of the release (`id` = image_id, `image` = an HF Image column, the released
+  bytes unchanged), so saved image vectors cover the release, as `--model-backend embeddings` needs;
+- `texts.parquet`: every text our scorer encodes (the RQ2 and RQ3 query texts, and Δsim's plain queries q_C),
+  so saved text vectors cover them;
+- `<task>/queries.parquet`: one row per benchmark row (`id` = `q` + row position, `text` = query_text, and the
+  query's language, country, concept and image for grouping);
+- `<task>/qrels.parquet`: the correct candidate of each query (`query-id`, `corpus-id`, `score` = 1);
+- `<task>/top_ranked.parquet`: each query's candidates in slot order (`query-id`, `corpus-ids`, `categories`).
 
 Ties: our scorer gives an exact tie to the earlier slot (correct first); mteb ranks by score, and pytrec_eval (its
 recall@1) breaks a tie by corpus id, descending. The two agree whenever the correct candidate's score differs from
@@ -22,6 +34,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,10 +43,18 @@ import pyarrow.parquet as pq
 from data.publish.folder import ImmutableFolder
 from data.publish.reader import Release
 from data.schemas import RQ2_SLOTS, RQ3_SLOTS
-from evaluation.exports.common import README, ExportError, require_columns
+from evaluation.exports.common import README, Allowed, ExportError, check_values, plain_text, require_columns
+from evaluation.xcm_metrics import plain_query_texts
 
 BENCHMARKS = ("3xcm",)
+#: shipped name -> its template, next to this module
+MODULES = {
+    "culturebench_3xcm_mteb.py": "mteb_tasks.py",
+    "local_clip_mteb.py": "mteb_adapter.py",
+    "run_mteb.py": "mteb_runner.py",
+}
 TASK_MODULE = "culturebench_3xcm_mteb.py"
+RUNNER = "run_mteb.py"
 #: task name -> (release config, slot categories, the candidate-column prefix of each slot)
 TASKS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "CultureBench3XCMRQ2T2IMultiChoice": (
@@ -49,6 +70,8 @@ TASKS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
 }
 DATA = "data"
 QUERY_GROUPS = ("query_language", "query_country", "query_concept", "query_image_id")
+#: The subset of every query (the task module's `ALL`), named as our scorer names its overall group.
+ALL = "all"
 #: datasets' feature metadata, so that `load_dataset("parquet")` reads `image` as an HF Image column.
 _HF_CORPUS_FEATURES = {"info": {"features": {"id": {"dtype": "string", "_type": "Value"}, "image": {"_type": "Image"}}}}
 
@@ -78,7 +101,9 @@ def task_tables(
 ) -> tuple[pa.Table, pa.Table, pa.Table]:
     """(queries, qrels, top_ranked) of one task, in the release's row order."""
     require_columns(release, config, ["query_text", *QUERY_GROUPS, *(f"{prefix}image_id" for prefix in prefixes)])
-    rows = release.table(config).to_pylist()
+    table = release.table(config)
+    check_values(release, config, table, _query_rules())
+    rows = table.to_pylist()
     ids = [f"q{position:06d}" for position in range(len(rows))]
     queries = pa.table(
         {
@@ -107,11 +132,41 @@ def task_tables(
     return queries, qrels, top_ranked
 
 
+def _query_rules() -> dict[str, Allowed]:
+    """A query is a text (mteb encodes it); its language names an mteb subset, shown in the README's table."""
+    return {
+        "query_text": Allowed(lambda value: isinstance(value, str) and bool(value), "a query text (a string)"),
+        "query_language": Allowed(
+            lambda value: plain_text("").test(value) and value != ALL,
+            f"a language code on one line, without control or format characters, other than {ALL!r} (the subset "
+            "of every query)",
+        ),
+    }
+
+
+def texts_table(release: Release) -> pa.Table:
+    """Every text our scorer encodes, once, sorted: the RQ2 and RQ3 query texts and Δsim's plain queries q_C (the
+    query image's concept_in_native, `evaluation.xcm_metrics.plain_query_texts`; 3XCM §3.2.3)."""
+    texts = set(release.table("benchmark", ["query_text"])["query_text"].to_pylist())
+    if release.has("benchmark_cd"):
+        benchmark_cd = release.table("benchmark_cd")
+        texts |= set(benchmark_cd["query_text"].to_pylist())
+        names = release.columns("image_metadata")
+        if "concept_in_native" in names:  # as the evaluation reads them (evaluation/xcm.py, `_drift`)
+            wanted = ["image_id", "concept_in_native", *(["language_code"] if "language_code" in names else [])]
+            metadata = release.table("image_metadata", wanted)
+            try:
+                texts |= set(plain_query_texts(benchmark_cd, metadata).to_pylist())
+            except (KeyError, ValueError) as exc:
+                raise ExportError(f"{release.path}: Δsim's plain queries: {exc}") from None
+    return pa.table({"text": pa.array(sorted(texts), pa.string())})
+
+
 def export(release: Release, folder: ImmutableFolder) -> str:
     release.verify(["image_metadata", *(config for config, _, _ in TASKS.values())])
     corpus = corpus_table(release)
     folder.write_bytes(f"{DATA}/corpus.parquet", _parquet(corpus))
-    counts: dict[str, int] = {}
+    counts: dict[str, dict[str, int]] = {}
     for task, (config, categories, prefixes) in TASKS.items():
         if not release.has(config):
             raise ExportError(f"{release.path}: no {config!r} table, which task {task} needs")
@@ -121,143 +176,109 @@ def export(release: Release, folder: ImmutableFolder) -> str:
             raise ExportError(f"{release.path}: {config} names images image_metadata lacks, e.g. {sorted(unknown)[:3]}")
         for name, table in (("queries", queries), ("qrels", qrels), ("top_ranked", top_ranked)):
             folder.write_bytes(f"{DATA}/{task}/{name}.parquet", _parquet(table))
-        counts[task] = queries.num_rows
+        languages = queries["query_language"].to_pylist()
+        counts[task] = {ALL: len(languages), **{lang: languages.count(lang) for lang in sorted(set(languages))}}
+    folder.write_bytes(f"{DATA}/texts.parquet", _parquet(texts_table(release)))
     identity = {"name": release.name, "version": release.version, "manifest_sha256": release.manifest_sha256}
-    folder.write_bytes(TASK_MODULE, task_module(identity).encode())
-    command = (
-        'python -c "import mteb, culturebench_3xcm_mteb as x; '
-        'print(mteb.evaluate(MODEL, [T() for T in x.TASKS], cache=None))"'
-    )
-    folder.write_bytes(README, readme(identity, counts, corpus.num_rows, command).encode())
-    return command
+    folder.write_bytes(f"{DATA}/release.json", (json.dumps(identity, indent=1, sort_keys=True) + "\n").encode())
+    for shipped, template in MODULES.items():
+        folder.write_bytes(shipped, (Path(__file__).parent / template).read_bytes())
+    folder.write_bytes(README, readme(identity, counts, corpus.num_rows).encode())
+    return RUN_COMMAND
 
 
-def task_module(identity: dict[str, str]) -> str:
-    tasks = "\n\n".join(
-        f'''class {task}(_XCMMultiChoice):
-    metadata = _metadata(
-        "{task}",
-        "3XCM {"RQ2" if config == "benchmark" else "RQ3"} ({len(categories)} candidates per query, slot order "
-        "{", ".join(categories)}): pick the image that matches the query text. accuracy = recall@1 = the "
-        "paper's M_cr (3XCM §3.2.{"2" if config == "benchmark" else "3"}).",
-    )'''
-        for task, (config, categories, _) in TASKS.items()
-    )
-    return f'''"""3XCM (culturebench export of {identity["name"]} {identity["version"]}) as MTEB 2.x text-to-image
-multiple-choice tasks, shaped like MIEB's ImageCoDe/BLINK multi-choice tasks: each query ranks only its own
-candidate images (`top_ranked`), and `accuracy` (recall@1) is the share of queries whose correct image scores
-highest: the paper's M_cr. The data lies in ./{DATA}, next to this file; nothing is downloaded.
-
-    import mteb, culturebench_3xcm_mteb as x
-    results = mteb.evaluate(model, [T() for T in x.TASKS], cache=None)
-"""
-
-from __future__ import annotations
-
-from pathlib import Path
-from typing import Any
-
-import pyarrow.parquet as pq
-from datasets import Dataset, load_dataset
-from mteb.abstasks.retrieval import AbsTaskRetrieval
-from mteb.abstasks.task_metadata import TaskMetadata
-
-DATA = Path(__file__).resolve().parent / "{DATA}"
-RELEASE = {json.dumps(identity)}
+#: The README's run block: set EXPORT, MODEL and OUT, then run it as it is.
+RUN_COMMAND = f'python "$EXPORT/{RUNNER}" --model "$MODEL" --out "$OUT" --save-vectors "$OUT/vectors"'
+#: The README's block that brings the vectors back to our scorer (culturebench's environment).
+EVALUATE_COMMAND = (
+    'culturebench evaluate 3xcm "$RELEASE" --model-backend embeddings \\\n'
+    '  --image-embeddings "$OUT/vectors/IMG.parquet" --text-embeddings "$OUT/vectors/TXT.parquet" --out "$RESULTS"'
+)
 
 
-def _metadata(name: str, description: str) -> TaskMetadata:
-    return TaskMetadata(
-        name=name,
-        description=description,
-        reference=None,
-        dataset={{"path": str(DATA / name), "revision": RELEASE["manifest_sha256"]}},
-        type="VisionCentricQA",
-        category="t2i",
-        modalities=["text", "image"],
-        eval_splits=["test"],
-        eval_langs=["mul-Zyyy"],
-        main_score="accuracy",
-        domains=["Web"],
-        license="not specified",
-        annotations_creators="derived",
-        sample_creation="found",
-        bibtex_citation="",
-    )
-
-
-class _XCMMultiChoice(AbsTaskRetrieval):
-    """Loads ./{DATA}/corpus.parquet and ./{DATA}/<task name>/{{queries,qrels,top_ranked}}.parquet."""
-
-    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
-        if self.data_loaded:
-            return
-        folder = DATA / self.metadata.name
-        corpus = load_dataset("parquet", data_files=str(DATA / "corpus.parquet"), split="train")
-        queries = pq.read_table(folder / "queries.parquet", columns=["id", "text"])
-        qrels = pq.read_table(folder / "qrels.parquet").to_pylist()
-        top_ranked = pq.read_table(folder / "top_ranked.parquet", columns=["query-id", "corpus-ids"]).to_pylist()
-        self.dataset = {{
-            "default": {{
-                "test": {{
-                    "corpus": corpus,
-                    "queries": Dataset(queries),
-                    "relevant_docs": {{row["query-id"]: {{row["corpus-id"]: row["score"]}} for row in qrels}},
-                    "top_ranked": {{row["query-id"]: row["corpus-ids"] for row in top_ranked}},
-                }}
-            }}
-        }}
-        self.data_loaded = True
-
-
-{tasks}
-
-
-TASKS = ({", ".join(TASKS)},)
-'''
-
-
-def readme(identity: dict[str, str], counts: dict[str, int], images: int, command: str) -> str:
+def readme(identity: dict[str, str], counts: dict[str, dict[str, int]], images: int) -> str:
     rq2, rq3 = (counts[task] for task in TASKS)
+    subsets = [ALL, *sorted((set(rq2) | set(rq3)) - {ALL})]
+    table = "\n".join(f"| `{s}` | {rq2.get(s, 0)} | {rq3.get(s, 0)} |" for s in subsets)
     return f"""# {identity["name"]} {identity["version"]} for MTEB 2.x (MIEB)
 
 Two text-to-image multiple-choice tasks, shaped like MIEB's `ImageCoDe` / `BLINK` multi-choice tasks, in
 `{TASK_MODULE}`, reading `{DATA}/` next to it (nothing is downloaded; runs offline):
 
-- `CultureBench3XCMRQ2T2IMultiChoice`: {rq2} RQ2 queries, each with its 3 candidate images (correct,
-  language-biased, irrelevant; 3XCM §3.2.2).
-- `CultureBench3XCMRQ3T2IMultiChoice`: {rq3} RQ3 queries (a cultural descriptor in the query), each with its 6
+- `CultureBench3XCMRQ2T2IMultiChoice`: RQ2 queries, each with its 3 candidate images (correct, language-biased,
+  irrelevant; 3XCM §3.2.2).
+- `CultureBench3XCMRQ3T2IMultiChoice`: RQ3 queries (a cultural descriptor in the query), each with its 6
   candidates (§3.2.3).
 
-The corpus is the release's {images} images (`{DATA}/corpus.parquet`); each query ranks only its own candidates.
+Each task has the subset `all` (every query) and one subset per query language; each query ranks only its own
+candidates, among the release's {images} images (`{DATA}/corpus.parquet`).
+
+| subset | RQ2 queries | RQ3 queries |
+|---|---|---|
+{table}
 
 ## Run
 
+In a Python environment with mteb 2.x (2.26 or later) and open_clip_torch or transformers (culturebench's
+`harnesses/embedding.in` is one), set three variables, then run the line as it is:
+
+- `EXPORT`: this folder;
+- `MODEL`: the checkpoint, read from disk (no network), one of
+  - `open_clip:local-dir:/path/to/folder`: open_clip's own layout, a folder with `open_clip_config.json` (its
+    `model_cfg`) and `open_clip_pytorch_model.bin` or `open_clip_model.safetensors`;
+  - `open_clip:ARCH:WEIGHTS`: a built-in open_clip architecture and a weights file,
+    `open_clip:ViT-B-32:/path/to/weights.pt` (a pretrained tag instead of the file, `open_clip:ViT-B-32:openai`, is
+    read from the Hugging Face cache, and downloaded unless `HF_HUB_OFFLINE=1`);
+  - `hf-clip:/path/to/folder`: a Hugging Face dual encoder with `get_image_features` / `get_text_features` (CLIP,
+    Chinese-CLIP), a folder written by `save_pretrained`;
+- `OUT`: a folder for the results (created if missing), outside this one.
+
 ```bash
-cd <this folder>
-{command}
+{RUN_COMMAND}
 ```
 
-where `MODEL` is any mteb model that encodes text and images (e.g. `mteb.get_model("openai/clip-vit-base-patch32")`,
-or your own `mteb.models.abs_encoder.AbsEncoder`). Release: manifest sha256 `{identity["manifest_sha256"]}`.
+`{RUNNER}` (with `local_clip_mteb.py`, its mteb encoders) computes the vectors as culturebench's `open_clip` and
+`transformers` backends do. Options: `--device auto|cpu|cuda`, `--batch-size N` (32), `--name ORG/NAME` (the
+model's name in mteb's results; default `local/<folder>`). It writes, in mteb's own layout (`mteb.ResultCache`):
+
+- `$OUT/results/<model>/<revision>/<task>.json`: mteb's scores, one entry per subset (`<model>`: `local__<kind>-`
+  and the folder's name; `<revision>`: the weight files' sha256, 12 hex digits);
+- `$OUT/predictions/<model>/<revision>/<task>_predictions.json`: every query's candidate scores, per subset;
+- `$OUT/vectors/IMG.parquet` and `$OUT/vectors/TXT.parquet`: the vectors (below).
+
+Another mteb model: from this folder, `import mteb, culturebench_3xcm_mteb as x;
+mteb.evaluate(model, [T() for T in x.TASKS], cache=mteb.ResultCache("OUT"))`.
+
+**How to tell that it failed.** mteb's exit status does not tell: with `raise_error=False` it logs a failed task and
+goes on. The run succeeded only when, for your model, both `$OUT/results/<model>/<revision>/<task>.json` exist
+(`CultureBench3XCMRQ2T2IMultiChoice.json` and `CultureBench3XCMRQ3T2IMultiChoice.json`), each with the
+release's manifest sha256 (at the end of this file) as `dataset_revision` and, in `scores.test`, an entry with
+`accuracy` for every subset of the table above. `python "$EXPORT/{RUNNER}" --check "$OUT"` checks exactly that,
+for every model under `$OUT/results`: it prints each accuracy, or names what is missing and exits 1. `{RUNNER}`
+ends with the same check.
 
 ## What it measures
 
 `accuracy` (= `recall_at_1`, the main score) is the share of queries whose correct image scores highest among its
-candidates: the paper's **M_cr**, micro-averaged over all queries. An exact tie goes, in mteb, to the larger image
-id (pytrec_eval's order); our scorer gives it to the earlier slot (the correct one): the two differ only on exactly
-tied scores.
+candidates: in the subset `all`, the paper's **M_cr**, micro-averaged over all queries; in subset L, M_cr of the
+queries in language L (our scorer's per-language group). mteb's task-level score (`TaskResult.get_score()`, what
+its tables show) is the mean over the subsets, `all` included: not a number of the paper. An exact tie goes, in
+mteb, to the larger image id (pytrec_eval's order); our scorer gives it to the earlier slot (the correct one): the
+two differ only on exactly tied scores.
 
 A harness reports only whether the correct image won. **M_lb, M_ti (RQ2), the six RQ3 rates, SP = M_lb / M_cr,
-the per-language and per-country groups and the drift** come from our scorer, fed the vectors your run computed:
-save the query and image vectors the model produced (two Parquet files: `image_id` string + `embedding` list of
-float, one row per image of `{DATA}/corpus.parquet`; `text` string + `embedding`, one row per distinct query text
-of `{DATA}/*/queries.parquet`), then
+the per-country groups, the App. P tests and Δsim** come from our scorer, fed the vectors the run computed:
+`$OUT/vectors/IMG.parquet` (`image_id` string + `embedding` list of float, one row per image of
+`{DATA}/corpus.parquet`) and `$OUT/vectors/TXT.parquet` (`text` string + `embedding`, one row per text of
+`{DATA}/texts.parquet`: every query, and Δsim's plain queries). In culturebench's environment, with `RELEASE` the
+release folder this export came from and `RESULTS` a new folder, run:
 
 ```bash
-culturebench evaluate 3xcm RELEASE --model-backend embeddings \\
-  --image-embeddings IMAGES.parquet --text-embeddings TEXTS.parquet
+{EVALUATE_COMMAND}
 ```
 
-Its M_cr equals the mteb accuracy on the same vectors.
+Its M_cr equals the accuracy of the subset `all` of `CultureBench3XCMRQ2T2IMultiChoice`, and its per-language M_cr
+that of each language's subset.
+
+Release manifest sha256: `{identity["manifest_sha256"]}`.
 """
