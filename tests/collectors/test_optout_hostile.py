@@ -49,7 +49,7 @@ from collectors.optout import (
 from data.workspace import BlobStore, Storage
 from flows.cli import app
 from tests.support.download_helpers import by_id, download_config, tag
-from tests.support.fake_hub import FakeHub
+from tests.support.fake_hub import FakeHub, serving
 from tests.support.fake_image_host import FakeImageHost, make_corpus
 from tests.support.paths import REPO_ROOT
 
@@ -282,14 +282,8 @@ REPO = "culturebench/3xcm"
 
 @pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    server = FakeHub(TOKEN).start()
-    monkeypatch.setenv("HF_TOKEN", TOKEN)
-    monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    try:
+    with serving(monkeypatch, TOKEN) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -64,12 +64,15 @@ import json
 import os
 import threading
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+import pytest
 import yaml
 
 GITATTRIBUTES = b"*.parquet filter=lfs diff=lfs merge=lfs -text\n*.tar filter=lfs diff=lfs merge=lfs -text\n"
@@ -757,3 +760,16 @@ def _json(body: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise HubError(400, "fake hub: the body is not a JSON object")
     return value
+
+
+@contextmanager
+def serving(monkeypatch: pytest.MonkeyPatch, token: str, **options: Any) -> Iterator[FakeHub]:
+    """A started FakeHub that huggingface_hub talks to (`HF_ENDPOINT`, `HF_TOKEN`, no telemetry), stopped after."""
+    server = FakeHub(token, **options).start()
+    monkeypatch.setenv("HF_TOKEN", token)
+    monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -16,7 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from tests.support.fake_hub import FakeHub
+from tests.support.fake_hub import FakeHub, serving
 
 TOKEN = "hf_fake-publish-token-7c1e9d"
 DATE = "2026-05-01"
@@ -24,14 +24,8 @@ DATE = "2026-05-01"
 
 @pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    server = FakeHub(TOKEN).start()
-    monkeypatch.setenv("HF_TOKEN", TOKEN)
-    monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    try:
+    with serving(monkeypatch, TOKEN) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ import yaml
 from data.publish.integrity import read_manifest
 from tests.data.publish import test_hub
 from tests.data.publish.test_hub import TOKEN, invoke, one_line, publish, sha256s
-from tests.support.fake_hub import GITATTRIBUTES, Blob, FakeHub
+from tests.support.fake_hub import GITATTRIBUTES, Blob, FakeHub, serving
 
 #: Objects above this size go up in parts of this size: small enough that the small releases' tars and largest
 #: Parquet files take the multipart path, and their small files the single PUT.
@@ -52,14 +52,8 @@ for repo_id, revision, config, split in plan:
 
 @pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    server = FakeHub(TOKEN, multipart_threshold=MULTIPART).start()
-    monkeypatch.setenv("HF_TOKEN", TOKEN)
-    monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    try:
+    with serving(monkeypatch, TOKEN, multipart_threshold=MULTIPART) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def release_files(release: Path) -> dict[str, tuple[int, str]]:
