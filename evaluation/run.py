@@ -346,7 +346,8 @@ def run_mixcube(
         raise ValueError(f"{release.path}: the release has no default table")
     # A partial prediction file (lmms-eval's --limit, an interrupted run) is scored on the rows it answers alone.
     partial = vlm if isinstance(vlm, PredictionsVlm) and vlm.partial else None
-    answered = partial.answered if partial is not None else None
+    # The answered ids as one Arrow array, built once for every batch's filter.
+    answered = pa.array(sorted(partial.answered), pa.string()) if partial is not None else None
     total = len(answered) if answered is not None else sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     done = 0
 
@@ -364,7 +365,7 @@ def run_mixcube(
             for batch in pq.ParquetFile(file).iter_batches(batch_size=config.batch_rows):
                 rows = pa.Table.from_batches([batch])
                 if answered is not None:
-                    rows = rows.filter(pc.is_in(rows["sample_id"], pa.array(sorted(answered), pa.string())))
+                    rows = rows.filter(pc.is_in(rows["sample_id"], answered))
                 parts.append(mx.evaluate_images(rows, vlm, judge, mix=mix, progress=advance, workers=workers))
     per_image = pa.concat_tables(parts)
     cached = sum(per_image["cached"].to_pylist())
