@@ -109,6 +109,10 @@ def inspect_image(data: bytes, limits: ImageLimits) -> ImageInfo:
         if min(width, height) < limits.min_side:
             raise ImageRejected("too_small", f"{width}x{height} px, min_side {limits.min_side}")
         fmt = image.format or "unknown"
+        # A JPEG is checked at 1/8 scale (DCT-scaled draft decoding): libjpeg still parses every coefficient of the
+        # stream, so truncated and corrupt files fail as they do in full, at a fraction of the cost. Only the check
+        # decodes here: the hashing stage decodes for its thumbnails.
+        image.draft(image.mode, (1, 1))
         try:
             image.load()
         except OSError as exc:

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 
 import fsspec
 import pyarrow as pa
+from fsspec.core import split_protocol
 from pydantic import Field
 
 from collectors.image_check import ImageLimits, ImageRejected, inspect_image
@@ -26,6 +27,7 @@ from data.workspace import BlobStore, Workspace
 class ImportConfig(BackendConfig["Callable[[Workspace], LocalImporter]"]):
     #: Reads storage only: web search hits must go to the SSRF-guarded HTTP downloader (`web_hits_problem`).
     fetches_web_urls: ClassVar[bool] = False
+    cpu_bound: ClassVar[bool] = True  # reads and decodes files: no host to be polite to
 
     backend: Literal["local"] = "local"
     limits: ImageLimits = Field(default_factory=ImageLimits)
@@ -49,6 +51,9 @@ def read_limited(url: str, max_bytes: int) -> bytes:
         raise ProtocolRefused(
             f"{refusal}; web URLs are fetched only by the SSRF-guarded HTTP downloader (download.backend: http)"
         )
+    if split_protocol(url)[0] is None:  # a plain path: the os's open, not fsspec's wrappers (per image)
+        with open(url, "rb") as local:
+            return local.read(max_bytes + 1)
     with fsspec.open(url, "rb") as handle:
         data: bytes = handle.read(max_bytes + 1)
         return data

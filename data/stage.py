@@ -11,7 +11,7 @@ import importlib
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,6 +35,11 @@ class BackendConfig(BaseModel, Generic[B]):
     """
 
     model_config = ConfigDict(extra="forbid")
+
+    #: Its work is this machine's CPU (files read and decoded): a large sharded stage may spread its shards over
+    #: local worker processes (`flows/engine/local_processes.py`). Network backends keep False: their rate limits
+    #: and politeness are per process.
+    cpu_bound: ClassVar[bool] = False
 
     backend: str
 

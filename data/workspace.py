@@ -151,16 +151,23 @@ class Storage:
         return path if self.local else self.fs.unstrip_protocol(path)
 
     def exists(self, path: str) -> bool:
-        return bool(self.fs.exists(path))
+        # On a local disk the os calls, not fsspec's wrappers: a blob store asks this once per image.
+        return os.path.exists(path) if self.local else bool(self.fs.exists(path))
+
+    def _open(self, path: str, mode: str) -> IO[bytes]:
+        return open(path, mode) if self.local else self.fs.open(path, mode)
 
     @contextmanager
     def open_atomic(self, path: str) -> Iterator[IO[bytes]]:
         """Write to `path` through a temporary sibling that is renamed into place on success."""
         parent = path.rsplit("/", 1)[0]
-        self.fs.makedirs(parent, exist_ok=True)
+        if self.local:
+            os.makedirs(parent, exist_ok=True)
+        else:
+            self.fs.makedirs(parent, exist_ok=True)
         tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[-1]}"
         try:
-            with self.fs.open(tmp, "wb") as handle:
+            with self._open(tmp, "wb") as handle:
                 yield handle
                 deferred = self.local and self.root in _deferred_roots()
                 if self.local and not deferred:  # the bytes reach the disk before the name does
@@ -173,7 +180,7 @@ class Storage:
             else:
                 self.fs.mv(tmp, path)
         except BaseException:
-            if self.fs.exists(tmp):
+            if self.exists(tmp):
                 self.fs.rm(tmp)
             raise
 
@@ -182,7 +189,7 @@ class Storage:
             handle.write(data)
 
     def read_bytes(self, path: str) -> bytes:
-        with self.fs.open(path, "rb") as handle:
+        with self._open(path, "rb") as handle:
             data: bytes = handle.read()
             return data
 

@@ -32,6 +32,7 @@ In the same run, the decode floor: reading and decoding every stored image once,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import math
@@ -41,6 +42,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -412,17 +414,47 @@ def run_in_process(spec: dict[str, Any], names: list[str]) -> list[Measure]:
 
 
 def run_stage_process(spec_path: Path, names: list[str]) -> list[Measure]:
-    """`names` in a fresh process: its peak RSS is theirs (plus the imports)."""
-    proc = subprocess.run(
+    """`names` in a fresh process: its peak RSS is theirs (plus the imports). A stage that starts shard workers
+    (`flows/engine/local_processes.py`) is also measured as a tree: the peak of the summed RSS of the process and
+    its descendants, sampled every 0.1 s (`tree_peak_rss_mb`)."""
+    import psutil
+
+    proc = subprocess.Popen(
         [sys.executable, __file__, "--child", str(spec_path), "--names", ",".join(names)],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
     )
+    tree_peak = 0.0
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal tree_peak
+        root = psutil.Process(proc.pid)
+        while not stop.wait(0.1):
+            try:
+                members = [root, *root.children(recursive=True)]
+                rss = 0
+                for member in members:
+                    with contextlib.suppress(psutil.Error):  # a worker that just exited
+                        rss += member.memory_info().rss
+                tree_peak = max(tree_peak, rss / 2**20)
+            except psutil.Error:
+                return
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stdout, stderr = proc.communicate()
+    stop.set()
+    sampler.join()
     if proc.returncode != 0:
-        raise RuntimeError(f"{names} failed:\n{proc.stderr[-4000:]}")
-    last = proc.stdout.strip().splitlines()[-1]
-    return [Measure(**m) for m in json.loads(last)]
+        raise RuntimeError(f"{names} failed:\n{stderr[-4000:]}")
+    last = stdout.strip().splitlines()[-1]
+    measures = [Measure(**m) for m in json.loads(last)]
+    if len(measures) == 1:
+        measures[0].extra["tree_peak_rss_mb"] = round(max(tree_peak, measures[0].peak_rss_mb))
+    return measures
 
 
 def stored_paths(work: Path, spec: dict[str, Any]) -> list[str]:
@@ -511,6 +543,42 @@ def decode_floor(paths: list[str], workers: int) -> float:
     return time.perf_counter() - start
 
 
+def list_floor(corpus: Path) -> tuple[float, int]:
+    """The search's floor: listing the corpus once (seconds, files)."""
+    start = time.perf_counter()
+    files = sum(1 for _ in corpus_files(corpus))
+    return time.perf_counter() - start, files
+
+
+def copy_floor(paths: list[str], scratch: Path) -> tuple[float, int]:
+    """The import's floor: reading each file once and writing it once (one flush at the end, as the import does
+    per shard); (seconds, bytes)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    copied = 0
+    start = time.perf_counter()
+    for i, path in enumerate(paths):
+        with open(path, "rb") as source:
+            data = source.read()
+        with open(scratch / str(i), "wb") as target:
+            target.write(data)
+        copied += len(data)
+    os.sync()
+    seconds = time.perf_counter() - start
+    shutil.rmtree(scratch, ignore_errors=True)
+    return seconds, copied
+
+
+def release_floor(release: Path, scratch: Path) -> tuple[float, int]:
+    """The release's floor: writing every byte it holds once (its files copied, one flush); (seconds, bytes)."""
+    start = time.perf_counter()
+    shutil.copytree(release, scratch)
+    os.sync()
+    seconds = time.perf_counter() - start
+    size = sum(p.stat().st_size for p in scratch.rglob("*") if p.is_file())
+    shutil.rmtree(scratch, ignore_errors=True)
+    return seconds, size
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", default="paper", help="paper, 100k, 1m or a number")
@@ -596,16 +664,34 @@ def main() -> None:
     paths = stored_paths(work, spec)
     floor_s = decode_floor(paths, args.workers)
     n = len(paths)
+    floors: dict[str, dict[str, float]] = {"image_hashes": {"seconds": floor_s, "decodes": n}}
+    if not args.until:
+        list_s, listed = list_floor(corpus)
+        floors["search"] = {"seconds": list_s, "files_listed": listed}
+        sources = [str(p) for p in corpus_files(corpus)]
+        copy_s, copied = copy_floor(sources, folder / "floor-copy")
+        floors["images"] = {"seconds": copy_s, "bytes_read": copied, "bytes_written": copied}
+        release_dir = work / "releases" / "3xcm" / "0.1.0-scale"
+        if release_dir.exists():
+            release_s, written = release_floor(release_dir, folder / "floor-release")
+            floors["release"] = {"seconds": release_s, "bytes_written": written}
     released = _released_images(work)
     copy_search = copy_search_compare(work, spec) if args.compare_copy_search else None
     peak = max(m.peak_rss_mb for m in measures)
+    tree_peak = max(m.extra.get("tree_peak_rss_mb", m.peak_rss_mb) for m in measures)
     stage_wall = sum(m.wall_s for m in measures if m.name != "import")
 
     print(f"\n3XCM build, {facts['files']:,} corpus files, {n:,} stored images, {released:,} released "
           f"({os.cpu_count()} CPUs, {'one process' if args.in_process else 'a process per stage'})")  # fmt: skip
-    print(f"{'stage':<16} {'wall s':>9} {'CPU s':>9} {'peak MB':>8} {'ms/img':>8}")
+    heads = ("wall s", "CPU s", "peak MB", "tree MB", "ms/img", "floor s", "x floor")
+    print(f"{'stage':<16} " + " ".join(f"{h:>9}" if i < 2 else f"{h:>8}" for i, h in enumerate(heads)))
     for m in measures:
-        print(f"{m.name:<16} {m.wall_s:9.1f} {m.cpu_s:9.1f} {m.peak_rss_mb:8.0f} {1000 * m.wall_s / max(n, 1):8.2f}")
+        tree = m.extra.get("tree_peak_rss_mb", m.peak_rss_mb)
+        floor = floors.get(m.name, {}).get("seconds")
+        ratio = f"{m.wall_s / floor:8.1f}" if floor else f"{'':>8}"
+        floor_text = f"{floor:8.1f}" if floor else f"{'':>8}"
+        print(f"{m.name:<16} {m.wall_s:9.1f} {m.cpu_s:9.1f} {m.peak_rss_mb:8.0f} {tree:8.0f} "
+              f"{1000 * m.wall_s / max(n, 1):8.2f} {floor_text} {ratio}")  # fmt: skip
     print(f"{'build':<16} {stage_wall:9.1f} {sum(m.cpu_s for m in measures):9.1f} {peak:8.0f} "
           f"{1000 * stage_wall / max(n, 1):8.2f}")  # fmt: skip
     if copy_search:
@@ -625,6 +711,9 @@ def main() -> None:
         "decode_floor_per_1000_images_s": round(1000 * floor_s / max(n, 1), 3),
         "build_over_floor": round(stage_wall / floor_s, 1) if floor_s else None,
         "peak_rss_mb": round(peak),
+        "tree_peak_rss_mb": round(tree_peak),
+        "floors": {k: {f: round(v, 2) for f, v in floor.items()} for k, floor in floors.items()},
+        "corpus_bytes": sum(os.path.getsize(p) for p in corpus_files(corpus)),
         "stages": [{**asdict(m), "wall_s": round(m.wall_s, 2), "cpu_s": round(m.cpu_s, 2)} for m in measures],
         "skip_pass": {m.name: round(m.wall_s, 3) for m in skips},
         "skip_pass_s": round(skip_s, 2),

@@ -12,7 +12,7 @@ import io
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, overload
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,6 +21,7 @@ from data.progress import StepProgress
 from data.publish.folder import ImmutableFolder
 from data.publish.format import WEBDATASET_FEATURES
 from data.publish.tables import hf_schema
+from data.table_rows import TableRows
 
 
 class BlobSource(Protocol):
@@ -40,38 +41,9 @@ class ImageRow:
     embed: bool = True
 
 
-class TableImageRows(Sequence[ImageRow]):
-    """The `ImageRow`s of an Arrow table, made a slice at a time when the writer reaches them: a list of every
-    row's metadata as Python objects costs about 4 KB per image, 4 GB for a million."""
-
-    #: Rows converted to Python at once when iterating.
-    CHUNK = 4096
-
-    def __init__(self, table: pa.Table, make: Callable[[dict[str, Any]], ImageRow]) -> None:
-        self._table = table
-        self._make = make
-
-    def __len__(self) -> int:
-        return int(self._table.num_rows)
-
-    @overload
-    def __getitem__(self, index: int) -> ImageRow: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[ImageRow]: ...
-
-    def __getitem__(self, index: int | slice) -> ImageRow | list[ImageRow]:
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            rows = [self._make(meta) for meta in self._table.slice(start, max(0, stop - start)).to_pylist()]
-            return rows[::step]
-        if not -len(self) <= index < len(self):
-            raise IndexError(index)
-        return self._make(self._table.slice(index % len(self), 1).to_pylist()[0])
-
-    def __iter__(self) -> Iterator[ImageRow]:
-        for batch in self._table.to_batches(max_chunksize=self.CHUNK):
-            yield from (self._make(meta) for meta in batch.to_pylist())
+# The `ImageRow`s of an Arrow table, made a slice at a time when the writer reaches them: a list of every row's
+# metadata as Python objects costs about 4 KB per image, 4 GB for a million.
+TableImageRows = TableRows[ImageRow]
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,17 @@ from data.review import ReviewContext
 from data.stage import stats_from_table
 from data.stage_stats import StageStats
 from data.workspace import StageMarker, Workspace, fingerprint
+from flows.engine.local_processes import local_shards
 from flows.engine.reference import prepare_pack, workspace_pack
 from flows.engine.shards import MapShards, ShardPlan, attempt_key, run_sharded, write_shard
+from flows.engine.task_runner import TaskRunnerConfig
 
 Progress = Callable[[str, int, int], None]
 
 
 class BuildConfig(Protocol):
     workspace_root: str
+    task_runner: TaskRunnerConfig
 
     def resolved_build_id(self) -> str: ...
 
@@ -194,7 +197,8 @@ class Build(Generic[ConfigT]):
     ) -> tuple[StageMarker, bool]:
         """Run one stage unless its output with the same fingerprint exists. Returns (marker, skipped).
 
-        A sharded stage's shards run where `map_shards` puts them (default: in order, here). A review stage raises
+        A sharded stage's shards run where `map_shards` puts them (default: here, or in local worker processes for a
+        large CPU-bound plan: `flows/engine/local_processes.py`). A review stage raises
         `WaitingForReviewers` (data/review.py) while annotators are at work; it writes nothing until they are done."""
         ws, fp, stage = self.ws, self.fingerprints[name], self.stage(name)
         inputs = self.input_digests(name)
@@ -208,14 +212,15 @@ class Build(Generic[ConfigT]):
         context = self.context(name, progress, accept_incomplete)
         result = stage.run(context)
         if isinstance(result, ShardPlan):
+            plan = self._planned(stage, result)
             marker = run_sharded(
                 ws,
                 name,
                 fp,
-                self._planned(stage, result),
+                plan,
                 inputs=inputs,
                 on_progress=context.on_progress(name),
-                map_shards=map_shards,
+                map_shards=map_shards or local_shards(self, plan),
                 finalize=lambda stats: self._with_repairs(name, stats),
             )
         else:

@@ -32,6 +32,8 @@ class ShardPlan(Generic[Item]):
     process: Callable[[Sequence[Item]], pa.Table]  # one shard's items -> its rows
     summarize: Callable[[pa.Table], StageStats]  # the whole table -> the stage's counts
     schema: pa.Schema | None = None  # None: the stage's declared schema (the graph fills it in)
+    # Shards of CPU work only (no network, no GPU): a large plan may run them in local worker processes.
+    cpu_bound: bool = False
 
     def __post_init__(self) -> None:
         if self.shard_size < 1:

@@ -14,10 +14,24 @@ LOCAL_CLUSTER_FIELDS = ("n_workers", "threads_per_worker", "processes", "memory_
 
 
 class DefaultTaskRunnerConfig(BaseModel):
-    """Each stage is one Prefect task; its shards run one after another in the flow's process."""
+    """Each stage is one Prefect task. Its shards run one after another in the flow's process, or, for a large stage
+    of CPU work only (a folder imported, images hashed), in local worker processes (`flows/engine/local_processes.py`).
+    """
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["default"] = "default"
+    processes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Local worker processes for the shards of a large CPU-bound stage. Unset: one per core; 1: "
+        "every shard in the stage's own process.",
+    )
+    processes_from_items: int = Field(
+        default=5_000,
+        ge=1,
+        description="A CPU-bound stage with fewer items runs its shards in its own process: starting a worker (its "
+        "imports, the stage's inputs) costs seconds.",
+    )
 
 
 class DaskTaskRunnerConfig(BaseModel):

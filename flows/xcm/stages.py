@@ -34,6 +34,7 @@ from data.review_labels import AUTO_ACCEPT
 from data.schemas import STATUS_OK
 from data.stage import stats_from_table
 from data.stage_stats import StageStats
+from data.table_rows import TableRows
 from data.workspace import StageMarker, Workspace
 from demo.corpus import generate_demo_corpus
 from flows.engine.graph import BuildGraph, Progress, Stage, StageOutput
@@ -148,6 +149,7 @@ def _search(ctx: StageContext) -> ShardPlan:
         shard_size=64,
         process=lambda chunk: search_rows(searcher, chunk, search.max_results, concurrency=search.concurrency),
         summarize=lambda t: _search_stats(t, len(queries)),
+        cpu_bound=search.cpu_bound,
     )
 
 
@@ -160,15 +162,22 @@ def _images(ctx: StageContext) -> ShardPlan:
     settings = ctx.config.download
     fetcher = settings.build()(ctx.ws)
     return ShardPlan(
-        [h for h in ctx.table("search").to_pylist() if h["status"] == STATUS_OK],
+        ok_rows(ctx.table("search")),
         shard_size=settings.shard_size,
         process=lambda chunk: fetcher.fetch(chunk, ctx.ws.blobs),
         summarize=lambda t: stats_from_table("images", t),
+        cpu_bound=settings.cpu_bound,
     )
 
 
-def stored_images(ctx: StageContext) -> list[dict]:
-    return [r for r in ctx.table("images").to_pylist() if r["status"] == STATUS_OK]
+def ok_rows(table: pa.Table) -> TableRows[dict[str, Any]]:
+    """The rows whose status is ok, as dicts made a shard at a time (a plan's items: the stage's process and each
+    shard worker hold the Arrow table, not a dict per row)."""
+    return TableRows(table.filter(pc.equal(table["status"], STATUS_OK)))
+
+
+def stored_images(ctx: StageContext) -> TableRows[dict[str, Any]]:
+    return ok_rows(ctx.table("images"))
 
 
 def _image_hashes(ctx: StageContext) -> ShardPlan:
@@ -178,6 +187,7 @@ def _image_hashes(ctx: StageContext) -> ShardPlan:
         shard_size=settings.shard_size,
         process=lambda chunk: hash_images(chunk, ctx.ws.blobs, settings.workers),
         summarize=lambda t: stats_from_table("image_hashes", t),
+        cpu_bound=True,
     )
 
 

@@ -1,0 +1,107 @@
+"""Local worker processes for large CPU-bound sharded stages: the same release as the shards run in order, every
+shard run exactly once, and a failing or dying worker fails its shards without losing the others."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from flows.engine.local_processes import LocalProcesses, local_shards
+from flows.engine.shards import InOrder
+from flows.xcm.build import XCM
+from flows.xcm.config import Build3XCMConfig
+from tests.conftest import SMALL_CONCEPTS, SMALL_COUNTRIES
+
+
+class RecordingBuild:
+    """Stands in for a build in a worker: records which process wrote each shard; shard `bad` raises, shard `dies`
+    ends its process."""
+
+    def __init__(self, folder: Path, bad: int | None = None, dies: int | None = None) -> None:
+        self.folder, self.bad, self.dies = folder, bad, dies
+
+    def write_shard(self, stage: str, index: int) -> int:
+        if index == self.bad:
+            raise ValueError(f"{stage} shard {index} is unreadable")
+        if index == self.dies:
+            os._exit(3)
+        (self.folder / f"{stage}-{index}").write_text(str(os.getpid()))
+        return index
+
+
+def never_here(index: int) -> None:
+    raise AssertionError(f"shard {index} ran in the stage's own process")
+
+
+def shards_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    return folder
+
+
+def test_each_pending_shard_runs_once_in_the_worker_processes(tmp_path: Path) -> None:
+    tmp_path = shards_folder(tmp_path)
+    done = list(LocalProcesses(RecordingBuild(tmp_path), 2)("s", [0, 2, 3, 5, 7], never_here))  # type: ignore[arg-type]
+    assert sorted(done) == [0, 2, 3, 5, 7]
+    writers = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert set(writers) == {"s-0", "s-2", "s-3", "s-5", "s-7"}
+    assert str(os.getpid()) not in writers.values()
+    assert len(set(writers.values())) == 2  # each worker took a shard as soon as it started
+
+
+def test_a_failing_shard_is_raised_after_the_others_finish(tmp_path: Path) -> None:
+    tmp_path = shards_folder(tmp_path)
+    mapper = LocalProcesses(RecordingBuild(tmp_path, bad=3), 2)  # type: ignore[arg-type]
+    done: list[int] = []
+    with pytest.raises(ValueError, match="s shard 3 is unreadable") as raised:
+        done.extend(mapper("s", list(range(8)), never_here))
+    assert sorted(done) == [0, 1, 2, 4, 5, 6, 7]  # their parts are kept for the retry
+    assert "1 of 8 shards of s failed (first: shard 3)" in raised.value.__notes__
+
+
+def test_a_worker_that_dies_fails_its_shard_and_the_shards_it_would_have_taken(tmp_path: Path) -> None:
+    tmp_path = shards_folder(tmp_path)
+    mapper = LocalProcesses(RecordingBuild(tmp_path, dies=2), 2)  # type: ignore[arg-type]
+    done: list[int] = []
+    with pytest.raises(RuntimeError, match="exited with 3 during shard 2"):
+        done.extend(mapper("s", list(range(12)), never_here))
+    written = sorted(int(p.name.split("-")[1]) for p in tmp_path.iterdir())
+    assert written == sorted(done) and 2 not in done  # nothing is reported done that was not written
+
+
+def small_config(root: Path, **runner: object) -> Build3XCMConfig:
+    return Build3XCMConfig.demo(
+        countries=SMALL_COUNTRIES,
+        concepts={"include": SMALL_CONCEPTS},
+        demo_corpus={"countries": SMALL_COUNTRIES, "concepts": SMALL_CONCEPTS, "images_per_query": 2},
+        download={"backend": "local", "shard_size": 8},
+        image_dedup={"shard_size": 8},
+        release={"version": "0.0.1", "root": str(root / "releases")},
+        workspace_root=str(root / "workspace"),
+        task_runner={"kind": "default", **runner},
+    )
+
+
+def release_files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_build_whose_shards_ran_in_worker_processes_releases_the_same_bytes(tmp_path: Path) -> None:
+    in_order = small_config(tmp_path / "in-order", processes=1)
+    workers = small_config(tmp_path / "workers", processes=2, processes_from_items=1)
+    assert workers.resolved_build_id() == in_order.resolved_build_id()  # how it runs is not what it builds
+    build = XCM.build(workers)
+    XCM.prepare_reference(build)
+    for name in build.names[: build.names.index("images")]:
+        build.run(name)
+    plan = build.stage(name="images").run(build.context("images"))
+    assert isinstance(local_shards(build, plan), LocalProcesses)
+    assert isinstance(local_shards(XCM.build(in_order), plan), InOrder)
+
+    XCM.build_locally(in_order)
+    XCM.build_locally(workers)
+    first, second = (release_files(tmp_path / run / "releases") for run in ("in-order", "workers"))
+    assert first and first == second
