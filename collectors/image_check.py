@@ -7,6 +7,7 @@ the magic bytes, the header (for a decompression bomb, before any pixel is decod
 from __future__ import annotations
 
 import io
+import struct
 import warnings
 
 from PIL import Image, UnidentifiedImageError
@@ -102,6 +103,11 @@ def inspect_image(data: bytes, limits: ImageLimits) -> ImageInfo:
         ) from None
     except Image.DecompressionBombError as exc:
         raise ImageRejected("decompression_bomb", str(exc)) from None
+    except (OSError, SyntaxError, ValueError, EOFError, IndexError, struct.error) as exc:
+        # A header Pillow cannot read to its end (a JPEG cut inside a marker segment raises "Truncated File Read"):
+        # the file's fault, not the disk's or the network's.
+        kind = "truncated" if "truncated" in str(exc).lower() else "corrupt"
+        raise ImageRejected(kind, f"{sniff_image(data) or 'unknown'} header: {exc}") from None
     with image:
         width, height = image.size
         if width * height > limits.max_pixels:

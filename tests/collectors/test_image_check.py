@@ -60,6 +60,49 @@ def test_truncated_jpeg() -> None:
     assert rejected(data[: len(data) // 2]).error == "truncated"
 
 
+def test_a_jpeg_cut_inside_a_header_segment_is_truncated_not_a_crash() -> None:
+    """Pillow raises a bare OSError ("Truncated File Read") from `Image.open` when a marker segment runs past the end
+    of the bytes; the downloader would read an OSError as a network failure."""
+    buffer = io.BytesIO()
+    noise().save(buffer, format="JPEG", comment=b"x" * 4000)
+    data = buffer.getvalue()
+    start = data.index(b"\xff\xfe")  # the COM segment
+    error = rejected(data[: start + 2000])
+    assert error.error == "truncated" and error.detail.startswith("JPEG header")
+
+
+def full_decode_outcome(data: bytes) -> str:
+    """An independent reference: what a full decode (no draft scaling) says of the bytes."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+    except OSError as exc:
+        return "truncated" if "truncated" in str(exc).lower() else "corrupt"
+    except (SyntaxError, ValueError):
+        return "corrupt"
+    return "ok"
+
+
+@pytest.mark.parametrize(("mode", "progressive"), [("RGB", False), ("RGB", True), ("L", False), ("CMYK", True)])
+def test_the_reduced_check_of_a_jpeg_agrees_with_a_full_decode(mode: str, progressive: bool) -> None:
+    """The check decodes JPEGs at 1/8 scale; libjpeg still reads every coefficient, so cut and damaged files fail
+    as a full decode fails them."""
+    buffer = io.BytesIO()
+    noise(320, 240).convert(mode).save(buffer, format="JPEG", quality=80, progressive=progressive)
+    data = buffer.getvalue()
+    variants = [data] + [data[: len(data) * k // 10] for k in range(3, 10)]
+    damaged = bytearray(data)
+    damaged[len(data) // 2 : len(data) // 2 + 64] = b"\xff\xd9" * 32  # an end marker in the middle of the scan
+    variants.append(bytes(damaged))
+    for variant in variants:
+        try:
+            ours = "ok" if inspect_image(variant, LIMITS) else "?"
+        except ImageRejected as exc:
+            ours = exc.error
+        assert ours == full_decode_outcome(variant), len(variant)
+    assert {full_decode_outcome(v) for v in variants} >= {"ok", "truncated"}
+
+
 def test_image_signature_with_a_broken_header_is_corrupt() -> None:
     data = encode(noise())
     error = rejected(data[:150] + b"\x00" * 400)

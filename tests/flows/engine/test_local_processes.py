@@ -13,22 +13,7 @@ from flows.engine.shards import InOrder
 from flows.xcm.build import XCM
 from flows.xcm.config import Build3XCMConfig
 from tests.conftest import SMALL_CONCEPTS, SMALL_COUNTRIES
-
-
-class RecordingBuild:
-    """Stands in for a build in a worker: records which process wrote each shard; shard `bad` raises, shard `dies`
-    ends its process."""
-
-    def __init__(self, folder: Path, bad: int | None = None, dies: int | None = None) -> None:
-        self.folder, self.bad, self.dies = folder, bad, dies
-
-    def write_shard(self, stage: str, index: int) -> int:
-        if index == self.bad:
-            raise ValueError(f"{stage} shard {index} is unreadable")
-        if index == self.dies:
-            os._exit(3)
-        (self.folder / f"{stage}-{index}").write_text(str(os.getpid()))
-        return index
+from tests.support.recording_build import RecordingBuild
 
 
 def never_here(index: int) -> None:
