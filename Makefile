@@ -2,10 +2,11 @@
 # with a tiny random model) and `make test`.
 # Both create .venv and install the locked dependency set when needed; nothing is taken from the host
 # besides a Python 3.11 interpreter.
-# Every venv gets its bytecode compiled once, when it is installed (COMPILE): uv writes none, and where
-# PYTHONDONTWRITEBYTECODE is set (as on the CI machines) every Python process, each test worker, CLI call, flow
-# run, harness run and Label Studio start, would compile all it imports again: `import prefect, flows.xcm.build`
-# took 28 s instead of 6 on 2 cores. The errors are ignored: a few packages ship files for other Pythons.
+# Bytecode: uv writes none at install, and where PYTHONDONTWRITEBYTECODE is set (as on the CI machines) every Python
+# process, each test worker, CLI call, flow run, harness run and Label Studio start, would compile all it imports
+# again (`import prefect, flows.xcm.build` took 28 s instead of 6 on 2 cores). So the commands this Makefile runs write
+# the bytecode of what they import, once, into the venvs: compiling each venv whole at install (compileall) took
+# 90-150 s for .venv alone, most of it modules that nothing here imports.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,9 +16,9 @@ STAMP := $(VENV)/.installed-stamp
 LS_VENV ?= .venv-labelstudio
 LS_STAMP := $(LS_VENV)/.installed-stamp
 CHROMIUM ?= /usr/bin/chromium
-COMPILE = -m compileall -q -j 0 $(1)/lib/python3*/site-packages >/dev/null 2>&1 || true
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export DO_NOT_TRACK ?= 1
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test test-fast docs lint lock venv clean label-studio browser harnesses
 
@@ -28,7 +29,6 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv>=0.4"
 	$(BIN)/uv pip install --python $(BIN)/python -r requirements.lock
 	$(BIN)/uv pip install --python $(BIN)/python --no-deps -e .
-	$(BIN)/python $(call COMPILE,$(VENV))
 	touch $@
 
 # The tests start a real Label Studio server from this venv.
@@ -38,7 +38,6 @@ $(LS_STAMP): requirements-labelstudio.lock
 	test -x $(LS_VENV)/bin/python || $(PYTHON) -m venv $(LS_VENV)
 	$(LS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "uv>=0.4"
 	$(LS_VENV)/bin/uv pip install --python $(LS_VENV)/bin/python -r requirements-labelstudio.lock
-	$(LS_VENV)/bin/python $(call COMPILE,$(LS_VENV))
 	touch $@
 
 # Each evaluation harness the tests run for real (lmms-eval, VLMEvalKit, MTEB, clip_benchmark) pins what clashes with
@@ -53,7 +52,6 @@ harnesses: $(HARNESS_STAMPS)
 	test -x .venv-harness-$*/bin/python || $(PYTHON) -m venv .venv-harness-$*
 	.venv-harness-$*/bin/python -m pip install --quiet --disable-pip-version-check "uv>=0.4"
 	.venv-harness-$*/bin/uv pip install --python .venv-harness-$*/bin/python -r $<
-	.venv-harness-$*/bin/python $(call COMPILE,.venv-harness-$*)
 	touch $@
 
 # Debian's Chromium for the labeling-interface screenshots (Playwright drives it; no browser download).

@@ -661,7 +661,8 @@ def main() -> None:
     skips = [] if args.until else run_stage_process(spec_path, list(STAGE_ORDER))
     skip_s = sum(m.wall_s for m in skips)
 
-    paths = stored_paths(work, spec)
+    built = "images" in names  # a partial build (--until) may stop before anything is stored
+    paths = stored_paths(work, spec) if built else []
     floor_s = decode_floor(paths, args.workers)
     n = len(paths)
     floors: dict[str, dict[str, float]] = {"image_hashes": {"seconds": floor_s, "decodes": n}}
