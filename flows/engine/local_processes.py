@@ -27,6 +27,7 @@ import cloudpickle
 
 from flows.engine.shard_worker import HEADER, receive, send
 from flows.engine.shards import InOrder, MapShards, ShardPlan
+from flows.engine.task_runner import DefaultTaskRunnerConfig
 
 if TYPE_CHECKING:
     from flows.engine.graph import Build
@@ -85,15 +86,17 @@ def _feed_worker(
     todo: queue.SimpleQueue[int | None],
     results: queue.SimpleQueue[tuple[str, int, Any]],
 ) -> None:
-    """Start one worker process and hand it shards until none are left; a worker that dies fails its shard and
-    the shards after it that it would have taken are left to the others."""
+    """Start one worker process and hand it shards until none are left. A worker that dies, or cannot start, fails
+    its shard and every shard this feeder takes after it (the stage fails anyway; the parts written are kept for
+    the retry), so each pending shard gets exactly one outcome and the stage never waits on a dead worker."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # a script's own path included
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.engine.shard_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
-    )
-    assert proc.stdin is not None and proc.stdout is not None
+    proc: subprocess.Popen[bytes] | None = None
     index: int | None = None
     try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flows.engine.shard_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
+        assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(HEADER.pack(len(pickled_build)) + pickled_build)
         while (index := todo.get()) is not None:
             send(proc.stdin, (stage, index))
@@ -105,19 +108,23 @@ def _feed_worker(
     except Exception as exc:
         if index is not None:
             results.put(("failed", index, exc))
-        while (left := todo.get()) is not None:  # nobody else may take them now: fail them too, in order
-            results.put(("failed", left, RuntimeError(f"shard {left} of {stage} not run: a worker failed")))
+        while (left := todo.get()) is not None:  # up to this feeder's stop: the other feeders take the rest
+            failed = f"shard {left} of {stage} not run: a worker failed ({type(exc).__name__}: {exc})"
+            results.put(("failed", left, RuntimeError(failed)))
     finally:
-        proc.stdin.close()
-        proc.wait()
+        if proc is not None:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait()
 
 
 def local_shards(build: Build[Any], plan: ShardPlan[Any]) -> MapShards:
     """Where a stage's shards run when no cluster was named: worker processes for a large CPU-bound plan (as the
     build's `task_runner` allows), else one after another in the stage's process."""
-    settings = build.config.task_runner  # a Dask runner's build run stage by stage here (`--engine local`): in order
-    workers = getattr(settings, "processes", 1) or available_cores()
-    large = len(plan.items) >= getattr(settings, "processes_from_items", 0)
-    if not plan.cpu_bound or workers < 2 or plan.shards < 2 or not large:
+    settings = build.config.task_runner
+    if not isinstance(settings, DefaultTaskRunnerConfig):  # a Dask build run stage by stage here (`--engine local`)
+        return InOrder()
+    workers = settings.processes or available_cores()
+    if not plan.cpu_bound or workers < 2 or plan.shards < 2 or len(plan.items) < settings.processes_from_items:
         return InOrder()
     return LocalProcesses(build, workers)

@@ -4,12 +4,16 @@ shard run exactly once, and a failing or dying worker fails its shards without l
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
+import pyarrow as pa
 import pytest
 
 from flows.engine.local_processes import LocalProcesses, local_shards
-from flows.engine.shards import InOrder
+from flows.engine.shards import InOrder, ShardPlan
+from flows.engine.task_runner import DaskTaskRunnerConfig, DefaultTaskRunnerConfig
 from flows.xcm.build import XCM
 from flows.xcm.config import Build3XCMConfig
 from tests.conftest import SMALL_CONCEPTS, SMALL_COUNTRIES
@@ -54,6 +58,44 @@ def test_a_worker_that_dies_fails_its_shard_and_the_shards_it_would_have_taken(t
         done.extend(mapper("s", list(range(12)), never_here))
     written = sorted(int(p.name.split("-")[1]) for p in tmp_path.iterdir())
     assert written == sorted(done) and 2 not in done  # nothing is reported done that was not written
+
+
+def test_workers_that_cannot_start_fail_every_shard_instead_of_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_processes(*args: object, **kwargs: object) -> None:
+        raise OSError("fork: Resource temporarily unavailable")
+
+    monkeypatch.setattr(subprocess, "Popen", no_processes)
+    mapper = LocalProcesses(RecordingBuild(shards_folder(tmp_path)), 2)  # type: ignore[arg-type]
+    with pytest.raises(
+        RuntimeError, match=r"shard 0 of s not run: a worker failed \(OSError: fork: Resource"
+    ) as raised:
+        list(mapper("s", list(range(5)), never_here))
+    assert "5 of 5 shards of s failed (first: shard 0)" in raised.value.__notes__
+
+
+def plan_of(items: int, cpu_bound: bool = True) -> ShardPlan[int]:
+    return ShardPlan(
+        list(range(items)), shard_size=10, process=lambda c: pa.table({}), summarize=None, cpu_bound=cpu_bound
+    )  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("runner", "plan", "expected"),
+    [
+        (DefaultTaskRunnerConfig(processes=2, processes_from_items=100), plan_of(100), LocalProcesses),
+        (DefaultTaskRunnerConfig(processes=2, processes_from_items=101), plan_of(100), InOrder),
+        (DefaultTaskRunnerConfig(processes=2, processes_from_items=1), plan_of(100, cpu_bound=False), InOrder),
+        (DefaultTaskRunnerConfig(processes=1, processes_from_items=1), plan_of(100), InOrder),
+        (DefaultTaskRunnerConfig(processes=2, processes_from_items=1), plan_of(10), InOrder),  # one shard
+        # A Dask config's build run stage by stage in one process (`--engine local`) keeps its shards there.
+        (DaskTaskRunnerConfig(n_workers=2), plan_of(100), InOrder),
+    ],
+)
+def test_where_a_plans_shards_run(runner: object, plan: ShardPlan[int], expected: type) -> None:
+    build = SimpleNamespace(config=SimpleNamespace(task_runner=runner))
+    assert isinstance(local_shards(build, plan), expected)  # type: ignore[arg-type]
 
 
 def small_config(root: Path, **runner: object) -> Build3XCMConfig:
