@@ -1,0 +1,79 @@
+"""Interleaved A/B of the image stages (images, image_hashes) on one kept `perf/build_scale.py` workspace.
+
+    git worktree add /tmp/before <commit>
+    .venv/bin/python perf/build_scale.py --images 100k --keep
+    .venv/bin/python perf/stage_ab.py /tmp/culturebench-build-scale/spec-<shape>.json /tmp/before . --rounds 2
+
+Each round runs every code root in turn, each in a fresh process: the two stages' tables and the blob store are
+removed, then `images` and `image_hashes` run with the packages under that root (its folder first on the path, so
+its shard workers import it too). The same corpus, workspace and config for every root, so only the code differs;
+interleaving spreads the machine's drift over both. Prints each run, the medians, and ends with one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STAGES = ("images", "image_hashes")
+
+
+def run_child(root: Path, spec_path: Path) -> dict[str, float]:
+    sys.path[:0] = [str(root), str(root / "perf")]
+    import build_scale as bs
+
+    from flows.xcm.stages import GRAPH
+
+    spec = json.loads(spec_path.read_text())
+    shape = bs.Shape(**{**spec["shape"], "real_countries": tuple(spec["shape"]["real_countries"])})
+    build = GRAPH.build(bs.build_config(shape, Path(spec["corpus"]), Path(spec["work"]), spec["reference"]))
+    workspace = Path(build.ws.stage_dir("images")).parents[1]
+    for name in STAGES:
+        shutil.rmtree(workspace / "tables" / name, ignore_errors=True)
+    shutil.rmtree(workspace / "blobs", ignore_errors=True)
+    seconds = {}
+    for name in STAGES:
+        start = time.perf_counter()
+        build.run(name)
+        seconds[name] = round(time.perf_counter() - start, 1)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("spec", type=Path, help="the spec-<shape>.json a kept build_scale run wrote")
+    parser.add_argument("roots", type=Path, nargs="+", help="code roots (checkouts) to compare, in run order")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_child(args.child.resolve(), args.spec)))
+        return
+    if not args.spec.is_file():
+        sys.exit(f"stage_ab: {args.spec}: no such spec file (a kept perf/build_scale.py run writes it)")
+    for root in args.roots:  # a missing root would silently import the installed code instead
+        if not (root / "flows" / "engine" / "graph.py").is_file() or not (root / "perf" / "build_scale.py").is_file():
+            sys.exit(f"stage_ab: {root}: not a culturebench checkout (no flows/engine/graph.py or perf/build_scale.py)")
+    runs: dict[str, list[dict[str, float]]] = {str(root): [] for root in args.roots}
+    for _ in range(args.rounds):
+        for root in args.roots:
+            command = [sys.executable, __file__, str(args.spec), str(root), "--child", str(root)]
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                sys.exit(f"stage_ab: {root}: {done.stderr.strip().splitlines()[-1] if done.stderr else 'failed'}")
+            runs[str(root)].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(f"{root}: {runs[str(root)][-1]}", flush=True)
+    medians = {root: {s: statistics.median(r[s] for r in found) for s in STAGES} for root, found in runs.items()}
+    for root, found in medians.items():
+        print(f"median {root}: {found}")
+    print(json.dumps({"benchmark": "stage_ab", "runs": runs, "medians": medians}))
+
+
+if __name__ == "__main__":
+    main()
