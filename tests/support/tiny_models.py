@@ -12,14 +12,22 @@ def build_tiny_m3(folder: Path, hidden: int = 32) -> Path:
     from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaTokenizerFast
 
     corpus = ["hello world", "a photo of a cat", "a red apple on a table", "Bonjour le monde", "xin chào thế giới"]
-    tok = Tokenizer(models.Unigram())
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # XLM-R ids: <s>=0 <pad>=1 </s>=2 <unk>=3
+    trained = Tokenizer(models.Unigram())
+    trained.normalizer = normalizers.NFKC()
+    trained.pre_tokenizer = pre_tokenizers.Metaspace()
+    trained.train_from_iterator(
+        corpus * 20, trainers.UnigramTrainer(vocab_size=120, special_tokens=specials, unk_token="<unk>")
+    )
+    # The Unigram trainer is not deterministic (its pieces and scores differ from run to run, one thread or many),
+    # so the model's vectors, and the similarities tests place thresholds between, would too: its pieces are kept,
+    # in a fixed order with fixed scores (longer pieces preferred).
+    pieces = sorted(set(trained.get_vocab()) - set(specials), key=lambda piece: (-len(piece), piece))
+    vocab = [(piece, 0.0) for piece in specials] + [(piece, -1.0 - i / len(pieces)) for i, piece in enumerate(pieces)]
+    tok = Tokenizer(models.Unigram(vocab, unk_id=specials.index("<unk>")))
     tok.normalizer = normalizers.NFKC()
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # XLM-R ids: <s>=0 <pad>=1 </s>=2 <unk>=3
-    tok.train_from_iterator(
-        corpus * 20, trainers.UnigramTrainer(vocab_size=120, special_tokens=specials, unk_token="<unk>")
-    )
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>",
         pair="<s> $A </s> </s> $B </s>",
