@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from functools import cache
 from typing import TypeVar
 
 import numpy as np
@@ -28,6 +27,7 @@ def dedup_inputs(
     embeddings: pa.Table | None,
     blobs: BlobStore,
     workers: int = 2,
+    processes: int = 1,
 ) -> DedupInputs:
     """One row per hashed image, with the search facts the keep rule needs. Columnar: a million images' rows as
     Python dicts would cost gigabytes."""
@@ -35,19 +35,10 @@ def dedup_inputs(
     ids = ids_column.to_pylist()
     hit = _rows_of(search, ids_column, "search")
     facts = _rows_of(images, ids_column, "images")
-    sha = hashes["sha256"].to_pylist()
-    known = hashes["pixel_sha256"].to_pylist()
+    stored = StoredThumbnails(blobs, hashes["sha256"].combine_chunks(), hashes["pixel_sha256"].combine_chunks())
 
     def column(table: pa.Table, name: str, rows: pa.Array, dtype: type[_Scalar]) -> npt.NDArray[_Scalar]:
         return np.asarray(table[name].take(rows).fill_null(0).to_numpy(zero_copy_only=False), dtype=dtype)
-
-    @cache
-    def pixels(row: int) -> str:
-        return known[row] or pixel_sha256(blobs.get(sha[row]))
-
-    @cache
-    def thumbs(row: int) -> Thumbnails:
-        return thumbnails(blobs.get(sha[row]))
 
     return DedupInputs(
         image_ids=ids,
@@ -56,18 +47,55 @@ def dedup_inputs(
         height=column(images, "height", facts, np.int32),
         rank=column(search, "rank", hit, np.int32),
         english=np.asarray(pc.equal(search["query_lang"].take(hit), "eng").to_numpy(zero_copy_only=False), bool),
-        sha256=sha,
+        sha256=hashes["sha256"].to_pylist(),
         phash=np.asarray(hashes["phash"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.uint64),
         dhash=np.asarray(hashes["dhash"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.uint64),
         hashed=np.asarray(pc.is_null(hashes["error"]).to_numpy(zero_copy_only=False), dtype=bool),
         embeddings=None if embeddings is None else vectors_in_order(embeddings, ids),
-        pixel_hash=pixels,
-        align_thumbnail=lambda row: thumbs(row).align_input,
-        chroma_thumbnail=lambda row: thumbs(row).chroma_input,
-        forget_thumbnails=thumbs.cache_clear,
+        pixel_hash=stored.pixel_hash,
+        align_thumbnail=stored.align,
+        chroma_thumbnail=stored.chroma,
+        forget_thumbnails=stored.forget,
         draft_decoded=np.asarray(pc.equal(images["format"].take(facts), "JPEG").to_numpy(zero_copy_only=False), bool),
         workers=workers,
+        processes=processes,
     )
+
+
+class StoredThumbnails:
+    """Row -> the thumbnails and pixel hash of a stored image, decoded on first use; thumbnails are kept until
+    `forget` (after each batch of pairs), pixel hashes for the run. Picklable (the blob store and two Arrow
+    columns), so that a worker process of the dedup (`curation/image_dedup.py`) gets one of its own."""
+
+    def __init__(self, blobs: BlobStore, sha256: pa.Array, pixel_sha256: pa.Array) -> None:
+        self.blobs = blobs
+        self.sha256 = sha256
+        self.known = pixel_sha256  # the pixel hashes the hashing stage already computed (null: not yet)
+        self._thumbnails: dict[int, Thumbnails] = {}
+        self._pixels: dict[int, str] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_thumbnails": {}, "_pixels": {}}
+
+    def _thumbs(self, row: int) -> Thumbnails:
+        if row not in self._thumbnails:
+            self._thumbnails[row] = thumbnails(self.blobs.get(self.sha256[row].as_py()))
+        return self._thumbnails[row]
+
+    def align(self, row: int) -> npt.NDArray[np.uint8]:
+        return self._thumbs(row).align_input
+
+    def chroma(self, row: int) -> npt.NDArray[np.int8]:
+        return self._thumbs(row).chroma_input
+
+    def pixel_hash(self, row: int) -> str:
+        if row not in self._pixels:
+            known = self.known[row].as_py()
+            self._pixels[row] = known or pixel_sha256(self.blobs.get(self.sha256[row].as_py()))
+        return self._pixels[row]
+
+    def forget(self) -> None:
+        self._thumbnails.clear()
 
 
 def _rows_of(table: pa.Table, image_ids: pa.ChunkedArray, name: str) -> pa.Array:

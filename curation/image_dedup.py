@@ -31,6 +31,8 @@ score. The work is columnar (numpy and Arrow), so a million images fit in memory
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ from curation.image_align import AlignedScorer
 from curation.image_embeddings import OpenClipEmbeddingConfig
 from curation.image_hashing import hamming_within
 from curation.pair_batches import component_of_pairs, pair_batches
+from data.process_pool import Failed, run_in_processes
 from data.schemas import DEDUP_PAIRS, IMAGE_DEDUP, REVIEW_QUEUE
 from data.unionfind import UnionFind
 
@@ -180,6 +183,9 @@ class DedupInputs:
     forget_thumbnails: Callable[[], None] | None = None  # drop cached thumbnails (after each batch of pairs)
     draft_decoded: npt.NDArray[np.bool_] | None = None  # bool: the thumbnails came from a JPEG draft decode
     workers: int = 1
+    # Worker processes for the candidate pairs' batches (data/process_pool.py); 1: in this process. Each worker gets
+    # these inputs by value, so the callables above must pickle (curation/dedup_stage.py's StoredThumbnails does).
+    processes: int = 1
 
     def __len__(self) -> int:
         return len(self.image_ids)
@@ -318,20 +324,45 @@ def _perceptual_pairs(
     if inputs.sha256 is not None:  # equal bytes are already the strongest link
         distinct = np.array([inputs.sha256[a] != inputs.sha256[b] for a, b in zip(i, j, strict=True)], bool)
         i, j, d = i[distinct], j[distinct], d[distinct]
+    batches = pair_batches(i, j)
+    score = functools.partial(_scored_batch, _batch_inputs(inputs), tier, i, j, d)
     found = PairEvidence()
+    if inputs.processes > 1 and len(batches) > 1:  # each batch's answer is its own: any order, any process
+        for _, outcome in run_in_processes(score, batches, inputs.processes, lambda b: f"a batch of {len(b)} pairs"):
+            if isinstance(outcome, Failed):
+                raise outcome.error
+            found.extend(outcome)
+    else:
+        for batch in batches:
+            found.extend(score(batch))
+    evidence.extend(found.ordered())
+
+
+def _batch_inputs(inputs: DedupInputs) -> DedupInputs:
+    """What scoring a batch reads: without the columns it does not (a worker process gets a copy of these)."""
+    return dataclasses.replace(inputs, image_ids=[], sha256=None, phash=None, embeddings=None)
+
+
+def _scored_batch(
+    inputs: DedupInputs,
+    tier: PerceptualTierConfig,
+    i: npt.NDArray[np.integer],
+    j: npt.NDArray[np.integer],
+    d: npt.NDArray[np.int16],
+    batch: npt.NDArray[np.intp],
+) -> PairEvidence:
+    """One batch of candidate pairs scored, its thumbnails dropped after (curation/pair_batches.py)."""
+    evidence = PairEvidence()
     scorer = None
     if inputs.align_thumbnail is not None:
         scorer = AlignedScorer(inputs.align_thumbnail, inputs.workers, inputs.chroma_thumbnail)
     try:
-        for batch in pair_batches(i, j):
-            batch_evidence = PairEvidence()
-            _perceptual_batch(inputs, tier, scorer, i[batch], j[batch], d[batch], batch_evidence)
-            found.extend(batch_evidence)
-            forget_thumbnails(inputs, scorer)
+        _perceptual_batch(inputs, tier, scorer, i[batch], j[batch], d[batch], evidence)
     finally:
+        forget_thumbnails(inputs, scorer)
         if scorer is not None:
             scorer.close()
-    evidence.extend(found.ordered())
+    return evidence
 
 
 def forget_thumbnails(inputs: DedupInputs, scorer: AlignedScorer | None = None) -> None:

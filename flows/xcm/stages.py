@@ -39,6 +39,7 @@ from data.workspace import StageMarker, Workspace
 from demo.corpus import generate_demo_corpus
 from flows.engine.graph import BuildGraph, Progress, Stage, StageOutput
 from flows.engine.graph import StageContext as GraphContext
+from flows.engine.local_processes import local_workers
 from flows.engine.shards import ShardPlan
 from flows.engine.slots import gpu_slot
 from flows.xcm.config import Build3XCMConfig
@@ -225,6 +226,7 @@ def _image_dedup(ctx: StageContext) -> StageOutput:
         ctx.table("image_embeddings") if config.embedding is not None else None,
         ctx.ws.blobs,
         config.workers,
+        local_workers(ctx.config.task_runner, ctx.table("image_hashes").num_rows),
     )
     steps.step("inputs")
     result = decide(inputs, config)

@@ -110,3 +110,36 @@ def test_decide_answers_the_same_whatever_the_batches_and_holds_one_batch(
     assert len(set(whole.pairs["tier"].to_pylist())) >= 3  # exact pixels, pHash and aligned pairs all took part
     # One batch at a time: far fewer thumbnails held at once than with a single batch.
     assert max(whole_held) > 3 * max(small_held)
+
+
+@pytest.mark.slow
+def test_batches_scored_in_worker_processes_give_the_same_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build's dedup scores its batches in worker processes (`DedupInputs.processes`): the same tables as in
+    this process, with the thumbnails decoded over there."""
+    import dataclasses
+    import os
+
+    from perf.dedup_vs_imagededup.corpus import generate_corpus
+
+    paths = generate_corpus(tmp_path / "c", seed=7, bases=10, workers=1, mix="small-crops").paths()
+    config = ImageDedupConfig(scope="global")
+    monkeypatch.setattr(pair_batches_module, "BATCH_ROWS", 8)
+    here = decide(_inputs(paths, []), config)
+
+    seen = tmp_path / "pids"
+    seen.mkdir()
+    inputs = _inputs(paths, [])
+    align = inputs.align_thumbnail
+    assert align is not None
+
+    def recorded(row: int) -> np.ndarray:
+        (seen / str(os.getpid())).touch()
+        return align(row)
+
+    there = decide(dataclasses.replace(inputs, align_thumbnail=recorded, processes=2), config)
+    for name in ("decisions", "pairs", "review_queue"):
+        assert getattr(there, name).equals(getattr(here, name)), name
+    pids = {int(p.name) for p in seen.iterdir()}
+    assert pids and os.getpid() not in pids  # the workers scored the batches, this process none

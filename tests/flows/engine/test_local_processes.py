@@ -7,10 +7,14 @@ import os
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
+import curation.image_dedup as image_dedup_module
+import curation.pair_batches as pair_batches_module
+from data.process_pool import run_in_processes
 from flows.engine.local_processes import LocalProcesses, local_shards
 from flows.engine.shards import InOrder, ShardPlan
 from flows.engine.task_runner import DaskTaskRunnerConfig, DefaultTaskRunnerConfig
@@ -116,7 +120,18 @@ def release_files(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_a_build_whose_shards_ran_in_worker_processes_releases_the_same_bytes(tmp_path: Path) -> None:
+def test_a_build_whose_shards_ran_in_worker_processes_releases_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Batches of a few candidate rows: the dedup's pair batches go to the worker processes too.
+    monkeypatch.setattr(pair_batches_module, "BATCH_ROWS", 4)
+    sent: list[int] = []
+
+    def recorded(function: Any, items: Any, workers: int, describe: Any) -> Any:
+        sent.append(len(items))
+        yield from run_in_processes(function, items, workers, describe)
+
+    monkeypatch.setattr(image_dedup_module, "run_in_processes", recorded)
     in_order = small_config(tmp_path / "in-order", processes=1)
     workers = small_config(tmp_path / "workers", processes=2, processes_from_items=1)
     assert workers.resolved_build_id() == in_order.resolved_build_id()  # how it runs is not what it builds
@@ -132,3 +147,4 @@ def test_a_build_whose_shards_ran_in_worker_processes_releases_the_same_bytes(tm
     XCM.build_locally(workers)
     first, second = (release_files(tmp_path / run / "releases") for run in ("in-order", "workers"))
     assert first and first == second
+    assert sent and min(sent) > 1  # the dedup's batches went to the workers

@@ -1,5 +1,5 @@
-"""A local shard worker process (`flows/engine/local_processes.py`): it reads a pickled build from its stdin, then
-shard indices, writes each shard's part into the workspace and answers with its rows.
+"""A worker process of `data/process_pool.py`: it reads a pickled function from its stdin, then items, and answers
+each with ("done", result) or ("failed", error).
 
 Messages are length-prefixed pickles both ways. A started worker is a fresh interpreter (`python -m`), so nothing of
 the parent's threads, locks or `__main__` module comes with it.
@@ -43,14 +43,13 @@ def _portable(error: BaseException) -> BaseException:
 
 def main() -> None:
     incoming, outgoing = sys.stdin.buffer, sys.stdout.buffer
-    sys.stdout = sys.stderr  # a stage that prints must not write into the answers
-    build = receive(incoming)
-    while (task := receive(incoming)) is not None:
-        stage, index = task
+    sys.stdout = sys.stderr  # a function that prints must not write into the answers
+    function = receive(incoming)
+    while (item := receive(incoming)) is not None:
         try:
-            send(outgoing, ("done", index, build.write_shard(stage, index)))
-        except Exception as exc:  # the parent decides: the other shards go on, then the first failure is raised
-            send(outgoing, ("failed", index, _portable(exc)))
+            send(outgoing, ("done", function(item)))
+        except Exception as exc:  # the parent decides what a failure means
+            send(outgoing, ("failed", _portable(exc)))
 
 
 if __name__ == "__main__":

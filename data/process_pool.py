@@ -1,0 +1,113 @@
+"""Fresh worker interpreters fed items over pipes: a function run on both cores of a laptop, not one.
+
+`run_in_processes(function, items, workers)` starts `workers` processes (`python -m data.process_worker`), sends
+each the cloudpickled function once, then one item at a time as it finishes the last, and yields each item's
+outcome as it arrives. The build's shard runner (`flows/engine/local_processes.py`) and the image dedup's pair
+batches (`curation/image_dedup.py`) both run on it.
+
+Each worker is a fresh interpreter, not a fork: the caller may run inside a Prefect task, whose process holds
+threads (its API client, its logging), and a forked child can inherit one of their locks held. Nor is it
+multiprocessing's spawn, which imports the caller's `__main__` again: a script without a main guard would start
+its work over in every worker. Messages are length-prefixed pickles both ways (`data/process_worker.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
+
+import cloudpickle
+
+from data.process_worker import HEADER, receive, send
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+def available_cores() -> int:
+    """The cores this process may run on (a container's CPU set, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+class Failed(Generic[Item]):
+    """An item whose function raised (or whose worker died, or never started): the error, and which item."""
+
+    def __init__(self, item: Item, error: BaseException) -> None:
+        self.item = item
+        self.error = error
+
+
+def run_in_processes(
+    function: Callable[[Item], Result],
+    items: Sequence[Item],
+    workers: int,
+    describe: Callable[[Item], str] = str,
+) -> Iterator[tuple[int, Result | Failed[Item]]]:
+    """(position in `items`, the function's result or a `Failed`) for every item, as each finishes, from up to
+    `workers` worker processes. Every item gets exactly one outcome: a worker that dies, or cannot start, fails its
+    item and every item it would have taken after it (the other workers take the rest), so the caller never waits
+    on a dead worker. `describe(item)` names an item in those messages."""
+    if not items:
+        return
+    todo: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+    for position in range(len(items)):
+        todo.put(position)
+    results: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
+    pickled = cloudpickle.dumps(function)  # by value: a closure or a lambda travels as well as a module function
+    feeders = [
+        threading.Thread(target=_feed_worker, args=(pickled, items, describe, todo, results), daemon=True)
+        for _ in range(min(workers, len(items)))
+    ]
+    for feeder in feeders:
+        todo.put(None)  # one stop per feeder, after every item
+        feeder.start()
+    for _ in items:
+        yield results.get()
+    for feeder in feeders:
+        feeder.join()
+
+
+def _feed_worker(
+    pickled: bytes,
+    items: Sequence[Any],
+    describe: Callable[[Any], str],
+    todo: queue.SimpleQueue[int | None],
+    results: queue.SimpleQueue[tuple[int, Any]],
+) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # a script's own path included
+    proc: subprocess.Popen[bytes] | None = None
+    position: int | None = None
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "data.process_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(HEADER.pack(len(pickled)) + pickled)
+        while (position := todo.get()) is not None:
+            send(proc.stdin, items[position])
+            answer = receive(proc.stdout)
+            if answer is None:
+                died = f"a worker exited with {proc.wait()} during {describe(items[position])}"
+                raise RuntimeError(died)
+            outcome, value = answer
+            results.put((position, value if outcome == "done" else Failed(items[position], value)))
+            position = None
+    except Exception as exc:
+        if position is not None:
+            results.put((position, Failed(items[position], exc)))
+        while (left := todo.get()) is not None:  # up to this feeder's stop: the other feeders take the rest
+            failed = f"{describe(items[left])} not run: a worker failed ({type(exc).__name__}: {exc})"
+            results.put((left, Failed(items[left], RuntimeError(failed))))
+    finally:
+        if proc is not None:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait()
