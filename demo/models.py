@@ -50,6 +50,8 @@ DONE = "README.md"
 # makes a shorter answer the first tokens of the longer one. Long enough for any country name the scorer looks for
 # (one token per byte: the tokenizer has no merges); the demo's cost is the per-token step, not the model.
 DEMO_MAX_NEW_TOKENS = 32
+# Questions the demo model generates together: batching divides the per-token step, and its answers are as random.
+DEMO_BATCH_SIZE = 16
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<image>"]
 
 # Each message: "USER: <image>\n<text>" (images first), then "ASSISTANT:" for generation.

@@ -59,7 +59,7 @@ import pyarrow.compute as pc
 from data.reference import MixCubeCulture, MixCubeReference
 from data.workspace import sha256_bytes
 from evaluation.answer_match import CORRECT, NEGATED, answer_verdict
-from evaluation.vlm import MODEL_OUTCOMES, Answer, VisionLanguageModel
+from evaluation.vlm import MODEL_OUTCOMES, Answer, AnswersInBatches, Question, VisionLanguageModel
 
 logger = logging.getLogger(__name__)
 
@@ -447,8 +447,10 @@ def evaluate_images(
 
     Food images also get the Cultural Marker Identification verdict of `judge` (None: `marker_error="no_judge"`).
     `progress(n)` is called, from this thread, with the number of images just finished (an increment, 1 each).
-    `workers` > 1 asks that many images at once (threads; remote backends). Raises only for input errors (missing
-    columns, a category without a prompt) and the backends' config errors."""
+    `workers` > 1 asks that many images at once (threads; remote backends). A model that answers in batches
+    (`AnswersInBatches` with a `batch_size` above 1: a local model) is asked all its questions batch by batch instead,
+    then the judge's, and `progress` gets the row count at the end. Raises only for input errors (missing columns, a
+    category without a prompt) and the backends' config errors."""
     missing = [name for name in REQUIRED_COLUMNS if name not in rows.column_names]
     if missing:
         raise ValueError(f"MixCuBe rows lack the column(s) {missing}")
@@ -475,7 +477,11 @@ def evaluate_images(
         return _evaluate_row(row, images[index].as_py(), vlm, judge, marker_question, mix, scorer)
 
     out: list[dict[str, Any] | None] = [None] * rows.num_rows
-    if workers == 1:
+    if isinstance(vlm, AnswersInBatches) and vlm.batch_size > 1:
+        out = _rows_asked_in_batches(meta, images, vlm, judge, marker_question, mix, scorer)
+        if progress is not None:
+            progress(rows.num_rows)
+    elif workers == 1:
         for index in range(rows.num_rows):
             out[index] = one(index)
             if progress is not None:
@@ -495,6 +501,66 @@ def evaluate_images(
     failed = sum(1 for row in out if row is not None and row["correct"] is None)
     logger.info("mixcube: %d image(s) asked, %d unscored", table.num_rows, failed)
     return table
+
+
+class _Recorder:
+    """Stands in for a model while `_evaluate_row` runs dry: it notes every question it is asked and answers from
+    `known` (placeholder success until the real answer is known). So the rows say which questions they ask (one
+    place), and a model that answers in batches is asked them together."""
+
+    runs_locally = False
+
+    def __init__(self, model: VisionLanguageModel) -> None:
+        self.identity = model.identity
+        self.known: dict[Question, Answer] = {}
+        self.asked: dict[Question, None] = {}  # in first-asked order, each once
+
+    def ask(self, prompt: str, image: bytes | None = None) -> Answer:
+        known = self.known.get((prompt, image))
+        if known is None:
+            self.asked[(prompt, image)] = None
+            return Answer("", None, None, 0, False)
+        return known
+
+    def answer_from(self, model: VisionLanguageModel) -> None:
+        """Asks `model` what was noted (in batches when it answers in batches) and keeps the answers."""
+        questions = list(self.asked)
+        self.asked.clear()
+        if isinstance(model, AnswersInBatches):
+            self.known.update(zip(questions, model.ask_many(questions), strict=True))
+        else:
+            self.known.update((question, model.ask(*question)) for question in questions)
+
+
+def _rows_asked_in_batches(
+    meta: dict[str, list[Any]],
+    images: pa.ChunkedArray,
+    vlm: VisionLanguageModel,
+    judge: VisionLanguageModel | None,
+    marker_question: MarkerQuestion,
+    mix: MixCubeReference,
+    scorer: _Scorer,
+) -> list[dict[str, Any] | None]:
+    """The rows of `evaluate_images` for a model that answers in batches, in three dry-then-real passes: the model's
+    questions, then the judge's (they quote the model's answers), then the rows from the answers."""
+    pictures = images.to_pylist()
+    rows = [{name: values[index] for name, values in meta.items()} for index in range(len(pictures))]
+    model = _Recorder(vlm)
+    judged = _Recorder(judge) if judge is not None else None
+
+    def dry_run(judge_stand_in: _Recorder | None) -> None:
+        for row, image in zip(rows, pictures, strict=True):
+            _evaluate_row(row, image, model, judge_stand_in, marker_question, mix, scorer)
+
+    dry_run(None)
+    model.answer_from(vlm)
+    if judged is not None and judge is not None:
+        dry_run(judged)
+        judged.answer_from(judge)
+    return [
+        _evaluate_row(row, image, model, judged, marker_question, mix, scorer)
+        for row, image in zip(rows, pictures, strict=True)
+    ]
 
 
 def _evaluate_row(

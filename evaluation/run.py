@@ -173,10 +173,16 @@ def demo_encoder(root: str) -> EncoderConfig:
 
 
 def demo_vlm(root: str) -> VlmConfig:
-    from demo.models import DEMO_MAX_NEW_TOKENS, random_vlm
+    from demo.models import DEMO_BATCH_SIZE, DEMO_MAX_NEW_TOKENS, random_vlm
 
     folder = random_vlm(Path(root) / "demo-random-vlm")
-    model = {"backend": "transformers", "model": str(folder), "device": "cpu", "max_new_tokens": DEMO_MAX_NEW_TOKENS}
+    model = {
+        "backend": "transformers",
+        "model": str(folder),
+        "device": "cpu",
+        "max_new_tokens": DEMO_MAX_NEW_TOKENS,
+        "batch_size": DEMO_BATCH_SIZE,
+    }
     return TypeAdapter(VlmConfig).validate_python(model)
 
 

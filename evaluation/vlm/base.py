@@ -5,6 +5,7 @@ helpers that turn endpoints, image bytes and HTTP statuses into what a results c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
@@ -87,6 +88,24 @@ class VisionLanguageModel(Protocol):
 
     def ask(self, prompt: str, image: bytes | None = None) -> Answer:
         """Ask `prompt` about `image` (encoded JPEG/PNG bytes), or text only when `image` is None (a judge)."""
+        ...
+
+
+#: One question: the prompt and the encoded image bytes it is about (None: text only, a judge's question).
+Question = tuple[str, bytes | None]
+
+
+@runtime_checkable
+class AnswersInBatches(Protocol):
+    """A capability a model may declare beside `VisionLanguageModel`: it answers several questions in one call (a
+    local model generating them together). `batch_size` is how many it takes at once; 1 means one at a time, and
+    callers then ask it as any other model."""
+
+    @property
+    def batch_size(self) -> int: ...
+
+    def ask_many(self, questions: Sequence[Question]) -> list[Answer]:
+        """One `Answer` per question, in order; never raises for one question's failure (as `ask`)."""
         ...
 
 

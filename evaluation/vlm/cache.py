@@ -8,12 +8,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import typing
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from data import provenance
 from data.workspace import Storage, sha256_bytes
-from evaluation.vlm.base import MODEL_OUTCOMES, Answer, VlmIdentity, image_mime
+from evaluation.vlm.base import MODEL_OUTCOMES, Answer, Question, VlmIdentity, image_mime
 
 logger = logging.getLogger(__name__)
 
@@ -90,27 +92,47 @@ class CachedVlm:
     def _secret(self) -> str | None:
         return None
 
+    #: Questions `ask_many` hands `_ask_many` at once; a backend that generates several together sets it.
+    batch_size: int = 1
+
     def ask(self, prompt: str, image: bytes | None = None) -> Answer:
-        image_sha = None if image is None else sha256_bytes(image)
-        key = answer_key(self.identity, self._model, prompt, image_sha, self._params)
-        if self._cache is not None:
-            hit = self._cache.get(key)
+        return self.ask_many([(prompt, image)])[0]
+
+    def ask_many(self, questions: Sequence[Question]) -> list[Answer]:
+        """The answers to `questions`, in order: cache hits and unreadable images first, then the rest asked
+        `batch_size` at a time through `_ask_many`, each answer scrubbed and (when the model gave it) cached."""
+        out: list[Answer | None] = [None] * len(questions)
+        pending: list[tuple[int, str, str | None]] = []  # (index, cache key, image sha256)
+        for index, (prompt, image) in enumerate(questions):
+            image_sha = None if image is None else sha256_bytes(image)
+            key = answer_key(self.identity, self._model, prompt, image_sha, self._params)
+            hit = self._cache.get(key) if self._cache is not None else None
             if hit is not None:
-                return hit
-        if image is not None and image_mime(image) is None:
-            return Answer(None, "bad_image", "the image bytes are not JPEG, PNG, GIF or WebP", 0, False)
-        answer = self._ask(prompt, image)
+                out[index] = hit
+            elif image is not None and image_mime(image) is None:
+                out[index] = Answer(None, "bad_image", "the image bytes are not JPEG, PNG, GIF or WebP", 0, False)
+            else:
+                pending.append((index, key, image_sha))
         secret = self._secret()
-        answer = Answer(
-            provenance.scrub(answer.text, [secret]),
-            answer.error,
-            provenance.scrub(answer.detail, [secret]),
-            answer.attempts,
-            False,
-        )
-        if self._cache is not None and (answer.error is None or answer.error in MODEL_OUTCOMES):
-            self._cache.put(key, prompt, image_sha, self._params, answer)
-        return answer
+        for start in range(0, len(pending), self.batch_size):
+            chunk = pending[start : start + self.batch_size]
+            answers = self._ask_many([questions[index] for index, _, _ in chunk])
+            for (index, key, image_sha), raw in zip(chunk, answers, strict=True):
+                answer = Answer(
+                    provenance.scrub(raw.text, [secret]),
+                    raw.error,
+                    provenance.scrub(raw.detail, [secret]),
+                    raw.attempts,
+                    False,
+                )
+                if self._cache is not None and (answer.error is None or answer.error in MODEL_OUTCOMES):
+                    self._cache.put(key, questions[index][0], image_sha, self._params, answer)
+                out[index] = answer
+        return typing.cast(list[Answer], out)  # every index was filled above
+
+    def _ask_many(self, questions: Sequence[Question]) -> list[Answer]:
+        """Answers to up to `batch_size` questions whose images are readable; by default asked one at a time."""
+        return [self._ask(prompt, image) for prompt, image in questions]
 
     def _ask(self, prompt: str, image: bytes | None) -> Answer:
         raise NotImplementedError

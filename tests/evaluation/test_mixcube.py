@@ -660,6 +660,69 @@ def test_transformers_end_to_end(tiny_vlm: Path, tmp_path: Path) -> None:
     assert text_only.error in (None, "empty") and isinstance(text_only.text, str)
 
 
+def test_transformers_batches_answer_as_one_at_a_time(
+    tiny_vlm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batched model is asked its questions together (images apart from the judge's text-only ones), left-padded so
+    that each answer is the one it gives alone; a bad image is its own row, and a batch that fails is asked again one
+    question at a time."""
+    from evaluation.vlm import transformers as backend
+
+    rows = make_rows()
+    single = m.evaluate_images(
+        rows, TransformersVlmConfig(model=str(tiny_vlm), max_new_tokens=8).build(), None, mix=MIX
+    )
+    one_at_a_time = TransformersVlmConfig(model=str(tiny_vlm), max_new_tokens=8).build()
+    batched_config = TransformersVlmConfig(
+        model=str(tiny_vlm), max_new_tokens=8, batch_size=4, cache_dir=str(tmp_path / "c")
+    )
+    vlm = batched_config.build()
+    calls: list[int] = []
+    generate = backend.TransformersVlm._generate
+
+    def counted(self: backend.TransformersVlm, conversations: list) -> list:
+        calls.append(len(conversations))
+        return generate(self, conversations)
+
+    monkeypatch.setattr(backend.TransformersVlm, "_generate", counted)
+    seen: list[int] = []
+    per_image = m.evaluate_images(rows, vlm, one_at_a_time, mix=MIX, progress=seen.append)
+    assert per_image["sample_id"].to_pylist() == rows["sample_id"].to_pylist() and sum(seen) == rows.num_rows
+    judged = [r for r in per_image.to_pylist() if r["marker_judge_raw"] is not None]
+    assert judged and calls == [4, 2] + [1] * len(judged)  # six images by four; the batch-1 judge, one by one
+    assert per_image["answer"].to_pylist() == single["answer"].to_pylist()
+
+    # The batch size is part of the cache key (a batch-1 cache is not read as a batch-4 one), and a rerun asks nothing.
+    assert vlm._params["batch_size"] == 4 and "batch_size" not in one_at_a_time._params
+    calls.clear()
+    again = m.evaluate_images(rows, batched_config.build(), None, mix=MIX)
+    assert calls == [] and all(again["cached"].to_pylist())
+
+    # A bad image among good ones: its own row; a batch the pipeline cannot run: each question alone.
+    broken = rows.set_column(
+        rows.schema.get_field_index("image"),
+        "image",
+        pa.array(
+            [{"bytes": b"\xff\xd8\xffnot a jpeg", "path": "0.jpg"}, *rows["image"].to_pylist()[1:]],
+            rows.schema.field("image").type,
+        ),
+    )
+
+    def fails_in_batches(self: backend.TransformersVlm, conversations: list) -> list:
+        calls.append(len(conversations))
+        if len(conversations) > 1:
+            raise RuntimeError("batch too large")
+        return generate(self, conversations)
+
+    monkeypatch.setattr(backend.TransformersVlm, "_generate", fails_in_batches)
+    calls.clear()
+    fresh = TransformersVlmConfig(model=str(tiny_vlm), max_new_tokens=8, batch_size=8).build()
+    recovered = m.evaluate_images(broken, fresh, None, mix=MIX)
+    assert recovered["error"].to_pylist()[0] == "bad_image"
+    assert recovered["answer"].to_pylist()[1:] == single["answer"].to_pylist()[1:]
+    assert calls == [5, 1, 1, 1, 1, 1]
+
+
 def test_transformers_config_errors(tiny_vlm: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     torch = pytest.importorskip("torch")
     with pytest.raises(VlmConfigError, match="does not exist"):
