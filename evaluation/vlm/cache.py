@@ -82,7 +82,8 @@ class AnswerCache:
 
 
 class CachedVlm:
-    """The cache around a backend's `_ask`; subclasses set `identity`, `_model`, `_params` and implement `_ask`."""
+    """The cache around a backend's `_ask`; subclasses set `identity`, `_model`, `_params` and implement `_ask` (or
+    `_ask_many`, when they answer several questions at once)."""
 
     identity: VlmIdentity
     _model: str | None  # what the backend is asked for (None: the weights hash names it)

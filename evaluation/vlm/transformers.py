@@ -130,9 +130,6 @@ class TransformersVlm(CachedVlm):
                 _pipelines[key] = pipe
             return _pipelines[key]
 
-    def _ask(self, prompt: str, image: bytes | None) -> Answer:
-        return self._ask_many([(prompt, image)])[0]
-
     def _ask_many(self, questions: Sequence[Question]) -> list[Answer]:
         """Generates the image questions together and the text-only ones together (the pipeline cannot batch the
         two); an image that does not decode is its own row. If a batch fails, its questions are asked one at a time,
