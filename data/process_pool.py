@@ -69,10 +69,24 @@ def run_in_processes(
     for feeder in feeders:
         todo.put(None)  # one stop per feeder, after every item
         feeder.start()
-    for _ in items:
-        yield results.get()
+    try:
+        for _ in items:
+            yield results.get()
+    finally:  # a caller that stops early (it raises on a failure): the workers finish their item and take no more
+        _stop_feeding(todo, len(feeders))
     for feeder in feeders:
         feeder.join()
+
+
+def _stop_feeding(todo: queue.SimpleQueue[int | None], feeders: int) -> None:
+    """Empty the queue of items not yet taken, leaving one stop per feeder (a surplus stop is never read)."""
+    while True:
+        try:
+            todo.get_nowait()
+        except queue.Empty:
+            break
+    for _ in range(feeders):
+        todo.put(None)
 
 
 def _feed_worker(
