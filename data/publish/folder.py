@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 from pydantic import BaseModel
 
@@ -82,6 +85,20 @@ class ImmutableFolder:
             self.storage.write_bytes(f"{self.staging}/{rel}", data)
         self.files[rel] = sha256_bytes(data)
         self.sizes[rel] = len(data)
+
+    @contextmanager
+    def open_write(self, rel: str) -> Iterator[io.RawIOBase]:
+        """A file of the folder written as a stream: a Parquet shard of hundreds of MB is never held in memory. Its
+        sha256 and size are taken on the way; the file is staged atomically, as `write_bytes` stages it."""
+        digest = _DigestingWriter(None)
+        if self.compare_only:
+            yield digest
+        else:
+            with self.storage.open_atomic(f"{self.staging}/{rel}") as handle:
+                digest.target = handle
+                yield digest
+        self.files[rel] = digest.sha256.hexdigest()
+        self.sizes[rel] = digest.size
 
     def commit(self, manifest: dict[str, Any]) -> ReleaseResult:
         """Write the manifest and move the staged folder into place, exclusively; or find the folder there already,
@@ -171,3 +188,27 @@ class ImmutableFolder:
                         digest.update(chunk)
                 out[rel] = digest.hexdigest()
         return out
+
+
+class _DigestingWriter(io.RawIOBase):
+    """Passes writes on to `target` (none: only hashes them) and keeps their sha256 and size."""
+
+    def __init__(self, target: IO[bytes] | None) -> None:
+        super().__init__()
+        self.target = target
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.sha256.update(view)
+        if self.target is not None:
+            self.target.write(view)
+        self.size += len(view)
+        return len(view)
+
+    def tell(self) -> int:
+        return self.size

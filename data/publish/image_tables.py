@@ -2,7 +2,8 @@
 WebDataset tars of the same samples, written in one pass over the image bytes.
 
 Shards are planned from the rows' `num_bytes` (a released JPEG is close to its original's size). Images are loaded
-one row group at a time; each finished shard is buffered in memory before it is written.
+one row group at a time, and each shard, Parquet or tar, is streamed into its staged file: no shard is held in memory
+(a Parquet shard is up to `max_shard_bytes`, 450 MB by default).
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import bisect
 import io
 import json
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -117,32 +120,29 @@ def write_image_shards(
     sizes = [int(r.metadata.get("num_bytes") or 0) if image_column and r.embed else 0 for r in rows]
     plan = list(_plan_shards(sizes, limits.max_shard_bytes))
     tar_plan = list(_plan_shards(sizes, limits.max_shard_bytes, limits.max_shard_images))
-    tar_shards = _TarShards(folder, tar_plan, sidecar_fields(schema))
     parquet_files = []
-    for shard, (start, stop) in enumerate(plan):
-        rel = f"{config_name}/{split}-{shard:05d}-of-{len(plan):05d}.parquet"
-        buffer = io.BytesIO()
-        with pq.ParquetWriter(buffer, full_schema, compression="zstd") as writer:
-            for group_start in range(start, stop, limits.row_group_size):
-                group = rows[group_start : min(stop, group_start + limits.row_group_size)]
-                records = []
-                for position, row in enumerate(group, start=group_start):
-                    if not image_column:
-                        records.append(row.metadata)
-                        continue
-                    if not row.embed:
-                        records.append({**row.metadata, "image": None})
-                        continue
-                    data = row.load()
-                    if tars:
-                        tar_shards.add(position, row.key, data, row.metadata)
-                    records.append({**row.metadata, "image": {"bytes": data, "path": f"{row.key}.jpg"}})
-                writer.write_table(pa.Table.from_pylist(records, schema=full_schema))
-                if progress is not None:
-                    progress(group_start + len(group), len(rows))
-        folder.write_bytes(rel, buffer.getvalue())
-        parquet_files.append(rel)
-    tar_shards.close()
+    with _TarShards(folder, tar_plan, sidecar_fields(schema)) as tar_shards:
+        for shard, (start, stop) in enumerate(plan):
+            rel = f"{config_name}/{split}-{shard:05d}-of-{len(plan):05d}.parquet"
+            with folder.open_write(rel) as sink, pq.ParquetWriter(sink, full_schema, compression="zstd") as writer:
+                for group_start in range(start, stop, limits.row_group_size):
+                    group = rows[group_start : min(stop, group_start + limits.row_group_size)]
+                    records = []
+                    for position, row in enumerate(group, start=group_start):
+                        if not image_column:
+                            records.append(row.metadata)
+                            continue
+                        if not row.embed:
+                            records.append({**row.metadata, "image": None})
+                            continue
+                        data = row.load()
+                        if tars:
+                            tar_shards.add(position, row.key, data, row.metadata)
+                        records.append({**row.metadata, "image": {"bytes": data, "path": f"{row.key}.jpg"}})
+                    writer.write_table(pa.Table.from_pylist(records, schema=full_schema))
+                    if progress is not None:
+                        progress(group_start + len(group), len(rows))
+            parquet_files.append(rel)
     if tar_shards.written:
         features = json.dumps(webdataset_features(schema), indent=2, ensure_ascii=False) + "\n"
         folder.write_bytes(WEBDATASET_FEATURES, features.encode())
@@ -151,17 +151,34 @@ def write_image_shards(
 
 @dataclass
 class _TarShards:
+    """The WebDataset tars of a plan, each streamed into its staged file as its images arrive; a context manager,
+    so that a tar cut short by an error is dropped, not published."""
+
     folder: ImmutableFolder
     plan: list[tuple[int, int]]
     fields: list[str]  # the sidecar JSON's columns (`sidecar_fields`)
     written: list[str] = field(default_factory=list)
     _current: Any = None
-    _buffer: io.BytesIO | None = None
+    _file: ExitStack = field(default_factory=ExitStack)
     _shard: int = -1
     _starts: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
         self._starts = [start for start, _ in self.plan]
+
+    def __enter__(self) -> _TarShards:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if kind is None:
+            self._flush()
+            return
+        if self._current is not None:  # end the tar into the file about to be dropped, not at garbage collection
+            self._current.close()
+            self._current = None
+        self._file.__exit__(kind, error, trace)  # the staged file is removed, not renamed into place
 
     def add(self, position: int, key: str, data: bytes, metadata: dict[str, Any]) -> None:
         # The plan's ranges are contiguous and sorted: a bisection, not a scan of every shard per image (a
@@ -169,31 +186,26 @@ class _TarShards:
         shard = bisect.bisect_right(self._starts, position) - 1
         if not self.plan or shard < 0 or position >= self.plan[shard][1]:
             raise ValueError(f"image position {position} is in no tar of the plan")
-        if shard != self._shard:
-            self._flush()
-            self._shard, self._buffer = shard, io.BytesIO()
-            import webdataset as wds  # imports torch: only when a release writes tars
-
-            self._current = wds.TarWriter(
-                self._buffer, mtime=0, user="culturebench", group="culturebench", encoder=False
-            )
         if "." in key:
             raise ValueError(f"WebDataset keys may not contain dots: {key!r}")
+        if shard != self._shard:
+            self._flush()
+            import webdataset as wds  # imports torch: only when a release writes tars
+
+            sink = self._file.enter_context(self.folder.open_write(f"images/{shard:05d}.tar"))
+            self._shard = shard
+            self._current = wds.TarWriter(sink, mtime=0, user="culturebench", group="culturebench", encoder=False)
         sidecar = {name: metadata.get(name) for name in self.fields}
         sample_json = json.dumps(sidecar, sort_keys=True, ensure_ascii=False, default=str).encode()
         self._current.write({"__key__": key, "jpg": data, "json": sample_json})
 
     def _flush(self) -> None:
-        if self._current is None or self._buffer is None:
+        if self._current is None:
             return
-        self._current.close()
-        rel = f"images/{self._shard:05d}.tar"
-        self.folder.write_bytes(rel, self._buffer.getvalue())
-        self.written.append(rel)
-        self._current = self._buffer = None
-
-    def close(self) -> None:
-        self._flush()
+        self._current.close()  # the tar's end blocks; the stream it was given stays open
+        self._file.close()  # the staged file is complete: renamed into place, its sha256 recorded
+        self.written.append(f"images/{self._shard:05d}.tar")
+        self._current = None
 
 
 def _plan_shards(sizes: list[int], max_bytes: int, max_count: int | None = None) -> Iterator[tuple[int, int]]:

@@ -4,7 +4,10 @@ same callback). Also the pieces: `data.progress` and the release's tar placement
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -80,15 +83,18 @@ def test_tars_are_placed_by_bisection_across_many_shards(tmp_path: Path) -> None
         def __init__(self) -> None:
             self.files: dict[str, bytes] = {}
 
-        def write_bytes(self, rel: str, data: bytes) -> None:
-            self.files[rel] = data
+        @contextlib.contextmanager
+        def open_write(self, rel: str) -> Iterator[io.BytesIO]:
+            stream = io.BytesIO()
+            yield stream
+            self.files[rel] = stream.getvalue()
 
     plan = [(start, start + 3) for start in range(0, 30, 3)]
     folder = Folder()
     tars = _TarShards(folder, plan, ["i"])  # type: ignore[arg-type]  # a stand-in with the one method the tars call
-    for position in range(30):
-        tars.add(position, f"k{position}", b"\xff\xd8jpeg", {"i": position})
-    tars.close()
+    with tars:
+        for position in range(30):
+            tars.add(position, f"k{position}", b"\xff\xd8jpeg", {"i": position})
     assert tars.written == [f"images/{k:05d}.tar" for k in range(10)]
     with pytest.raises(ValueError, match="in no tar"):
         _TarShards(folder, plan, ["i"]).add(30, "late", b"", {})  # type: ignore[arg-type]
