@@ -12,6 +12,7 @@ from pathlib import Path
 
 from collectors.pack_needs import MISSING_COLUMNS, PackIncomplete, missing_for_build, missing_summary
 from curation.validate import ValidationReport, validate_benchmark
+from data.process_pool import Failed, run_in_processes
 from data.provenance import code_version
 from data.publish.folder import ReleaseResult
 from data.publish.format import ReleaseReadError
@@ -25,6 +26,7 @@ from data.workspace import Workspace
 from flows.engine.benchmark import Benchmark
 from flows.engine.config import ConfigError
 from flows.engine.graph import Build, Progress
+from flows.engine.local_processes import local_workers
 from flows.xcm import takedown
 from flows.xcm.config import Build3XCMConfig
 from flows.xcm.deviations import xcm_deviations
@@ -124,11 +126,12 @@ def release(build: Build[Build3XCMConfig], progress: Progress | None = None) -> 
     """Validate exactly the tables to publish, then materialise them into `<release.root>/3xcm/<version>/`. The
     card and manifest state this run's verdict, not a stage's earlier one."""
     config, ws = build.config, build.ws
-    tables = published_tables(ws)
-    pack = build.pack
-    report = validate_tables(config, tables, pack)
+    report, validated_tables = validate_published(build)
     if not report.ok:
         raise BuildValidationError(f"the tables to release break the benchmark rules:\n{report.summary()}")
+    tables = published_tables(ws)  # each part checked against its marker's sha256 (`Workspace.read_table`)
+    if _table_digests(ws) != validated_tables:
+        raise BuildValidationError("the tables to release changed while they were validated: build again")
     images = tables.images
     # Each image is named by its URL, sha256 and pHash (docs/release-managers.md, "URL-only releases").
     if config.release.mode == "urls":
@@ -143,9 +146,35 @@ def release(build: Build[Build3XCMConfig], progress: Progress | None = None) -> 
         tables.unassembled,
         # As the build stated it (`exclude_unset`, python values: the writer's JSON is byte for byte the same).
         {**provenance(build).model_dump(exclude_unset=True), "validation": {"summary": report.summary()}},
-        pack,
+        build.pack,
         progress=None if progress is None else partial(progress, "release"),
     )
+
+
+def validate_published(build: Build[Build3XCMConfig]) -> tuple[ValidationReport, dict[str, str]]:
+    """Every benchmark rule on the tables to release, and the digests of the stages it read them from. From
+    `task_runner.processes_from_items` images on, in a worker process of its own (`data/process_pool.py`): the
+    validator's Python objects leave with it, so the release writes its shards without them. One process, not two
+    in parallel: the release reads the tables only after it, so that they are never held twice."""
+    marker = build.ws.marker("image_metadata")
+    images = marker.rows if marker is not None else 0
+    if local_workers(build.config.task_runner, images) < 2:
+        return _validate_published(build)
+    [(_, outcome)] = list(run_in_processes(_validate_published, [build], 1, lambda _: "the release's validation"))
+    if isinstance(outcome, Failed):
+        raise outcome.error
+    return outcome
+
+
+def _validate_published(build: Build[Build3XCMConfig]) -> tuple[ValidationReport, dict[str, str]]:
+    digests = _table_digests(build.ws)
+    return validate_tables(build.config, published_tables(build.ws), build.pack), digests
+
+
+def _table_digests(ws: Workspace) -> dict[str, str]:
+    """The content digests of the stages whose tables a release publishes (`published_tables`)."""
+    markers = {stage: ws.marker(stage) for stage in ("image_metadata", "assembly", "translations")}
+    return {stage: marker.digest() if marker else "" for stage, marker in markers.items()}
 
 
 def validate_release(folder: Path, patch: bool = False) -> ValidationReport:

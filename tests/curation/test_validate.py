@@ -10,6 +10,7 @@ import re
 import shutil
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,11 +22,14 @@ import collectors.importer
 from curation.catalog import build_catalog
 from curation.image_thumbnails import pixel_sha256
 from curation.validate import validate_benchmark
+from data.process_pool import run_in_processes
 from data.reference import default_pack
 from data.schemas import CATALOG, COPIES, IMAGE_DEDUP, RQ2_SLOTS, STATUS_OK
 from data.stage import stats_from_table
 from data.workspace import DamagedFileError, Workspace
 from flows.cli import app
+from flows.engine.task_runner import DefaultTaskRunnerConfig
+from flows.xcm import build as xcm_build
 from flows.xcm.build import XCM, build_locally, release
 from flows.xcm.config import Build3XCMConfig
 from flows.xcm.stages import BuildValidationError
@@ -320,11 +324,14 @@ def test_a_truncated_part_names_its_file(small_demo_config: Build3XCMConfig) -> 
 
 
 @pytest.mark.slow
-def test_the_release_validates_exactly_the_tables_it_publishes(small_demo_config: Build3XCMConfig) -> None:
+@pytest.mark.parametrize("apart", [False, True], ids=["in-process", "worker-process"])
+def test_the_release_validates_exactly_the_tables_it_publishes(
+    small_demo_config: Build3XCMConfig, apart: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A table changed behind the validation stage's back (its marker rewritten to match, as a bug could) is caught
-    by the release's own validation, and nothing is published."""
-    config = small_demo_config
-    ws, _ = _built(config)
+    by the release's own validation, and nothing is published; also where the validation runs in a worker process
+    (`flows.xcm.build.validate_published`, at scale)."""
+    ws, _ = _built(small_demo_config)
     rows = ws.read_table("assembly").to_pylist()
     rows[0]["semantically_relevant_candidate_index"] = rows[0]["query_index"]  # the query as its own answer
     marker = ws.marker("assembly")
@@ -334,8 +341,18 @@ def test_the_release_validates_exactly_the_tables_it_publishes(small_demo_config
     )
     marker.files["part-00000.parquet"] = record  # type: ignore[index]
     ws.storage.write_json(f"{ws.stage_dir('assembly')}/_SUCCESS", marker.model_dump(mode="json"))
+    runner = DefaultTaskRunnerConfig(processes=2, processes_from_items=1 if apart else 10**9)
+    config = small_demo_config.model_copy(update={"task_runner": runner})  # the same build: how it runs differs
+    sent: list[object] = []
+
+    def recorded(function: Any, items: Any, workers: int, describe: Any) -> Any:
+        sent.extend(items)
+        yield from run_in_processes(function, items, workers, describe)
+
+    monkeypatch.setattr(xcm_build, "run_in_processes", recorded)
     with pytest.raises(BuildValidationError, match=r"rq2\.correct"):
         release(XCM.build(config))
+    assert len(sent) == (1 if apart else 0)  # the validation ran in a worker process, or in this one
     assert not Path(config.release.root).exists() or not any(Path(config.release.root).rglob("*.parquet"))
 
 
