@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 import numpy as np
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from curation.pool_index import NO_IMAGE, PoolIndex
 from curation.rules import RQ2_RULES, RQ3_RULES, Catalog, DescriptorBalance, PoolCounts, seeded_priority
+from data.process_pool import run_apart
 from data.progress import StepProgress, ticking
 from data.reference import ReferencePack
 from data.schemas import BENCHMARK, BENCHMARK_CD, RQ2_SLOTS, UNASSEMBLED
@@ -331,18 +333,25 @@ def assemble_catalog(
     keep: Mapping[int, tuple[int, ...]] | None = None,
     queries_of: npt.NDArray[np.integer] | None = None,
     progress: StepProgress | None = None,
+    apart: bool = False,
 ) -> Assembly:
     """Both tasks over `catalog`; `keep` and `queries_of` as in `assemble_rq2` (RQ3 has no rows to keep).
-    `progress` counts the queries of both tasks on one bar."""
+    `progress` counts the queries of both tasks on one bar. `apart`: RQ3 is assembled in a worker process while RQ2
+    is here, on the other core (each task has its own index, so neither sees the other's choices); the bar then
+    counts RQ2's queries."""
     counts = PoolCounts(catalog)
     n = len(_query_rows(catalog, queries_of))
-    of = n * (2 if config.rq3 else 1)
+    of = n * (2 if config.rq3 and not apart else 1)
+    rq3_apart = None
+    if config.rq3 and apart:
+        rq3_apart = run_apart(partial(assemble_rq3, catalog, counts, config.seed, queries_of), "the RQ3 assembly")
     rq2 = assemble_rq2(catalog, counts, config.seed, keep, queries_of, progress=progress, shared=(0, of))
-    rq3 = (
-        assemble_rq3(catalog, counts, config.seed, queries_of, progress=progress, shared=(n, of))
-        if config.rq3
-        else _result_of_nothing(len(RQ3_RULES))
-    )
+    if rq3_apart is not None:
+        rq3 = rq3_apart()
+    elif config.rq3:
+        rq3 = assemble_rq3(catalog, counts, config.seed, queries_of, progress=progress, shared=(n, of))
+    else:
+        rq3 = _result_of_nothing(len(RQ3_RULES))
     return Assembly(
         benchmark=benchmark_table(catalog, texts, rq2),
         benchmark_cd=benchmark_cd_table(catalog, texts, rq3),
@@ -357,6 +366,7 @@ def run_assembly(
     translations: pa.Table,
     pack: ReferencePack,
     progress: StepProgress | None = None,
+    apart: bool = False,
 ) -> Assembly:
     catalog = Catalog.from_table(image_table, [c.name for c in pack.countries])
-    return assemble_catalog(config, catalog, QueryTexts(translations, pack), progress=progress)
+    return assemble_catalog(config, catalog, QueryTexts(translations, pack), progress=progress, apart=apart)

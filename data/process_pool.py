@@ -78,6 +78,30 @@ def run_in_processes(
         feeder.join()
 
 
+def run_apart(function: Callable[[], Result], describe: str) -> Callable[[], Result]:
+    """Start `function()` in a worker process now, and give the call that waits for its result (and raises its
+    error): the caller works on something else meanwhile, on the other core."""
+    answer: list[Result | Failed[int]] = []
+
+    def wait() -> None:
+        try:  # to the end of the outcomes: the worker has exited when it returns
+            answer.extend(outcome for _, outcome in run_in_processes(lambda _: function(), [0], 1, lambda _: describe))
+        except BaseException as exc:  # the function did not pickle, say: raised by `result`, not lost in this thread
+            answer.append(Failed(0, exc))
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+
+    def result() -> Result:
+        waiter.join()
+        [outcome] = answer
+        if isinstance(outcome, Failed):
+            raise outcome.error
+        return outcome
+
+    return result
+
+
 def _stop_feeding(todo: queue.SimpleQueue[int | None], feeders: int) -> None:
     """Empty the queue of items not yet taken, leaving one stop per feeder (a surplus stop is never read)."""
     while True:

@@ -321,15 +321,17 @@ def _image_metadata(ctx: StageContext) -> StageOutput:
 
 
 def _assembly(ctx: StageContext) -> StageOutput:
+    catalog = ctx.table("image_metadata")
     result = run_assembly(
         ctx.config.assembly,
-        ctx.table("image_metadata"),
+        catalog,
         ctx.table("translations"),
         ctx.pack,
         ctx.on_progress(ctx.stage),
+        apart=local_workers(ctx.config.task_runner, catalog.num_rows) > 1,  # RQ3 on the other core
     )
     unassembled = result.unassembled.to_pylist()
-    images = ctx.table("image_metadata").num_rows
+    images = catalog.num_rows
     reasons: dict[str, int] = {}
     for row in unassembled:
         key = f"{row['task']}:{row['reason']}"

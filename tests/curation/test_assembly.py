@@ -271,3 +271,15 @@ def test_validator_catches_unbalanced_reuse(valid_case) -> None:
 
 def test_rq3_rule_order_matches_the_release_columns() -> None:
     assert tuple(slot.name for slot in RQ3_RULES) == RQ3_SLOTS
+
+
+def test_rq3_assembled_in_a_worker_process_is_the_same(valid_case) -> None:
+    """`apart` (a large catalog, `task_runner` workers): RQ3 in a process of its own gives the very tables."""
+    catalog, _, _, translations = valid_case
+    for seed in (1, 7):
+        here = run_assembly(AssemblyConfig(seed=seed), catalog, translations, default_pack())
+        apart = run_assembly(AssemblyConfig(seed=seed), catalog, translations, default_pack(), apart=True)
+        assert here.benchmark_cd.num_rows > 0
+        for table in ("benchmark", "benchmark_cd", "unassembled"):
+            assert getattr(apart, table).equals(getattr(here, table)), table
+        assert apart.reuse == here.reuse
