@@ -14,6 +14,7 @@ import pytest
 
 import curation.image_dedup as image_dedup_module
 import curation.pair_batches as pair_batches_module
+import flows.xcm.build as xcm_build_module
 from data.process_pool import run_in_processes
 from flows.engine.local_processes import LocalProcesses, local_shards
 from flows.engine.shards import InOrder, ShardPlan
@@ -132,6 +133,13 @@ def test_a_build_whose_shards_ran_in_worker_processes_releases_the_same_bytes(
         yield from run_in_processes(function, items, workers, describe)
 
     monkeypatch.setattr(image_dedup_module, "run_in_processes", recorded)
+    validations: list[int] = []
+
+    def recorded_validation(function: Any, items: Any, workers: int, describe: Any) -> Any:
+        validations.append(len(items))
+        yield from run_in_processes(function, items, workers, describe)
+
+    monkeypatch.setattr(xcm_build_module, "run_in_processes", recorded_validation)
     in_order = small_config(tmp_path / "in-order", processes=1)
     workers = small_config(tmp_path / "workers", processes=2, processes_from_items=1)
     assert workers.resolved_build_id() == in_order.resolved_build_id()  # how it runs is not what it builds
@@ -148,3 +156,4 @@ def test_a_build_whose_shards_ran_in_worker_processes_releases_the_same_bytes(
     first, second = (release_files(tmp_path / run / "releases") for run in ("in-order", "workers"))
     assert first and first == second
     assert sent and min(sent) > 1  # the dedup's batches went to the workers
+    assert validations == [1]  # and the release's validation to a process of its own; in order, it stayed here
