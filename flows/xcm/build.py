@@ -12,7 +12,7 @@ from pathlib import Path
 
 from collectors.pack_needs import MISSING_COLUMNS, PackIncomplete, missing_for_build, missing_summary
 from curation.validate import ValidationReport, validate_benchmark
-from data.process_pool import Failed, run_in_processes
+from data.process_pool import run_apart
 from data.provenance import code_version
 from data.publish.folder import ReleaseResult
 from data.publish.format import ReleaseReadError
@@ -160,10 +160,7 @@ def validate_published(build: Build[Build3XCMConfig]) -> tuple[ValidationReport,
     images = marker.rows if marker is not None else 0
     if local_workers(build.config.task_runner, images) < 2:
         return _validate_published(build)
-    [(_, outcome)] = list(run_in_processes(_validate_published, [build], 1, lambda _: "the release's validation"))
-    if isinstance(outcome, Failed):
-        raise outcome.error
-    return outcome
+    return run_apart(partial(_validate_published, build), "the release's validation")()
 
 
 def _validate_published(build: Build[Build3XCMConfig]) -> tuple[ValidationReport, dict[str, str]]:

@@ -22,7 +22,7 @@ import collectors.importer
 from curation.catalog import build_catalog
 from curation.image_thumbnails import pixel_sha256
 from curation.validate import validate_benchmark
-from data.process_pool import run_in_processes
+from data.process_pool import run_apart
 from data.reference import default_pack
 from data.schemas import CATALOG, COPIES, IMAGE_DEDUP, RQ2_SLOTS, STATUS_OK
 from data.stage import stats_from_table
@@ -345,11 +345,11 @@ def test_the_release_validates_exactly_the_tables_it_publishes(
     config = small_demo_config.model_copy(update={"task_runner": runner})  # the same build: how it runs differs
     sent: list[object] = []
 
-    def recorded(function: Any, items: Any, workers: int, describe: Any) -> Any:
-        sent.extend(items)
-        yield from run_in_processes(function, items, workers, describe)
+    def recorded(function: Any, describe: str) -> Any:
+        sent.append(describe)
+        return run_apart(function, describe)
 
-    monkeypatch.setattr(xcm_build, "run_in_processes", recorded)
+    monkeypatch.setattr(xcm_build, "run_apart", recorded)
     with pytest.raises(BuildValidationError, match=r"rq2\.correct"):
         release(XCM.build(config))
     assert len(sent) == (1 if apart else 0)  # the validation ran in a worker process, or in this one

@@ -15,7 +15,7 @@ import pytest
 import curation.image_dedup as image_dedup_module
 import curation.pair_batches as pair_batches_module
 import flows.xcm.build as xcm_build_module
-from data.process_pool import run_in_processes
+from data.process_pool import run_apart, run_in_processes
 from flows.engine.local_processes import LocalProcesses, local_shards
 from flows.engine.shards import InOrder, ShardPlan
 from flows.engine.task_runner import DaskTaskRunnerConfig, DefaultTaskRunnerConfig
@@ -135,11 +135,11 @@ def test_a_build_whose_shards_ran_in_worker_processes_releases_the_same_bytes(
     monkeypatch.setattr(image_dedup_module, "run_in_processes", recorded)
     validations: list[int] = []
 
-    def recorded_validation(function: Any, items: Any, workers: int, describe: Any) -> Any:
-        validations.append(len(items))
-        yield from run_in_processes(function, items, workers, describe)
+    def recorded_validation(function: Any, describe: str) -> Any:
+        validations.append(1)
+        return run_apart(function, describe)
 
-    monkeypatch.setattr(xcm_build_module, "run_in_processes", recorded_validation)
+    monkeypatch.setattr(xcm_build_module, "run_apart", recorded_validation)
     in_order = small_config(tmp_path / "in-order", processes=1)
     workers = small_config(tmp_path / "workers", processes=2, processes_from_items=1)
     assert workers.resolved_build_id() == in_order.resolved_build_id()  # how it runs is not what it builds
