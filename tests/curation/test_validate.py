@@ -472,3 +472,26 @@ def test_the_demo_corpus_and_the_contact_sheet_are_written_through_the_workspace
     picture = (root / on_disk[0].split(str(root) + "/", 1)[1]).read_bytes()
     assert write_contact_sheet(decisions, lambda image_id: picture, str(sheet)) == str(sheet)
     assert written == [str(sheet)]
+
+
+@pytest.mark.slow
+def test_tables_that_change_after_the_validation_are_not_released(
+    small_demo_config: Build3XCMConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The release reads its tables after the validation (in a worker process at scale): if their stages' digests
+    then differ from those the validation read, nothing is published."""
+    _built(small_demo_config)
+    real = xcm_build._table_digests
+    calls: list[dict[str, str]] = []
+
+    def digests(ws: Workspace) -> dict[str, str]:
+        calls.append(real(ws))
+        return calls[-1] if len(calls) == 1 else {**calls[-1], "assembly": "rebuilt meanwhile"}
+
+    monkeypatch.setattr(xcm_build, "_table_digests", digests)
+    with pytest.raises(BuildValidationError, match="changed while they were validated"):
+        release(XCM.build(small_demo_config))
+    assert len(calls) == 2 and calls[0] == calls[1]  # the tables themselves did not change: only the digest check
+    assert not Path(small_demo_config.release.root).exists() or not any(
+        Path(small_demo_config.release.root).rglob("*.parquet")
+    )
