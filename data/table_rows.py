@@ -47,6 +47,22 @@ class TableRows(Sequence[T], Generic[T]):
             raise IndexError(index)
         return self._make(self._table.slice(index % len(self), 1).to_pylist()[0])
 
+    def window(self, start: int, stop: int) -> TableRows[T]:
+        """Rows [start, stop) as rows of their own, made by the same `make`."""
+        return TableRows(self._table.slice(start, max(0, stop - start)), self._make)
+
+    def __reduce__(self) -> tuple[Callable[..., TableRows[T]], tuple[Any, ...]]:
+        # Through Arrow IPC: a pickled slice of a table carries its whole buffers (pyarrow 26), a window sent to a
+        # worker process would carry every row of the table.
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, self._table.schema) as writer:
+            writer.write_table(self._table)
+        return _from_ipc, (sink.getvalue(), self._make)
+
     def __iter__(self) -> Iterator[T]:
         for batch in self._table.to_batches(max_chunksize=self.CHUNK):
             yield from (self._make(row) for row in batch.to_pylist())
+
+
+def _from_ipc(data: pa.Buffer, make: Callable[[dict[str, Any]], T]) -> TableRows[T]:
+    return TableRows(pa.ipc.open_stream(data).read_all(), make)

@@ -5,6 +5,7 @@
     .venv/bin/python perf/build_scale.py --images 100k --keep
     .venv/bin/python perf/stage_ab.py /tmp/culturebench-build-scale/spec-<shape>.json /tmp/before . --rounds 2
     .venv/bin/python perf/stage_ab.py SPEC /tmp/before . --stages image_dedup
+    .venv/bin/python perf/stage_ab.py SPEC /tmp/before . --stages release   # the release folder, written again
 
 Each round runs every code root in turn, each in a fresh process: the stages' tables (and, with `images`, the blob
 store) are removed, then the stages run in order with the packages under that root (its folder first on the path,
@@ -30,20 +31,28 @@ def run_child(root: Path, spec_path: Path, stages: list[str]) -> dict[str, float
     sys.path[:0] = [str(root), str(root / "perf")]
     import build_scale as bs
 
+    from flows.xcm.build import XCM, release
     from flows.xcm.stages import GRAPH
 
     spec = json.loads(spec_path.read_text())
     shape = bs.Shape(**{**spec["shape"], "real_countries": tuple(spec["shape"]["real_countries"])})
     build = GRAPH.build(bs.build_config(shape, Path(spec["corpus"]), Path(spec["work"]), spec["reference"]))
+    XCM.prepare_reference(build)  # the build's copy of its pack, as the release reads it
     workspace = Path(build.ws.stage_dir("images")).parents[1]
     for name in stages:
-        shutil.rmtree(workspace / "tables" / name, ignore_errors=True)
+        if name == "release":
+            shutil.rmtree(Path(build.config.release.root) / "3xcm" / build.config.release.version, ignore_errors=True)
+        else:
+            shutil.rmtree(workspace / "tables" / name, ignore_errors=True)
     if "images" in stages:
         shutil.rmtree(workspace / "blobs", ignore_errors=True)
     seconds = {}
     for name in stages:
         start = time.perf_counter()
-        build.run(name)
+        if name == "release":
+            release(build)
+        else:
+            build.run(name)
         seconds[name] = round(time.perf_counter() - start, 1)
     return seconds
 

@@ -65,11 +65,22 @@ class ReleaseWriter(ImmutableFolder):
         image_column: bool = True,
         tars: bool = True,
         progress: StepProgress | None = None,
+        workers: int = 1,
     ) -> dict[str, list[str]]:
-        """Image Parquet shards and WebDataset tars, sized by the release's settings (`data.publish.image_tables`)."""
+        """Image Parquet shards and WebDataset tars, sized by the release's settings, written in up to `workers`
+        processes (`data.publish.image_tables`)."""
         limits = ShardLimits(self.config.row_group_size, self.config.max_shard_bytes, self.config.max_shard_images)
         return write_image_shards(
-            self, config_name, rows, schema, limits, split, image_column=image_column, tars=tars, progress=progress
+            self,
+            config_name,
+            rows,
+            schema,
+            limits,
+            split,
+            image_column=image_column,
+            tars=tars,
+            progress=progress,
+            workers=workers,
         )
 
 

@@ -148,6 +148,8 @@ def release(build: Build[Build3XCMConfig], progress: Progress | None = None) -> 
         {**provenance(build).model_dump(exclude_unset=True), "validation": {"summary": report.summary()}},
         build.pack,
         progress=None if progress is None else partial(progress, "release"),
+        # The shards on every core, as the image stages run theirs (`task_runner.processes_from_items`).
+        workers=local_workers(config.task_runner, images.num_rows),
     )
 
 

@@ -95,10 +95,11 @@ def write_3xcm_release(
     load_image: Callable[[dict[str, Any]], bytes] | None = None,
     changelog: str = "",
     progress: StepProgress | None = None,
+    workers: int = 1,
 ) -> ReleaseResult:
     """`pack`: the reference pack the benchmark was built from, carried in `reference/`. `load_image` and
     `changelog` are for a patch release (`flows/xcm/takedown.py`): the parent's released bytes instead of the converted
-    blobs, and the CHANGELOG that ends its card."""
+    blobs, and the CHANGELOG that ends its card. The image shards are written in up to `workers` processes."""
     stated = validated(Provenance, provenance)  # the card and facts read it typed; the manifest writes `provenance`
     writer = ReleaseWriter(config, NAME)
     release_bytes = load_image or (lambda meta: to_release_jpeg(blobs.get(meta["sha256"]), meta["format"]))
@@ -116,7 +117,7 @@ def write_3xcm_release(
         )
         # A URL-only release has no `image` column: each row's `url`, `sha256` and `phash` name its image.
         shards = writer.write_images(
-            "image_metadata", rows, schema, image_column=not urls, tars=not urls, progress=progress
+            "image_metadata", rows, schema, image_column=not urls, tars=not urls, progress=progress, workers=workers
         )
         writer.write_table("benchmark", benchmark)
         writer.write_table("benchmark_cd", benchmark_cd)
