@@ -26,6 +26,7 @@ from data.schemas import MIXCUBE_ROWS
 from data.workspace import Workspace
 from flows.engine.benchmark import Benchmark
 from flows.engine.graph import Build, Progress
+from flows.engine.local_processes import local_workers
 from flows.mixcube import takedown
 from flows.mixcube.config import BuildMixCubeConfig
 from flows.mixcube.deviations import mixcube_deviations
@@ -120,7 +121,15 @@ def release(build: Build[BuildMixCubeConfig], progress: Progress | None = None) 
     written = None if progress is None else partial(progress, "release")
     # As the build stated it (`exclude_unset`, python values: the writer's JSON is byte for byte the same).
     stated = provenance(build).model_dump(exclude_unset=True)
-    return write_mixcube_release(build.config.release, ws.blobs, rows, stated, build.pack, progress=written)
+    return write_mixcube_release(
+        build.config.release,
+        ws.blobs,
+        rows,
+        stated,
+        build.pack,
+        progress=written,
+        workers=local_workers(build.config.task_runner, rows.num_rows),  # as the 3XCM release writes its shards
+    )
 
 
 def validate_release(folder: Path, patch: bool = False) -> ValidationReport:

@@ -89,9 +89,10 @@ def write_mixcube_release(
     *,
     changelog: str = "",
     progress: StepProgress | None = None,
+    workers: int = 1,
 ) -> ReleaseResult:
     """`pack`: the reference pack the release was built from, carried in `reference/`. `changelog` ends the card
-    of a patch release (`flows/mixcube/takedown.py`).
+    of a patch release (`flows/mixcube/takedown.py`). The image shards are written in up to `workers` processes.
 
     A URL-only release (`config.mode` `urls`) keeps the bytes of the swaps (we made them; they have no URL) and
     publishes each original by its `url`, `sha256` and `phash` (a column `rows` must have), with a null `image`;
@@ -113,7 +114,7 @@ def write_mixcube_release(
                 embed=bool(meta["synthesized"]) or not urls,
             ),
         )
-        shards = writer.write_images("default", images, schema, tars=not urls, progress=progress)
+        shards = writer.write_images("default", images, schema, tars=not urls, progress=progress, workers=workers)
         food = rows.filter(pa.compute.equal(rows["category"], "Food"))
         labels = pa.table(
             {
