@@ -89,7 +89,7 @@ def test_tars_are_placed_by_bisection_across_many_shards(tmp_path: Path) -> None
             yield stream
             self.files[rel] = stream.getvalue()
 
-    plan = [(start, start + 3) for start in range(0, 30, 3)]
+    plan = [(number, start, start + 3) for number, start in enumerate(range(0, 30, 3))]
     folder = Folder()
     tars = _TarShards(folder, plan, ["i"])  # type: ignore[arg-type]  # a stand-in with the one method the tars call
     with tars:
@@ -98,3 +98,12 @@ def test_tars_are_placed_by_bisection_across_many_shards(tmp_path: Path) -> None
     assert tars.written == [f"images/{k:05d}.tar" for k in range(10)]
     with pytest.raises(ValueError, match="in no tar"):
         _TarShards(folder, plan, ["i"]).add(30, "late", b"", {})  # type: ignore[arg-type]
+    # A worker's share of the plan (`_Segment.tars`): its tars keep their numbers, and positions outside are not its.
+    share = _TarShards(folder, plan[4:7], ["i"])  # type: ignore[arg-type]
+    assert [share.owns(p) for p in (11, 12, 20, 21)] == [False, True, True, False]
+    with share:
+        for position in range(12, 21):
+            share.add(position, f"k{position}", b"\xff\xd8jpeg", {"i": position})
+    assert share.written == [f"images/{k:05d}.tar" for k in (4, 5, 6)]
+    with pytest.raises(ValueError, match="in no tar"):
+        _TarShards(folder, plan[4:7], ["i"]).add(11, "before", b"", {})  # type: ignore[arg-type]
