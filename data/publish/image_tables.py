@@ -129,12 +129,14 @@ def write_image_shards(
         hf_image_schema(schema) if image_column else hf_schema(schema),
         limits.row_group_size,
         image_column,
-        tars,
         sidecar_fields(schema),
     )
     sizes = [int(r.metadata.get("num_bytes") or 0) if image_column and r.embed else 0 for r in rows]
     plan = list(_plan_shards(sizes, limits.max_shard_bytes))
-    tar_plan = list(_plan_shards(sizes, limits.max_shard_bytes, limits.max_shard_images))
+    # No tars at all without the images' bytes: then no segment owns a tar or reads past its Parquet shard.
+    tar_plan = (
+        list(_plan_shards(sizes, limits.max_shard_bytes, limits.max_shard_images)) if image_column and tars else []
+    )
     segments = _segments(plan, tar_plan, apart=workers > 1 and len(plan) > 1)
     if len(segments) == 1:
         written = [job.write(segments[0], rows, 0, progress)]
@@ -200,7 +202,6 @@ class _ShardJob:
     schema: pa.Schema  # with the image column, or without (`image_column`)
     row_group_size: int
     image_column: bool
-    tars: bool
     fields: list[str]  # the tars' sidecar JSON columns
 
     def write(
@@ -230,7 +231,7 @@ class _ShardJob:
             # The rest of the last tar, past the last Parquet shard: another segment's rows, read again here.
             end = segment.parquet[-1][2]
             for position, row in enumerate(rows[end - offset : segment.stop - offset], start=end):
-                if self.image_column and row.embed and self.tars:
+                if row.embed:
                     tar_shards.add(position, row.key, row.load(), row.metadata)
         rels = [*parquet_files, *tar_shards.written]
         return _Written(
@@ -246,7 +247,7 @@ class _ShardJob:
         if not row.embed:
             return {**row.metadata, "image": None}
         data = row.load()
-        if self.tars and tar_shards.owns(position):
+        if tar_shards.owns(position):
             tar_shards.add(position, row.key, data, row.metadata)
         return {**row.metadata, "image": {"bytes": data, "path": f"{row.key}.jpg"}}
 
