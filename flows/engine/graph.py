@@ -263,12 +263,12 @@ class Build(Generic[ConfigT]):
         repaired since, say) is stale even when every config is the same."""
         digests = {}
         for dep in self.stage(name).deps:
-            marker = self.ws.marker(dep)
-            if marker is None:
+            digest = self.ws.marker_digest(dep)
+            if digest is None:
                 raise FileNotFoundError(
                     f"stage {name!r} needs {dep!r}, which has not completed in {self.ws.build_id!r}"
                 )
-            digests[dep] = marker.digest()
+            digests[dep] = digest
         return digests
 
     def is_current(self, name: str) -> bool:

@@ -172,8 +172,7 @@ def _validate_published(build: Build[Build3XCMConfig]) -> tuple[ValidationReport
 
 def _table_digests(ws: Workspace) -> dict[str, str]:
     """The content digests of the stages whose tables a release publishes (`published_tables`)."""
-    markers = {stage: ws.marker(stage) for stage in ("image_metadata", "assembly", "translations")}
-    return {stage: marker.digest() if marker else "" for stage, marker in markers.items()}
+    return {stage: ws.marker_digest(stage) or "" for stage in ("image_metadata", "assembly", "translations")}
 
 
 def validate_release(folder: Path, patch: bool = False) -> ValidationReport:

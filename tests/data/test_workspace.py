@@ -70,6 +70,21 @@ def test_stage_marker_and_stats(workspace_root: Path) -> None:
     assert ws.read_table("s").equals(table)
 
 
+def test_marker_digest_is_the_markers_digest_and_follows_a_rewritten_marker(workspace_root: Path) -> None:
+    ws = Workspace(str(workspace_root), "b1")
+    assert ws.marker_digest("s") is None  # not complete
+    first = _table(list(range(6)))
+    ws.write_stage("s", "fp1", first, SCHEMA, stats_from_table("s", first))
+    marker = ws.marker("s")
+    assert marker is not None and ws.marker_digest("s") == marker.digest()
+    assert ws.marker_digest("s") == marker.digest()  # asked again: the remembered answer is the same
+    other = _table(list(range(7)))
+    ws.write_stage("s", "fp1", other, SCHEMA, stats_from_table("s", other))
+    rewritten = ws.marker("s")
+    assert rewritten is not None and rewritten.digest() != marker.digest()
+    assert ws.marker_digest("s") == rewritten.digest()
+
+
 def test_schema_mismatch_is_reported(workspace_root: Path) -> None:
     ws = Workspace(str(workspace_root), "b1")
     wrong = pa.table({"other": [1]})
