@@ -356,20 +356,22 @@ class Workspace:
 
     # -- completion -------------------------------------------------------------------------------------------
 
-    def marker(self, stage: str) -> StageMarker | None:
+    def _marker_bytes(self, stage: str) -> bytes | None:
         path = f"{self.stage_dir(stage)}/{SUCCESS}"
         if not self.storage.exists(path):
             return None
-        return StageMarker(**self.storage.read_json(path))
+        return self.storage.read_bytes(path)
+
+    def marker(self, stage: str) -> StageMarker | None:
+        raw = self._marker_bytes(stage)
+        return None if raw is None else StageMarker(**json.loads(raw))
 
     def marker_digest(self, stage: str) -> str | None:
         """`marker(stage).digest()`, remembered by the marker's bytes. A sharded stage asks for its inputs' digests
         at every shard; at a million images an upstream marker records about 3,900 files (620 KB), and parsing it
         and serialising it again at each of as many shards made the stage's cost grow with the square of its size."""
-        path = f"{self.stage_dir(stage)}/{SUCCESS}"
-        if not self.storage.exists(path):
-            return None
-        return _marker_digest(self.storage.read_bytes(path))
+        raw = self._marker_bytes(stage)
+        return None if raw is None else _marker_digest(raw)
 
     def damage(self, stage: str) -> dict[str, str]:
         """Files of a finished stage that no longer hold what its marker recorded: name -> what is wrong."""

@@ -10,7 +10,8 @@ stack belongs to the stage whose child process (`build_scale.py --child SPEC --n
 stage's worker processes count towards it; the rest (the corpus, the floors) is `driver`. For each stage this prints
 its sampled seconds (samples / rate: active threads only, so about its CPU seconds) and the functions that take the
 most of it, by self time and by inclusive time (each function counted once per stack). Ends with one JSON line.
-`--within FUNCTION` keeps only the stacks through that function, for a profile of one call inside a script.
+`--within FUNCTION` keeps only the stacks through that function. A thread pool's threads do not carry the frames
+of the call that fed them, so their work is left out: profile a script that makes only the calls instead.
 """
 
 from __future__ import annotations
@@ -96,8 +97,14 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=8)
     parser.add_argument("--within", help="only the stacks through a function whose name starts with this")
     args = parser.parse_args()
-    with args.profile.open(encoding="utf-8", errors="replace") as lines:
-        result = summary(read_profile(lines, args.within), args.rate, args.top)
+    if args.rate <= 0 or args.top < 1:
+        parser.error("--rate must be above 0 and --top at least 1")
+    try:
+        with args.profile.open(encoding="utf-8", errors="replace") as lines:
+            stages = read_profile(lines, args.within)
+    except OSError as error:
+        parser.error(f"cannot read the profile {args.profile}: {error.strerror or error}")
+    result = summary(stages, args.rate, args.top)
     for name, stage in result.items():
         print(f"{name}: {stage['sampled_s']} s sampled")
         for kind in ("self", "inclusive"):

@@ -69,3 +69,19 @@ def test_within_keeps_only_the_stacks_through_a_function(tmp_path: Path) -> None
     stages = run(tmp_path, "--rate", "10", "--within", "phash")["stages"]
     assert list(stages) == ["image_hashes"]
     assert stages["image_hashes"]["sampled_s"] == 2.0
+
+
+def test_a_missing_profile_or_a_bad_rate_is_one_line_and_no_traceback(tmp_path: Path) -> None:
+    script = str(REPO_ROOT / "perf" / "spy_stages.py")
+    (tmp_path / "empty.raw").write_text("", encoding="utf-8")
+    for args, named in (
+        ([str(tmp_path / "missing.raw")], "missing.raw"),
+        ([str(tmp_path)], str(tmp_path)),  # a folder
+        ([str(tmp_path / "empty.raw"), "--rate", "0"], "--rate"),
+    ):
+        done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith("spy_stages.py: error:") and named in last
+    empty = subprocess.run([sys.executable, script, str(tmp_path / "empty.raw")], capture_output=True, text=True)
+    assert empty.returncode == 0 and json.loads(empty.stdout.strip().splitlines()[-1])["stages"] == {}
