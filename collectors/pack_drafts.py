@@ -22,8 +22,8 @@ from pydantic import BaseModel, Field
 
 from data.clients.gemini import GeminiClient, GeminiSettings, failure_row
 from data.reference import ENGLISH, REVIEW_AWAITING, ConceptTranslation, CountryName, Language, ReferencePack
-from data.reference_models import check_template
 from data.reference_parse import language_names
+from data.reference_values import check_language_template, text_problem
 
 STAGE = "reference_drafts"
 
@@ -129,12 +129,14 @@ def forms_prompt(language: Language, countries: list[tuple[str, str, str]]) -> s
 
 def _forms_validator(codes: list[str]) -> Callable[[LanguageForms], None]:
     def validate(answer: LanguageForms) -> None:
-        check_template(answer.descriptor_template)  # {concept} and {country} once each, nothing else
+        check_language_template(answer.descriptor_template)  # {concept} and {country} once each, bare
         got = [c.iso2 for c in answer.countries]
         if sorted(got) != sorted(codes):
             raise ValueError(f"countries: expected {sorted(codes)}, got {sorted(got)}")
-        if any(not c.descriptor_country.strip() for c in answer.countries):
-            raise ValueError("an empty descriptor_country")
+        for country in answer.countries:  # what a pack may hold, checked before the draft is kept
+            problem = text_problem(country.descriptor_country)
+            if problem is not None:
+                raise ValueError(f"countries: {country.iso2} descriptor_country {problem}")
 
     return validate
 
@@ -165,8 +167,10 @@ def draft_language(
             drafts.failures.append(failure_row(STAGE, key, gemini.model, answer))
             return drafts  # without a template and forms, nothing of this language can be drafted
         forms = {f.iso2: " ".join(f.descriptor_country.split()) for f in answer.value.countries}
-        if existing is None:
-            language = language.model_copy(update={"descriptor_template": answer.value.descriptor_template})
+        if existing is None:  # validated again, as a pack's language.json is (model_copy would not)
+            language = Language.model_validate(
+                {**language.model_dump(), "descriptor_template": answer.value.descriptor_template}
+            )
             drafts.language = language
         drafts.country_names = [
             CountryName(iso2=iso2, country=english, language_code=code, name=name, descriptor_country=forms[iso2])

@@ -9,7 +9,6 @@ table, and every difference is written down as a TRANSLATION_CONFLICTS row.
 from __future__ import annotations
 
 import json
-import string
 import unicodedata
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from data.clients.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
 from data.reference import ENGLISH, ConceptTranslation, CountryName, Language, ReferencePack
+from data.reference_values import check_concept_template, text_problem
 from data.schemas import TRANSLATION_CONFLICTS, TRANSLATIONS, empty, from_rows
 from data.stage import BackendConfig
 
@@ -167,19 +167,9 @@ class TranslationBatch(BaseModel):
 
 
 def check_descriptor_template(template: str) -> str:
-    """An RQ3 template has {country} exactly once and {concept} at most once (a per-concept template may
-    write the concept out), no other fields, and formats cleanly."""
-    try:
-        fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
-        template.format(concept="C", country="Y")
-    except (ValueError, IndexError, KeyError) as exc:
-        raise ValueError(f"descriptor_template {template!r} does not format: {exc}") from None
-    if fields.count("country") != 1 or fields.count("concept") > 1 or set(fields) - {"country", "concept"}:
-        raise ValueError(
-            f"descriptor_template {template!r} must hold {{country}} exactly once, {{concept}} at most once "
-            "and no other placeholder"
-        )
-    return template
+    """An RQ3 template of one concept: {country} exactly once and {concept} at most once (a per-concept template
+    may write the concept out), bare, no other fields: the pack's own rule (`data/reference_values.py`)."""
+    return check_concept_template(template)
 
 
 def _nfc(text: str) -> str:
@@ -259,8 +249,9 @@ def _batch_validator(concept_ids: list[int]) -> Callable[[TranslationBatch], Non
         if repeated or missing or extra:
             raise ValueError(f"concept ids: missing {missing}, not asked for {extra}, repeated {repeated}")
         for item in answer.translations:
-            if not item.text.strip():
-                raise ValueError(f"concept {item.concept_id}: empty text")
+            problem = text_problem(item.text)  # what a pack may hold, checked before the draft is kept
+            if problem is not None:
+                raise ValueError(f"concept {item.concept_id}: text {problem}")
             try:
                 check_descriptor_template(item.descriptor_template)
             except ValueError as exc:

@@ -16,6 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from data.reference_values import Key, Prose, Text
+
 #: App. B's three sets, in its order; the English is the paper's.
 PROMPT_SETS = ("communion", "agency", "crime")
 ENGLISH = "en"
@@ -34,25 +36,31 @@ SET_CATEGORIES: dict[str, frozenset[str]] = {
 class PromptSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str = Field(min_length=1, description="App. B's label (e.g. trustworthy, Black_Male, suspicious person).")
+    id: str = Field(
+        pattern=r"^[A-Za-z][A-Za-z0-9_ -]{0,63}$",
+        description="App. B's label (e.g. trustworthy, Black_Male, suspicious person): a key of metrics and a card "
+        "cell, so plain letters, digits, '_', '-' and spaces.",
+    )
     category: Category
-    en: str = Field(min_length=1, description="App. B's English prompt, verbatim.")
+    en: Text = Field(description="App. B's English prompt, verbatim.")
 
 
 class LanguageSet(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     review_status: Literal["source", "awaiting_native_review", "native_reviewed"]
-    origin: str = Field(min_length=1, description="seed | draft | gemini:<model> | english_fallback")
-    texts: dict[str, str] = Field(description="prompt id -> text; empty for english_fallback")
+    origin: str = Field(
+        pattern=r"^[a-z_]+(:[A-Za-z0-9._/-]{1,200})?$", description="seed | draft | gemini:<model> | english_fallback"
+    )
+    texts: dict[str, Text] = Field(description="prompt id -> text; empty for english_fallback")
 
 
 class AuditPrompts(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    version: str
-    description: str = ""
-    sources: dict[str, str] = Field(default_factory=dict)
+    version: str = Field(pattern=r"^[0-9A-Za-z.+-]{1,40}$")
+    description: Prose = ""
+    sources: dict[Key, Prose] = Field(default_factory=dict)
     sets: dict[str, list[PromptSpec]]
     translations: dict[str, dict[str, LanguageSet]]
 

@@ -18,17 +18,20 @@ A pack is a folder (a local path or an fsspec URL). Its files:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import posixpath
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import fsspec
-from fsspec.core import url_to_fs
+from fsspec import AbstractFileSystem
+from fsspec.implementations.local import LocalFileSystem
 
 PACK_FILE = "pack.json"
 COUNTRIES_FILE = "countries.csv"
@@ -49,6 +52,8 @@ _LANGUAGE_DIR_NAME = re.compile(r"^[a-z]{2,3}(-[a-z0-9]{2,8})*$")
 MAX_FILE_BYTES = 16 * 2**20
 MAX_PACK_BYTES = 256 * 2**20
 MAX_FILES = 5_000
+#: A pack's files lie at most three levels down (`i18n/<code>/<file>`).
+_MAX_FOLDER_DEPTH = 3
 
 
 class PackError(ValueError):
@@ -117,60 +122,158 @@ class PackFiles:
         return sorted({n.split("/")[1] for n in self.files if n.startswith(f"{LANGUAGE_DIR}/")})
 
 
-def listing_key(location: str | os.PathLike[str]) -> tuple[str, tuple[tuple[str, int, Any], ...]]:
-    """The pack's files with their sizes and modification times: a cheap key that changes when a file does."""
-    fs, root = url_to_fs(str(location))
+class RemoteFolderError(ValueError):
+    """A pack URL that is refused or cannot be read: one line naming it and why."""
+
+
+def remote_folder(where: str) -> tuple[AbstractFileSystem, str]:
+    """The filesystem and root of a pack given by URL (TEMPORARY: the SSRF-guarded reader replaces this)."""
+    from fsspec.core import url_to_fs
+
     try:
-        found = fs.find(root, detail=True, withdirs=False)
-    except (OSError, ValueError):
+        return url_to_fs(where)
+    except (ValueError, ImportError) as exc:
+        raise RemoteFolderError(f"not a folder this machine can read ({exc})") from None
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One thing found in a pack folder: a path relative to its root, what it is, and (for a file) its size."""
+
+    relative: str
+    path: str
+    kind: str  # file | other (a FIFO, a device, a socket) | outside (a link leading out of the folder) | deep
+    size: int = 0
+    mtime: float | str | None = None
+
+
+def _local_root(where: str) -> str | None:
+    """The folder a local location names (a path or `file://`), or None for any other URL."""
+    protocol, _, rest = where.partition("://")
+    if not rest:
+        return where
+    return rest if protocol in ("file", "local") and "::" not in where else None
+
+
+def _walk_local(root: str) -> list[_Entry]:
+    """Every entry under `root`, without recursion and never deeper than a pack is (`i18n/<code>/<file>`): a deeper
+    folder is one entry of kind `deep`, not walked. Only regular files are `file`; a FIFO or a device is never
+    opened, and a link that resolves outside `root` is `outside`."""
+    real_root = os.path.realpath(root)
+    entries: list[_Entry] = []
+    folders = [("", root)]
+    while folders:
+        prefix, folder = folders.pop()
+        with os.scandir(folder) as listing:
+            items = sorted(listing, key=lambda e: e.name)
+        for item in items:
+            relative = f"{prefix}{item.name}"
+            if len(entries) > MAX_FILES:
+                return entries
+            if not _inside(real_root, os.path.realpath(item.path)):
+                entries.append(_Entry(relative, item.path, "outside"))
+                continue
+            info = os.stat(item.path)  # the link's target, which lies inside the folder
+            if stat.S_ISDIR(info.st_mode):
+                if relative.count("/") >= _MAX_FOLDER_DEPTH - 1:
+                    entries.append(_Entry(relative + "/", item.path, "deep"))
+                else:
+                    folders.append((relative + "/", item.path))
+            elif stat.S_ISREG(info.st_mode):
+                entries.append(_Entry(relative, item.path, "file", info.st_size, info.st_mtime))
+            else:
+                entries.append(_Entry(relative, item.path, "other"))
+    return entries
+
+
+def _walk_remote(fs: AbstractFileSystem, root: str) -> list[_Entry]:
+    found = fs.find(root, maxdepth=_MAX_FOLDER_DEPTH, detail=True, withdirs=False)
+    entries = []
+    for path, info in sorted(found.items())[: MAX_FILES + 1]:
+        relative = posixpath.relpath(str(path), root)
+        kind = "file" if info.get("type", "file") == "file" else "other"
+        if relative.startswith("../") or relative == "..":
+            kind = "outside"
+        entries.append(_Entry(relative, str(path), kind, int(info.get("size") or 0), info.get("mtime")))
+    return entries
+
+
+def _listing(where: str) -> tuple[AbstractFileSystem, list[_Entry]]:
+    """The filesystem of the pack at `where` and what its folder holds; `PackErrors` naming `where` for a location
+    that cannot be read (a missing folder, a refused URL, a failing server)."""
+    local = _local_root(where)
+    try:
+        if local is not None:
+            if not os.path.isdir(local):
+                what = "is a file, not a pack folder" if os.path.exists(local) else "does not exist"
+                raise PackErrors([PackError(where, "", "", what)])
+            return fsspec.filesystem("file"), _walk_local(local)
+        fs, root = remote_folder(where)
+        if not fs.isdir(root):
+            raise PackErrors([PackError(where, "", "", "is not a folder (nothing is listed there)")])
+        return fs, _walk_remote(fs, root.rstrip("/"))
+    except RemoteFolderError as exc:
+        raise PackErrors([PackError(where, "", "", str(exc))]) from None
+    except OSError as exc:
+        raise PackErrors([PackError(where, "", "", f"cannot be read ({os_error_text(exc)})")]) from None
+
+
+def os_error_text(exc: OSError) -> str:
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+def listing_key(location: str | os.PathLike[str]) -> tuple[str, tuple[tuple[str, int, Any], ...]]:
+    """The pack's files with their sizes and modification times: a cheap key that changes when a file does. A
+    location that cannot be listed gets an empty key: reading it then says why."""
+    try:
+        _, entries = _listing(str(location))
+    except PackErrors:
         return str(location), ()
-    entries = tuple(
-        sorted((str(k), int(v.get("size") or 0), v.get("mtime") or v.get("LastModified")) for k, v in found.items())
-    )
-    return str(location), entries[: MAX_FILES + 1]
+    return str(location), tuple((e.relative, e.size, e.mtime) for e in entries)
 
 
 def read_pack_files(location: str | os.PathLike[str]) -> PackFiles:
     """Every file of the pack at `location`, read within the caps. Refused, each in one `PackError` line: a missing
-    folder, a name a pack does not hold, a link that leads outside the folder, a file over the cap, too many files."""
+    folder, a name a pack does not hold, a link that leads outside the folder, a FIFO or a device, a folder deeper
+    than a pack's, a file over the cap, too many files."""
     where = str(location)
-    try:
-        fs, root = url_to_fs(where)
-    except (ValueError, ImportError) as exc:
-        raise PackErrors([PackError(where, "", "", f"not a folder this machine can read ({exc})")]) from None
-    root = root.rstrip("/") or "/"
-    if not fs.isdir(root):
-        what = "is a file, not a pack folder" if fs.isfile(root) else "does not exist"
-        raise PackErrors([PackError(where, "", "", what)])
-    local = "file" in fs.protocol if isinstance(fs.protocol, tuple) else fs.protocol == "file"
-    errors: list[PackError] = []
-    found = fs.find(root, detail=True, withdirs=False)
-    if len(found) > MAX_FILES:
+    fs, entries = _listing(where)
+    if len(entries) > MAX_FILES:
         raise PackErrors([PackError(where, "", "", f"holds more than {MAX_FILES} files; a pack holds far fewer")])
+    errors: list[PackError] = []
     files: dict[str, bytes] = {}
     total = 0
-    real_root = os.path.realpath(root) if local else root
-    for path, info in sorted(found.items()):
-        relative = posixpath.relpath(str(path).replace(os.sep, "/"), root.replace(os.sep, "/"))
-        if relative.startswith("../") or relative == "..":
-            errors.append(PackError(where, relative, "", "lies outside the pack folder"))
-            continue
-        if local and not _inside(real_root, os.path.realpath(path)):
+    for entry in entries:
+        relative = entry.relative
+        if entry.kind == "outside":
             errors.append(PackError(where, relative, "", "is a link that leads outside the pack folder"))
+            continue
+        if entry.kind == "deep":
+            errors.append(
+                PackError(where, relative, "", f"is a folder deeper than a pack holds ({_layout_hint(relative)})")
+            )
             continue
         if pack_file_kind(relative) is None:
             errors.append(PackError(where, relative, "", f"is not a file a pack holds ({_layout_hint(relative)})"))
             continue
-        size = int(info.get("size") or 0)
-        if size > MAX_FILE_BYTES:
-            errors.append(PackError(where, relative, "", f"{size:,} bytes, over the {MAX_FILE_BYTES:,}-byte cap"))
+        if entry.kind != "file":
+            errors.append(
+                PackError(where, relative, "", "is not a regular file (a FIFO, a device or a socket); never opened")
+            )
             continue
-        total += size
+        if entry.size > MAX_FILE_BYTES:
+            errors.append(PackError(where, relative, "", f"{entry.size:,} bytes, over the {MAX_FILE_BYTES:,}-byte cap"))
+            continue
+        total += entry.size
         if total > MAX_PACK_BYTES:
             errors.append(PackError(where, "", "", f"over {MAX_PACK_BYTES:,} bytes in all"))
             break
-        with fs.open(path, "rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
+        try:
+            data = _read_capped(fs, entry.path)
+        except (OSError, RemoteFolderError) as exc:
+            text = os_error_text(exc) if isinstance(exc, OSError) else str(exc)
+            errors.append(PackError(where, relative, "", f"cannot be read ({text})"))
+            continue
         if len(data) > MAX_FILE_BYTES:
             errors.append(PackError(where, relative, "", f"over the {MAX_FILE_BYTES:,}-byte cap"))
             continue
@@ -181,6 +284,22 @@ def read_pack_files(location: str | os.PathLike[str]) -> PackFiles:
     if errors:
         raise PackErrors(errors)
     return PackFiles(where, files)
+
+
+def _read_capped(fs: AbstractFileSystem, path: str) -> bytes:
+    """At most one byte past the cap: a file that grew after its listing is still refused, never read whole."""
+    if isinstance(fs, LocalFileSystem):
+        # O_NONBLOCK: a FIFO swapped in after the listing is not waited on.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            with os.fdopen(fd, "rb", closefd=False) as handle:
+                return handle.read(MAX_FILE_BYTES + 1)
+        finally:
+            os.close(fd)
+    with fs.open(path, "rb") as handle:
+        return bytes(handle.read(MAX_FILE_BYTES + 1))
 
 
 def _inside(root: str, path: str) -> bool:
@@ -195,15 +314,21 @@ def _layout_hint(relative: str) -> str:
 
 def write_pack_files(files: PackFiles, target: str | os.PathLike[str]) -> None:
     """Write a pack's files into a new folder `target`, atomically: into a temporary sibling, renamed at the end.
-    An existing `target` is refused (nothing is overwritten)."""
+    An existing `target` (a link to nothing included) is refused (nothing is overwritten); a failed write leaves no
+    temporary folder behind."""
     destination = Path(target)
-    if destination.exists():
+    if os.path.lexists(destination):
         raise FileExistsError(f"{destination} exists; `reference init` writes a new folder")
     staging = destination.with_name(f".{destination.name}.partial-{os.getpid()}")
-    if staging.exists():
+    if os.path.lexists(staging):
         fsspec.filesystem("file").rm(str(staging), recursive=True)
-    for name, data in files.files.items():
-        path = staging / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    staging.rename(destination)
+    try:
+        for name, data in files.files.items():
+            path = staging / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        staging.rename(destination)
+    except BaseException:
+        if os.path.lexists(staging):
+            fsspec.filesystem("file").rm(str(staging), recursive=True)
+        raise

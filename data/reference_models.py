@@ -6,7 +6,6 @@ language or a concept asks the pack the build was given, never package data. `da
 
 from __future__ import annotations
 
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -16,19 +15,26 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from data.bias_audit_prompt_sets import AuditPrompts
 from data.reference_files import AUDIT_PROMPTS_FILE, MIXCUBE_FILE, PackError, PackFiles
+from data.reference_values import (
+    IdPart,
+    Key,
+    Name,
+    Prose,
+    Text,
+    check_concept_template,
+    check_fields,
+    check_language_template,
+    template_fields,
+)
 
 REVIEW_AWAITING: Literal["awaiting_native_review"] = "awaiting_native_review"
 ENGLISH = "en"
 #: The region of a country outside the pack (`ReferencePack.region_of`).
 UNKNOWN_REGION = "unknown"
 #: What a translation's `review_status` may be: a draft awaits a native speaker; `source` is the source language.
+#: App. B.1's inpainting prompts: the ethnicity's name goes in once.
+INPAINTING_TEMPLATE = {"ethnicity": (1, 1)}
 ReviewStatus = Literal["awaiting_native_review", "native_reviewed", "source"]
-DESCRIPTOR_FIELDS = frozenset({"concept", "country"})
-
-
-def template_fields(template: str) -> list[str]:
-    """The placeholders of a `str.format` template, in order (`{concept} of {country}` -> concept, country)."""
-    return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
 
 
 class DemoSelection(BaseModel):
@@ -47,9 +53,9 @@ class PackInfo(BaseModel):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,99}$", description="A plain name: [a-z0-9][a-z0-9_.-]*.")
     version: str = Field(pattern=r"^\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$", description="A semantic version.")
-    licence: str = Field(min_length=1)
-    description: str = ""
-    sources: dict[str, str] = Field(default_factory=dict, description="What each part of the pack comes from.")
+    licence: Prose = Field(min_length=1)
+    description: Prose = ""
+    sources: dict[Key, Prose] = Field(default_factory=dict, description="What each part of the pack comes from.")
     demo: DemoSelection | None = Field(
         default=None,
         description="The demo build's concepts and countries (default: its first 4 concepts, all countries).",
@@ -59,7 +65,7 @@ class PackInfo(BaseModel):
 class Country(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(description="Country name exactly as in the image metadata (e.g. 'UK', 'USA').")
+    name: Name = Field(description="Country name exactly as in the image metadata (e.g. 'UK', 'USA').")
     iso2: str = Field(pattern=r"^[A-Z]{2}$", description="ISO 3166-1 alpha-2 code.")
     slug: str = Field(
         pattern=r"^[a-z]+( [a-z]+)*$",
@@ -67,14 +73,14 @@ class Country(BaseModel):
         "'saudi arabia-0-1-eng'): {slug}-{concept_id}-{rank}-{eng|nav}.",
     )
     language_code: str
-    language_name: str
+    language_name: Name
     language_group: str = Field(
+        pattern=r"^[a-z]{2,3}(-[a-z0-9]{1,8})*$",
         description="Countries sharing a group share the query language: a language code, or one followed by a "
-        "label of the pack's own (`en-aa`)."
+        "label of the pack's own (`en-aa`).",
     )
     ddg_region: str = Field(pattern=r"^[a-z]{2}-[a-z]{2,3}$", description="The search engine's region (locale).")
-    region: str = Field(
-        min_length=1,
+    region: Name = Field(
         description="World region in the sense of GlobalRG (its §1 and §3, Table 1), the culture unit of its "
         "region-level diversity@k (§3.2); not `ddg_region`, the search engine's locale.",
     )
@@ -103,16 +109,16 @@ class Concept(BaseModel):
 class Language(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    code: str
-    name: str
-    native_name: str
+    code: str = Field(pattern=r"^[a-z]{2,3}(-[a-z0-9]{2,8})*$")
+    name: Text
+    native_name: Text
     descriptor_template: str = Field(description="RQ3 cultural-descriptor form, with {concept} and {country}.")
-    notes: str = ""
+    notes: Prose = ""
 
     @field_validator("descriptor_template")
     @classmethod
     def _has_placeholders(cls, value: str) -> str:
-        return check_template(value)
+        return check_language_template(value)
 
 
 class ConceptTranslation(BaseModel):
@@ -121,7 +127,7 @@ class ConceptTranslation(BaseModel):
     concept_id: int
     concept: str
     language_code: str
-    text: str = Field(min_length=1)
+    text: Text
     descriptor_template: str | None = Field(
         default=None, description="Per-concept override of the language's RQ3 template (gender, noun class)."
     )
@@ -130,7 +136,7 @@ class ConceptTranslation(BaseModel):
     @field_validator("descriptor_template")
     @classmethod
     def _optional_template(cls, value: str | None) -> str | None:
-        return check_template(value) if value else None
+        return check_concept_template(value) if value else None
 
 
 class CountryName(BaseModel):
@@ -139,8 +145,8 @@ class CountryName(BaseModel):
     iso2: str
     country: str
     language_code: str
-    name: str = Field(min_length=1, description="Plain country name in the language (search queries).")
-    descriptor_country: str = Field(min_length=1, description="Form substituted into {country} of the template.")
+    name: Text = Field(description="Plain country name in the language (search queries).")
+    descriptor_country: Text = Field(description="Form substituted into {country} of the template.")
     review_status: ReviewStatus = Field(
         default=REVIEW_AWAITING, description="A draft until a native speaker reviews the name and its form."
     )
@@ -168,15 +174,15 @@ class LanguagePack(BaseModel):
 class MixCubeCulture(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str
-    iso2: str
-    adjective: str = Field(description="Value of the public dataset's `country` column.")
-    label_aliases: list[str] = Field(
+    name: Name
+    iso2: str = Field(pattern=r"^[A-Z]{2}$")
+    adjective: Name = Field(description="Value of the public dataset's `country` column.")
+    label_aliases: list[Name] = Field(
         description="Country Identification's accepted answers besides `name`, as App. A.5 lists them (the "
         "paper's; empty where it gives none)."
     )
     resource_level: Literal["low", "medium", "high"]
-    our_aliases: list[str] = Field(
+    our_aliases: list[Name] = Field(
         default_factory=list,
         description="Further accepted answers of our own, not the paper's: scored apart, as "
         "`accuracy_with_our_aliases` (evaluation/mixcube.py). Absent in packs written before it existed.",
@@ -186,37 +192,34 @@ class MixCubeCulture(BaseModel):
 class MixCubeEthnicity(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    label: str = Field(description="Value of the public dataset's `ethnicity` column.")
-    prompt_name: str = Field(description="Text put into the {Ethnicity} slot of the App. B.1 prompts.")
+    label: IdPart = Field(description="Value of the public dataset's `ethnicity` column (part of sample ids).")
+    prompt_name: Name = Field(description="Text put into the {Ethnicity} slot of the App. B.1 prompts.")
 
 
 class MixCubeReference(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     cultures: list[MixCubeCulture]
-    categories: list[str]
+    categories: list[IdPart] = Field(description="MixCuBe's categories (part of sample ids: `demo-kr-food-00`).")
     ethnicities: list[MixCubeEthnicity]
-    original_label: str
-    inpainting_prompts: dict[str, str]
-    tailored_prompt_examples: list[str]
-    evaluation_prompts: dict[str, str]
-    food_label_examples: dict[str, str]
-    originals_per_culture_category: int
-    sources: dict[str, str]
+    original_label: IdPart
+    inpainting_prompts: dict[str, str] = Field(description="App. B.1's prompts: text with {ethnicity} once, bare.")
+    tailored_prompt_examples: list[Text]
+    evaluation_prompts: dict[str, Text]
+    food_label_examples: dict[Name, Text]
+    originals_per_culture_category: int = Field(ge=1, le=100_000)
+    sources: dict[Key, Prose]
 
     @model_validator(mode="after")
     def _prompts_cover_categories(self) -> MixCubeReference:
         for table in (self.inpainting_prompts, self.evaluation_prompts):
             if set(table) != set(self.categories):
                 raise ValueError(f"prompt table keys {sorted(table)} != categories {self.categories}")
-        for template in self.inpainting_prompts.values():
-            unknown = [f for f in template_fields(template) if f != "ethnicity"]
-            if unknown:
-                raise ValueError(
-                    f"inpainting prompt {template!r} has the placeholder {{{unknown[0]}}}; only {{ethnicity}} exists"
-                )
-            if "ethnicity" not in template_fields(template):
-                raise ValueError(f"inpainting prompt without {{ethnicity}}: {template!r}")
+        for category, template in self.inpainting_prompts.items():
+            try:
+                check_fields(template, INPAINTING_TEMPLATE)
+            except ValueError as exc:
+                raise ValueError(f"inpainting prompt of {category!r}: {exc}") from None
         for template in self.evaluation_prompts.values():
             if template_fields(template):
                 raise ValueError(f"evaluation prompt {template!r} has a placeholder; it is sent as written")
@@ -233,22 +236,6 @@ class MixCubeReference(BaseModel):
         if self.original_label in {e.label for e in self.ethnicities}:
             raise ValueError(f"original_label {self.original_label!r} is also an ethnicity label")
         return self
-
-
-def check_template(value: str) -> str:
-    """An RQ3 descriptor template: {country} once, {concept} at most once, and no other placeholder."""
-    try:
-        fields = template_fields(value)
-    except ValueError as exc:
-        raise ValueError(f"template {value!r} does not format: {exc}") from None
-    unknown = [f for f in fields if f not in DESCRIPTOR_FIELDS]
-    if unknown:
-        raise ValueError(
-            f"template {value!r} has the placeholder {{{unknown[0]}}}; only {{concept}} and {{country}} exist"
-        )
-    if fields.count("country") != 1 or fields.count("concept") != 1:
-        raise ValueError(f"template {value!r} needs {{concept}} and {{country}} once each")
-    return value
 
 
 @dataclass(frozen=True)

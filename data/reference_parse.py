@@ -12,6 +12,8 @@ import csv
 import io
 import json
 import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, TypeVar
 
@@ -53,6 +55,7 @@ COUNTRY_NAME_COLUMNS = ("iso2", "country", "name", "descriptor_country")
 COUNTRY_NAME_OPTIONAL_COLUMNS = ("review_status",)
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 @cache
@@ -80,13 +83,57 @@ def known_language(code: str) -> bool:
     return code in known_languages() or code.split("-", 1)[0] in known_languages()
 
 
+#: Errors shown per file; past them a file's check stops, and one line says so (a file of 250,000 bad rows costs
+#: what 50 do).
+MAX_ERRORS_PER_FILE = 50
+#: Rows a table may hold: ISO 3166-1 has 249 codes; 100,000 concepts is far past any benchmark's.
+MAX_ROWS = {COUNTRIES_FILE: 1_000, CONCEPTS_FILE: 100_000}
+#: The largest integer a pack's JSON may hold (a count, a version): a 5,000-digit one is refused, not converted.
+MAX_INT_DIGITS = 18
+
+
+class _FileFull(Exception):
+    """A file reached its error cap: its check stops at `field` (the row or field of the last error shown)."""
+
+    def __init__(self, file: str, field: str) -> None:
+        super().__init__(file)
+        self.file, self.field = file, field
+
+
 class _Parser:
     def __init__(self, files: PackFiles) -> None:
         self.files = files
         self.errors: list[PackError] = []
+        self.per_file: dict[str, int] = {}
 
     def error(self, file: str, field: str, message: str) -> None:
+        """Record one error; past the file's cap, raise `_FileFull` so that its check stops."""
+        count = self.per_file.get(file, 0) + 1
+        self.per_file[file] = count
         self.errors.append(PackError(self.files.location, file, field, message))
+        if count >= MAX_ERRORS_PER_FILE:
+            raise _FileFull(file, field or "its end")
+
+    def stopped(self, file: str, where: str) -> None:
+        self.errors.append(
+            PackError(
+                self.files.location,
+                file,
+                "",
+                f"{MAX_ERRORS_PER_FILE} errors shown; its check stopped there ({where}): fix those, then check again",
+            )
+        )
+
+    def failed(self, file: str) -> bool:
+        return self.per_file.get(file, 0) > 0
+
+    def checked(self, file: str, check: Callable[[], T]) -> T | None:
+        """`check()` of one file; None when it stopped at the file's error cap."""
+        try:
+            return check()
+        except _FileFull as full:  # `file`'s, or that of a file it checks against
+            self.stopped(full.file, full.field)
+            return None
 
     def text(self, name: str) -> str | None:
         try:
@@ -100,19 +147,21 @@ class _Parser:
         if text is None:
             return None
         try:
-            return json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
+            return json.loads(text, parse_int=_bounded_int)
+        except RecursionError:
+            self.error(name, "", "not valid JSON (nested too deep)")
+        except ValueError as exc:  # JSONDecodeError, and an integer too long to be a pack's
             self.error(name, "", f"not valid JSON ({exc})")
-            return None
+        return None
 
     def model(self, model: type[M], name: str, where: str, raw: Any) -> M | None:
         try:
             return model.model_validate(raw)
         except ValidationError as exc:
-            for err in exc.errors()[:20]:
+            for err in exc.errors(include_url=False, include_input=False)[:20]:
                 loc = ".".join(str(p) for p in err["loc"])
                 field = ", ".join(p for p in (where, loc) if p) or "(root)"
-                self.error(name, field, err["msg"])
+                self.error(name, field, err["msg"].removeprefix("Value error, "))
             return None
 
     def csv_rows(self, name: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> list[dict[str, str]]:
@@ -138,10 +187,14 @@ class _Parser:
             what = f"missing {missing}" if missing else f"unknown {unknown}"
             self.error(name, "header", f"columns {what}; the columns are {wanted}")
             return []
-        rows = []
+        rows: list[dict[str, str]] = []
+        cap = MAX_ROWS.get(name, MAX_ROWS[CONCEPTS_FILE])
         for number, cells in enumerate(body, start=2):
             if not any(cell.strip() for cell in cells):
                 continue
+            if len(rows) == cap:
+                self.error(name, f"row {number}", f"more than {cap:,} rows; a pack holds far fewer")
+                break
             if len(cells) != len(header):
                 self.error(name, f"row {number}", f"{len(cells)} cells for {len(header)} columns")
                 continue
@@ -165,32 +218,39 @@ class _Parser:
                 seen[key] = row["__row__"]
 
 
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-')):,} digits, longer than a pack's numbers are")
+    return int(text)
+
+
 def _fields(row: dict[str, str], columns: tuple[str, ...]) -> dict[str, str]:
     return {c: row[c] for c in columns if c in row}
 
 
 def parse_pack(files: PackFiles, default_digest: str = "") -> ReferencePack:
-    """The pack in `files`, checked; every problem found is raised together as `PackErrors`."""
+    """The pack in `files`, checked; every problem found is raised together as `PackErrors`.
+
+    Each problem is reported once, where it lies: a file's check stops at its 50th error, rows of `i18n/` that name
+    a country or concept the pack no longer holds are one line per file with their count, and the files of `i18n/`
+    are not checked against a `countries.csv` or `concepts.csv` that has errors of its own (one line says so)."""
     p = _Parser(files)
-    info = p.model(PackInfo, PACK_FILE, "", p.json(PACK_FILE))
-    countries = _countries(p)
-    concepts = _concepts(p)
-    languages = {code: pack for code in files.languages() if (pack := _language(p, code, countries, concepts))}
+    info = p.checked(PACK_FILE, lambda: p.model(PackInfo, PACK_FILE, "", p.json(PACK_FILE)))
+    countries = p.checked(COUNTRIES_FILE, lambda: _countries(p)) or []
+    concepts = p.checked(CONCEPTS_FILE, lambda: _concepts(p)) or []
+    tables = _Tables(countries, concepts, p.failed(COUNTRIES_FILE), p.failed(CONCEPTS_FILE))
+    languages = {code: pack for code in files.languages() if (pack := _language(p, code, tables))}
+    _unchecked_line(p, tables)
     # Every build queries in English too: a pack without `i18n/en/` uses the paper's form and the countries' names.
     # A country language without a folder is a build's problem (its pre-flight names it), not the pack's.
     english = languages.get(ENGLISH) or _english_default(countries)
     languages[ENGLISH] = _with_english_concepts(english, concepts)
     if info is not None and info.demo is not None:
-        known_concepts = {c.concept for c in concepts}
-        known_countries = {c.name for c in countries}
-        for name in info.demo.concepts:
-            if name not in known_concepts:
-                p.error(PACK_FILE, "demo.concepts", f"{name!r} is not a concept of concepts.csv")
-        for name in info.demo.countries or []:
-            if name not in known_countries:
-                p.error(PACK_FILE, "demo.countries", f"{name!r} is not a country of countries.csv")
-    mixcube = p.model(MixCubeReference, MIXCUBE_FILE, "", p.json(MIXCUBE_FILE)) if MIXCUBE_FILE in files.files else None
-    audit = _audit_prompts(p) if AUDIT_PROMPTS_FILE in files.files else None
+        p.checked(PACK_FILE, lambda: _demo(p, info, tables))
+    mixcube = None
+    if MIXCUBE_FILE in files.files:
+        mixcube = p.checked(MIXCUBE_FILE, lambda: p.model(MixCubeReference, MIXCUBE_FILE, "", p.json(MIXCUBE_FILE)))
+    audit = p.checked(AUDIT_PROMPTS_FILE, lambda: _audit_prompts(p)) if AUDIT_PROMPTS_FILE in files.files else None
     if p.errors or info is None:
         raise PackErrors(p.errors)
     return ReferencePack(
@@ -203,6 +263,51 @@ def parse_pack(files: PackFiles, default_digest: str = "") -> ReferencePack:
         files=files,
         default_digest=default_digest,
     )
+
+
+@dataclass
+class _Tables:
+    """The pack's countries and concepts as the files of `i18n/` are checked against them, and which of those files
+    were left unchecked because the table has errors of its own."""
+
+    countries: list[Country]
+    concepts: list[Concept]
+    countries_failed: bool
+    concepts_failed: bool
+    unchecked: dict[str, list[str]] = field(default_factory=dict)  # table -> files not checked against it
+
+    def __post_init__(self) -> None:
+        self.by_iso = {c.iso2: c for c in self.countries}
+        self.by_id = {c.concept_id: c for c in self.concepts}
+        self.concept_names = {c.concept for c in self.concepts}
+
+
+def _demo(p: _Parser, info: PackInfo, tables: _Tables) -> None:
+    assert info.demo is not None
+    checks = []
+    if not tables.concepts_failed:
+        checks.append(("demo.concepts", info.demo.concepts, tables.concept_names, "concepts.csv", "concept"))
+    if not tables.countries_failed:
+        names = {c.name for c in tables.countries}
+        checks.append(("demo.countries", info.demo.countries or [], names, "countries.csv", "country"))
+    for name, wanted, known, table, what in checks:
+        unknown = [w for w in wanted if w not in known]
+        if unknown:
+            shown = ", ".join(repr(u[:40]) for u in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+            p.error(PACK_FILE, name, f"{len(unknown)} name(s) that are no {what} of {table}: {shown}")
+
+
+def _unchecked_line(p: _Parser, tables: _Tables) -> None:
+    for table, unchecked in sorted(tables.unchecked.items()):
+        shown = ", ".join(unchecked[:3]) + (f" and {len(unchecked) - 3} more" if len(unchecked) > 3 else "")
+        p.errors.append(
+            PackError(
+                p.files.location,
+                table,
+                "",
+                f"has errors, so {shown} ({len(unchecked)} file(s)) were not checked against it; fix it first",
+            )
+        )
 
 
 def _countries(p: _Parser) -> list[Country]:
@@ -270,67 +375,124 @@ def _concepts(p: _Parser) -> list[Concept]:
     return out
 
 
-def _language(p: _Parser, code: str, countries: list[Country], concepts: list[Concept]) -> LanguagePack | None:
+class _Orphans:
+    """Rows of an `i18n/` file that name a country or concept the pack does not hold (left behind when rows were
+    removed by hand): one line per file, with their count (`culturebench reference prune` drops them)."""
+
+    def __init__(self, p: _Parser, file: str, what: str) -> None:
+        self.p, self.file, self.what = p, file, what
+        self.rows: list[str] = []
+
+    def add(self, row: dict[str, str], key: str) -> None:
+        self.rows.append(f"row {row['__row__']} ({key[:40]!r})")
+
+    def report(self) -> None:
+        if self.rows:
+            shown = ", ".join(self.rows[:3]) + (", ..." if len(self.rows) > 3 else "")
+            self.p.error(
+                self.file,
+                "",
+                f"{len(self.rows)} row(s) name {self.what} the pack does not hold ({shown}); "
+                f"`culturebench reference prune {self.p.files.location}` drops them",
+            )
+
+
+def _language(p: _Parser, code: str, tables: _Tables) -> LanguagePack | None:
     folder = f"{LANGUAGE_DIR}/{code}"
     if not known_language(code):
         p.error(folder, "", f"{code!r} is not a language code CLDR knows")
         return None
     names = set(p.files.files)
-    if f"{folder}/{LANGUAGE_FILE}" not in names:
-        p.error(f"{folder}/{LANGUAGE_FILE}", "", "missing: every language folder has one")
+    language_file = f"{folder}/{LANGUAGE_FILE}"
+    if language_file not in names:
+        p.error(language_file, "", "missing: every language folder has one")
         return None
-    language = p.model(Language, f"{folder}/{LANGUAGE_FILE}", "", p.json(f"{folder}/{LANGUAGE_FILE}"))
-    if language is not None and language.code != code:
-        p.error(f"{folder}/{LANGUAGE_FILE}", "code", f"{language.code!r} in the folder of {code!r}")
-    by_iso = {c.iso2: c for c in countries}
-    country_names: dict[str, CountryName] = {}
+    language = p.checked(language_file, lambda: _language_file(p, language_file, code))
     name_file = f"{folder}/{COUNTRIES_FILE}"
-    rows = p.csv_rows(name_file, COUNTRY_NAME_COLUMNS, COUNTRY_NAME_OPTIONAL_COLUMNS) if name_file in names else []
-    p.unique(name_file, rows, "iso2", "ISO code")
-    for row in rows:
-        where = f"row {row['__row__']}"
-        known = by_iso.get(row["iso2"])
-        if known is None or known.name != row["country"]:
-            p.error(
-                name_file, f"{where}, iso2", f"{row['iso2']!r} {row['country']!r} is not a country of countries.csv"
-            )
-            continue
-        raw_name: dict[str, Any] = {**_fields(row, COUNTRY_NAME_COLUMNS), "language_code": code}
-        if row.get("review_status"):
-            raw_name["review_status"] = row["review_status"]
-        entry = p.model(CountryName, name_file, where, raw_name)
-        if entry is not None:
-            country_names[entry.country] = entry
+    country_names: dict[str, CountryName] = {}
+    if name_file in names:
+        if tables.countries_failed:
+            tables.unchecked.setdefault(COUNTRIES_FILE, []).append(name_file)
+        else:
+            country_names = p.checked(name_file, lambda: _country_names(p, name_file, code, tables)) or {}
     translations: dict[int, ConceptTranslation] = {}
     concept_file = f"{folder}/{CONCEPTS_FILE}"
     if code == ENGLISH and concept_file in names:
         p.error(concept_file, "", "English concepts are the names in concepts.csv; remove this file")
     elif concept_file in names:
-        by_id = {c.concept_id: c for c in concepts}
-        rows = p.csv_rows(concept_file, TRANSLATION_COLUMNS)
-        p.unique(concept_file, rows, "concept_id", "concept id")
-        for row in rows:
-            where = f"row {row['__row__']}"
-            try:
-                known_concept = by_id.get(int(row["concept_id"]))
-            except ValueError:
-                known_concept = None
-            if known_concept is None or known_concept.concept != row["concept"]:
-                p.error(
-                    concept_file,
-                    f"{where}, concept_id",
-                    f"{row['concept_id']!r} {row['concept']!r} is not a concept of concepts.csv",
-                )
-                continue
-            raw: dict[str, Any] = {**_fields(row, TRANSLATION_COLUMNS), "language_code": code}
-            raw["concept_id"] = known_concept.concept_id
-            raw["descriptor_template"] = row["descriptor_template"] or None
-            entry_t = p.model(ConceptTranslation, concept_file, where, raw)
-            if entry_t is not None:
-                translations[entry_t.concept_id] = entry_t
+        if tables.concepts_failed:
+            tables.unchecked.setdefault(CONCEPTS_FILE, []).append(concept_file)
+        else:
+            translations = p.checked(concept_file, lambda: _translations(p, concept_file, code, tables)) or {}
     if language is None:
         return None
     return LanguagePack(language=language, concepts=translations, countries=country_names)
+
+
+def _language_file(p: _Parser, file: str, code: str) -> Language | None:
+    language = p.model(Language, file, "", p.json(file))
+    if language is not None and language.code != code:
+        p.error(file, "code", f"{language.code!r} in the folder of {code!r}")
+    return language
+
+
+def _country_names(p: _Parser, file: str, code: str, tables: _Tables) -> dict[str, CountryName]:
+    rows = p.csv_rows(file, COUNTRY_NAME_COLUMNS, COUNTRY_NAME_OPTIONAL_COLUMNS)
+    p.unique(file, rows, "iso2", "ISO code")
+    orphans = _Orphans(p, file, "countries")
+    out: dict[str, CountryName] = {}
+    for row in rows:
+        where = f"row {row['__row__']}"
+        known = tables.by_iso.get(row["iso2"])
+        if known is None:
+            orphans.add(row, f"{row['iso2']} {row['country']}")
+            continue
+        if known.name != row["country"]:
+            p.error(
+                file, f"{where}, country", f"{row['country']!r} is not the name of {row['iso2']!r} ({known.name!r})"
+            )
+            continue
+        raw_name: dict[str, Any] = {**_fields(row, COUNTRY_NAME_COLUMNS), "language_code": code}
+        if row.get("review_status"):
+            raw_name["review_status"] = row["review_status"]
+        entry = p.model(CountryName, file, where, raw_name)
+        if entry is not None:
+            out[entry.country] = entry
+    orphans.report()
+    return out
+
+
+def _translations(p: _Parser, file: str, code: str, tables: _Tables) -> dict[int, ConceptTranslation]:
+    rows = p.csv_rows(file, TRANSLATION_COLUMNS)
+    p.unique(file, rows, "concept_id", "concept id")
+    orphans = _Orphans(p, file, "concepts")
+    out: dict[int, ConceptTranslation] = {}
+    for row in rows:
+        where = f"row {row['__row__']}"
+        concept_id = row["concept_id"].strip()
+        known = (
+            tables.by_id.get(int(concept_id))
+            if concept_id.isascii() and concept_id.isdigit() and len(concept_id) < 19
+            else None
+        )
+        if known is None and row["concept"] not in tables.concept_names:
+            orphans.add(row, row["concept"])
+            continue
+        if known is None or known.concept != row["concept"]:
+            p.error(
+                file,
+                f"{where}, concept_id",
+                f"{row['concept_id'][:20]!r} {row['concept'][:40]!r} is not a concept of concepts.csv",
+            )
+            continue
+        raw: dict[str, Any] = {**_fields(row, TRANSLATION_COLUMNS), "language_code": code}
+        raw["concept_id"] = known.concept_id
+        raw["descriptor_template"] = row["descriptor_template"] or None
+        entry = p.model(ConceptTranslation, file, where, raw)
+        if entry is not None:
+            out[entry.concept_id] = entry
+    orphans.report()
+    return out
 
 
 def _english_default(countries: list[Country]) -> LanguagePack:

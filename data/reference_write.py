@@ -9,13 +9,13 @@ import csv
 import io
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from fsspec.core import url_to_fs
 
 from data.reference_files import CONCEPTS_FILE, COUNTRIES_FILE, LANGUAGE_DIR, LANGUAGE_FILE, PackFiles
 from data.reference_models import ConceptTranslation, CountryName, Language
-from data.reference_parse import COUNTRY_NAME_COLUMNS, COUNTRY_NAME_OPTIONAL_COLUMNS, TRANSLATION_COLUMNS
+from data.reference_parse import COUNTRY_NAME_COLUMNS, COUNTRY_NAME_OPTIONAL_COLUMNS, TRANSLATION_COLUMNS, parse_pack
 from data.text_safety import csv_bytes
 
 
@@ -49,21 +49,21 @@ def add_language_drafts(
     country_names: Sequence[CountryName],
     translations: Sequence[ConceptTranslation],
 ) -> list[str]:
-    """Add drafts to language `code` of the pack read as `files`; the files written, relative to the pack."""
+    """Add drafts to language `code` of the pack read as `files`; the files written, relative to the pack. The pack
+    with the drafts is checked as a hand-written one is (`parse_pack`) before any file is written: drafts that a
+    pack may not hold raise `PackErrors`, and nothing is written."""
     folder = f"{LANGUAGE_DIR}/{code}"
-    written = []
+    changed: dict[str, bytes] = {}
     if language is not None:
         text = json.dumps(language.model_dump(mode="json"), ensure_ascii=False, indent=2) + "\n"
-        write_file(files.location, f"{folder}/{LANGUAGE_FILE}", text.encode("utf-8"))
-        written.append(f"{folder}/{LANGUAGE_FILE}")
+        changed[f"{folder}/{LANGUAGE_FILE}"] = text.encode("utf-8")
     if country_names:
         relative = f"{folder}/{COUNTRIES_FILE}"
         header = list(COUNTRY_NAME_COLUMNS + COUNTRY_NAME_OPTIONAL_COLUMNS)
         old_header, old_rows = _existing_rows(files, relative)
         rows = [[dict(zip(old_header, r, strict=False)).get(c, "") for c in header] for r in old_rows]
         rows += [[n.iso2, n.country, n.name, n.descriptor_country, n.review_status] for n in country_names]
-        write_file(files.location, relative, csv_bytes(header, rows))
-        written.append(relative)
+        changed[relative] = csv_bytes(header, rows)
     if translations:
         relative = f"{folder}/{CONCEPTS_FILE}"
         header = list(TRANSLATION_COLUMNS)
@@ -72,6 +72,16 @@ def add_language_drafts(
         rows += [
             [str(t.concept_id), t.concept, t.text, t.descriptor_template or "", t.review_status] for t in translations
         ]
-        write_file(files.location, relative, csv_bytes(header, rows))
-        written.append(relative)
-    return written
+        changed[relative] = csv_bytes(header, rows)
+    write_checked(files, changed)
+    return list(changed)
+
+
+def write_checked(files: PackFiles, changed: Mapping[str, bytes]) -> None:
+    """Write `changed` into the pack read as `files`, once the pack they make passes every check of `parse_pack`
+    (`PackErrors` otherwise, with nothing written)."""
+    if not changed:
+        return
+    parse_pack(PackFiles(files.location, {**files.files, **changed}))
+    for relative, data in changed.items():
+        write_file(files.location, relative, data)

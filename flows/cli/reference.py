@@ -3,6 +3,7 @@ a benchmark is built for (`docs/reference-packs.md`)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +11,18 @@ import typer
 
 from flows.cli.errors import BadInput, CliGroup, Refused
 from flows.cli.output import console, read_mapping, validation_line
+
+
+def writable_pack(folder: Path, option: str) -> None:
+    """A pack folder a command may write: never one inside a release or result folder (a release's `reference/` is
+    part of it, listed in its manifest), nor one of the inputs."""
+    from data.output_paths import OutputPathError, check_output
+
+    try:
+        check_output(folder, option=option, what="a reference pack")
+    except OutputPathError as exc:
+        raise BadInput(str(exc)) from None
+
 
 reference_app = typer.Typer(
     cls=CliGroup,
@@ -31,7 +44,10 @@ def reference_init_command(
     from data.reference import default_pack
     from data.reference_files import PACK_FILE, PackFiles, write_pack_files
 
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+    writable_pack(folder, "FOLDER")
+    if folder.is_symlink() and not folder.exists():
+        raise BadInput(f"{folder} is a link to nothing; `reference init` writes a new pack folder: choose another path")
+    if os.path.lexists(folder) and (not folder.is_dir() or folder.is_symlink() or any(folder.iterdir())):
         raise BadInput(f"{folder} exists and is not an empty folder; `reference init` writes a new pack folder")
     pack = default_pack()
     files = dict(pack.files.files)
@@ -88,6 +104,8 @@ def reference_translate_command(
     from data.reference_parse import known_language
     from data.reference_write import add_language_drafts
 
+    if "://" not in folder:
+        writable_pack(Path(folder), "FOLDER")
     codes = [c.strip() for c in languages.split(",") if c.strip()]
     unknown = [c for c in codes if not known_language(c)]
     if not codes or unknown:

@@ -132,7 +132,7 @@ def _bad_placeholder(folder: Path) -> str:
     language["descriptor_template"] = "{concept} aus {cuntry}"
     path.write_text(json.dumps(language), encoding="utf-8")
     return (
-        "i18n/de/language.json: descriptor_template: Value error, template '{concept} aus {cuntry}' has the placeholder"
+        "i18n/de/language.json: descriptor_template: template '{concept} aus {cuntry}' has the placeholder"
     )
 
 
