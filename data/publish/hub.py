@@ -16,7 +16,12 @@ those above 10 MB), never through Xet (`lfs_uploads`): LFS is the path the tests
 (`tests/support/fake_hub.py`), and Xet's storage protocol has no local stand-in. Downloads are not concerned.
 
 The token goes to `huggingface_hub` only (its Authorization header): never into a message, a log or a file, and
-never over plain http except to a loopback host (`check_endpoint`: a Hub elsewhere must be https://).
+never over plain http except to a loopback host (`check_endpoint`: a Hub elsewhere must be https://). While it
+publishes, `huggingface_hub`'s client follows a redirect only within the origin (scheme, host and port) it was sent to
+(`same_origin_redirects`): a Hub, or a man in the middle of a loopback mirror, that answers 307 to another host gets
+neither the release's bytes nor a request there. The repository id is checked by the Hub's own rules
+(`huggingface_hub.utils.validate_repo_id`: no `--` or `..`, no name that starts or ends with `-` or `.`) before
+anything else, so it never fails half-way.
 
 Only the kinds of file a release writer produces are uploaded (`RELEASE_FILE`, and the files of the reference pack
 under `reference/`): a manifest that lists anything else
@@ -27,22 +32,23 @@ call to the Hub, naming the file.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import SplitResult, urlsplit
 
 from data.publish.format import MANIFEST
 from data.publish.integrity import ReleaseIntegrityError, file_digest, read_manifest, verify_files
 from data.publish.reader import REFERENCE_DIR
 from data.reference_files import pack_file_kind
+from data.ssrf import is_loopback_host
 
 if TYPE_CHECKING:
+    import httpx2
     from huggingface_hub import HfApi
 
 REPO_TYPE = "dataset"
@@ -86,6 +92,10 @@ class PublishRefused(RuntimeError):
     """The Hub cannot take the release: its version is tagged on other files, or the Hub refused a call."""
 
 
+class RedirectRefused(PublishRefused):
+    """The Hub answered a redirect to another origin (scheme, host or port): not followed."""
+
+
 @dataclass(frozen=True)
 class RemoteFile:
     size: int
@@ -109,15 +119,6 @@ class PublishResult:
 
     def line(self) -> str:
         return f"{self.status}: {self.repo_id} tag {self.tag} at commit {self.commit}"
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback  # 127.0.0.0/8, ::1
-    except ValueError:
-        return False  # another name: it may resolve anywhere
 
 
 def _shown(parts: SplitResult) -> str:
@@ -144,7 +145,7 @@ def check_endpoint(endpoint: str, option: str = "--endpoint") -> str:
         raise PublishInputError(f"{option} {shown}: holds a user or password; the token is the only credential sent")
     if parts.query or parts.fragment:
         raise PublishInputError(f"{option} {shown}: has a query or fragment; name the Hub's base URL only")
-    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
         raise PublishInputError(
             f"{option} {shown}: plain http:// would send the Hub token in clear; use https:// "
             "(http:// is accepted for a loopback host only: 127.0.0.0/8, ::1, localhost)"
@@ -162,8 +163,19 @@ def resolve_endpoint(endpoint: str | None) -> str:
 
 
 def check_repo_id(repo_id: str) -> str:
+    """`repo_id` if it is ORG/NAME by the Hub's rules (those `huggingface_hub` checks before any call); otherwise
+    PublishInputError, before a request is made."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
     if not _REPO_ID.fullmatch(repo_id) or ".." in repo_id or repo_id.endswith((".git", ".")):
         raise PublishInputError(f"--repo-id {repo_id!r} is not ORG/NAME (letters, digits, '-', '_', '.')")
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        rule = " ".join(str(exc).split()).split(":", 1)[0]  # the rule broken, without the id echoed again
+        raise PublishInputError(
+            f"--repo-id {repo_id!r} is not a Hub repository id ({rule}); ORG/NAME of letters, digits, '-', '_', '.'"
+        ) from None
     return repo_id
 
 
@@ -244,14 +256,69 @@ def hub_errors(what: str) -> Iterator[None]:
         raise PublishRefused(f"cannot reach the Hub to {what}: {type(exc).__name__}") from None
     except ValueError as exc:  # huggingface_hub's own checks (a card whose metadata the Hub rejects)
         raise PublishRefused(f"cannot {what}: {' '.join(str(exc).split())[:300]}") from None
+    except PublishRefused:
+        raise
     except RuntimeError as exc:  # an LFS upload: "Error while uploading 'PATH'", the HTTP error as its cause
         cause = exc.__cause__
+        if isinstance(cause, PublishRefused):  # a redirect refused during an upload
+            raise cause from None
         doing = f"{what} ({' '.join(str(exc).split())[:200]})"
         if isinstance(cause, HfHubHTTPError):
             raise refused(cause, doing) from None
         if isinstance(cause, httpx2.HTTPError):
             raise PublishRefused(f"cannot reach the Hub's storage to {doing}: {type(cause).__name__}") from None
         raise
+
+
+def _origin(url: httpx2.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host.lower(), url.port or {"http": 80, "https": 443}.get(url.scheme)
+
+
+def _shown_origin(url: httpx2.URL) -> str:
+    return f"{url.scheme}://{url.host}" + (f":{url.port}" if url.port else "")
+
+
+def refuse_cross_origin_redirect(response: httpx2.Response) -> None:
+    """An httpx response hook: a redirect to another origin than the request's raises `RedirectRefused` before the
+    client follows it (httpx would re-send a 307's body there, and huggingface_hub's client follows every redirect)."""
+    import httpx2
+
+    if not response.has_redirect_location:
+        return
+    sent = response.request.url
+    try:
+        target = sent.join(response.headers["Location"])
+        where = _shown_origin(target) if _origin(target) != _origin(sent) else None
+    except (httpx2.InvalidURL, ValueError):  # an unusable Location is not followed either
+        where = "an unusable Location"
+    if where is not None:
+        raise RedirectRefused(
+            f"the Hub at {_shown_origin(sent)} answered {response.request.method} {sent.path[:100]} with HTTP "
+            f"{response.status_code} to {where}, another origin: not followed (the token and the release go to the "
+            "Hub only)"
+        )
+
+
+@contextmanager
+def same_origin_redirects() -> Iterator[None]:
+    """For the length of the block, `huggingface_hub`'s shared HTTP client (made by its client factory) refuses a
+    redirect to another origin (`refuse_cross_origin_redirect`); the factory it had is put back afterwards (a
+    download, `snapshot_download`, follows the Hub's redirects to its storage as before)."""
+    from huggingface_hub.utils import _http, set_client_factory
+
+    previous: Callable[[], Any] = getattr(_http, "_GLOBAL_CLIENT_FACTORY", _http.default_client_factory)
+
+    def guarded() -> Any:
+        client = previous()
+        hooks = client.event_hooks
+        client.event_hooks = {**hooks, "response": [*hooks.get("response", []), refuse_cross_origin_redirect]}
+        return client
+
+    set_client_factory(guarded)
+    try:
+        yield
+    finally:
+        set_client_factory(previous)
 
 
 @contextmanager
@@ -351,12 +418,19 @@ def preview_release(folder: Path, repo_id: str, token: str, endpoint: str | None
     """The release verified (as `publish_release` does first) and compared with what the Hub holds: its version's tag
     (refused if it holds other files, as `publish_release` would be), else `main`. Nothing is written."""
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import RepositoryNotFoundError
 
     check_repo_id(repo_id)
     hub = resolve_endpoint(endpoint)
     name, version, local = local_files(folder)
-    api = HfApi(endpoint=hub, token=token)
+    with same_origin_redirects():
+        return _preview(HfApi(endpoint=hub, token=token), hub, repo_id, folder, name, version, local)
+
+
+def _preview(
+    api: HfApi, hub: str, repo_id: str, folder: Path, name: str, version: str, local: dict[str, LocalFile]
+) -> PublishPreview:
+    from huggingface_hub.errors import RepositoryNotFoundError
+
     with hub_errors(f"list the branches and tags of {repo_id}"):
         try:
             refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
@@ -388,7 +462,19 @@ def publish_release(
     check_repo_id(repo_id)
     hub = resolve_endpoint(endpoint)  # explicit: huggingface_hub would otherwise read HF_ENDPOINT unchecked
     name, version, local = local_files(folder)
-    api = HfApi(endpoint=hub, token=token)
+    with same_origin_redirects():
+        return _publish(HfApi(endpoint=hub, token=token), repo_id, folder, name, version, local, private)
+
+
+def _publish(
+    api: HfApi,
+    repo_id: str,
+    folder: Path,
+    name: str,
+    version: str,
+    local: dict[str, LocalFile],
+    private: bool | None,
+) -> PublishResult:
     with hub_errors(f"create the dataset repository {repo_id}"):
         api.create_repo(repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True)
     with hub_errors(f"list the branches and tags of {repo_id}"):

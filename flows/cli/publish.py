@@ -5,8 +5,10 @@ exactly the release (its card is the repository's README, `croissant.json` besid
 (`data.publish.hub`). Publishing a version again with the same bytes is `unchanged` (no commit); with other bytes,
 refused (exit 1): a tag never moves. The token comes from HF_TOKEN or a Prefect Secret block
 (`--token-secret-block`), and is never printed. `HF_ENDPOINT` (or `--endpoint`) names another Hub: https://, or
-http:// to a loopback host only (the token would otherwise travel in clear). Only the kinds of file a release holds
-are uploaded: a manifest listing `.gitattributes` or any other file is refused (exit 2) before any call to the Hub.
+http:// to a loopback host only (the token would otherwise travel in clear); a redirect from it to another origin
+(scheme, host or port) is not followed (exit 1: nothing is sent there). `--repo-id` is checked by the Hub's rules
+(no `--` or `..`, exit 2) before the token is read. Only the kinds of file a release holds are uploaded: a manifest
+listing `.gitattributes` or any other file is refused (exit 2) before any call to the Hub.
 """
 
 from __future__ import annotations

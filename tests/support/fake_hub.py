@@ -52,6 +52,11 @@ and reads of a private repository, need `Authorization: Bearer <token>` with the
 `authorizations` keeps every Authorization header the Hub received, `storage_authorizations` those the storage did
 (none, when the client keeps the token on the Hub), `uploads` the sha256 of every object stored by a PUT; a test sets
 `storage_refuses` to have every PUT to the storage refused (403).
+
+A hostile Hub: `redirects` maps a request path to a `Location`; the next request for that path is answered
+`redirect_status` (307: the client re-sends the body) with it instead of being routed. `TrapServer`, on another
+loopback address (127.0.0.2) or port, stands for the host a redirect points to: it records every connection and
+request made to it.
 """
 
 from __future__ import annotations
@@ -193,6 +198,8 @@ class FakeHub:
         self.storage_authorizations: list[str] = []
         self.uploads: list[str] = []  # sha256 of each object a PUT (or a multipart completion) stored
         self.storage_refuses = False  # a test sets it: every PUT to the storage is answered 403 (an expired URL)
+        self.redirects: dict[str, str] = {}  # a test sets it: path -> Location, answered once (see the module)
+        self.redirect_status = 307
         self._secret = os.urandom(16)
         self._lock = threading.Lock()
         self._servers: list[ThreadingHTTPServer] = []
@@ -255,6 +262,13 @@ class FakeHub:
         if auth:
             self.authorizations.append(auth)
         authorized = auth == f"Bearer {self.token}"
+        with self._lock:
+            location = self.redirects.pop(url.path, None)
+            if location is not None:
+                self.calls.append(f"{method} {url.path} -> {self.redirect_status}")
+        if location is not None:
+            _send(request, method, (self.redirect_status, {"Location": location}, b""))
+            return
         try:
             with self._lock:
                 name, result = self._route(method, url.path, parse_qs(url.query), body, authorized, request)
@@ -672,6 +686,78 @@ class FakeHub:
             "X-Repo-Commit": head.oid,
         }
         return 302, headers, b""
+
+
+@dataclass(frozen=True)
+class TrappedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+class TrapServer:
+    """A server that must never be reached: it records each connection (`connections`, the client's address) and
+    each request (`requests`), and answers 200 with an empty JSON object, so a client that reached it goes on."""
+
+    def __init__(self) -> None:
+        self.connections: list[str] = []
+        self.requests: list[TrappedRequest] = []
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{host}:{port}"
+
+    def start(self, host: str = "127.0.0.2") -> TrapServer:
+        trap = self
+
+        class Recorder(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                trap.connections.append(f"{self.client_address[0]}:{self.client_address[1]}")
+                super().setup()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _record(self) -> None:
+                body = _body(self)
+                trap.requests.append(TrappedRequest(self.command, self.path, dict(self.headers.items()), body))
+                _send(self, self.command, (200, {"Content-Type": "application/json"}, b"{}"))
+
+            do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = _record
+
+        self._server = ThreadingHTTPServer((host, 0), Recorder)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="trap", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+@contextmanager
+def trap(host: str = "127.0.0.2") -> Iterator[TrapServer]:
+    """A started TrapServer on `host`, stopped after."""
+    server = TrapServer().start(host)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _handler(handle: Any) -> type[BaseHTTPRequestHandler]:
