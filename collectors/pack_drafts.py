@@ -169,11 +169,22 @@ def draft_language(
         forms = {f.iso2: " ".join(f.descriptor_country.split()) for f in answer.value.countries}
         if existing is None:  # validated again, as a pack's language.json is (model_copy would not)
             language = Language.model_validate(
-                {**language.model_dump(), "descriptor_template": answer.value.descriptor_template}
+                {
+                    **language.model_dump(),
+                    "descriptor_template": answer.value.descriptor_template,
+                    "origin": f"model:{gemini.model}",
+                }
             )
             drafts.language = language
         drafts.country_names = [
-            CountryName(iso2=iso2, country=english, language_code=code, name=name, descriptor_country=forms[iso2])
+            CountryName(
+                iso2=iso2,
+                country=english,
+                language_code=code,
+                name=name,
+                descriptor_country=forms[iso2],
+                origin=f"model:{gemini.model}",  # the name may be CLDR's, its form in the template is the model's
+            )
             for iso2, english, name in rows
         ]
     if code == ENGLISH:
@@ -198,6 +209,7 @@ def draft_language(
             # The language's template is stored once; a concept keeps its own only where it differs.
             descriptor_template=template if template != language.descriptor_template else None,
             review_status=REVIEW_AWAITING,
+            origin=f"model:{gemini.model}",
         )
         for cid, concept, text, template in output.rows
     ]

@@ -23,7 +23,7 @@ MISSING_COLUMNS = ("kind", "language", "concept_id", "concept", "country")
 
 @dataclass(frozen=True)
 class MissingEntry:
-    kind: Literal["language", "translation", "country_name"]
+    kind: Literal["language", "descriptor", "translation", "country_name"]
     language: str
     concept_id: int | None = None
     concept: str | None = None
@@ -42,6 +42,8 @@ def missing_for_build(
         language = pack.languages.get(code)
         if language is None:
             missing.append(MissingEntry("language", code))
+        elif language.language.descriptor_template is None:
+            missing.append(MissingEntry("descriptor", code))
         names = language.countries if language is not None else {}
         missing += [MissingEntry("country_name", code, country=c) for c in countries if c not in names]
         if code == ENGLISH:
@@ -57,8 +59,14 @@ def missing_for_build(
 
 def missing_summary(missing: Sequence[MissingEntry]) -> str:
     """`N translations (concept, language), N country names, N languages` of what is missing."""
-    counts = {kind: sum(m.kind == kind for m in missing) for kind in ("translation", "country_name", "language")}
-    return (
-        f"{counts['translation']} translation(s) (concept, language), {counts['country_name']} country name(s), "
-        f"{counts['language']} language(s)"
-    )
+    counts = {m.kind: 0 for m in missing}
+    for m in missing:
+        counts[m.kind] += 1
+    parts = [
+        f"{counts.get('translation', 0)} translation(s) (concept, language)",
+        f"{counts.get('country_name', 0)} country name(s)",
+        f"{counts.get('language', 0)} language(s)",
+    ]
+    if counts.get("descriptor"):
+        parts.append(f"{counts['descriptor']} RQ3 descriptor template(s)")
+    return ", ".join(parts)

@@ -146,7 +146,7 @@ class ShippedTranslator:
     ) -> TranslationOutput:
         rows = []
         for code in sorted(set(language_codes)):
-            default_template = pack.language_pack(code).language.descriptor_template
+            default_template = pack.language_pack(code).language.template
             rows += [
                 _row(e, default_template, self.source) for e in self.translate(pack, [c for c, _ in concepts], code)
             ]
@@ -321,7 +321,7 @@ class GeminiTranslator:
         failures: list[dict[str, Any]] = []
         for code in sorted(set(language_codes)):
             language_pack = pack.language_pack(code)
-            default_template = language_pack.language.descriptor_template
+            default_template = language_pack.language.template
             if code == ENGLISH:
                 # English is the source language of the concept list: nothing to translate.
                 rows += [

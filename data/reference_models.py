@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -34,6 +34,10 @@ UNKNOWN_REGION = "unknown"
 #: What a translation's `review_status` may be: a draft awaits a native speaker; `source` is the source language.
 #: App. B.1's inpainting prompts: the ethnicity's name goes in once.
 INPAINTING_TEMPLATE = {"ethnicity": (1, 1)}
+#: Where an entry came from: CLDR's data (`cldr`), a model's draft (`model`, or `model:<id>`), a filled sheet
+#: (`sheet`), a native reviewer's correction (`review`), written by hand in the file (`hand`). Packs written before it
+#: existed record none.
+Origin = Annotated[str, Field(pattern=r"^(cldr|sheet|hand|review|model(:[A-Za-z0-9._/-]{1,120})?)$")]
 ReviewStatus = Literal["awaiting_native_review", "native_reviewed", "source"]
 
 
@@ -112,13 +116,28 @@ class Language(BaseModel):
     code: str = Field(pattern=r"^[a-z]{2,3}(-[a-z0-9]{2,8})*$")
     name: Text
     native_name: Text
-    descriptor_template: str = Field(description="RQ3 cultural-descriptor form, with {concept} and {country}.")
+    descriptor_template: str | None = Field(
+        description="RQ3 cultural-descriptor form, with {concept} and {country}; null until someone writes it "
+        "(a build that queries in the language needs it)."
+    )
     notes: Prose = ""
+    review_status: ReviewStatus = Field(
+        default=REVIEW_AWAITING, description="Of the names and the template: a draft until a native speaker reviews."
+    )
+    origin: Origin | None = None
+    reviewers: int | None = Field(default=None, ge=1, le=1000)
 
     @field_validator("descriptor_template")
     @classmethod
-    def _has_placeholders(cls, value: str) -> str:
-        return check_language_template(value)
+    def _has_placeholders(cls, value: str | None) -> str | None:
+        return None if value is None else check_language_template(value)
+
+    @property
+    def template(self) -> str:
+        """The RQ3 template; a KeyError where the pack has none yet (a build's pre-flight names it first)."""
+        if self.descriptor_template is None:
+            raise KeyError(f"language {self.code!r} has no RQ3 descriptor template yet")
+        return self.descriptor_template
 
 
 class ConceptTranslation(BaseModel):
@@ -132,6 +151,8 @@ class ConceptTranslation(BaseModel):
         default=None, description="Per-concept override of the language's RQ3 template (gender, noun class)."
     )
     review_status: ReviewStatus
+    origin: Origin | None = None
+    reviewers: int | None = Field(default=None, ge=1, le=1000)
 
     @field_validator("descriptor_template")
     @classmethod
@@ -150,6 +171,8 @@ class CountryName(BaseModel):
     review_status: ReviewStatus = Field(
         default=REVIEW_AWAITING, description="A draft until a native speaker reviews the name and its form."
     )
+    origin: Origin | None = None
+    reviewers: int | None = Field(default=None, ge=1, le=1000)
 
 
 class LanguagePack(BaseModel):
@@ -167,7 +190,7 @@ class LanguagePack(BaseModel):
     def descriptor(self, concept_id: int, country: str) -> str:
         """The RQ3 query "{concept} of {country}" written in this language (3XCM paper §3.2.3)."""
         entry = self.concepts[concept_id]
-        template = entry.descriptor_template or self.language.descriptor_template
+        template = entry.descriptor_template or self.language.template
         return template.format(concept=entry.text, country=self.countries[country].descriptor_country)
 
 

@@ -51,8 +51,11 @@ COUNTRY_COLUMNS = ("name", "iso2", "slug", "language_code", "language_name", "la
 CONCEPT_COLUMNS = ("concept_id", "concept")
 CONCEPT_OPTIONAL_COLUMNS = ("paper_image_count", "release_image_count")
 TRANSLATION_COLUMNS = ("concept_id", "concept", "text", "descriptor_template", "review_status")
+#: Where an entry came from and how many native speakers reviewed it (`data/pack_entries.py`): optional columns of
+#: both `i18n/` tables, absent from packs written before them.
+PROVENANCE_COLUMNS = ("origin", "reviewers")
 COUNTRY_NAME_COLUMNS = ("iso2", "country", "name", "descriptor_country")
-COUNTRY_NAME_OPTIONAL_COLUMNS = ("review_status",)
+COUNTRY_NAME_OPTIONAL_COLUMNS = ("review_status", *PROVENANCE_COLUMNS)
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -222,6 +225,11 @@ def _bounded_int(text: str) -> int:
     if len(text.lstrip("-")) > MAX_INT_DIGITS:
         raise ValueError(f"an integer of {len(text.lstrip('-')):,} digits, longer than a pack's numbers are")
     return int(text)
+
+
+def _optional(row: dict[str, str], columns: tuple[str, ...]) -> dict[str, str]:
+    """The optional columns a row fills (an empty cell is the column's default)."""
+    return {c: row[c].strip() for c in columns if row.get(c, "").strip()}
 
 
 def _fields(row: dict[str, str], columns: tuple[str, ...]) -> dict[str, str]:
@@ -453,8 +461,7 @@ def _country_names(p: _Parser, file: str, code: str, tables: _Tables) -> dict[st
             )
             continue
         raw_name: dict[str, Any] = {**_fields(row, COUNTRY_NAME_COLUMNS), "language_code": code}
-        if row.get("review_status"):
-            raw_name["review_status"] = row["review_status"]
+        raw_name.update(_optional(row, COUNTRY_NAME_OPTIONAL_COLUMNS))
         entry = p.model(CountryName, file, where, raw_name)
         if entry is not None:
             out[entry.country] = entry
@@ -463,7 +470,7 @@ def _country_names(p: _Parser, file: str, code: str, tables: _Tables) -> dict[st
 
 
 def _translations(p: _Parser, file: str, code: str, tables: _Tables) -> dict[int, ConceptTranslation]:
-    rows = p.csv_rows(file, TRANSLATION_COLUMNS)
+    rows = p.csv_rows(file, TRANSLATION_COLUMNS, PROVENANCE_COLUMNS)
     p.unique(file, rows, "concept_id", "concept id")
     orphans = _Orphans(p, file, "concepts")
     out: dict[int, ConceptTranslation] = {}
@@ -486,6 +493,7 @@ def _translations(p: _Parser, file: str, code: str, tables: _Tables) -> dict[int
             )
             continue
         raw: dict[str, Any] = {**_fields(row, TRANSLATION_COLUMNS), "language_code": code}
+        raw.update(_optional(row, PROVENANCE_COLUMNS))
         raw["concept_id"] = known.concept_id
         raw["descriptor_template"] = row["descriptor_template"] or None
         entry = p.model(ConceptTranslation, file, where, raw)

@@ -15,7 +15,13 @@ from fsspec.core import url_to_fs
 
 from data.reference_files import CONCEPTS_FILE, COUNTRIES_FILE, LANGUAGE_DIR, LANGUAGE_FILE, PackFiles
 from data.reference_models import ConceptTranslation, CountryName, Language
-from data.reference_parse import COUNTRY_NAME_COLUMNS, COUNTRY_NAME_OPTIONAL_COLUMNS, TRANSLATION_COLUMNS, parse_pack
+from data.reference_parse import (
+    COUNTRY_NAME_COLUMNS,
+    COUNTRY_NAME_OPTIONAL_COLUMNS,
+    PROVENANCE_COLUMNS,
+    TRANSLATION_COLUMNS,
+    parse_pack,
+)
 from data.text_safety import csv_bytes
 
 
@@ -62,16 +68,21 @@ def add_language_drafts(
         header = list(COUNTRY_NAME_COLUMNS + COUNTRY_NAME_OPTIONAL_COLUMNS)
         old_header, old_rows = _existing_rows(files, relative)
         rows = [[dict(zip(old_header, r, strict=False)).get(c, "") for c in header] for r in old_rows]
-        rows += [[n.iso2, n.country, n.name, n.descriptor_country, n.review_status] for n in country_names]
+        rows += [
+            [n.iso2, n.country, n.name, n.descriptor_country, n.review_status, n.origin or "", str(n.reviewers or "")]
+            for n in country_names
+        ]
         changed[relative] = csv_bytes(header, rows)
     if translations:
         relative = f"{folder}/{CONCEPTS_FILE}"
-        header = list(TRANSLATION_COLUMNS)
+        header = list(TRANSLATION_COLUMNS + PROVENANCE_COLUMNS)
         old_header, old_rows = _existing_rows(files, relative)
         rows = [[dict(zip(old_header, r, strict=False)).get(c, "") for c in header] for r in old_rows]
         rows += [
-            [str(t.concept_id), t.concept, t.text, t.descriptor_template or "", t.review_status] for t in translations
-        ]
+            [str(t.concept_id), t.concept, t.text, t.descriptor_template or "", t.review_status, t.origin or "",
+             str(t.reviewers or "")]
+            for t in translations
+        ]  # fmt: skip
         changed[relative] = csv_bytes(header, rows)
     write_checked(files, changed)
     return list(changed)
