@@ -33,6 +33,8 @@ import fsspec
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
+from data.remote_folders import RemoteReadError, pack_filesystem
+
 PACK_FILE = "pack.json"
 COUNTRIES_FILE = "countries.csv"
 CONCEPTS_FILE = "concepts.csv"
@@ -122,20 +124,6 @@ class PackFiles:
         return sorted({n.split("/")[1] for n in self.files if n.startswith(f"{LANGUAGE_DIR}/")})
 
 
-class RemoteFolderError(ValueError):
-    """A pack URL that is refused or cannot be read: one line naming it and why."""
-
-
-def remote_folder(where: str) -> tuple[AbstractFileSystem, str]:
-    """The filesystem and root of a pack given by URL (TEMPORARY: the SSRF-guarded reader replaces this)."""
-    from fsspec.core import url_to_fs
-
-    try:
-        return url_to_fs(where)
-    except (ValueError, ImportError) as exc:
-        raise RemoteFolderError(f"not a folder this machine can read ({exc})") from None
-
-
 @dataclass(frozen=True)
 class _Entry:
     """One thing found in a pack folder: a path relative to its root, what it is, and (for a file) its size."""
@@ -208,12 +196,12 @@ def _listing(where: str) -> tuple[AbstractFileSystem, list[_Entry]]:
                 what = "is a file, not a pack folder" if os.path.exists(local) else "does not exist"
                 raise PackErrors([PackError(where, "", "", what)])
             return fsspec.filesystem("file"), _walk_local(local)
-        fs, root = remote_folder(where)
+        fs, root = pack_filesystem(where)  # the SSRF guard for http(s); storage URLs only
         if not fs.isdir(root):
             raise PackErrors([PackError(where, "", "", "is not a folder (nothing is listed there)")])
         return fs, _walk_remote(fs, root.rstrip("/"))
-    except RemoteFolderError as exc:
-        raise PackErrors([PackError(where, "", "", str(exc))]) from None
+    except RemoteReadError as exc:  # its line names the URL (credentials dropped) and why
+        raise PackErrors([PackError(exc.location, "", "", exc.reason)]) from None
     except OSError as exc:
         raise PackErrors([PackError(where, "", "", f"cannot be read ({os_error_text(exc)})")]) from None
 
@@ -270,7 +258,7 @@ def read_pack_files(location: str | os.PathLike[str]) -> PackFiles:
             break
         try:
             data = _read_capped(fs, entry.path)
-        except (OSError, RemoteFolderError) as exc:
+        except (OSError, RemoteReadError) as exc:
             text = os_error_text(exc) if isinstance(exc, OSError) else str(exc)
             errors.append(PackError(where, relative, "", f"cannot be read ({text})"))
             continue

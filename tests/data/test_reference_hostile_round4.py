@@ -386,3 +386,26 @@ def test_joiners_that_scripts_need_are_kept(tmp_path: Path) -> None:
     edit_rows(folder / "i18n" / "hi" / "concepts.csv", change)
     code, output = cli("reference", "check", folder)
     assert code == 0, output
+
+
+@pytest.mark.parametrize(
+    ("location", "expected"),
+    [
+        ("s3://bucket/pack", "s3://bucket/pack: cannot read"),
+        ("zip://x::http://127.0.0.1:9/", "chained fsspec URL"),
+        ("reference://x", "not a storage protocol"),
+        ("https://127.0.0.1:9/pack", "https://127.0.0.1:9/pack: cannot read (cannot connect"),
+        ("http://169.254.169.254/latest", "link-local"),
+        ("http://hub.example.org/base", "plain http://"),
+    ],
+)
+def test_a_pack_url_that_is_refused_or_fails_is_one_line(
+    location: str, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "")  # no credentials reach a real bucket
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    code, output = cli("reference", "check", location)
+    lines = output.strip().splitlines()
+    assert code == 2, output
+    assert len(lines) == 1 and expected in lines[0], output
+    assert "cannot write" not in output
