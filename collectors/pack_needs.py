@@ -70,3 +70,29 @@ def missing_summary(missing: Sequence[MissingEntry]) -> str:
     if counts.get("descriptor"):
         parts.append(f"{counts['descriptor']} RQ3 descriptor template(s)")
     return ", ".join(parts)
+
+
+def missing_csv(missing: Sequence[MissingEntry]) -> bytes:
+    """The file that lists what a build lacks (`reference_missing.csv`), one row per entry: the build's pre-flight
+    and `reference check` write the same."""
+    from data.text_safety import csv_bytes
+
+    return csv_bytes(MISSING_COLUMNS, [[m.kind, m.language, m.concept_id, m.concept, m.country] for m in missing])
+
+
+def pack_build_problems(pack: ReferencePack, benchmark: str) -> list[str]:
+    """Why a build of `benchmark` from the pack's own countries and concepts would be refused for the pack itself,
+    besides the entries `missing_for_build` lists: one line each (none when it would build)."""
+    if benchmark == "mixcube":
+        return [] if pack.mixcube_reference is not None else ["mixcube.json: missing: a MixCuBe build needs it"]
+    problems = []
+    if len(pack.countries) < 2:
+        problems.append(f"countries.csv: {len(pack.countries)} country(ies); a 3XCM build needs at least 2")
+    if not pack.concepts:
+        problems.append("concepts.csv: holds no concept; a 3XCM build needs at least one")
+    return problems
+
+
+def pack_missing(pack: ReferencePack) -> list[MissingEntry]:
+    """What a 3XCM build of every country and concept of the pack lacks (what `build --reference` refuses on)."""
+    return missing_for_build(pack, [c.name for c in pack.countries], [(c.concept_id, c.concept) for c in pack.concepts])

@@ -89,6 +89,11 @@ class Country(BaseModel):
         "region-level diversity@k (§3.2); not `ddg_region`, the search engine's locale.",
     )
 
+    @property
+    def language_codes(self) -> list[str]:
+        """The languages the country's queries are written in."""
+        return [self.language_code]
+
     @model_validator(mode="after")
     def _slug_is_lower_name(self) -> Country:
         if self.slug != self.name.lower():

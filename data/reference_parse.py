@@ -193,8 +193,8 @@ class _Parser:
         rows: list[dict[str, str]] = []
         cap = MAX_ROWS.get(name, MAX_ROWS[CONCEPTS_FILE])
         for number, cells in enumerate(body, start=2):
-            if not any(cell.strip() for cell in cells):
-                continue
+            if not any(cell.strip() for cell in cells) or cells[0].lstrip().startswith("#"):
+                continue  # a blank row, or a comment (the skeleton's examples)
             if len(rows) == cap:
                 self.error(name, f"row {number}", f"more than {cap:,} rows; a pack holds far fewer")
                 break

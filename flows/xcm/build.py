@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from collectors.pack_needs import MISSING_COLUMNS, PackIncomplete, missing_for_build, missing_summary
+from collectors.pack_needs import PackIncomplete, missing_csv, missing_for_build, missing_summary
 from curation.validate import ValidationReport, validate_benchmark
 from data.process_pool import run_apart
 from data.provenance import code_version
@@ -21,7 +21,6 @@ from data.publish.reader import read_parquet_parts, read_parts_as, release_pack
 from data.publish.release import with_phash
 from data.reference import ReferencePack, load_pack
 from data.schemas import CATALOG
-from data.text_safety import csv_bytes
 from data.workspace import Workspace
 from flows.engine.benchmark import Benchmark
 from flows.engine.config import ConfigError
@@ -82,9 +81,7 @@ def check_reference(config: Build3XCMConfig, pack: ReferencePack, location: str,
     if not missing:
         return
     path = ws.file_path("reference_missing.csv")
-    ws.storage.write_bytes(
-        path, csv_bytes(MISSING_COLUMNS, [[m.kind, m.language, m.concept_id, m.concept, m.country] for m in missing])
-    )
+    ws.storage.write_bytes(path, missing_csv(missing))
     source = config.reference or "the default pack"
     raise PackIncomplete(
         f"the reference pack {pack.info.name} lacks {missing_summary(missing)} that this build needs, each listed "
