@@ -41,7 +41,8 @@ from data.text_safety import csv_bytes
 
 EntryStatus = Literal["missing", "awaiting_native_review", "native_reviewed"]
 REVIEWED = "native_reviewed"
-LANGUAGE_KEYS = ("name", "native_name", "descriptor_template")
+#: A language's entries: its own name for itself, and its RQ3 template (its English name is CLDR's, not translated).
+LANGUAGE_KEYS = ("native_name", "descriptor_template")
 COUNTRY_KEYS = ("name", "descriptor_country")
 CONCEPT_KEYS = ("text", "descriptor_template")
 #: The RQ3 template of English, the source every other template translates.
@@ -109,10 +110,9 @@ def _language_entries(pack: ReferencePack, code: str) -> list[PackEntry]:
     entries: list[PackEntry] = []
     language = have.language if have is not None else None
     file = f"{folder}/{LANGUAGE_FILE}"
-    sources = {"name": english_name, "native_name": native_name, "descriptor_template": ENGLISH_TEMPLATE}
+    sources = {"native_name": english_name, "descriptor_template": ENGLISH_TEMPLATE}
     contexts = {
-        "name": "the language's name in English",
-        "native_name": "the language's name in itself",
+        "native_name": f"the name of {english_name} in {english_name} (CLDR: {native_name})",
         "descriptor_template": "'{concept} of {country}' in the language, {concept} and {country} once each",
     }
     for key in LANGUAGE_KEYS:

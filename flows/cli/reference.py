@@ -178,6 +178,68 @@ def reference_prune_command(
     print(f"valid: {pack.summary()}")
 
 
+@reference_app.command("sheet")
+def reference_sheet_command(
+    folder: Annotated[Path, typer.Argument(help="The pack folder.")],
+    out: Annotated[Path, typer.Option(help="The sheet to write: a CSV file (open it in any spreadsheet program).")],
+    languages: Annotated[
+        str | None, typer.Option(help="Languages to list, comma-separated (default: every language of the pack).")
+    ] = None,
+) -> None:
+    """Write every missing or draft translation of the pack as one row of a sheet to fill offline."""
+    from data.pack_sheet import sheet_bytes, sheet_entries
+    from data.reference import load_pack
+    from data.reference_parse import known_language
+
+    codes = _names(languages) or None
+    unknown = [c for c in codes or [] if not known_language(c)]
+    if unknown:
+        raise BadInput(f"--languages: {unknown} is not a list of language codes CLDR knows")
+    writable_pack(out, "--out", inputs=[folder])
+    if os.path.lexists(out) and not out.is_file():
+        raise BadInput(f"--out {out} exists and is not a file; choose a new file name")
+    pack = load_pack(folder)
+    entries = sheet_entries(pack, codes)
+    _write_atomically(out, sheet_bytes(entries))
+    by_status: dict[str, int] = {}
+    for entry in entries:
+        by_status[entry.status] = by_status.get(entry.status, 0) + 1
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(by_status.items())) or "nothing to fill"
+    console.print(
+        f"wrote {len(entries)} row(s) into {out} ({counts}); fill `translation` (and `reviewer`, the native speaker "
+        f"who wrote or checked it), then run `culturebench reference fill {folder} {out}`"
+    )
+
+
+@reference_app.command("fill")
+def reference_fill_command(
+    folder: Annotated[Path, typer.Argument(help="The pack folder to merge into.")],
+    sheet: Annotated[Path, typer.Argument(help="A filled sheet: the CSV `reference sheet` wrote, or an .xlsx of it.")],
+) -> None:
+    """Merge a filled sheet into the pack: every row with a translation; nothing when any row is refused."""
+    from data.pack_entries import apply_changes
+    from data.pack_sheet import SheetError, sheet_changes
+    from data.reference import PackErrors, load_pack
+
+    writable_pack(folder, "FOLDER")
+    pack = load_pack(folder)
+    try:
+        changes = sheet_changes(pack, sheet)
+        written = apply_changes(pack, changes)
+    except PackErrors as exc:  # a translation the pack may not hold: its line names the file, row and field
+        raise BadInput(f"{sheet}: refused, nothing written: {exc.errors[0]}") from None
+    except SheetError as exc:
+        raise BadInput(str(exc)) from None
+    except ValueError as exc:  # a change no file can hold (a country's name without its form)
+        raise BadInput(f"{sheet}: refused, nothing written: {exc}") from None
+    reviewed = sum(c.status == "native_reviewed" for c in changes)
+    console.print(
+        f"merged {len(changes)} translation(s) from {sheet} ({reviewed} by a named reviewer) into "
+        f"{len(written)} file(s) of {folder}"
+    )
+    print(f"valid: {load_pack(folder).summary()}")
+
+
 from flows.cli.reference_translate import reference_translate_command  # noqa: E402  (registered on reference_app)
 
 reference_app.command("translate")(reference_translate_command)
