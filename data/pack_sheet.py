@@ -24,6 +24,7 @@ from pathlib import Path
 from data.pack_entries import EntryChange, PackEntry, pack_entries
 from data.reference_models import ReferencePack
 from data.text_safety import FORMULA_PREFIXES, csv_bytes
+from data.xlsx import XlsxError, XlsxLimits, sheet_rows
 
 SHEET_COLUMNS = (
     "file",
@@ -59,10 +60,9 @@ def sheet_bytes(entries: Sequence[PackEntry]) -> bytes:
 def read_sheet(path: Path) -> Iterator[list[str]]:
     """The rows of a sheet file (header first): CSV, or an .xlsx as a spreadsheet program saves it."""
     if path.suffix.lower() == ".xlsx":
-        from data.xlsx import XlsxError, sheet_rows
-
+        limits = XlsxLimits(MAX_SHEET_BYTES, MAX_ROWS * len(SHEET_COLUMNS), "sheet of a pack", refuse_formulas=True)
         try:
-            yield from sheet_rows(path, max_cells=MAX_ROWS * len(SHEET_COLUMNS), refuse_formulas=True)
+            yield from sheet_rows(path, limits)
         except XlsxError as exc:
             raise SheetError(str(exc)) from None
         return

@@ -58,7 +58,7 @@ import pyarrow.compute as pc
 
 from data.reference import MixCubeCulture, MixCubeReference
 from data.workspace import sha256_bytes
-from evaluation.answer_match import CORRECT, NEGATED, answer_verdict
+from evaluation.answer_match import CORRECT, NEGATED, answer_verdict, groups_named
 from evaluation.vlm import MODEL_OUTCOMES, Answer, AnswersInBatches, Question, VisionLanguageModel
 
 logger = logging.getLogger(__name__)
@@ -300,6 +300,9 @@ def _several_cultures(per_image: pa.Table, mix: MixCubeReference) -> tuple[int, 
     countries = per_image.column("country").to_pylist()
     cultures = [c.adjective for c in mix.cultures]
     cultures += [c for c in dict.fromkeys(countries) if _culture(c, mix) is None]
+    # the cultures an answer names at all, in one scan of all their terms: only they can be named by the rule, and
+    # an answer naming one culture or none (most) needs no verdict here
+    groups = [ground_truth_terms(culture, mix) for culture in cultures]
     scorer = _Scorer(mix)
     several = correct = 0
     for answer, error, right in zip(
@@ -308,7 +311,10 @@ def _several_cultures(per_image: pa.Table, mix: MixCubeReference) -> tuple[int, 
         per_image.column("correct").to_pylist(),
         strict=True,
     ):
-        if error is None and answer and cultures_named(answer, cultures, mix, enough=2, scorer=scorer) >= 2:
+        if error is not None or not answer:
+            continue
+        named = [cultures[number] for number in groups_named(answer, groups)]
+        if len(named) >= 2 and cultures_named(answer, named, mix, enough=2, scorer=scorer) >= 2:
             several += 1
             correct += bool(right)
     return several, correct

@@ -10,9 +10,10 @@ One module per format under this package, registered in `FORMATS` by name. Each 
   `category` and `image_sha256` (null for a row without image bytes: the exports leave it out, so no prediction is
   expected for it). A file may answer only some rows (a partial run: lmms-eval's `--limit`, an interrupted VLMEvalKit
   run): the answered rows are scored and the result says its coverage (`PredictionsVlm.coverage`). Anything wrong
-  with the file (unreadable, a column missing, no row answered, an extra or repeated row, a row that names another
-  sample, an answer longer than a model's may be: `check_answer`) raises `PredictionsError` naming the file, on one
-  line;
+  with the file (unreadable, a column missing or given twice, no row answered, an extra or repeated row, a row that
+  names another sample, an answer longer than a model's may be or that is no Unicode text: `check_answer`) raises
+  `PredictionsError` naming the file, on one line. A text file is streamed and refused at its first bad row
+  (`evaluation.predictions.rows.AnswerRows`), so what it costs is bounded by the release, whatever the file holds;
 - `model_name(path: Path) -> str | None`: the model's name as the file's name gives it (None when it does not).
 
 `PredictionsVlm` is a `VisionLanguageModel` that answers from the file: `evaluate_images` asks it exactly as it asks
@@ -21,7 +22,10 @@ prompt, so a predictions run takes the scoring path of a model run."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import os
+import re
 from collections import defaultdict, deque
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -56,26 +60,73 @@ MAX_ANSWER_BYTES = 1 << 20
 
 def read_prediction_bytes(path: Path, what: str = "prediction file") -> bytes:
     """The file's bytes; PredictionsError names the file when it cannot be read or is larger than any real one."""
+    chunks: list[bytes] = []
+    read = 0
     try:
         with path.open("rb") as handle:
-            data = handle.read(MAX_PREDICTION_BYTES + 1)
+            # a chunk at a time: read(cap + 1) would first take the cap's memory, whatever the file's size
+            while read <= MAX_PREDICTION_BYTES and (chunk := handle.read(1 << 20)):
+                chunks.append(chunk)
+                read += len(chunk)
     except OSError as exc:
         raise PredictionsError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
-    if len(data) > MAX_PREDICTION_BYTES:
+    if read > MAX_PREDICTION_BYTES:
         raise PredictionsError(f"{path}: larger than {MAX_PREDICTION_BYTES >> 20} MiB; not a {what}")
-    return data
+    return b"".join(chunks)
 
 
-def check_answer(path: Path, where: str, answer: str) -> str:
-    """`answer` as it is, or PredictionsError naming the file and `where` (its row or line, and sample) when it is
-    longer than `MAX_ANSWER_BYTES` in UTF-8."""
+def prediction_digest(path: Path, what: str = "prediction file") -> str:
+    """sha256 of the file's bytes, read a chunk at a time (never held whole); PredictionsError as
+    `read_prediction_bytes` gives it."""
+    digest = hashlib.sha256()
+    read = 0
+    try:
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 20):
+                read += len(chunk)
+                if read > MAX_PREDICTION_BYTES:
+                    raise PredictionsError(f"{path}: larger than {MAX_PREDICTION_BYTES >> 20} MiB; not a {what}")
+                digest.update(chunk)
+    except OSError as exc:
+        raise PredictionsError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    return digest.hexdigest()
+
+
+#: A lone surrogate (U+D800..U+DFFF): a JSON "\ud800" or an xlsx "_xD800_" gives one; no UTF-8 text holds one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_answer(path: Path, where: str, answer: str, field: str = "the answer") -> str:
+    """`answer` as it is, or PredictionsError naming the file, `where` (its row or line, and sample) and `field` (the
+    column or key that holds it) when it is longer than `MAX_ANSWER_BYTES` in UTF-8, or holds a lone surrogate (no
+    Unicode text: nothing could write it out, and no model returns it)."""
+    surrogate = _SURROGATE.search(answer)
+    if surrogate is not None:
+        raise PredictionsError(
+            f"{path}: {where}: {field} holds U+{ord(surrogate.group()):04X} (character {surrogate.start() + 1}), "
+            "a lone surrogate: not Unicode text, so not an answer a model returns"
+        )
     # A str of n characters is at most 4n bytes: only a long one is encoded to be measured.
-    if len(answer) * 4 > MAX_ANSWER_BYTES and len(answer.encode("utf-8", "surrogatepass")) > MAX_ANSWER_BYTES:
+    if len(answer) * 4 > MAX_ANSWER_BYTES and len(answer.encode("utf-8")) > MAX_ANSWER_BYTES:
         raise PredictionsError(
             f"{path}: {where}: the answer is longer than {MAX_ANSWER_BYTES >> 20} MiB, the cap on a model's answer "
             "(max_response_bytes); not an answer a model run would keep"
         )
     return answer
+
+
+def shown(text: str, limit: int = 24) -> str:
+    """A value from the file as a message shows it: short, whatever its length, and printable (a lone surrogate,
+    e.g. from a file name that is not UTF-8, as its escape)."""
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return text.encode("utf-8", "backslashreplace").decode("utf-8") if _SURROGATE.search(text) else text
+
+
+def printable_name(path: Path) -> str:
+    """The file's name as text that can be written out: a name that is not UTF-8 (its bytes kept as lone
+    surrogates by the file system's decoding) with those bytes escaped."""
+    name = path.name
+    return os.fsencode(name).decode("utf-8", "backslashreplace") if _SURROGATE.search(name) else name
 
 
 class PredictionsReader(Protocol):
@@ -139,7 +190,7 @@ class PredictionsConfig(BaseModel):
         B.2 prompt of each category, as the release's reference pack holds them."""
         path = Path(self.path)
         module = reader(self.format)
-        digest = sha256_bytes(read_prediction_bytes(path))  # its bytes not kept while the reader holds them too
+        digest = prediction_digest(path)  # streamed: the bytes are never all in memory
         rows = release_rows(default_folder)
         answers = module.read_predictions(path, rows)
         name = self.model_name or module.model_name(path)
@@ -148,7 +199,7 @@ class PredictionsConfig(BaseModel):
         source = {
             "harness": module.HARNESS,
             "format": self.format,
-            "file": path.name,
+            "file": printable_name(path),
             "sha256": digest,
         }
         return PredictionsVlm(rows, answers, prompts, name=name, source=source)
@@ -199,40 +250,3 @@ class PredictionsVlm:
         if not text.strip():
             return Answer(text, "empty", f"{self._file}: an empty prediction", 0, False)
         return Answer(text, None, None, 0, False)
-
-
-def check_rows(
-    path: Path,
-    rows: pa.Table,
-    predicted: dict[int, str],
-    sample_ids: dict[int, str] | None = None,
-    failed: set[int] | None = None,
-) -> dict[str, str]:
-    """`sample_id` -> answer from a file's `index` -> answer (`index` = row position in `rows`): rows with image
-    bytes answered once each, at least one, nothing else (a partial run answers only some of them: scored on those,
-    with its coverage); `sample_ids` (the file's own column, when it has one) must agree. `failed`: rows the file
-    marks as failed calls, unanswered but checked like the others (`index` and `sample_id`)."""
-    ids: list[str] = rows.column("sample_id").to_pylist()
-    expected = {i for i, digest in enumerate(rows.column("image_sha256").to_pylist()) if digest is not None}
-    missing = sorted(expected - predicted.keys())
-    extra = sorted((predicted.keys() | (failed or set())) - expected)
-    if expected and len(missing) == len(expected):
-        why = f" ({len(failed)} row(s) marked as failed calls)" if failed else ""
-        raise PredictionsError(f"{path}: no prediction for any of the release's {len(expected)} image rows{why}")
-    if extra:
-        raise PredictionsError(
-            f"{path}: {len(extra)} index(es) that are no image row of the release ({_few(extra)}); "
-            "was it made from another export?"
-        )
-    for index, sample_id in (sample_ids or {}).items():
-        if sample_id != ids[index]:
-            raise PredictionsError(
-                f"{path}: index {index} is sample {sample_id!r} in the file but {ids[index]!r} in the release; "
-                "was it made from another export?"
-            )
-    return {ids[index]: text for index, text in predicted.items()}
-
-
-def _few(values: list[int], limit: int = 5) -> str:
-    shown = ", ".join(str(v) for v in values[:limit])
-    return shown + (", ..." if len(values) > limit else "")

@@ -13,6 +13,7 @@ The model's name is the `model_name` lmms-eval wrote into the run's `<date>_resu
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -20,7 +21,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from evaluation.predictions import PredictionsError, check_answer, check_rows, read_prediction_bytes
+from evaluation.predictions import MAX_ANSWER_BYTES, PredictionsError, check_answer, shown
+from evaluation.predictions.rows import AnswerRows
+from evaluation.predictions.text import LineTooLong, open_text, read_line
 
 HARNESS = "lmms-eval"
 NO_MODEL_NAME = (
@@ -43,6 +46,11 @@ RECORD_KEYS = (
 MAX_JSON_DEPTH = 64
 #: lmms-eval's results.json beside the samples file: a few hundred KiB (its config and the per-task results).
 MAX_RESULTS_BYTES = 16 << 20
+#: A sample line holds its answer eight times (`filtered_resps`, `resps` and the task's six metric records), each
+#: at most the answer's cap and JSON-escaped (a control character takes six): a line past this is no sample's.
+MAX_LINE_CHARS = 64 * MAX_ANSWER_BYTES
+#: Digits of a JSON integer read (Python refuses to read past 4,300): a row position or a count has a few.
+MAX_INT_DIGITS = 100
 _JSON_MARK = re.compile(r'[\[\]{}"]')
 _JSON_STRING_REST = re.compile(r'(?:[^"\\]|\\.)*+"', re.S)  # possessive: one pass, no backtracking
 
@@ -77,45 +85,79 @@ def model_name(path: Path) -> str | None:
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     name = loaded.get("model_name") if isinstance(loaded, dict) else None
-    return (name.strip() or None) if isinstance(name, str) else None
+    # a lone surrogate ("\\ud800") is no name: nothing could write it out
+    return (name.strip() or None) if isinstance(name, str) and shown(name, len(name)) == name else None
 
 
 def read_predictions(path: Path, rows: pa.Table) -> dict[str, str]:
     file = prediction_file(path)
-    try:
-        text = read_prediction_bytes(file, "samples file").decode("utf-8")
-    except UnicodeDecodeError:
-        raise PredictionsError(f"{file}: not UTF-8 text") from None
-    predicted: dict[int, str] = {}
-    sample_ids: dict[int, str] = {}
-    # JSON Lines end lines with "\n" only: str.splitlines() would also split inside an answer at U+2028, U+0085 and
-    # the other Unicode line breaks, which lmms-eval writes as they are (ensure_ascii=False).
-    for line, raw in enumerate(text.split("\n"), start=1):
-        if not raw.strip(_JSON_WHITESPACE):
-            continue
-        if not _json_depth_within(raw, MAX_JSON_DEPTH):
-            raise PredictionsError(
-                f"{file}: line {line} is not JSON of a sample (nested deeper than {MAX_JSON_DEPTH} levels, or its "
-                "brackets or quotes do not balance)"
-            )
-        try:
-            sample = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise PredictionsError(f"{file}: line {line} is not JSON ({exc.msg})") from None
-        if not isinstance(sample, dict):
-            raise PredictionsError(f"{file}: line {line} is not a JSON object")
-        doc_id = sample.get("doc_id")
-        if isinstance(doc_id, bool) or not isinstance(doc_id, int) or doc_id < 0:
-            raise PredictionsError(f"{file}: line {line}: doc_id {doc_id!r} is not a row position")
-        if doc_id in predicted:
-            raise PredictionsError(f"{file}: doc_id {doc_id} appears twice (line {line})")
-        predicted[doc_id] = check_answer(file, f"line {line} (doc_id {doc_id})", _answer(file, line, sample))
-        sample_id = _sample_id(file, line, sample)
-        if sample_id is not None:
-            sample_ids[doc_id] = sample_id
-    if not predicted:
+    answers = AnswerRows(file, rows, "line")
+    read = 0
+    # JSON Lines end lines with "\n" only (newline="\n"): a text stream's universal newlines, or str.splitlines(),
+    # would also split inside an answer at "\r", U+2028, U+0085 and the other Unicode line breaks, which lmms-eval
+    # writes as they are (ensure_ascii=False).
+    with open_text(file, "samples file", encoding="utf-8", newline="\n") as stream:
+        for line in itertools.count(1):
+            try:
+                raw = read_line(stream, MAX_LINE_CHARS)
+            except LineTooLong:
+                raise PredictionsError(
+                    f"{file}: line {line} is longer than {MAX_LINE_CHARS >> 20} MiB, more than a sample line holds "
+                    f"(its answer is capped at {MAX_ANSWER_BYTES >> 20} MiB); not a samples file"
+                ) from None
+            if not raw:
+                break
+            if not raw.strip(_JSON_WHITESPACE + "\n"):
+                answers.blank()
+                continue
+            read += 1
+            _add(file, answers, line, _sample(file, line, raw))
+    if not read:
         raise PredictionsError(f"{file}: no samples")
-    return check_rows(file, rows, predicted, sample_ids)
+    return answers.result()
+
+
+def _sample(file: Path, line: int, raw: str) -> dict[str, Any]:
+    """The line's JSON object; PredictionsError naming the line when it is none."""
+    if not _json_depth_within(raw, MAX_JSON_DEPTH):
+        raise PredictionsError(
+            f"{file}: line {line} is not JSON of a sample (nested deeper than {MAX_JSON_DEPTH} levels, or its "
+            "brackets or quotes do not balance)"
+        )
+    try:
+        sample = json.loads(raw, parse_int=_json_int)
+    except json.JSONDecodeError as exc:
+        raise PredictionsError(f"{file}: line {line} is not JSON ({exc.msg})") from None
+    except _LongNumber as exc:
+        raise PredictionsError(
+            f"{file}: line {line} holds a number of {exc.digits:,} digits; no sample line has one"
+        ) from None
+    if not isinstance(sample, dict):
+        raise PredictionsError(f"{file}: line {line} is not a JSON object")
+    return sample
+
+
+def _add(file: Path, answers: AnswerRows, line: int, sample: dict[str, Any]) -> None:
+    """One sample, checked against the release (`AnswerRows.add`)."""
+    doc_id = sample.get("doc_id")
+    if isinstance(doc_id, bool) or not isinstance(doc_id, int) or doc_id < 0:
+        raise PredictionsError(f"{file}: line {line}: doc_id {_short(doc_id)} is not a row position")
+    key, answer = _answer(file, line, sample)
+    answer = check_answer(file, f"line {line} (doc_id {doc_id})", answer, key)
+    answers.add(f"line {line}", f"doc_id {doc_id}", doc_id, answer, _sample_id(file, line, sample))
+
+
+class _LongNumber(ValueError):
+    def __init__(self, digits: int) -> None:
+        super().__init__(digits)
+        self.digits = digits
+
+
+def _json_int(text: str) -> int:
+    """A JSON integer, as json reads it, but refused past `MAX_INT_DIGITS` (json would raise a bare ValueError)."""
+    if len(text) > MAX_INT_DIGITS:
+        raise _LongNumber(len(text.lstrip("-")))
+    return int(text)
 
 
 _JSON_WHITESPACE = " \t\r"  # JSON's whitespace, the line's "\n" already split off
@@ -146,14 +188,14 @@ def _json_depth_within(text: str, limit: int) -> bool:
     return True
 
 
-def _answer(file: Path, line: int, sample: dict[str, Any]) -> str:
-    """The scored answer: `filtered_resps` (a string, or a list holding one), else the raw `resps`."""
+def _answer(file: Path, line: int, sample: dict[str, Any]) -> tuple[str, str]:
+    """The key and the scored answer: `filtered_resps` (a string, or a list holding one), else the raw `resps`."""
     for key in ("filtered_resps", "resps"):
         value = sample.get(key)
         while isinstance(value, list) and len(value) == 1:
             value = value[0]
         if isinstance(value, str):
-            return value
+            return key, value
         if key in sample:
             raise PredictionsError(f"{file}: line {line}: {key} is not one answer text ({_short(value)})")
     raise PredictionsError(f"{file}: line {line}: no filtered_resps (was it written with --log_samples?)")
@@ -167,10 +209,11 @@ def _sample_id(file: Path, line: int, sample: dict[str, Any]) -> str | None:
         if isinstance(record, dict) and "sample_id" in record:
             named.add(str(record["sample_id"]))
     if len(named) > 1:
-        raise PredictionsError(f"{file}: line {line} names several samples ({', '.join(sorted(named))})")
+        shown = ", ".join(_short(name) for name in sorted(named)[:5])
+        raise PredictionsError(f"{file}: line {line} names several samples ({shown})")
     return named.pop() if named else None
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    """A JSON value as a message shows it (`shown`: short, printable)."""
+    return shown(json.dumps(value, ensure_ascii=False), limit)
