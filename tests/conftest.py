@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from flows.cli.prefect_defaults import EPHEMERAL_STARTUP_TIMEOUT_S, apply_prefect_defaults
+from tests.support import prefect_startup
 from tests.support.shared_dirs import built_once
 
 pytest_plugins = [
@@ -17,7 +19,11 @@ pytest_plugins = [
     "pytester",
 ]  # the Label Studio server, the BRISQUE weights, the markers and xdist's groups, pytester (test_scheduling.py)
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Before anything imports Prefect (it reads its settings once, at import): the CLI's settings, so that a flow a test
+# runs here, or in a child process, waits for its temporary API as a user's command does; and in this process that
+# wait scales with the machine's load and ends at once if the server dies (tests/support/prefect_startup.py).
+apply_prefect_defaults()
+prefect_startup.install()
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
@@ -101,11 +107,12 @@ def small_releases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One Prefect test server per session (about 10 s to start); its database lives in a temp folder."""
+    """One Prefect test server per session (about 10 s to start on an idle machine, the CLI's timeout times the load
+    factor on a busy one); its database lives in a temp folder."""
     os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-session-home"))
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with prefect_test_harness(server_startup_timeout=EPHEMERAL_STARTUP_TIMEOUT_S):
         yield
 
 

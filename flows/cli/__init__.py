@@ -24,6 +24,7 @@ from flows.cli.evaluate import evaluate_app
 from flows.cli.export import export_command
 from flows.cli.fetch_release import fetch_release_command
 from flows.cli.output import console
+from flows.cli.prefect_defaults import apply_prefect_defaults
 from flows.cli.prefect_setup import prefect_setup_command
 from flows.cli.publish import publish_command
 from flows.cli.reference import reference_app
@@ -52,10 +53,9 @@ app.command("publish")(publish_command)
 def _prepare_prefect_environment() -> None:
     """Before any command imports Prefect (a benchmark's flow does; Prefect reads its settings once, at import):
     without PREFECT_API_URL, Prefect starts a temporary local server, so give it time to migrate a fresh database
-    on a small machine (Prefect's 20 s is not enough on 2 busy cores), and create PREFECT_HOME (Prefect does not
-    create missing parents)."""
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    on a small machine (`prefect_defaults.py`, which the test suite applies too), and create PREFECT_HOME (Prefect
+    does not create missing parents)."""
+    apply_prefect_defaults()
     home = os.environ.get("PREFECT_HOME")
     if home:
         Path(home).expanduser().mkdir(parents=True, exist_ok=True)

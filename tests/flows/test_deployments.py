@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ from flows.xcm.stages import STAGES
 from tests.support.browser import artifact_dir, screenshot_flow_run
 from tests.support.label_studio_server import free_port
 from tests.support.paths import REPO_ROOT
+from tests.support.readiness import answers_200, wait_until_ready
 
 ROOT = REPO_ROOT
 BIN = Path(sys.executable).parent
@@ -118,8 +120,9 @@ def prefect_api(tmp_path: Path) -> Iterator[dict[str, str]]:
         "PREFECT_LOGGING_LEVEL": "INFO",  # an operator's default (the suite quiets in-process runs to WARNING)
     }
     server = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
-    with background(server, env, tmp_path, tmp_path / "server.log"):
-        run([str(BIN / "prefect"), "server", "status", "--wait", "--timeout", "180"], env, tmp_path, timeout=200)
+    with background(server, env, tmp_path, tmp_path / "server.log") as process:
+        healthy = partial(answers_200, f"{env['PREFECT_API_URL']}/health")
+        wait_until_ready("prefect server", healthy, 180, process=process, log_path=tmp_path / "server.log")
         yield env
 
 

@@ -14,6 +14,7 @@ import requests
 
 from tests.support.label_studio_server import RunningLabelStudio
 from tests.support.paths import REPO_ROOT
+from tests.support.readiness import load_factor
 
 ROOT = REPO_ROOT
 CHROMIUM = os.environ.get("CULTUREBENCH_CHROMIUM", "/usr/bin/chromium")
@@ -55,7 +56,8 @@ class BrowserStepTimeout(TimeoutError):
 class Steps:
     """One screenshot's time, `budget_s` in all, shared out between its steps: each Playwright wait gets at most its
     own bound and never more than what is left, so that one slow step (a browser start, a page load on a loaded
-    machine) cannot eat the test's whole budget; a step that runs out raises `BrowserStepTimeout` naming it."""
+    machine) cannot eat the test's whole budget; a step that runs out raises `BrowserStepTimeout` naming it. A step's
+    bound is an idle machine's: it grows with the load (`tests/support/readiness.py`), the budget does not."""
 
     def __init__(self, what: str, budget_s: float) -> None:
         self.what = what
@@ -64,7 +66,7 @@ class Steps:
 
     def ms(self, bound_s: float) -> float:
         """The timeout of the next wait, in milliseconds (at least 1 ms: Playwright reads 0 as no timeout)."""
-        return max(1.0, min(bound_s, self.deadline - time.monotonic()) * 1000)
+        return max(1.0, min(bound_s * load_factor(), self.deadline - time.monotonic()) * 1000)
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:

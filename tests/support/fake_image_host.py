@@ -53,6 +53,7 @@ import functools
 import hashlib
 import io
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -509,7 +510,7 @@ class FakeImageHostProcess:
             f"--cpu-ms-per-request={cpu_ms_per_request}",
         ]
         self.port = 0
-        self._proc: subprocess.Popen[str] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -519,22 +520,33 @@ class FakeImageHostProcess:
         return f"http://127.0.0.1:{self.port}{path}"
 
     def start(self, timeout_s: float = 120.0) -> FakeImageHostProcess:
+        """Start the host and wait for its `PORT` line: `timeout_s` on an idle machine, longer on a busy one, and
+        not at all once it has exited (`tests/support/readiness.py`)."""
+        from tests.support.readiness import wait_until_ready  # here: the host itself runs as a script, from its folder
+
         self._proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), *self.args],
-            stdout=subprocess.PIPE,
-            text=True,
+            [sys.executable, str(Path(__file__).resolve()), *self.args], stdout=subprocess.PIPE
         )
         assert self._proc.stdout is not None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            line = self._proc.stdout.readline()
-            if line.startswith("PORT "):
-                self.port = int(line.split()[1])
-                return self
-            if not line and self._proc.poll() is not None:
-                break
-        self.stop()
-        raise RuntimeError("the fake image host did not start")
+        stdout = self._proc.stdout.fileno()
+        os.set_blocking(stdout, False)  # a poll reads what is there; the wait, not a read, decides how long
+        said = bytearray()
+
+        def port_line() -> bool:
+            with contextlib.suppress(BlockingIOError):
+                said.extend(os.read(stdout, 4096))  # b"" once it has exited: the wait sees the process end
+            first, newline, _ = bytes(said).partition(b"\n")
+            if newline and first.startswith(b"PORT "):
+                self.port = int(first.split()[1])
+                return True
+            return False
+
+        try:
+            wait_until_ready("the fake image host", port_line, timeout_s, process=self._proc, poll_s=0.05)
+        except BaseException:
+            self.stop()
+            raise
+        return self
 
     def _call(self, method: str, path: str) -> dict:
         import urllib.request

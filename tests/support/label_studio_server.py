@@ -18,13 +18,13 @@ import secrets
 import signal
 import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 
 from tests.support.paths import REPO_ROOT
+from tests.support.readiness import wait_until_ready
 
 REPO_ROOT = REPO_ROOT
 LABEL_STUDIO_ENV = "CULTUREBENCH_LABEL_STUDIO"
@@ -84,7 +84,8 @@ def free_port() -> int:
 
 
 def start_label_studio(base_dir: Path, timeout_s: float = 240) -> RunningLabelStudio:
-    """Start a fresh server with its database, document root and log under `base_dir`; wait until it answers.
+    """Start a fresh server with its database, document root and log under `base_dir`; wait until it answers:
+    `timeout_s` (a fresh database migrates in about 25 s on an idle machine) times the machine's load factor.
 
     A busy port makes Label Studio silently move to port+1, where another server may answer /health. The admin
     token is random per start, so `whoami` with it proves that the server on our port is ours.
@@ -144,27 +145,18 @@ def start_label_studio(base_dir: Path, timeout_s: float = 240) -> RunningLabelSt
 
 
 def _wait_until_ready(server: RunningLabelStudio, timeout_s: float) -> None:
+    """`timeout_s` on an idle machine, longer on a busy one (`tests/support/readiness.py`); at once if it exits."""
     session = _session()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(
-                f"label-studio exited with code {server.process.returncode} before it answered on {server.url}; "
-                f"log {server.log_path}:\n{server.log_tail()}"
-            )
-        try:
-            health = session.get(f"{server.url}/health", timeout=5)
-            if health.status_code == 200 and health.json().get("status") == "UP":
-                me = session.get(f"{server.url}/api/current-user/whoami", headers=server.auth_headers, timeout=10)
-                if me.status_code == 200 and me.json().get("email") == server.admin_email:
-                    return
-        except (requests.RequestException, ValueError):
-            pass  # not listening yet, or still migrating
-        time.sleep(0.5)
-    raise TimeoutError(
-        f"label-studio did not answer on {server.url} within {timeout_s:.0f} s (or another server holds the port); "
-        f"log {server.log_path}:\n{server.log_tail()}"
-    )
+
+    def ours_answers() -> bool:
+        health = session.get(f"{server.url}/health", timeout=5)
+        if health.status_code != 200 or health.json().get("status") != "UP":
+            return False  # still migrating
+        me = session.get(f"{server.url}/api/current-user/whoami", headers=server.auth_headers, timeout=10)
+        return me.status_code == 200 and me.json().get("email") == server.admin_email
+
+    what = f"label-studio on {server.url} (or another server holds the port)"
+    wait_until_ready(what, ours_answers, timeout_s, process=server.process, log_path=server.log_path)
 
 
 def _session() -> requests.Session:
