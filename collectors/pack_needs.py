@@ -36,7 +36,7 @@ def missing_for_build(
     """Every entry the build lacks; `concepts` (id, name) known before the build runs, None where they are not (a
     review file's accepted candidates are translated by the build's Gemini backend)."""
     by_name = pack.country_by_name()
-    languages = sorted({by_name[c].language_code for c in countries} | {ENGLISH})
+    languages = sorted({code for c in countries for code in by_name[c].language_codes} | {ENGLISH})
     missing: list[MissingEntry] = []
     for code in languages:
         language = pack.languages.get(code)

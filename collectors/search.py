@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import csv
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,7 @@ from PIL import Image
 from pydantic import Field, field_validator
 
 from collectors.search_ddgs import DdgsSearchConfig
-from collectors.search_types import QueryLang, SearchError, SearchHit, SearchQuery
+from collectors.search_types import SearchError, SearchHit, SearchQuery, query_tag
 from collectors.ssrf import storage_refusal
 from data.image_sources import declared_license, utc_timestamp
 from data.reference import ENGLISH, ReferencePack
@@ -127,7 +128,6 @@ def build_queries(
     queries: list[SearchQuery] = []
     for country_name in countries:
         country = pack.country_by_name()[country_name]
-        native_names = pack.language_pack(country.language_code).countries
         english_name = pack.language_pack(ENGLISH).countries[country.name].name
         for concept_id, concept in zip(
             concepts["concept_id"].to_pylist(), concepts["concept"].to_pylist(), strict=True
@@ -137,25 +137,35 @@ def build_queries(
                 "concept_id": concept_id,
                 "concept": concept,
                 "country": country.name,
-                "region": country.ddg_region,
                 "slug": country.slug,
                 "country_code": country.iso2,
             }
-            text = native.get((concept_id, country.language_code))
-            if text is None:
-                # An image without its concept in the country's language can't enter the parallel corpus
-                # (image_metadata.concept_in_native), so neither query runs; both are recorded as failed.
-                reason = f"no {country.language_code} translation of concept {concept_id} ({concept})"
-                languages: tuple[tuple[QueryLang, str], ...] = (("eng", "en"), ("nav", country.language_code))
-                for lang, code in languages:
-                    queries.append(
-                        SearchQuery(query=english, query_lang=lang, language_code=code, not_searchable=reason, **common)
-                    )
-                continue
-            nav = f"{text} {native_names[country.name].name}"
-            queries.append(SearchQuery(query=english, query_lang="eng", language_code="en", **common))
-            if not (skip_identical_native and nav == english):
-                queries.append(SearchQuery(query=nav, query_lang="nav", language_code=country.language_code, **common))
+            # The English query once, then one native query per language of the country, each in that language's
+            # search region; a language without the concept's translation leaves that query failed.
+            queries.append(
+                SearchQuery(query=english, query_lang="eng", language_code="en", region=country.ddg_region, **common)
+            )
+            for spoken in country.languages:
+                code = spoken.code
+                tag = query_tag("nav", code, country.language_code)
+                own_tag = tag if tag != "nav" else None
+                text = native.get((concept_id, code))
+                if text is None:
+                    # An image without its concept in the country's language can't enter the parallel corpus
+                    # (image_metadata.concept_in_native), so its query does not run; it is recorded as failed.
+                    reason = f"no {code} translation of concept {concept_id} ({concept})"
+                    if code == country.language_code:
+                        queries[-1] = queries[-1].model_copy(update={"not_searchable": reason})
+                    failed = SearchQuery(
+                        query=english, query_lang="nav", language_code=code, region=spoken.ddg_region,
+                        not_searchable=reason, tag=own_tag, **common,
+                    )  # fmt: skip
+                    queries.append(failed)
+                    continue
+                nav = f"{text} {pack.language_pack(code).countries[country.name].name}"
+                if not (skip_identical_native and nav == english):
+                    queries.append(SearchQuery(query=nav, query_lang="nav", language_code=code,
+                                               region=spoken.ddg_region, tag=own_tag, **common))  # fmt: skip
     return queries
 
 
@@ -262,7 +272,7 @@ class LocalFolderSearcher:
                 ranked
                 for country in {_key(k) for k in _country_keys(query)}
                 for concept in {_key(k) for k in _concept_keys(query.concept_id, query.concept)}
-                for ranked in self._index.get((country, concept, query.query_lang), [])
+                for ranked in self._index.get((country, concept, query.tag or query.query_lang), [])
             ]
             hits = [hit for _, hit in sorted(found, key=lambda ranked: ranked[0])]
         else:
@@ -279,9 +289,9 @@ class LocalFolderSearcher:
         concept_dir = _match_dir(fs, country_dir, _concept_keys(query.concept_id, query.concept), self._listings)
         if concept_dir is None:
             raise SearchError("no_results", f"no folder for concept {query.concept!r} under {country_dir}")
-        lang_dir = _match_dir(fs, concept_dir, {query.query_lang})
+        lang_dir = _match_dir(fs, concept_dir, {query.tag or query.query_lang})
         if lang_dir is None:
-            raise SearchError("no_results", f"no {query.query_lang} folder under {concept_dir}")
+            raise SearchError("no_results", f"no {query.tag or query.query_lang} folder under {concept_dir}")
         files = sorted(p for p in fs.ls(lang_dir, detail=False) if Path(p).suffix.lower() in IMAGE_SUFFIXES)
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         return [_local_hit(fs, path, f"{protocol}://{path}" if protocol != "file" else path) for path in files]
@@ -307,8 +317,8 @@ class LocalFolderSearcher:
                 if not country or not concept:
                     raise ValueError("country and concept must not be empty")
                 lang = row["query_lang"].strip()
-                if lang not in ("eng", "nav"):
-                    raise ValueError(f"query_lang must be eng or nav, not {lang!r}")
+                if lang not in ("eng", "nav") and not re.fullmatch(r"nav-[a-z]{2,3}(-[a-z0-9]{2,8})*", lang):
+                    raise ValueError(f"query_lang must be eng, nav or nav-<language> (a second language), not {lang!r}")
                 rank = int(row["rank"])
             except (KeyError, ValueError) as exc:
                 raise ValueError(f"manifest {manifest}, line {line}: {exc}") from exc

@@ -16,6 +16,11 @@ from data.image_sources import UNKNOWN_LICENSE
 QueryLang = Literal["eng", "nav"]
 
 
+def query_tag(query_lang: str, language: str, primary: str) -> str:
+    """What names a query's images and folder: `eng`, `nav`, or `nav-<code>` for a country's second language."""
+    return query_lang if query_lang == "eng" or language == primary else f"nav-{language}"
+
+
 class SearchQuery(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -31,6 +36,9 @@ class SearchQuery(BaseModel):
     # a 3XCM country; None for another place (a MixCuBe culture), slugged from its name.
     slug: str | None = None
     country_code: str | None = None
+    # The query's folder name and id suffix: its `query_lang`, or `nav-<code>` for a language of the country
+    # other than its first (a country of several languages: docs/reference-packs.md).
+    tag: str | None = None
 
     @property
     def _country_slug(self) -> str:
@@ -40,13 +48,13 @@ class SearchQuery(BaseModel):
 
     @property
     def query_id(self) -> str:
-        return f"{self._country_slug}-{self.concept_id}-q-{self.query_lang}"
+        return f"{self._country_slug}-{self.concept_id}-q-{self.tag or self.query_lang}"
 
     def image_id(self, rank: int) -> str:
         """`rank` is 1-based: `saudi arabia-0-1-eng` is the top English hit for train (id 0) in Saudi Arabia."""
         if rank < 1:
             raise ValueError(f"ranks are 1-based, got {rank}")
-        return f"{self._country_slug}-{self.concept_id}-{rank}-{self.query_lang}"
+        return f"{self._country_slug}-{self.concept_id}-{rank}-{self.tag or self.query_lang}"
 
 
 class SearchHit(BaseModel):

@@ -26,7 +26,15 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from curation.pool_index import NO_IMAGE, PoolIndex
-from curation.rules import RQ2_RULES, RQ3_RULES, Catalog, DescriptorBalance, PoolCounts, seeded_priority
+from curation.rules import (
+    RQ2_RULES,
+    RQ3_RULES,
+    Catalog,
+    DescriptorBalance,
+    PoolCounts,
+    pack_catalog,
+    seeded_priority,
+)
 from data.process_pool import run_apart
 from data.progress import StepProgress, ticking
 from data.reference import ReferencePack
@@ -52,9 +60,9 @@ class Texts(Protocol):
     """Where the query strings come from: (language code, text) of a query. `QueryTexts` from the translations; a
     takedown's repair reads the texts its release already holds (`curation.takedown.ReleasedTexts`)."""
 
-    def rq2(self, concept_id: int, country: str) -> tuple[str, str]: ...
+    def rq2(self, concept_id: int, country: str, language: str) -> tuple[str, str]: ...
 
-    def rq3(self, concept_id: int, country: str, descriptor_country: str) -> tuple[str, str]: ...
+    def rq3(self, concept_id: int, country: str, descriptor_country: str, language: str) -> tuple[str, str]: ...
 
 
 @dataclass
@@ -95,14 +103,17 @@ class QueryTexts:
         self._descriptor_name = descriptor_name
 
     def language(self, country: str) -> str:
+        """The country's primary language (a query's own language is given where its country has several)."""
         return self._languages[country]
 
-    def rq2(self, concept_id: int, country: str) -> tuple[str, str]:
-        code = self.language(country)
+    def rq2(self, concept_id: int, country: str, language: str | None = None) -> tuple[str, str]:
+        code = language or self.language(country)
         return code, self._text[(concept_id, code)]
 
-    def rq3(self, concept_id: int, country: str, descriptor_country: str) -> tuple[str, str]:
-        code = self.language(country)
+    def rq3(
+        self, concept_id: int, country: str, descriptor_country: str, language: str | None = None
+    ) -> tuple[str, str]:
+        code = language or self.language(country)
         y_form = self._descriptor_name(code, descriptor_country)
         return code, self._template[(concept_id, code)].format(concept=self._text[(concept_id, code)], country=y_form)
 
@@ -112,10 +123,12 @@ class TaskResult:
     """One task's choices, as arrays: the queries that were assembled, their candidates (one column per slot),
     the RQ3 descriptor country of each, the queries that could not be, and each image's final usage."""
 
-    queries: npt.NDArray[np.int64]  # int64 rows of the image table
+    queries: npt.NDArray[
+        np.int64
+    ]  # int64 query ids (`Catalog.query_ids`: image rows where each country has one language)
     candidates: npt.NDArray[np.int64]  # int64, (queries, slots)
     descriptors: npt.NDArray[np.int64]  # int64 country positions (RQ3); empty for RQ2
-    missing: list[tuple[int, str]]  # (query row, reason)
+    missing: list[tuple[int, str]]  # (query id, reason)
     usage: npt.NDArray[np.int64]
 
 
@@ -128,14 +141,15 @@ def assemble_rq2(
     progress: StepProgress | None = None,
     shared: tuple[int, int] | None = None,
 ) -> TaskResult:
-    """`queries_of`: the rows that are queries (default: every image), in the order they are assembled. `keep`:
-    query row -> its candidates, `None` for a slot to choose. `progress` counts queries; `shared` (start, of) puts
-    them on a bar both tasks share."""
+    """`queries_of`: the query ids to assemble (default: every image in each language of its country), in the order
+    they are assembled. `keep`: query id -> its candidates, `None` for a slot to choose. `progress` counts queries;
+    `shared` (start, of) puts them on a bar both tasks share."""
     index = PoolIndex(catalog, seeded_priority(len(catalog), seed))
-    empty_slot: dict[tuple[int, int], str | None] = {}
+    empty_slot: dict[tuple[int, int, int], str | None] = {}
     queries, chosen, missing = [], [], []
     for q in _ticking_queries(catalog, queries_of, progress, shared):
-        c, x = int(catalog.concept[q]), int(catalog.country[q])
+        row = catalog.query_row(q)
+        c, x, gx = int(catalog.concept[row]), int(catalog.country[row]), catalog.query_language(q)[1]
         held = keep.get(q) if keep is not None else None
         picks: list[int]
         if held is not None and None not in held:
@@ -143,14 +157,14 @@ def assemble_rq2(
             for pick in picks:  # kept as they are, but they count towards every later choice
                 index.use(pick)
         else:
-            if (c, x) not in empty_slot:
-                empty_slot[(c, x)] = counts.rq2_empty_slot(c, x)
-            if empty_slot[(c, x)] is not None:
-                missing.append((q, f"no_{empty_slot[(c, x)]}_candidate"))
+            if (c, x, gx) not in empty_slot:
+                empty_slot[(c, x, gx)] = counts.rq2_empty_slot(c, x, gx)
+            if empty_slot[(c, x, gx)] is not None:
+                missing.append((q, f"no_{empty_slot[(c, x, gx)]}_candidate"))
                 continue
             picks = []
             for slot, image in zip(RQ2_RULES, held or (None,) * len(RQ2_RULES), strict=True):
-                picks.append(index.least_used(slot, c, x) if image is None else image)
+                picks.append(index.least_used(slot, c, x, x_group=gx) if image is None else image)
                 index.use(picks[-1])
         queries.append(q)
         chosen.append(picks)
@@ -166,19 +180,20 @@ def assemble_rq3(
     progress: StepProgress | None = None,
     shared: tuple[int, int] | None = None,
 ) -> TaskResult:
-    """`keep`: query row -> (descriptor country position, its candidates with `None` for a slot to choose). A kept
+    """`keep`: query id -> (descriptor country position, its candidates with `None` for a slot to choose). A kept
     row whose open slot has no eligible image under its descriptor country is missing (`no_<slot>_candidate`)."""
     index = PoolIndex(catalog, seeded_priority(len(catalog), seed + 1))
     country_priority = seeded_priority(len(catalog.country_names), seed + 2)
     balance = DescriptorBalance(len(catalog.country_names))
-    eligible_of: dict[tuple[int, int], npt.NDArray[np.intp]] = {}
+    eligible_of: dict[tuple[int, int, int], npt.NDArray[np.intp]] = {}
     queries, chosen, descriptors, missing = [], [], [], []
     for q in _ticking_queries(catalog, queries_of, progress, shared):
-        c, x = int(catalog.concept[q]), int(catalog.country[q])
+        row = catalog.query_row(q)
+        c, x, gx = int(catalog.concept[row]), int(catalog.country[row]), catalog.query_language(q)[1]
         if keep is not None and q in keep:
             y, held = keep[q]
             # The pools are disjoint: every open slot is decided before anything is counted as used.
-            picks = [index.least_used(slot, c, x, y) if image is None else image
+            picks = [index.least_used(slot, c, x, y, gx) if image is None else image
                      for slot, image in zip(RQ3_RULES, held, strict=True)]  # fmt: skip
             empty = [slot.name for slot, image in zip(RQ3_RULES, picks, strict=True) if image == NO_IMAGE]
             if empty:
@@ -191,9 +206,9 @@ def assemble_rq3(
             chosen.append(picks)
             descriptors.append(y)
             continue
-        if (c, x) not in eligible_of:
-            eligible_of[(c, x)] = counts.descriptor_countries(c, x)
-        eligible = eligible_of[(c, x)]
+        if (c, x, gx) not in eligible_of:
+            eligible_of[(c, x, gx)] = counts.descriptor_countries(c, x, gx)
+        eligible = eligible_of[(c, x, gx)]
         if len(eligible) == 0:
             missing.append((q, "no_descriptor_country"))
             continue
@@ -201,7 +216,7 @@ def assemble_rq3(
         balance.record(c, y)
         picks = []
         for slot in RQ3_RULES:
-            image = index.least_used(slot, c, x, y)
+            image = index.least_used(slot, c, x, y, gx)
             if image == NO_IMAGE:  # cannot happen for an eligible Y; guarded so a bug is loud, not a wrong row
                 raise AssertionError(f"rq3 slot {slot.name} empty for an eligible descriptor country")
             index.use(image)
@@ -213,7 +228,9 @@ def assemble_rq3(
 
 
 def _query_rows(catalog: Catalog, queries_of: npt.NDArray[np.integer] | None) -> list[int]:
-    return list(range(len(catalog))) if queries_of is None else np.asarray(queries_of, dtype=np.int64).tolist()
+    """The query ids to assemble: `queries_of`, or every image's in each language of its country."""
+    ids: list[int] = (catalog.query_ids() if queries_of is None else np.asarray(queries_of, dtype=np.int64)).tolist()
+    return ids
 
 
 def _ticking_queries(
@@ -273,18 +290,21 @@ def _image_columns(
 
 def _texts(
     catalog: Catalog,
-    rows: npt.NDArray[np.integer],
+    queries: npt.NDArray[np.integer],
     text: Callable[..., tuple[str, str]],
     *extra: npt.NDArray[np.integer],
 ) -> dict[str, pa.Array]:
-    """query_concept_id, query_language and query_text, one lookup per distinct (concept, country[, Y])."""
+    """query_concept_id, query_language and query_text, one lookup per distinct (concept, country[, Y], language)."""
     names = catalog.country_names
-    keys = [catalog.concept[rows], catalog.country[rows], *extra]
+    rows = np.asarray(queries, dtype=np.int64) // catalog.languages_per_query
+    slot = np.asarray(queries, dtype=np.int64) % catalog.languages_per_query
+    keys = [catalog.concept[rows], catalog.country[rows], *extra, slot]
     cache: dict[tuple[int, ...], tuple[str, str]] = {}
     languages, texts = [], []
     for key in zip(*(k.tolist() for k in keys), strict=True):
         if key not in cache:
-            cache[key] = text(key[0], names[key[1]], *(names[k] for k in key[2:]))
+            language = catalog.country_queries[key[1]][key[-1]][0]
+            cache[key] = text(key[0], names[key[1]], *(names[k] for k in key[2:-1]), language)
         languages.append(cache[key][0])
         texts.append(cache[key][1])
     return {
@@ -295,7 +315,7 @@ def _texts(
 
 
 def benchmark_table(catalog: Catalog, texts: Texts, result: TaskResult) -> pa.Table:
-    columns = _image_columns(catalog, "query_", result.queries, "query_image_id")
+    columns = _image_columns(catalog, "query_", result.queries // catalog.languages_per_query, "query_image_id")
     for position, slot in enumerate(RQ2_RULES):
         columns |= _image_columns(catalog, RQ2_PREFIXES[slot.name], result.candidates[:, position])
     columns |= _texts(catalog, result.queries, texts.rq2)
@@ -303,7 +323,7 @@ def benchmark_table(catalog: Catalog, texts: Texts, result: TaskResult) -> pa.Ta
 
 
 def benchmark_cd_table(catalog: Catalog, texts: Texts, result: TaskResult) -> pa.Table:
-    columns = _image_columns(catalog, "query_", result.queries, "query_image_id")
+    columns = _image_columns(catalog, "query_", result.queries // catalog.languages_per_query, "query_image_id")
     countries = np.array(catalog.country_names, dtype=object)
     columns["descriptor_country"] = pa.array(countries[result.descriptors].tolist(), pa.string())
     for position, slot in enumerate(RQ3_RULES):
@@ -313,8 +333,10 @@ def benchmark_cd_table(catalog: Catalog, texts: Texts, result: TaskResult) -> pa
 
 
 def unassembled_table(catalog: Catalog, missing: dict[str, list[tuple[int, str]]]) -> pa.Table:
-    rows = [(task, q, reason) for task, items in missing.items() for q, reason in items]
-    indexes = np.array([q for _, q, _ in rows], dtype=np.int64)
+    """One row per query that could not be assembled; the query's language follows its reason in brackets
+    (`no_correct_candidate [qu]`) where its country has several."""
+    rows = [(task, q, with_language(catalog, q, reason)) for task, items in missing.items() for q, reason in items]
+    indexes = np.array([catalog.query_row(q) for _, q, _ in rows], dtype=np.int64)
     return pa.table(
         {
             "task": pa.array([task for task, _, _ in rows], pa.string()),
@@ -324,6 +346,13 @@ def unassembled_table(catalog: Catalog, missing: dict[str, list[tuple[int, str]]
         },
         schema=UNASSEMBLED,
     )
+
+
+def with_language(catalog: Catalog, query: int, reason: str) -> str:
+    row = catalog.query_row(query)
+    if len(catalog.country_queries[int(catalog.country[row])]) < 2:
+        return reason
+    return f"{reason} [{catalog.query_language(query)[0]}]"
 
 
 def assemble_catalog(
@@ -368,5 +397,5 @@ def run_assembly(
     progress: StepProgress | None = None,
     apart: bool = False,
 ) -> Assembly:
-    catalog = Catalog.from_table(image_table, [c.name for c in pack.countries])
+    catalog = pack_catalog(image_table, pack)
     return assemble_catalog(config, catalog, QueryTexts(translations, pack), progress=progress, apart=apart)

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from data.image_sources import declared_license
-from data.reference import ReferencePack
+from data.reference import Country, ReferencePack
 from data.schemas import IMAGE_METADATA, STATUS_OK
 
 
@@ -77,15 +77,16 @@ def build_catalog(
         h or i
         for h, i in zip(from_hits("retrieved_at").to_pylist(), from_images("retrieved_at").to_pylist(), strict=True)
     ]
+    languages = _image_languages(countries, from_hits("query_lang").to_pylist(), from_hits("language_code").to_pylist())
     columns: dict[str, object] = {
         "image_id": ids,
         "concept_id": concept_ids,
         "concept": concept,
-        "concept_in_native": [native[(c, k.language_code)] for c, k in zip(concept_ids, countries, strict=True)],
+        "concept_in_native": [native[(c, code)] for c, code in zip(concept_ids, languages, strict=True)],
         "concept_country": [f"{n} {k.name}" for n, k in zip(concept, countries, strict=True)],
         "country": [k.name for k in countries],
-        "language_code": [k.language_code for k in countries],
-        "language_group": [k.language_group for k in countries],
+        "language_code": languages,
+        "language_group": ["+".join(sorted(k.language_groups)) for k in countries],
         "title": from_hits("title"),
         "query": from_hits("query"),
         "query_lang": from_hits("query_lang"),
@@ -130,6 +131,16 @@ def build_catalog(
     return pa.Table.from_arrays(
         [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays], schema=IMAGE_METADATA
     )
+
+
+def _image_languages(countries: list[Country], query_langs: list[str], hit_languages: list[str | None]) -> list[str]:
+    """An image's language: its country's (the primary, for a country of several), or, for an image found by a
+    query in one of its country's other languages, that language. A country's group is every group of its languages
+    (`es+qu`, as `curation/rules.py` reads it)."""
+    out = []
+    for country, lang, hit in zip(countries, query_langs, hit_languages, strict=True):
+        out.append(hit if lang == "nav" and hit in country.language_codes else country.language_code)
+    return out
 
 
 def _column(table: pa.Table, name: str) -> pa.ChunkedArray:

@@ -56,6 +56,7 @@ class PoolIndex:
         self.cell_concept_of: list[int] = self.cell_concept.tolist()
         self.cell_index = {int(c): i for i, c in enumerate(cells)}
         self.country_group: list[int] = catalog.country_group.tolist()
+        self._left_out_cache: dict[tuple[tuple[str, ...], int, int], set[int]] = {}
         self.cell_of_image: list[int] = self.cell_of.tolist()
         order = np.argsort(priority, kind="stable")
         members: list[list[int]] = [[] for _ in range(self.cells)]
@@ -115,9 +116,9 @@ class PoolIndex:
                 del cells[bisect.bisect_left(cells, before)]
                 bisect.insort(cells, after)
 
-    def least_used(self, slot: Slot, concept: int, x: int, y: int = -1) -> int:
-        """The slot's least-used eligible image for a query of `concept` from country `x` (and descriptor country
-        `y`), or NO_IMAGE when its pool is empty."""
+    def least_used(self, slot: Slot, concept: int, x: int, y: int = -1, x_group: int | None = None) -> int:
+        """The slot's least-used eligible image for a query of `concept` from country `x` in the language of group
+        `x_group` (default: x's one; and descriptor country `y`), or NO_IMAGE when its pool is empty."""
         countries = len(self.catalog.country_names)
         if slot.partition in ("cell_x", "cell_y"):
             cell = self.cell_index.get(concept * countries + (x if slot.partition == "cell_x" else y))
@@ -130,8 +131,7 @@ class PoolIndex:
             sorted_cells = self.by_country.get(x if slot.partition == "country_x" else y)
         if not sorted_cells:
             return NO_IMAGE
-        groups = self.country_group
-        left_out = {groups[x] if which == "x" else groups[y] for which in slot.excluded_groups}
+        left_out = self._left_out(slot, x, y, x_group)
         skip_cell = self._cell_filter(slot, concept, left_out)
         shows = self.catalog.extra
         fits: Callable[[int], bool] | None = (
@@ -149,6 +149,21 @@ class PoolIndex:
             for cells in lists:
                 best, _ = self._walk(cells, skip_cell, fits, best)
         return NO_IMAGE if best is None else self.image(best)
+
+    def _left_out(self, slot: Slot, x: int, y: int, x_group: int | None) -> set[int]:
+        """The signatures (`Catalog.group`) whose cells the slot leaves out whole: those holding the query's
+        language group ("x"), those sharing a group with the descriptor country ("y")."""
+        if not slot.excluded_groups:
+            return set()
+        gx = self.catalog.country_queries[x][0][1] if x_group is None else x_group
+        key = (slot.excluded_groups, gx, y if "y" in slot.excluded_groups else -1)
+        found = self._left_out_cache.get(key)
+        if found is None:
+            mask = np.zeros(len(self.catalog.group_names), dtype=bool)
+            for which in slot.excluded_groups:
+                mask |= self.catalog.left_out(which, gx, y)
+            found = self._left_out_cache[key] = set(np.flatnonzero(mask).tolist())
+        return found
 
     def _walk(
         self,

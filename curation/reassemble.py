@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from curation.assemble import AssemblyConfig, QueryTexts, assemble_catalog
 from curation.rule_audit import Audit, AuditInputError, audit_benchmark, load_input, pack_of
-from curation.rules import RQ2_RULES, Catalog, in_pool
+from curation.rules import RQ2_RULES, Catalog, in_pool, pack_catalog
 from curation.validate import ValidationReport, validate_benchmark
 from data.provenance import code_version
 from data.publish.format import ReleaseReadError
@@ -33,7 +33,8 @@ from data.publish.reader import read_parts_as
 from data.reference import ReferencePack
 from data.schemas import CATALOG, RQ2_SLOTS
 
-IMAGE_ID = r"^(?P<country>[^-]+)-(?P<concept_id>\d+)-(?P<rank>\d+)-(?P<lang>eng|nav)$"
+# `nav-<code>`: a query in a country's second (third, ...) language (collectors/search_types.py `query_tag`).
+IMAGE_ID = r"^(?P<country>[^-]+)-(?P<concept_id>\d+)-(?P<rank>\d+)-(?P<lang>eng|nav)(?:-(?P<code>[a-z]{2,3}))?$"
 # The pool catalog: CATALOG's columns, but the authors' images have no bytes here, so no sha256.
 POOL = pa.schema([f.with_nullable(True) if f.name == "sha256" else f for f in CATALOG])
 SLOT_PREFIXES = (("query", "query_"), *RQ2_SLOTS)
@@ -134,10 +135,9 @@ def pool_from(benchmark: pa.Table, metadata: pa.Table | None, pack: ReferencePac
     if unknown:
         raise AuditInputError(f"countries outside the reference pack {pack.info.name}: {unknown}")
     concepts = [concept for _, (_, concept, _) in ordered]
-    native = [
-        _native(pack, c, by_name[country].language_code, name)
-        for c, country, name in zip(concept_ids, countries, concepts, strict=True)
-    ]
+    tagged = pc.struct_field(parts, "code").to_pylist()
+    codes = [code or by_name[country].language_code for code, country in zip(tagged, countries, strict=True)]
+    native = [_native(pack, c, code, name) for c, code, name in zip(concept_ids, codes, concepts, strict=True)]
     n = len(ordered)
     table = pa.table(
         {
@@ -148,8 +148,8 @@ def pool_from(benchmark: pa.Table, metadata: pa.Table | None, pack: ReferencePac
             "concept_in_native": native,
             "concept_country": [f"{c} {x}" for c, x in zip(concepts, countries, strict=True)],
             "country": countries,
-            "language_code": [by_name[x].language_code for x in countries],
-            "language_group": [by_name[x].language_group for x in countries],
+            "language_code": codes,
+            "language_group": ["+".join(sorted(by_name[x].language_groups)) for x in countries],
             "title": pa.nulls(n, pa.string()),
             "query": [f"{c} {x}" for c, x in zip(concepts, countries, strict=True)],
             "query_lang": pc.struct_field(parts, "lang"),
@@ -187,15 +187,17 @@ def _native(pack: ReferencePack, concept_id: int, language: str, name: str) -> s
 
 
 def kept_rows(
-    catalog: Catalog, rows: npt.NDArray[np.int64], max_reuse: int
+    catalog: Catalog, rows: npt.NDArray[np.int64], max_reuse: int, queries: npt.NDArray[np.int64] | None = None
 ) -> tuple[npt.NDArray[np.bool_], dict[str, int]]:
     """Which original rows (catalog positions: query, then the three candidates) can stay: every candidate obeys
-    its slot's rule, the four images differ, and, in file order, no candidate goes past `max_reuse` uses."""
+    its slot's rule, the four images differ, and, in file order, no candidate goes past `max_reuse` uses.
+    `queries`: each row's query id (its language; default: each query country's one)."""
     q = rows[:, 0]
     concept, country = catalog.concept[q], catalog.country[q]
+    x_group = None if queries is None else np.array([catalog.query_language(int(i))[1] for i in queries], np.int64)
     reasons = np.full(len(rows), "", dtype=object)
     for s, slot in enumerate(RQ2_RULES, start=1):
-        broken = ~in_pool(catalog, slot, rows[:, s], concept, country) & (reasons == "")
+        broken = ~in_pool(catalog, slot, rows[:, s], concept, country, x_group=x_group) & (reasons == "")
         reasons[broken] = f"rq2.{slot.name}"
     repeated = np.zeros(len(rows), dtype=bool)
     for a in range(4):
@@ -225,15 +227,16 @@ def reassemble(path: Path, seed: int = 0, max_reuse: int = 5, metadata: Path | N
     except AuditInputError as exc:
         message = str(exc)
         raise AuditInputError(message if message.startswith(inputs.source) else f"{inputs.source}: {message}") from None
-    catalog = Catalog.from_table(pool.table, [c.name for c in pack.countries])
+    catalog = pack_catalog(pool.table, pack)
     position = {int(index): row for row, index in enumerate(pool.original_index.tolist())}
     rows = np.array(
         [[position[int(i)] for i in benchmark[f"{prefix}index"].to_pylist()] for _, prefix in SLOT_PREFIXES],
         dtype=np.int64,
     ).T
-    keep_mask, replaced = kept_rows(catalog, rows, max_reuse)
-    keep = {int(rows[r, 0]): tuple(int(i) for i in rows[r, 1:]) for r in np.flatnonzero(keep_mask)}
-    queries_of = np.unique(rows[:, 0])  # one query per image, in index order (the order the choices are made)
+    queries = _query_ids(catalog, rows[:, 0], benchmark)
+    keep_mask, replaced = kept_rows(catalog, rows, max_reuse, queries)
+    keep = {int(queries[r]): tuple(int(i) for i in rows[r, 1:]) for r in np.flatnonzero(keep_mask)}
+    queries_of = np.unique(queries)  # one query per image and language, in index order (the order of the choices)
     translations = _translations(catalog, pack)
     texts = QueryTexts(translations, pack)
     while True:
@@ -253,10 +256,9 @@ def reassemble(path: Path, seed: int = 0, max_reuse: int = 5, metadata: Path | N
         pool.table, assembly.benchmark, assembly.benchmark_cd, translations,
         max_reuse={"rq2": max_reuse, "rq3": None}, balance=False, id_scheme=False, pack=pack,
     )  # fmt: skip
-    order = {int(q): r for r, q in enumerate(rows[:, 0].tolist())}
-    rq2 = assembly.benchmark.take(
-        np.argsort([order[q] for q in assembly.benchmark["query_index"].to_pylist()], kind="stable")
-    )
+    order = {int(q): r for r, q in enumerate(queries.tolist())}
+    assembled = _query_ids(catalog, assembly.benchmark["query_index"].to_numpy(), assembly.benchmark)
+    rq2 = assembly.benchmark.take(np.argsort([order[q] for q in assembled.tolist()], kind="stable"))
     rq2, rq3 = _original_indexes(rq2, pool), _original_indexes(assembly.benchmark_cd, pool)
     after = audit_benchmark(rq2, None, max_reuse, "reassembled", pack=pack)
     return Reassembly(
@@ -277,6 +279,15 @@ def reassemble(path: Path, seed: int = 0, max_reuse: int = 5, metadata: Path | N
     )
 
 
+def _query_ids(catalog: Catalog, rows: npt.NDArray[np.integer], benchmark: pa.Table) -> npt.NDArray[np.int64]:
+    """Each benchmark row's query id: its query image in its `query_language` (the authors' CSV has none: each
+    query is in its country's one language)."""
+    if "query_language" not in benchmark.column_names or catalog.languages_per_query == 1:
+        return np.asarray(rows, dtype=np.int64) * catalog.languages_per_query
+    languages = benchmark["query_language"].to_pylist()
+    return np.array([catalog.query_id(int(r), code) for r, code in zip(rows, languages, strict=True)], np.int64)
+
+
 def _translations(catalog: Catalog, pack: ReferencePack) -> pa.Table:
     """The pack's translations of the pool's concepts, in the pool's languages."""
     from collectors.concepts import ShippedConceptsConfig, run_concepts
@@ -284,7 +295,7 @@ def _translations(catalog: Catalog, pack: ReferencePack) -> pa.Table:
 
     wanted = sorted({int(c) for c in catalog.concept.tolist()})
     concepts = run_concepts(ShippedConceptsConfig(include=[str(c) for c in wanted]), pack)
-    languages = sorted(set(catalog.country_language))
+    languages = sorted({code for spoken in catalog.country_queries for code, _ in spoken})
     return run_translations(ShippedTranslationsConfig(), pack, concepts, languages).translations
 
 

@@ -15,13 +15,15 @@ replay), so a million images never need a mask per query.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+
+from data.reference_models import ReferencePack
 
 Partition = Literal["cell_x", "cell_y", "concept", "country_x", "country_y", "all"]
 
@@ -56,28 +58,52 @@ TASK_RULES = {"rq2": RQ2_RULES, "rq3": RQ3_RULES}
 @dataclass
 class Catalog:
     """The image table as arrays; row i is index_in_dataset i. Countries keep the reference pack's order (others
-    follow by name); groups come from the table's own `language_group` column."""
+    follow by name).
+
+    Language groups: a country of one language is in that language's group; a country of several is in the group of
+    each (3XCM §3.2 read for several languages: a candidate's country is in the query's language group when any of
+    its languages is in it; docs/reference-packs.md). Each distinct set of groups a country is in is one
+    *signature* (`group`, `country_group`, `group_names`: `es`, or `es+qu` for a country of Spanish and Quechua);
+    where every country has one language, signatures are the groups themselves.
+
+    Queries: each image is queried once in each language of its country. A query is named by its id `q`: the image
+    row `q // languages_per_query` and the language `q % languages_per_query` of its country's list; where every
+    country has one language, a query's id is its image row."""
 
     image_id: npt.NDArray[np.object_]  # object (str)
     concept_name: npt.NDArray[np.object_]  # object (str)
     concept: npt.NDArray[np.int64]  # int64 concept ids
     country: npt.NDArray[np.int64]  # int64 positions in country_names
-    group: npt.NDArray[np.int64]  # int64 positions in group_names
+    group: npt.NDArray[np.int64]  # int64 positions in group_names (signatures)
     country_names: list[str]
-    country_group: npt.NDArray[np.int64]  # int64, per country
+    country_group: npt.NDArray[np.int64]  # int64, per country (its signature)
     group_names: list[str]
-    country_language: list[str]  # language code per country
+    country_language: list[str]  # primary language code per country
     tags: list[list[int]]
     # Concepts an image shows besides its own (tags, and the concepts of its byte and pixel copies), as sorted
     # keys image * concept_stride + concept, for vectorised membership tests.
     extra_keys: npt.NDArray[np.int64]
     extra: dict[int, frozenset[int]] = field(repr=False)  # the same, per image, for the index's item test
     concept_stride: int = 1
+    # Per country, its query languages and the position of each one's group in `language_groups`.
+    country_queries: list[list[tuple[str, int]]] = field(default_factory=list)
+    language_groups: list[str] = field(default_factory=list)
+    # signature x language group: whether the signature holds the group; signature x signature: no group shared.
+    signature_member: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
+    disjoint: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
+    languages_per_query: int = 1
 
     @classmethod
-    def from_table(cls, table: pa.Table, country_order: Sequence[str]) -> Catalog:
+    def from_table(
+        cls,
+        table: pa.Table,
+        country_order: Sequence[str],
+        country_languages: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+    ) -> Catalog:
         """`country_order`: the reference pack's countries in its order (seeded choices over countries follow it:
-        a release is checked and repaired in the order it was built in)."""
+        a release is checked and repaired in the order it was built in). `country_languages`: each country's
+        (language, group) pairs, primary first, from the pack; without it, each country's one language and group
+        are the table's own columns (a country of several languages needs its pack)."""
         if table.column("index_in_dataset").to_pylist() != list(range(table.num_rows)):
             raise ValueError("image table rows must be in index_in_dataset order 0..n-1")
         names = table.column("country").to_pylist()
@@ -85,16 +111,22 @@ class Catalog:
         ordered = [name for name in country_order if name in present]
         ordered += sorted(present - set(ordered))
         position = {name: i for i, name in enumerate(ordered)}
-        group_of = dict(zip(names, table.column("language_group").to_pylist(), strict=True))
-        language_of = dict(zip(names, table.column("language_code").to_pylist(), strict=True))
-        groups = sorted(set(group_of.values()))
-        country_group = np.array([groups.index(group_of[n]) for n in ordered], dtype=np.int64)
+        spoken = _country_languages(table, names, country_languages)
+        real_groups = sorted({group for n in ordered for _, group in spoken[n]})
+        signature_of = {n: "+".join(sorted({group for _, group in spoken[n]})) for n in ordered}
+        signatures = sorted(set(signature_of.values()))
+        member = np.zeros((len(signatures), len(real_groups)), dtype=bool)
+        for i, signature in enumerate(signatures):
+            for group in signature.split("+"):
+                member[i, real_groups.index(group)] = True
+        country_group = np.array([signatures.index(signature_of[n]) for n in ordered], dtype=np.int64)
         country = np.array([position[n] for n in names], dtype=np.int64)
         concept = np.asarray(table.column("concept_id").to_numpy(zero_copy_only=False), dtype=np.int64)
         tags = table.column("tags").to_pylist()
         stride = int(max(concept.max(initial=0), max((max(t, default=0) for t in tags), default=0))) + 1
         extra = _extra_concepts(concept, tags, table, stride)
         keys = np.array(sorted(i * stride + c for i, shown in extra.items() for c in shown), dtype=np.int64)
+        queries = [[(code, real_groups.index(group)) for code, group in spoken[n]] for n in ordered]
         return cls(
             image_id=np.array(table.column("image_id").to_pylist(), dtype=object),
             concept_name=np.array(table.column("concept").to_pylist(), dtype=object),
@@ -103,13 +135,57 @@ class Catalog:
             group=country_group[country] if len(country) else np.empty(0, np.int64),
             country_names=ordered,
             country_group=country_group,
-            group_names=groups,
-            country_language=[language_of[n] for n in ordered],
+            group_names=signatures,
+            country_language=[spoken[n][0][0] for n in ordered],
             tags=tags,
             extra_keys=keys,
             extra=extra,
             concept_stride=stride,
+            country_queries=queries,
+            language_groups=real_groups,
+            signature_member=member,
+            disjoint=~(member.astype(np.int64) @ member.astype(np.int64).T).astype(bool),
+            languages_per_query=max((len(q) for q in queries), default=1),
         )
+
+    # -- queries: (image row, language) -------------------------------------------------------------------------
+
+    def query_ids(self, rows: npt.NDArray[np.integer] | None = None) -> npt.NDArray[np.int64]:
+        """The queries of `rows` (default: every image), each row's in its country's language order."""
+        chosen: npt.NDArray[np.int64] = (
+            np.arange(len(self), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+        )
+        per = self.languages_per_query
+        if per == 1:
+            return chosen
+        rows = chosen
+        counts = np.array([len(q) for q in self.country_queries], dtype=np.int64)[self.country[rows]]
+        out = np.repeat(rows * per, counts)
+        starts = np.cumsum(counts) - counts
+        out += np.arange(len(out)) - np.repeat(starts, counts)
+        return out
+
+    def query_id(self, row: int, language: str) -> int:
+        """The query of image `row` in `language`; KeyError when its country does not speak it."""
+        for j, (code, _) in enumerate(self.country_queries[int(self.country[row])]):
+            if code == language:
+                return row * self.languages_per_query + j
+        raise KeyError(f"{self.country_names[int(self.country[row])]} has no query language {language!r}")
+
+    def query_row(self, query: int) -> int:
+        return query // self.languages_per_query
+
+    def query_language(self, query: int) -> tuple[str, int]:
+        """(language code, its group's position in `language_groups`) of a query."""
+        row = query // self.languages_per_query
+        return self.country_queries[int(self.country[row])][query % self.languages_per_query]
+
+    def left_out(self, which: str, x_group: int, y: int) -> npt.NDArray[np.bool_]:
+        """Per signature, whether a slot that excludes `which` (x: the query's language group; y: every group of the
+        descriptor country) leaves it out."""
+        if which == "x":
+            return self.signature_member[:, x_group]
+        return ~self.disjoint[:, int(self.country_group[y])]
 
     def __len__(self) -> int:
         return len(self.image_id)
@@ -124,6 +200,28 @@ class Catalog:
         found[found] = self.extra_keys[at[found]] == keys[found]
         shown: npt.NDArray[np.bool_] = mine | (found & (concepts < self.concept_stride))
         return shown
+
+
+def pack_catalog(image_table: pa.Table, pack: ReferencePack) -> Catalog:
+    """The catalog of an image table, its countries in the pack's order and with the pack's languages."""
+    languages = {c.name: [(lang.code, lang.group) for lang in c.languages] for c in pack.countries}
+    return Catalog.from_table(image_table, [c.name for c in pack.countries], languages)
+
+
+def _country_languages(
+    table: pa.Table, names: list[str], given: Mapping[str, Sequence[tuple[str, str]]] | None
+) -> dict[str, list[tuple[str, str]]]:
+    """Each country's (language, group) pairs: the pack's where it knows the country, else the table's one (a
+    scale test's synthetic countries)."""
+    out: dict[str, list[tuple[str, str]]] = {n: list(given[n]) for n in set(names) if n in given} if given else {}
+    groups = table.column("language_group").to_pylist()
+    for name, code, group in zip(names, table.column("language_code").to_pylist(), groups, strict=True):
+        if name in out:
+            continue
+        if "+" in group:
+            raise ValueError(f"{name} speaks several languages ({group}): the catalog needs the reference pack's")
+        out.setdefault(name, [(code, group)])
+    return out
 
 
 def _extra_concepts(
@@ -160,12 +258,15 @@ def in_pool(
     concept: npt.NDArray[np.integer],
     x: npt.NDArray[np.integer],
     y: npt.NDArray[np.integer] | None = None,
+    x_group: npt.NDArray[np.integer] | None = None,
 ) -> npt.NDArray[np.bool_]:
-    """For arrays of (candidate, query concept, query country X[, descriptor country Y]), whether each candidate is
-    eligible for the slot: the rule, evaluated for a whole column at once."""
+    """For arrays of (candidate, query concept, query country X[, descriptor country Y], the query language's group
+    (default: X's one group)), whether each candidate is eligible for the slot: the rule, evaluated for a whole
+    column at once."""
     cat = catalog
     candidates = np.asarray(candidates, dtype=np.int64)
-    where = {"x": x, "y": y}
+    if x_group is None:
+        x_group = np.array([cat.country_queries[int(c)][0][1] for c in np.asarray(x)], dtype=np.int64)
     country = cat.country[candidates]
     ok: npt.NDArray[np.bool_] = {
         "cell_x": (cat.concept[candidates] == concept) & (country == x),
@@ -176,7 +277,11 @@ def in_pool(
         "all": np.ones(len(candidates), dtype=bool),
     }[slot.partition]
     for which in slot.excluded_groups:
-        ok &= cat.group[candidates] != cat.country_group[where[which]]
+        if which == "x":  # no language of the candidate's country in the query's language group
+            ok &= ~cat.signature_member[cat.group[candidates], np.asarray(x_group, dtype=np.int64)]
+        else:  # no group shared with the descriptor country
+            assert y is not None
+            ok &= cat.disjoint[cat.group[candidates], cat.country_group[np.asarray(y, dtype=np.int64)]]
     if slot.not_showing:
         ok &= ~cat.shows(candidates, concept)
     return ok
@@ -211,30 +316,35 @@ class PoolCounts:
     def index_of(self, concept: int) -> int:
         return int(np.searchsorted(self.concepts, concept))
 
-    def rq2_empty_slot(self, c: int, x: int) -> str | None:
-        """The first RQ2 slot (in column order) with no candidate for a query of concept c from country x."""
-        k, gx = self.index_of(c), self.catalog.country_group[x]
+    def rq2_empty_slot(self, c: int, x: int, x_group: int | None = None) -> str | None:
+        """The first RQ2 slot (in column order) with no candidate for a query of concept c from country x, in the
+        language of group `x_group` (default: x's one)."""
+        cat, k = self.catalog, self.index_of(c)
+        outside = ~cat.signature_member[:, cat.country_queries[x][0][1] if x_group is None else x_group]
         sizes = {
-            "correct": self.concept_by_group[k].sum() - self.concept_by_group[k, gx],
+            "correct": self.concept_by_group[k][outside].sum(),
             "language_biased": self.not_showing[k, x],
-            "irrelevant": self.not_showing_by_group[k].sum() - self.not_showing_by_group[k, gx],
+            "irrelevant": self.not_showing_by_group[k][outside].sum(),
         }
         return next((slot.name for slot in RQ2_RULES if sizes[slot.name] == 0), None)
 
-    def descriptor_countries(self, c: int, x: int) -> npt.NDArray[np.intp]:
-        """The countries Y outside X's group for which all six RQ3 slots have a candidate, in country order."""
+    def descriptor_countries(self, c: int, x: int, x_group: int | None = None) -> npt.NDArray[np.intp]:
+        """The countries Y outside the query's language group for which all six RQ3 slots have a candidate, in
+        country order."""
         cat, k = self.catalog, self.index_of(c)
-        gx, gy = cat.country_group[x], cat.country_group
-        by_group, not_by_group = self.concept_by_group[k], self.not_showing_by_group[k]
-        same = gy == gx
+        gx = cat.country_queries[x][0][1] if x_group is None else x_group
+        outside = ~cat.signature_member[:, gx]  # per signature
+        # Z: per Y, the signatures outside the query's group that share no group with Y
+        pools = outside[:, None] & cat.disjoint[:, cat.country_group]
+        same = cat.signature_member[cat.country_group, gx]  # Y speaks a language of the query's group
         ok = (
             ~same
             & (self.cell[k] > 0)  # correct: the concept from Y
             & (self.cell[k, x] > 0)  # the concept from X
-            & (by_group.sum() - by_group[gx] - np.where(same, 0, by_group[gy]) > 0)  # the concept from Z
+            & (self.concept_by_group[k] @ pools > 0)  # the concept from Z
             & (self.not_showing[k] > 0)  # from Y, not the concept
             & (self.not_showing[k, x] > 0)  # from X, not the concept
-            & (not_by_group.sum() - not_by_group[gx] - np.where(same, 0, not_by_group[gy]) > 0)  # neither
+            & (self.not_showing_by_group[k] @ pools > 0)  # neither
         )
         return np.flatnonzero(ok)
 

@@ -44,8 +44,9 @@ from curation.assemble import (
     benchmark_cd_table,
     benchmark_table,
     reuse_summary,
+    with_language,
 )
-from curation.rules import RQ2_RULES, RQ3_RULES, Catalog, PoolCounts
+from curation.rules import RQ2_RULES, RQ3_RULES, Catalog, PoolCounts, pack_catalog
 from curation.validate import TAKEN_DOWN_INDEX, ValidationReport, validate_benchmark
 from data.reference import ReferencePack
 from data.schemas import BENCHMARK, BENCHMARK_CD, CATALOG, UNASSEMBLED
@@ -190,14 +191,16 @@ class ReleasedTexts:
 
     def __init__(self, benchmark: pa.Table, benchmark_cd: pa.Table) -> None:
         columns = ["query_concept_id", "query_country", "query_language", "query_text"]
-        self._rq2 = {(r[0], r[1]): (r[2], r[3]) for r in _rows(benchmark, columns)}
-        self._rq3 = {(r[0], r[1], r[4]): (r[2], r[3]) for r in _rows(benchmark_cd, [*columns, "descriptor_country"])}
+        self._rq2 = {(r[0], r[1], r[2]): (r[2], r[3]) for r in _rows(benchmark, columns)}
+        self._rq3 = {
+            (r[0], r[1], r[4], r[2]): (r[2], r[3]) for r in _rows(benchmark_cd, [*columns, "descriptor_country"])
+        }
 
-    def rq2(self, concept_id: int, country: str) -> tuple[str, str]:
-        return self._rq2[(concept_id, country)]
+    def rq2(self, concept_id: int, country: str, language: str) -> tuple[str, str]:
+        return self._rq2[(concept_id, country, language)]
 
-    def rq3(self, concept_id: int, country: str, descriptor_country: str) -> tuple[str, str]:
-        return self._rq3[(concept_id, country, descriptor_country)]
+    def rq3(self, concept_id: int, country: str, descriptor_country: str, language: str) -> tuple[str, str]:
+        return self._rq3[(concept_id, country, descriptor_country, language)]
 
 
 def _rows(table: pa.Table, columns: list[str]) -> list[tuple[Any, ...]]:
@@ -262,7 +265,7 @@ def take_down_xcm(
     kept = images.filter(pa.array(~gone))
     at = kept.schema.get_field_index("index_in_dataset")
     kept = kept.set_column(at, kept.schema.field(at), pa.array(range(kept.num_rows), kept.schema.field(at).type))
-    catalog = Catalog.from_table(kept, [c.name for c in pack.countries])
+    catalog = pack_catalog(kept, pack)
     removed = _removed(images, why, "image_id")
 
     changes = {"rq2": TaskChange(), "rq3": TaskChange()}
@@ -322,14 +325,14 @@ class _Repair:
         rules, prefixes = (RQ3_RULES, RQ3_PREFIXES) if rq3 else (RQ2_RULES, RQ2_PREFIXES)
         positions = {name: i for i, name in enumerate(self.catalog.country_names)}
         parents = table.to_pylist()
-        keep: dict[int, Any] = {}  # patch query row -> its candidates, None where one left (RQ3: with Y)
+        keep: dict[int, Any] = {}  # patch query id -> its candidates, None where one left (RQ3: with Y)
         parent_of: dict[int, int] = {}
         missing: list[tuple[int, str]] = []
         for r, row in enumerate(parents):
             if self.gone[row["query_index"]]:
                 change.dropped.append(row["query_image_id"])
                 continue
-            q = int(self.index_map[row["query_index"]])
+            q = self.catalog.query_id(int(self.index_map[row["query_index"]]), row["query_language"])
             old = [row[f"{prefixes[slot.name]}index"] for slot in rules]
             held = tuple(None if self.gone[i] else int(self.index_map[i]) for i in old)
             y = positions.get(row["descriptor_country"]) if rq3 else None
@@ -357,7 +360,7 @@ class _Repair:
                 rows.append(_remapped(parents[parent_of[q]], self.index_map))
         for q, reason in result.missing:
             missing.append((q, reason))
-            change.unassembled.append(str(self.catalog.image_id[q]))
+            change.unassembled.append(str(self.catalog.image_id[self.catalog.query_row(q)]))
         return pa.Table.from_pylist(rows, schema=BENCHMARK_CD if rq3 else BENCHMARK), sorted(missing)
 
 
@@ -379,7 +382,12 @@ def _unassembled(
             elif index_map[row["query_index"]] >= 0:
                 rows.append(_remapped(row, index_map))
         rows += [
-            {"task": task, "query_index": q, "query_image_id": str(catalog.image_id[q]), "reason": reason}
+            {
+                "task": task,
+                "query_index": catalog.query_row(q),
+                "query_image_id": str(catalog.image_id[catalog.query_row(q)]),
+                "reason": with_language(catalog, q, reason),
+            }
             for q, reason in missing[task]
         ]
         rows += [

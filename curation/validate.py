@@ -40,7 +40,8 @@ from data.reference import ReferencePack
 from data.schemas import BENCHMARK, BENCHMARK_CD, CATALOG
 from data.takedown.denylist import TAKEN_DOWN
 
-IMAGE_ID = r"^(?P<slug>[a-z0-9_ ]+)-(?P<concept>\d+)-(?P<rank>\d+)-(?P<lang>eng|nav)$"
+# `nav-<code>`: a query in a country's second (third, ...) language (collectors/search_types.py `query_tag`).
+IMAGE_ID = r"^(?P<slug>[a-z0-9_ ]+)-(?P<concept>\d+)-(?P<rank>\d+)-(?P<lang>eng|nav)(?:-(?P<code>[a-z]{2,3}))?$"
 TAKEN_DOWN_INDEX = -1  # the `query_index` of a `taken_down` row of `unassembled`: the image has no row any more
 DETAILED = 200  # violations spelled out per rule and table; the rest are counted in one more line
 
@@ -80,6 +81,7 @@ class _Checker:
         balance: bool,
         id_scheme: bool,
         country_order: Sequence[str],
+        country_languages: Mapping[str, Sequence[tuple[str, str]]] | None = None,
     ) -> None:
         self.images = images
         self.texts = texts
@@ -87,8 +89,9 @@ class _Checker:
         self.balance = balance
         self.id_scheme = id_scheme
         self.violations: list[Violation] = []
-        self.queried: dict[str, set[int]] = {}  # task -> image rows used as a query
-        self.catalog = Catalog.from_table(images, country_order)
+        self.queried: dict[str, set[int]] = {}  # task -> query ids (image, language) that are a row
+        self.catalog = Catalog.from_table(images, country_order, country_languages)
+        self._primary = {country: spoken[0][0] for country, spoken in (country_languages or {}).items() if spoken}
         self.counts = PoolCounts(self.catalog)
 
     def add(self, table: str, row: int | None, rule: str, detail: str) -> None:
@@ -158,6 +161,12 @@ class _Checker:
                 pc.equal(pc.struct_field(parts, "lang"), lang),
             ),
         )
+        # A `nav-<code>` id names the image's own language, never its country's first (that one is plain `nav`).
+        code = pc.struct_field(parts, "code")
+        language = self.images.column("language_code").combine_chunks()
+        primary = pa.array([self._primary.get(c, "") for c in countries], pa.string())
+        tagged = pc.or_kleene(pc.equal(code, ""), pc.and_(pc.equal(code, language), pc.not_equal(code, primary)))
+        agree = pc.and_kleene(agree, tagged)
         bad = np.flatnonzero(~pc.fill_null(agree, False).to_numpy(zero_copy_only=False))
         concept_np, rank_np, lang_np = concept.to_numpy(), rank.to_numpy(), np.array(lang.to_pylist(), dtype=object)
         self.add_rows(
@@ -212,9 +221,10 @@ class _Checker:
         q, q_ok = self.references(name, table, "query_")
         safe_q = np.where(q_ok, q, 0)
         concept, x = cat.concept[safe_q], cat.country[safe_q]
-        # One query per image: a later row on the same image is refused.
+        qid, x_group = self.query_languages(name, table, safe_q, q_ok)
+        # One query per image and language: a later row on the same image, in the same language, is refused.
         first_use = np.zeros(n, dtype=bool)
-        _, firsts = np.unique(np.where(q_ok, q, -1 - np.arange(n)), return_index=True)
+        _, firsts = np.unique(np.where(q_ok, qid, -1 - np.arange(n)), return_index=True)
         first_use[firsts] = True
         self.add_rows(name, np.flatnonzero(q_ok & ~first_use), "one_query_per_image",
                       lambda r: f"query_index {q[r]} is used by an earlier row")  # fmt: skip
@@ -228,8 +238,8 @@ class _Checker:
         active = q_ok.copy()  # rows whose candidates are checked
         y = np.full(n, -1, dtype=np.int64)
         if task == "rq3":
-            active, y = self.check_descriptors(name, table, q_ok, concept, x, y)
-        self.check_query_text(name, table, task, active, given, x, y)  # the text of the concept the row claims
+            active, y = self.check_descriptors(name, table, q_ok, concept, x, y, x_group)
+        self.check_query_text(name, table, task, active, given, x, y, qid)  # the text of the concept the row claims
 
         candidates = np.zeros((n, len(rules)), dtype=np.int64)
         valid = np.zeros((n, len(rules)), dtype=bool)
@@ -238,7 +248,9 @@ class _Checker:
             index, in_range = self.references(name, table, prefixes[slot.name])
             candidates[:, s], valid[:, s] = np.where(in_range, index, 0), in_range & active
             rows = np.flatnonzero(valid[:, s])
-            allowed[rows, s] = in_pool(cat, slot, candidates[rows, s], concept[rows], x[rows], y[rows])
+            allowed[rows, s] = in_pool(
+                cat, slot, candidates[rows, s], concept[rows], x[rows], y[rows], x_group=x_group[rows]
+            )
             broken = rows[~allowed[rows, s]]
 
             def breaks(r: int, s: int = s) -> str:
@@ -255,8 +267,8 @@ class _Checker:
                       lambda r: f"candidates repeat: {candidates[r][valid[r]].tolist()}")  # fmt: skip
         usage = np.bincount(candidates[valid], minlength=len(cat))
         if self.balance:
-            self.replay(name, task, rules, candidates, valid, allowed, concept, x, y, active)
-        self.queried[task] = set(q[q_ok & first_use].tolist())
+            self.replay(name, task, rules, candidates, valid, allowed, concept, x, y, active, x_group)
+        self.queried[task] = set(qid[q_ok & first_use].tolist())
         cap = self.max_reuse.get(task)
         if cap is not None and len(usage) and usage.max() > cap:
             worst = int(np.argmax(usage))
@@ -279,6 +291,7 @@ class _Checker:
         x: npt.NDArray[np.int64],
         y: npt.NDArray[np.int64],
         active: npt.NDArray[np.bool_],
+        x_group: npt.NDArray[np.int64],
     ) -> None:
         """Each candidate must have been a least-used member of its pool when chosen: the rows are replayed in
         order through the assembler's index, counting every use as the assembler did."""
@@ -286,13 +299,13 @@ class _Checker:
         index = PoolIndex(cat, seeded_priority(len(cat), 0))  # the priority does not decide usage: any order serves
         unbalanced: list[tuple[int, str]] = []
         for r in np.flatnonzero(active).tolist():
-            c, qx, qy = int(concept[r]), int(x[r]), int(y[r])
+            c, qx, qy, gx = int(concept[r]), int(x[r]), int(y[r]), int(x_group[r])
             for s, slot in enumerate(rules):
                 if not valid[r, s]:
                     continue
                 image = int(candidates[r, s])
                 if allowed[r, s]:
-                    used, least = index.usage(image), index.usage(index.least_used(slot, c, qx, qy))
+                    used, least = index.usage(image), index.usage(index.least_used(slot, c, qx, qy, gx))
                     if used > least:
                         what = f"{slot.name}: {cat.image_id[image]} was used {used}x while a pool member was used"
                         unbalanced.append((r, f"{what} {least}x"))
@@ -300,6 +313,44 @@ class _Checker:
         details = dict(unbalanced)
         self.add_rows(name, np.array([r for r, _ in unbalanced], dtype=np.int64), f"{task}.reuse_balance",
                       lambda r: details[r])  # fmt: skip
+
+    def query_languages(
+        self, name: str, table: pa.Table, rows: npt.NDArray[np.int64], q_ok: npt.NDArray[np.bool_]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Each row's query id (its image in its `query_language`) and that language's group; a language its query
+        country does not speak is a violation (the row is then checked in the country's first language)."""
+        cat = self.catalog
+        languages = table.column("query_language").to_pylist()
+        qid = np.zeros(len(rows), dtype=np.int64)
+        group = np.zeros(len(rows), dtype=np.int64)
+        wrong = []
+        for r, (row, code) in enumerate(zip(rows.tolist(), languages, strict=True)):
+            spoken = cat.country_queries[int(cat.country[row])]
+            j = next((j for j, (c, _) in enumerate(spoken) if c == code), None)
+            if j is None:
+                j = 0
+                if q_ok[r]:
+                    wrong.append(r)
+            qid[r] = row * cat.languages_per_query + j
+            group[r] = spoken[j][1]
+        self.add_rows(name, np.array(wrong, dtype=np.int64), "query_language",
+                      lambda r: f"{languages[r]!r} is not a language of {self.describe(int(rows[r]))}")  # fmt: skip
+        return qid, group
+
+    def unassembled_query(self, task: str, row: int, reason: str) -> int | None:
+        """The query an `unassembled` row names: its image, in the language its reason ends with (`[qu]`) where the
+        image's country has several."""
+        cat = self.catalog
+        spoken = cat.country_queries[int(cat.country[row])]
+        if len(spoken) == 1:
+            return row * cat.languages_per_query
+        code = reason.rsplit("[", 1)[-1].rstrip("]") if reason.endswith("]") else None
+        try:
+            return cat.query_id(row, code or "")
+        except KeyError:
+            self.add("unassembled", None, f"{task}.unassembled_language",
+                     f"{cat.image_id[row]}: {reason!r} names none of its country's languages")  # fmt: skip
+            return None
 
     def check_descriptors(
         self,
@@ -309,6 +360,7 @@ class _Checker:
         concept: npt.NDArray[np.int64],
         x: npt.NDArray[np.int64],
         y: npt.NDArray[np.int64],
+        x_group: npt.NDArray[np.int64],
     ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
         cat = self.catalog
         names = table.column("descriptor_country").to_pylist()
@@ -319,12 +371,12 @@ class _Checker:
                       lambda r: f"{names[r]!r} has no images in this build")  # fmt: skip
         active = q_ok & ~unknown
         balance = DescriptorBalance(len(cat.country_names))
-        eligible_of: dict[tuple[int, int], npt.NDArray[np.intp]] = {}
+        eligible_of: dict[tuple[int, int, int], npt.NDArray[np.intp]] = {}
         for r in np.flatnonzero(active).tolist():
-            c, qx, qy = int(concept[r]), int(x[r]), int(y[r])
-            if (c, qx) not in eligible_of:
-                eligible_of[(c, qx)] = self.counts.descriptor_countries(c, qx)
-            eligible = eligible_of[(c, qx)]
+            c, qx, qy, gx = int(concept[r]), int(x[r]), int(y[r]), int(x_group[r])
+            if (c, qx, gx) not in eligible_of:
+                eligible_of[(c, qx, gx)] = self.counts.descriptor_countries(c, qx, gx)
+            eligible = eligible_of[(c, qx, gx)]
             if qy not in eligible:
                 self.add(
                     name,
@@ -346,7 +398,7 @@ class _Checker:
 
     def check_query_text(
         self, name: str, table: pa.Table, task: str, active: npt.NDArray[np.bool_], concept: npt.NDArray[np.int64],
-        x: npt.NDArray[np.int64], y: npt.NDArray[np.int64],
+        x: npt.NDArray[np.int64], y: npt.NDArray[np.int64], qid: npt.NDArray[np.int64],
     ) -> None:  # fmt: skip
         if self.texts is None:
             return
@@ -354,16 +406,16 @@ class _Checker:
         given = list(
             zip(table.column("query_language").to_pylist(), table.column("query_text").to_pylist(), strict=True)
         )
-        expected: dict[tuple[int, int, int], tuple[str, str] | str] = {}
+        expected: dict[tuple[int, int, int, str], tuple[str, str] | str] = {}
         for r in np.flatnonzero(active).tolist():
-            key = (int(concept[r]), int(x[r]), int(y[r]))
+            key = (int(concept[r]), int(x[r]), int(y[r]), cat.query_language(int(qid[r]))[0])
             if key not in expected:
                 try:
                     country = cat.country_names[key[1]]
                     expected[key] = (
-                        self.texts.rq2(key[0], country)
+                        self.texts.rq2(key[0], country, key[3])
                         if task == "rq2"
-                        else self.texts.rq3(key[0], country, cat.country_names[key[2]])
+                        else self.texts.rq3(key[0], country, cat.country_names[key[2]], key[3])
                     )
                 except KeyError as exc:
                     expected[key] = f"no translation for {exc}"
@@ -378,6 +430,7 @@ class _Checker:
         rows = unassembled.filter(pc.equal(unassembled["task"], task)).to_pylist()
         explained: set[int] = set()
         present = set(self.catalog.image_id.tolist())
+        cat = self.catalog
         for row in rows:
             index = row["query_index"]
             if row["reason"] == TAKEN_DOWN:  # a query of an earlier version whose image was taken down since
@@ -389,17 +442,22 @@ class _Checker:
                 continue
             if not row["reason"]:
                 self.add("unassembled", None, f"{task}.unassembled_reason", f"{row['query_image_id']} has no reason")
-            if index in self.queried.get(task, set()):
+            query = self.unassembled_query(task, index, row["reason"])
+            if query is None:
+                continue
+            if query in self.queried.get(task, set()):
                 self.add("unassembled", None, f"{task}.unassembled_but_queried", f"{row['query_image_id']}")
-            explained.add(index)
-        missing = np.array(sorted(set(range(len(self.catalog))) - self.queried.get(task, set()) - explained))
+            explained.add(query)
+        every = cat.query_ids()
+        missing = np.array(sorted(set(every.tolist()) - self.queried.get(task, set()) - explained), dtype=np.int64)
         if len(missing):
-            self.add_rows(
-                table_name,
-                missing,
-                f"{task}.complete",
-                lambda index: f"{self.catalog.image_id[index]} is neither a query nor in unassembled with a reason",
-            )
+
+            def unexplained(query: int) -> str:
+                row = cat.query_row(query)
+                language = f" in {cat.query_language(query)[0]}" if cat.languages_per_query > 1 else ""
+                return f"{cat.image_id[row]}{language} is neither a query nor in unassembled with a reason"
+
+            self.add_rows(table_name, missing, f"{task}.complete", unexplained)
 
 
 def validate_benchmark(
@@ -425,7 +483,8 @@ def validate_benchmark(
     `pack`: the reference pack the benchmark was built from (its country order, languages and names)."""
     texts = texts or (QueryTexts(translations, pack) if translations is not None else None)
     steps = Steps(progress, 5)  # images and schemas, RQ2 rows, RQ3 rows, each task's completeness
-    checker = _Checker(images, texts, max_reuse, balance, id_scheme, [c.name for c in pack.countries])
+    languages = {c.name: [(lang.code, lang.group) for lang in c.languages] for c in pack.countries}
+    checker = _Checker(images, texts, max_reuse, balance, id_scheme, [c.name for c in pack.countries], languages)
     checker.check_images()
     if checker.violations:
         return ValidationReport(violations=checker.violations, rows_checked={"image_metadata": images.num_rows})

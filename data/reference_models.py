@@ -66,6 +66,18 @@ class PackInfo(BaseModel):
     )
 
 
+class SpokenLanguage(BaseModel):
+    """One language a country's queries are written in: a row of `countries.csv` (a country of several languages
+    has one row per language, the first its primary)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: str
+    name: Name
+    group: str
+    ddg_region: str
+
+
 class Country(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -89,10 +101,32 @@ class Country(BaseModel):
         "region-level diversity@k (§3.2); not `ddg_region`, the search engine's locale.",
     )
 
+    spoken: tuple[SpokenLanguage, ...] = Field(
+        default=(),
+        description="Every language of the country, the primary (the fields above) first; a country of one language "
+        "has just that one.",
+    )
+
+    @property
+    def languages(self) -> tuple[SpokenLanguage, ...]:
+        primary = SpokenLanguage(
+            code=self.language_code, name=self.language_name, group=self.language_group, ddg_region=self.ddg_region
+        )
+        return self.spoken or (primary,)
+
     @property
     def language_codes(self) -> list[str]:
-        """The languages the country's queries are written in."""
-        return [self.language_code]
+        """The languages the country's queries are written in, its primary first."""
+        return [language.code for language in self.languages]
+
+    @property
+    def language_groups(self) -> list[str]:
+        """The language groups of its languages (3XCM §3.2: a candidate's country is in the query's language group
+        when any of its languages is in it; docs/reference-packs.md, "Countries of several languages")."""
+        return list(dict.fromkeys(language.group for language in self.languages))
+
+    def group_of(self, code: str) -> str:
+        return next(language.group for language in self.languages if language.code == code)
 
     @model_validator(mode="after")
     def _slug_is_lower_name(self) -> Country:
@@ -358,8 +392,8 @@ class ReferencePack:
 
     @property
     def language_codes(self) -> list[str]:
-        """The countries' languages, in first-seen order."""
-        return list(dict.fromkeys(c.language_code for c in self.countries))
+        """The countries' languages (every one of a country of several), in first-seen order."""
+        return list(dict.fromkeys(code for c in self.countries for code in c.language_codes))
 
     def record(self) -> dict[str, object]:
         """What a release's manifest records of the pack (`data/publish/manifest.py` `PackRecord`)."""

@@ -319,11 +319,13 @@ def _unchecked_line(p: _Parser, tables: _Tables) -> None:
 
 
 def _countries(p: _Parser) -> list[Country]:
+    """The countries of `countries.csv`: one row per (country, language), a country of several languages on several
+    rows that agree on every column but the language's (`language_code`, `language_name`, `language_group`,
+    `ddg_region`); its first row is its primary language."""
     rows = p.csv_rows(COUNTRIES_FILE, COUNTRY_COLUMNS)
     _two_regions(p, rows)
-    p.unique(COUNTRIES_FILE, rows, "name", "country")
-    p.unique(COUNTRIES_FILE, rows, "iso2", "ISO code")
-    out = []
+    _repeats(p, rows)
+    merged: dict[str, list[Country]] = {}
     for row in rows:
         where = f"row {row['__row__']}"
         for column in ("language_code",):
@@ -338,10 +340,17 @@ def _countries(p: _Parser) -> list[Country]:
             )
         country = p.model(Country, COUNTRIES_FILE, where, _fields(row, COUNTRY_COLUMNS))
         if country is not None:
-            out.append(country)
+            merged.setdefault(country.name, []).append(country)
+    out = []
+    for versions in merged.values():
+        first = versions[0]
+        if len(versions) > 1:
+            first = first.model_copy(update={"spoken": tuple(language for v in versions for language in v.languages)})
+        out.append(first)
     groups: dict[str, set[str]] = {}
     for country in out:
-        groups.setdefault(country.language_group, set()).add(country.language_code)
+        for language in country.languages:
+            groups.setdefault(language.group, set()).add(language.code)
     for group, codes in sorted(groups.items()):
         if len(codes) > 1:
             p.error(
@@ -352,15 +361,52 @@ def _countries(p: _Parser) -> list[Country]:
     return out
 
 
+def _repeats(p: _Parser, rows: list[dict[str, str]]) -> None:
+    """A country may take several rows, one per language, alike in all but the language's columns; an ISO code
+    names one country."""
+    first: dict[str, dict[str, str]] = {}
+    by_iso: dict[str, dict[str, str]] = {}
+    languages: dict[tuple[str, str], str] = {}
+    for row in rows:
+        where, name = f"row {row['__row__']}", row["name"].strip().lower()
+        earlier = first.setdefault(name, row)
+        if earlier is not row:
+            differs = [c for c in ("iso2", "slug") if row[c].strip() != earlier[c].strip()]
+            if differs:
+                p.error(
+                    COUNTRIES_FILE,
+                    f"{where}, name",
+                    f"country {row['name']!r} repeats row {earlier['__row__']} with another {differs[0]}: a country "
+                    "of several languages has one row per language, alike in every other column",
+                )
+                continue
+        seen = languages.setdefault((name, row["language_code"].strip()), row["__row__"])
+        if seen != row["__row__"]:
+            p.error(
+                COUNTRIES_FILE,
+                f"{where}, name",
+                f"country {row['name']!r} repeats row {seen} in the language {row['language_code']!r}",
+            )
+        iso = row["iso2"].strip().upper()
+        named = by_iso.setdefault(iso, row)
+        if named["name"].strip().lower() != name:
+            p.error(COUNTRIES_FILE, f"{where}, iso2", f"ISO code {row['iso2']!r} repeats row {named['__row__']}")
+
+
 def _two_regions(p: _Parser, rows: list[dict[str, str]]) -> None:
     """A country named twice with two regions is reported as that, before the plain repeat."""
     regions: dict[str, set[str]] = {}
+    named: dict[str, str] = {}  # each key's country as its first row names it
     for row in rows:
         for key in (row["name"].strip().lower(), row["iso2"].strip().upper()):
             regions.setdefault(key, set()).add(row["region"])
+            named.setdefault(key, row["name"].strip())
+    reported: set[tuple[str, tuple[str, ...]]] = set()  # a country by name and by code is one error
     for key, names in sorted(regions.items()):
-        if len(names) > 1:
-            p.error(COUNTRIES_FILE, "region", f"country {key!r} is in two regions: {sorted(names)}")
+        found = (named[key], tuple(sorted(names)))
+        if len(names) > 1 and found not in reported:
+            reported.add(found)
+            p.error(COUNTRIES_FILE, "region", f"country {named[key]!r} is in two regions: {sorted(names)}")
 
 
 def _concepts(p: _Parser) -> list[Concept]:

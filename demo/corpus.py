@@ -33,6 +33,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFont
 from pydantic import BaseModel, ConfigDict, Field
 
+from collectors.search_types import query_tag
 from curation.image_align import fit_alignment, prepare
 from curation.image_dedup import PerceptualTierConfig
 from curation.image_hashing import dhash_bulk, phash_bulk
@@ -418,7 +419,9 @@ def _plan(config: DemoCorpusConfig, root: str, pack: ReferencePack) -> _Plan:
     folders: list[str] = []  # country by country, as the originals
     originals: list[_Original] = []
     for country in countries:
-        langs = ["eng"] if country.language_code == ENGLISH else ["eng", "nav"]
+        # One folder per query: English, the country's first language (`nav`), and `nav-<code>` for each other one.
+        langs = ["eng"] + [query_tag("nav", code, country.language_code) for code in country.language_codes]
+        langs = [lang for lang in langs if lang != "nav" or country.language_code != ENGLISH]
         for concept in concepts:
             name = concept.concept.replace(" ", "_")
             for lang in langs:

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from curation.rules import Catalog
+from curation.rules import Catalog, pack_catalog
 from data.publish.reader import Release
 from data.reference import ENGLISH, UNKNOWN_REGION, ReferencePack
 from evaluation import ravenea_metrics as rv
@@ -107,7 +107,7 @@ def pool_from_table(table: pa.Table, pack: ReferencePack) -> Pool:
     unknown = sorted({c for c, r in zip(countries, regions, strict=True) if r == UNKNOWN_REGION})
     return Pool(
         table=table,
-        catalog=Catalog.from_table(table, [c.name for c in pack.countries]),
+        catalog=pack_catalog(table, pack),
         image_ids=[str(i) for i in table.column("image_id").to_pylist()],
         countries=np.array(countries, dtype=object),
         regions=np.array(regions, dtype=object),

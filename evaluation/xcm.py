@@ -223,7 +223,9 @@ def _drift(
     if not release.has("image_metadata"):
         skipped.append("Δsim: the release has no image_metadata (the plain queries q_C come from concept_in_native)")
         return None
-    metadata = release.table("image_metadata", ["image_id", "concept_in_native", "language_code"])
+    metadata = release.table(
+        "image_metadata", ["image_id", "concept_in_native", "language_code", "country", "concept_id"]
+    )
     plain = m.plain_query_texts(benchmark_cd, metadata)
     descriptor = [str(t) for t in benchmark_cd.column("query_text").to_pylist()]
     both = _texts_or_none(encoder, [*descriptor, *plain.to_pylist()])

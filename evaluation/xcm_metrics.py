@@ -587,7 +587,9 @@ def plain_query_texts(benchmark_cd: pa.Table, image_metadata: pa.Table) -> pa.Ar
     A release stores only q_{C+CD} in `benchmark_cd.query_text`. q_C is the query image's `concept_in_native` in
     `image_metadata` (the build writes it from the same translation as the RQ2 `query_text`: curation/catalog.py and
     curation/assemble.py `QueryTexts.rq2`), looked up by `query_image_id`; a row whose image is missing, or whose
-    language differs from the image's `language_code`, is an error."""
+    language differs from the image's `language_code`, is an error. A country of several languages has a query per
+    language for each image: a row in another of its country's languages takes the concept as an image of that
+    country, concept and language has it (`nav-<code>` images: docs/reference-packs.md)."""
     _require(benchmark_cd, ["query_image_id", "query_language"], "the RQ3 table")
     _require(image_metadata, ["image_id", "concept_in_native"], "image_metadata")
     ids = _strings(image_metadata, "image_id")
@@ -597,6 +599,7 @@ def plain_query_texts(benchmark_cd: pa.Table, image_metadata: pa.Table) -> pa.Ar
         if "language_code" in image_metadata.column_names
         else None
     )
+    spoken = _spoken_texts(image_metadata, ids) if language is not None else {}
     texts = []
     for image_id, code in zip(
         _strings(benchmark_cd, "query_image_id"), _strings(benchmark_cd, "query_language"), strict=True
@@ -604,9 +607,37 @@ def plain_query_texts(benchmark_cd: pa.Table, image_metadata: pa.Table) -> pa.Ar
         if image_id not in native:
             raise KeyError(f"query image {image_id!r} is not in image_metadata")
         if language is not None and language[image_id] != code:
-            raise ValueError(f"query image {image_id!r} is in {language[image_id]!r}, its RQ3 row in {code!r}")
+            text = spoken.get((image_id, code))
+            if text is None:
+                raise ValueError(f"query image {image_id!r} is in {language[image_id]!r}, its RQ3 row in {code!r}")
+            texts.append(text)
+            continue
         texts.append(native[image_id])
     return pa.array(texts, pa.string())
+
+
+def _spoken_texts(image_metadata: pa.Table, ids: list[str]) -> dict[tuple[str, str], str]:
+    """(image id, language) -> the image's concept in that language, for each other language its country's images
+    are in (a country of one language has none)."""
+    if not {"country", "concept_id"} <= set(image_metadata.column_names):
+        return {}
+    countries = _strings(image_metadata, "country")
+    concepts = image_metadata.column("concept_id").to_pylist()
+    codes = _strings(image_metadata, "language_code")
+    natives = _strings(image_metadata, "concept_in_native")
+    text: dict[tuple[str, object, str], str] = {}
+    languages: dict[str, set[str]] = {}
+    for country, concept, code, native in zip(countries, concepts, codes, natives, strict=True):
+        text.setdefault((country, concept, code), native)
+        languages.setdefault(country, set()).add(code)
+    if all(len(found) == 1 for found in languages.values()):
+        return {}
+    out: dict[tuple[str, str], str] = {}
+    for image_id, country, concept, own in zip(ids, countries, concepts, codes, strict=True):
+        for code in languages[country] - {own}:
+            if (country, concept, code) in text:
+                out[(image_id, code)] = text[(country, concept, code)]
+    return out
 
 
 def similarity_drift(

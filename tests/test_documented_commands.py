@@ -109,9 +109,8 @@ DOCUMENTED: dict[str, Here | By | InExportReadme | NotHere] = {
     ".venv/bin/culturebench build mixcube --config mixcube.json --version 1.0.0": HERE,
     ".venv/bin/culturebench reference init my-pack": HERE,
     ".venv/bin/culturebench reference check my-pack": HERE,
-    ".venv/bin/culturebench build 3xcm --demo --engine local --reference examples/packs/globalrg": By(
-        "tests/data/test_reference_packs.py"
-    ),
+    ".venv/bin/culturebench build 3xcm --demo --engine local --reference examples/packs/globalrg "
+    "--version 0.1.0-globalrg": By("tests/data/test_reference_packs.py"),
     "culturebench reference init my-pack": HERE,
     "culturebench reference check my-pack": HERE,
     "culturebench reference translate my-pack --languages id,fil --config gemini.yaml": NotHere(

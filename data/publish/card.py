@@ -163,8 +163,8 @@ def pack_country_rows(pack: ReferencePack, countries: Collection[str]) -> list[d
         {
             "country": markdown_text(c.name),
             "ISO 3166": markdown_text(c.iso2),
-            "language": markdown_text(f"{c.language_name} ({c.language_code})"),
-            "language group": markdown_text(c.language_group),
+            "language": markdown_text(", ".join(f"{s.name} ({s.code})" for s in c.languages)),
+            "language group": markdown_text(", ".join(c.language_groups)),
             "region": markdown_text(c.region),
         }
         for c in pack.countries

@@ -153,7 +153,8 @@ def texts_table(release: Release) -> pa.Table:
         texts |= set(benchmark_cd["query_text"].to_pylist())
         names = release.columns("image_metadata")
         if "concept_in_native" in names:  # as the evaluation reads them (evaluation/xcm.py, `_drift`)
-            wanted = ["image_id", "concept_in_native", *(["language_code"] if "language_code" in names else [])]
+            optional = ["language_code", "country", "concept_id"]
+            wanted = ["image_id", "concept_in_native", *(n for n in optional if n in names)]
             metadata = release.table("image_metadata", wanted)
             try:
                 texts |= set(plain_query_texts(benchmark_cd, metadata).to_pylist())

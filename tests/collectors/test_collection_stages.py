@@ -162,7 +162,7 @@ def test_manifest_searcher(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="line 2: country and concept must not be empty"):
         LocalFolderSearcher(LocalFolderSearchConfig(manifest=str(bad)))
     bad.write_text("country,concept,query_lang,rank,path\nJapan,train,nav,0,x.jpg\nJapan,train,jp,1,y.jpg\n")
-    with pytest.raises(ValueError, match="line 3: query_lang must be eng or nav"):
+    with pytest.raises(ValueError, match="line 3: query_lang must be eng, nav or nav-<language>"):
         LocalFolderSearcher(LocalFolderSearchConfig(manifest=str(bad)))
 
 
