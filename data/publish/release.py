@@ -3,6 +3,7 @@ and WebDataset tars, with the release settings a build config carries (`release:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -33,6 +34,27 @@ class ReleaseConfig(BaseModel):
         description="images: the image bytes in the Parquet files and WebDataset tars; urls: the same tables with "
         "each image's URL, sha256 and pHash and without the bytes of the images we did not make (no tars): "
         "`culturebench fetch-release` downloads and verifies them.",
+    )
+
+
+def taken_version(config: ReleaseConfig, name: str, build_id: str) -> str | None:
+    """Why a build `build_id` cannot release `config.version` of `name`: that version exists, from another build
+    (its manifest's `build_id`). None where the folder is free, or is this build's own (a rerun finds it unchanged).
+    Asked before the first stage, so a build is not refused only after its work."""
+    storage = Storage(config.root)
+    folder = storage.path(name, config.version)
+    if not storage.exists(folder):
+        return None
+    try:
+        built = json.loads(storage.read_bytes(f"{folder}/manifest.json")).get("build_id")
+    except (OSError, ValueError, AttributeError):
+        built = None
+    if built == build_id:
+        return None
+    by = f"by build {built}" if isinstance(built, str) else "by another build"
+    return (
+        f"release {name} {config.version} already exists at {folder} ({by}; this build is {build_id}); versions are "
+        "immutable: choose another version (--version, or release.version in the config)"
     )
 
 

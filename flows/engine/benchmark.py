@@ -26,14 +26,18 @@ from typing import TYPE_CHECKING, Any, Generic, Literal
 from prefect import Flow
 from prefect import flow as prefect_flow
 from prefect.artifacts import create_markdown_artifact
+from prefect.logging import get_run_logger
+from prefect.states import Failed
 from prefect.utilities.hashing import file_hash
 
 from data.publish.folder import ReleaseResult
 from data.publish.format import IMAGE_CONFIGS, ImageConfig
 from data.publish.manifest import Provenance
-from data.reference import ReferencePack
+from data.publish.release import taken_version
+from data.reference import PackErrors, ReferencePack
 from data.review import Review
 from data.workspace import Workspace
+from flows.engine.config import ConfigError, build_config
 from flows.engine.graph import Build, BuildGraph, ConfigT, Progress
 from flows.engine.reference import prepare_pack
 from flows.engine.runner import BuildSummary, ProgressArtifact, execute_in_prefect, execute_locally, summary_markdown
@@ -119,7 +123,7 @@ class Benchmark(Generic[ConfigT]):
         progress artifacts, so `progress` is not used). The flow run does not check the config again."""
         if engine not in ("local", "prefect"):
             raise ValueError(f"unknown engine {engine!r}: local or prefect")
-        self.preflight(config)
+        self._before_work(config)
         if engine == "local":
             build = self.build(config)
             self.prepare_reference(build)
@@ -132,6 +136,13 @@ class Benchmark(Generic[ConfigT]):
         """The whole build in this process, without Prefect. Open reviews raise `WaitingForReviewers`: rerun when
         done."""
         return self.run(config, "local", progress, close_reviews)
+
+    def _before_work(self, config: ConfigT) -> None:
+        """The benchmark's preflight, and a release version that another build has taken refused (ConfigError)."""
+        self.preflight(config)
+        taken = taken_version(config.release, self.name, config.resolved_build_id())  # type: ignore[attr-defined]
+        if taken:
+            raise ConfigError(taken)
 
     def build_in_flow(self, config: ConfigT, close_reviews: bool) -> BuildSummary:
         """The body of the benchmark's flow: the preflight, a task per stage, a suspend per open review, the
@@ -151,7 +162,7 @@ class Benchmark(Generic[ConfigT]):
 
     def _in_flow(self, config: ConfigT, close_reviews: bool, preflight: bool) -> BuildSummary:
         if preflight:
-            self.preflight(config)
+            self._before_work(config)
         build = self.build(config)
         self.prepare_reference(build)
         summary = execute_in_prefect(
@@ -174,6 +185,15 @@ class Benchmark(Generic[ConfigT]):
         demo = self.config.demo()  # type: ignore[attr-defined]  # the flow's default config: the offline demo
 
         def body(config: Any = demo, close_reviews: bool = False) -> BuildSummary:
+            if not isinstance(config, self.config):
+                # A deployment's parameters, validated here rather than by Prefect: a selection outside the pack (or
+                # any bad field) fails the run with one line per field, not a traceback of pydantic's errors.
+                try:
+                    raw = dict(config or {})
+                    config = build_config(raw, source="the config parameter", model=self.config)  # type: ignore[type-var]
+                except (ConfigError, PackErrors) as exc:
+                    get_run_logger().error(str(exc))
+                    return Failed(message=str(exc))  # type: ignore[return-value]  # a State ends the run so
             return self._in_flow(config, close_reviews, preflight)
 
         body.__name__ = body.__qualname__ = function
@@ -182,4 +202,6 @@ class Benchmark(Generic[ConfigT]):
         body.__annotations__ = {"config": self.config, "close_reviews": bool, "return": BuildSummary}
         source = PROJECT_ROOT / path  # prefect.yaml's entrypoints are relative to the project's root
         version = file_hash(str(source)) if source.is_file() else None  # as Prefect versions a flow: its file's hash
-        return prefect_flow(name=self.flow_name, log_prints=True, persist_result=True, version=version)(body)
+        return prefect_flow(
+            name=self.flow_name, log_prints=True, persist_result=True, version=version, validate_parameters=False
+        )(body)

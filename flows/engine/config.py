@@ -133,8 +133,10 @@ def build_config(
     try:
         return model.demo(**merged) if demo else model.model_validate(merged)
     except ValidationError as exc:
-        lines = [f"invalid {source}:"]
+        fields = []
         for error in exc.errors():
             where = ".".join(str(p) for p in error["loc"]) or "(root)"
-            lines.append(f"  {where}: {error['msg']}")
-        raise ConfigError("\n".join(lines)) from None
+            fields.append(f"{where}: {error['msg'].removeprefix('Value error, ')}")
+        if len(fields) == 1:  # the usual case (a selection outside the pack): one line
+            raise ConfigError(f"invalid {source}: {fields[0]}") from None
+        raise ConfigError("\n".join([f"invalid {source}:", *(f"  {field}" for field in fields)])) from None

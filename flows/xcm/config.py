@@ -63,6 +63,35 @@ class Build3XCMConfig(BuildConfigBase):
         "Prefect run, so builds sharing a GPU take turns; None, or a limit the server lacks, holds nothing.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _demo_selection_from_the_pack(cls, data: Any) -> Any:
+        """A demo build's selection left null (a deployment's parameters, a config written for one pack and run on
+        another) is its pack's: `demo_corpus.countries`/`concepts` its pack.json `demo`, `countries` the corpus's,
+        `concepts.include` the corpus's concepts. Nulls outside a demo mean what they always did (every country)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("countries") is None:
+            data.pop("countries", None)
+        corpus = data.get("demo_corpus")
+        if not isinstance(corpus, dict):
+            return data
+        reference = data.get("reference")
+        countries, concepts = demo_selection(reference if isinstance(reference, str) else None)
+        corpus = dict(corpus)
+        if corpus.get("countries") is None:
+            corpus["countries"] = countries
+        if corpus.get("concepts") is None:
+            corpus["concepts"] = concepts
+        data["demo_corpus"] = corpus
+        if not data.get("countries"):
+            data["countries"] = corpus["countries"]
+        chosen = data.get("concepts")
+        if isinstance(chosen, dict) and chosen.get("backend", "shipped") == "shipped" and chosen.get("include") is None:
+            data["concepts"] = {**chosen, "include": corpus["concepts"]}
+        return data
+
     @field_validator("countries")
     @classmethod
     def _canonical_countries(cls, value: list[str], info: ValidationInfo) -> list[str]:
@@ -93,7 +122,7 @@ class Build3XCMConfig(BuildConfigBase):
     @property
     def language_codes(self) -> list[str]:
         by_name = self.pack().country_by_name()
-        return sorted({by_name[c].language_code for c in self.countries})
+        return sorted({code for c in self.countries for code in by_name[c].language_codes})
 
     @classmethod
     def demo(cls, **overrides: Any) -> Build3XCMConfig:
