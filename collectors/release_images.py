@@ -50,6 +50,7 @@ from data.publish.integrity import Manifest, ReleaseIntegrityError, read_manifes
 from data.publish.manifest import SHA256, ReleaseManifest
 from data.publish.reader import REFERENCE_DIR
 from data.schemas import STATUS_OK
+from data.takedown.older_versions import refuse_taken_down
 from data.workspace import BlobStore, Storage
 
 REPORT = "fetch_report.parquet"
@@ -144,6 +145,8 @@ def read_release(folder: Path, hf_features: bool = False) -> ReleaseImages:
         table = pa.concat_tables(parts, promote_options="permissive").replace_schema_metadata(None)
     except pa.ArrowException as exc:
         raise FetchReleaseError(f"{folder / config}: parts with different schemas ({_one_line(exc)})") from None
+    # An older version's images taken down since: none is requested (the newest version leaves them out).
+    refuse_taken_down(folder, manifest.name, "fetch", table)
     has_image = "image" in table.column_names
     rows = table.select([c for c in table.column_names if c != "image"]).to_pylist()
     embedded = [bool(v and v.get("bytes")) for v in table["image"].to_pylist()] if has_image else [False] * len(rows)

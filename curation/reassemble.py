@@ -28,10 +28,11 @@ from curation.rule_audit import Audit, AuditInputError, audit_benchmark, load_in
 from curation.rules import RQ2_RULES, Catalog, in_pool, pack_catalog
 from curation.validate import ValidationReport, validate_benchmark
 from data.provenance import code_version
-from data.publish.format import ReleaseReadError
+from data.publish.format import MANIFEST, ReleaseReadError
 from data.publish.reader import read_parts_as
 from data.reference import ReferencePack
 from data.schemas import CATALOG, RQ2_SLOTS
+from data.takedown.older_versions import refuse_taken_down
 
 # `nav-<code>`: a query in a country's second (third, ...) language (collectors/search_types.py `query_tag`).
 IMAGE_ID = r"^(?P<country>[^-]+)-(?P<concept_id>\d+)-(?P<rank>\d+)-(?P<lang>eng|nav)(?:-(?P<code>[a-z]{2,3}))?$"
@@ -219,6 +220,9 @@ def kept_rows(
 def reassemble(path: Path, seed: int = 0, max_reuse: int = 5, metadata: Path | None = None) -> Reassembly:
     """Reassemble the benchmark at `path` (the authors' CSV, a Parquet file or a release folder) over its own pool."""
     inputs = load_input(path, metadata)
+    for folder in (path if path.is_dir() else path.parent.parent, metadata.parent if metadata else None):
+        if folder is not None and (folder / MANIFEST).is_file():  # a release: its images taken down since stay out
+            refuse_taken_down(folder, "3xcm", "reassemble")
     benchmark = inputs.benchmark
     pack = pack_of(path, metadata)
     before = audit_benchmark(benchmark, inputs.metadata, max_reuse, inputs.source, inputs.metadata_source, pack=pack)

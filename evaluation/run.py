@@ -34,6 +34,7 @@ from pydantic import (
 from data.output_paths import OutputPathError, check_output
 from data.publish.folder import ReleaseExistsError, ReleaseResult
 from data.publish.reader import Release
+from data.takedown.older_versions import refuse_taken_down
 from evaluation import mixcube as mx
 from evaluation.embedding_cache import CachedEncoder
 from evaluation.encoders import EncoderConfig, ModelIdentity, TextImageEncoder
@@ -187,10 +188,13 @@ def demo_vlm(root: str) -> VlmConfig:
 
 
 def open_release(config: Evaluate3XCMConfig | EvaluateMixCubeConfig) -> Release:
-    """The release, its manifest read strictly and the tables the benchmark reads hashed against it: numbers are
-    never computed from tables other than those the manifest (cited by the results card) lists."""
+    """The release, its manifest read strictly and the tables the benchmark reads hashed against it, its reference
+    pack the one it states: numbers are never computed from tables (or a pack) other than those the manifest (cited
+    by the results card) lists."""
     release = Release.open(config.release)
     release.verify(READS[config.benchmark])
+    release.pack()  # its pack against what its manifest and card state: refused before any model runs
+    refuse_taken_down(release.path, release.name, "evaluate")  # an older version's images taken down since
     return release
 
 

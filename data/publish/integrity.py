@@ -375,6 +375,28 @@ def croissant_claims(manifest: Manifest[Any]) -> list[tuple[str, str]]:
     return found.items()
 
 
+class _Samples:
+    """The tars' samples in order, one looked at before it is taken (`peek`)."""
+
+    def __init__(self, samples: Iterator[tuple[str, str, dict[str, bytes]]]) -> None:
+        self._samples = samples
+        self._ahead: list[tuple[str, str, dict[str, bytes]]] = []
+
+    def __iter__(self) -> Iterator[tuple[str, str, dict[str, bytes]]]:
+        return self
+
+    def __next__(self) -> tuple[str, str, dict[str, bytes]]:
+        return self._ahead.pop() if self._ahead else next(self._samples)
+
+    def peek(self) -> tuple[str, str, dict[str, bytes]] | None:
+        if not self._ahead:
+            following = next(self._samples, None)
+            if following is None:
+                return None
+            self._ahead.append(following)
+        return self._ahead[0]
+
+
 def _tar_samples(folder: Path, tars: list[str], found: _Found) -> Iterator[tuple[str, str, dict[str, bytes]]]:
     """The WebDataset samples of the tars in order: (tar, key, {extension: bytes}); an unreadable tar is a problem
     in `found`, and ends the samples."""
@@ -452,7 +474,7 @@ def image_claims(manifest: Manifest[ReleaseManifest], images: ImageConfig) -> li
     tars = sorted(rel for rel in manifest.files if fnmatch.fnmatchcase(rel, TARS))
     if model.mode == "urls" and tars:
         modes.add(f"{MANIFEST}: mode 'urls', yet the release holds its images in {len(tars)} tar(s), {tars[0]} first")
-    pending = _tar_samples(folder, tars, samples)
+    pending = _Samples(_tar_samples(folder, tars, samples))
     sidecar = _sidecar_keys(manifest) if tars else None
     unsaid = {True: _Unsaid(), False: _Unsaid()}  # rows holding (True) or lacking bytes, against the mode
     for file in sorted((folder / config).glob("*.parquet")):
@@ -486,7 +508,7 @@ def _check_row(
     key: str,
     mode: str,
     tars: list[str],
-    pending: Iterator[tuple[str, str, dict[str, bytes]]],
+    pending: _Samples,
     unsaid: dict[bool, _Unsaid],
     sizes: _Found,
     samples: _Found,
@@ -504,7 +526,14 @@ def _check_row(
     size = row.get("num_bytes")
     if data and fmt == "JPEG" and isinstance(size, int) and len(data) != size:
         sizes.add(f"{rel}: image {shown(name)} has {len(data)} bytes, its num_bytes says {size}")
-    if not data or not tars:
+    if not tars:
+        return
+    if not data:
+        # A row that lost its bytes keeps its place in the tars: its sample is passed over (the mode's line names
+        # the row), so the rows after it are compared with their own samples, not each blamed for a shift.
+        ahead = pending.peek()
+        if ahead is not None and ahead[1] == name:
+            next(pending)
         return
     sample = next(pending, None)
     if sample is None:

@@ -18,6 +18,7 @@ from data.publish.format import MANIFEST, ReleaseReadError
 from data.publish.images import ReleasedImages
 from data.publish.integrity import ReleaseIntegrityError, read_manifest, verified
 from data.publish.manifest import ReleaseManifest
+from data.publish.pack_claims import ReleasePackError, pack_problems
 from data.reference import ReferencePack, default_pack, load_pack
 from data.reference_files import PACK_FILE
 
@@ -27,10 +28,27 @@ REFERENCE_DIR = "reference"
 
 def release_pack(folder: Path) -> ReferencePack:
     """The reference pack a release folder was built from: its own `reference/`, checked as any pack is. A release
-    written before packs existed has none: it was built from the shipped data, the default pack."""
-    if (folder / REFERENCE_DIR / PACK_FILE).is_file():
-        return load_pack(folder / REFERENCE_DIR)
-    return default_pack()
+    written before packs existed has none: it was built from the shipped data, the default pack. Every command
+    reads a release's pack here, so none takes a pack the release does not state: ReleasePackError (one line,
+    naming the file and field) when the pack is not the one `manifest.reference` and the card describe."""
+    pack = load_pack(folder / REFERENCE_DIR) if carries_pack(folder) else default_pack()
+    problems = release_pack_problems(folder, pack)
+    if problems:
+        raise ReleasePackError(problems[0])
+    return pack
+
+
+def carries_pack(folder: Path) -> bool:
+    return (folder / REFERENCE_DIR / PACK_FILE).is_file()
+
+
+def release_pack_problems(folder: Path, pack: ReferencePack | None = None) -> list[str]:
+    """Each way the release's pack differs from what its manifest and card state (`data.publish.pack_claims`);
+    `pack`: the release's pack, read already."""
+    carried = carries_pack(folder)
+    if pack is None:
+        pack = load_pack(folder / REFERENCE_DIR) if carried else default_pack()
+    return pack_problems(folder, pack, folder / REFERENCE_DIR, carried)
 
 
 def read_parquet_files(files: list[Path], columns: list[str] | None = None) -> pa.Table:

@@ -54,7 +54,7 @@ def taken_version(config: ReleaseConfig, name: str, build_id: str) -> str | None
     by = f"by build {built}" if isinstance(built, str) else "by another build"
     return (
         f"release {name} {config.version} already exists at {folder} ({by}; this build is {build_id}); versions are "
-        "immutable: choose another version (--version, or release.version in the config)"
+        "immutable, choose a new version"
     )
 
 

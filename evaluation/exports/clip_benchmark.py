@@ -28,6 +28,7 @@ from PIL import Image
 from data.concept_names import invalid_name
 from data.publish.folder import ImmutableFolder
 from data.publish.reader import Release
+from data.text_safety import markdown_text
 from evaluation.exports.common import (
     README,
     Allowed,
@@ -35,6 +36,7 @@ from evaluation.exports.common import (
     image_format,
     plain_text,
     refuse,
+    released_images,
     require_columns,
 )
 
@@ -104,12 +106,9 @@ def languages(release: Release) -> dict[str, list[dict[str, Any]]]:
 
 def _images(release: Release) -> dict[str, tuple[int, Any]]:
     """image_id -> (its row in image_metadata, its released bytes or None)."""
-    require_columns(release, "image_metadata", ["image_id", "image"])
-    table = release.table("image_metadata", ["image_id", "image"])
-    return {
-        row["image_id"]: (at, row["image"].get("bytes") if isinstance(row["image"], dict) else row["image"])
-        for at, row in enumerate(table.to_pylist())
-    }
+    images = released_images(release, "image_metadata", "image_id")  # as every export asks
+    ids = release.table("image_metadata", ["image_id"])["image_id"].to_pylist()
+    return {image_id: (at, data) for at, (image_id, data) in enumerate(zip(ids, images, strict=True))}
 
 
 def export(release: Release, folder: ImmutableFolder) -> str:
@@ -138,7 +137,7 @@ def export(release: Release, folder: ImmutableFolder) -> str:
         folder.write_bytes(f"{root}/test/0.tar", _tar(classification))
         folder.write_bytes(f"{root}/classnames.txt", "".join(f"{names[c]}\n" for c in concepts).encode())
         folder.write_bytes(f"{root}/zeroshot_classification_templates.txt", b"{c}\n")
-        summary.append(f"| {lang} | {len(rows)} | {len(concepts)} | {len(all_rows) - len(rows)} |")
+        summary.append(f"| {markdown_text(lang)} | {len(rows)} | {len(concepts)} | {len(all_rows) - len(rows)} |")
     command = run_command(sorted(by_language))
     folder.write_bytes(README, _readme(release, summary, command).encode())
     return command

@@ -1,5 +1,6 @@
-"""What every harness export shares: the release opened (its manifest read strictly; each exporter verifies the
-tables it reads against it, `Release.verify`, as the evaluation does), a URL-only release refused with the command
+"""What every harness export shares: the release opened (its manifest read strictly; its reference pack checked
+against the manifest and card, `Release.pack`; each exporter verifies the tables it reads against it,
+`Release.verify`, as the evaluation does, and the values it writes), a URL-only release refused with the command
 that fetches it, an output folder outside every input and release, and an immutable folder written atomically with a
 manifest of every file's sha256 (a rerun with the same release writes the same bytes, or reports it unchanged)."""
 
@@ -21,6 +22,7 @@ from data.output_paths import check_output
 from data.publish.folder import ImmutableFolder, ReleaseResult
 from data.publish.manifest import FolderManifest
 from data.publish.reader import Release
+from data.takedown.older_versions import refuse_taken_down
 from data.text_safety import hidden_character
 from evaluation.exports import HARNESSES
 
@@ -118,6 +120,24 @@ def image_format(data: Any, release: Release, config: str, row: int, key: str) -
         ) from None
 
 
+def released_images(release: Release, config: str, key: str) -> list[bytes]:
+    """The one rule every export applies to the images it writes or points its harness at: in a release with its
+    images (a URL-only one is refused before), each row of `config` holds bytes PIL reads (an HF Image struct's
+    `bytes`, or a binary cell), as `validate`'s `release.mode` rule says; a null image or bytes that are no image is
+    ExportError naming the part, the row and the image's `key`. The bytes per row, in the reader's order."""
+    from evaluation.mixcube import _image_bytes
+
+    require_columns(release, config, [key, "image"])
+    table = release.table(config, [key, "image"])
+    try:
+        images: list[bytes] = _image_bytes(table).to_pylist()
+    except ValueError as exc:
+        raise ExportError(f"{release.path / config}: {exc}") from None
+    for row, (name, data) in enumerate(zip(table[key].to_pylist(), images, strict=True)):
+        image_format(data, release, config, row, str(name))
+    return images
+
+
 class Exporter(Protocol):
     BENCHMARKS: tuple[str, ...]
 
@@ -165,6 +185,11 @@ def run_export(release_path: Path, harness: str, out: Path) -> ExportResult:
             f"{release_path}: a URL-only release has no images; fetch them first: culturebench fetch-release "
             f"{release_path} --out <folder> --write-images"
         )
+    # The release's pack, its files against the manifest and the pack against what the manifest and card state of
+    # it (`Release.pack`): a forged pack is refused before anything is written, by every harness (mteb and
+    # clip_benchmark read no pack, but a release whose pack was changed is not the one its manifest describes).
+    release.pack()
+    refuse_taken_down(release.path, release.name, "export")  # an older version's images taken down since
     check_output(out, inputs=[release_path], option="--out", immutable_target=True, what="an export")
     name = f"export-{harness}-{release.name}"
     folder = ImmutableFolder.at(str(out), name, release.version, FolderManifest)

@@ -36,7 +36,7 @@ from data.reference import MixCubeReference
 from data.text_safety import code_span, markdown_text
 from evaluation import answer_match
 from evaluation import mixcube as mx
-from evaluation.exports.common import README, check_values, mixcube_rules, require_columns
+from evaluation.exports.common import README, check_values, mixcube_rules, released_images, require_columns
 
 BENCHMARKS: tuple[str, ...] = ("mixcube",)
 TASK = "culturebench_mixcube"
@@ -271,7 +271,8 @@ def _terms_table(ref: MixCubeReference) -> str:
 def readme(release: Release, counts: Counter[str], n: int) -> str:
     ref = release.pack().mixcube()
     original = ref.original_label
-    by_ethnicity = ", ".join(f"{e} {counts[e]}" for e in [original, *sorted(set(counts) - {original})])
+    # the rows' values, escaped as every value a card shows (the export validated them; a card never trusts that)
+    by_ethnicity = ", ".join(f"{markdown_text(e)} {counts[e]}" for e in [original, *sorted(set(counts) - {original})])
     variables = (
         "\n".join(
             textwrap.fill(f"- `{name}`: {what};", 116, subsequent_indent="  ", break_on_hyphens=False)
@@ -363,6 +364,7 @@ lmms-eval task cannot call; run `culturebench evaluate mixcube` for it.
 def export(release: Release, folder: ImmutableFolder) -> str:
     release.verify(("default",))
     require_columns(release, "default", [*_READ, "image"])
+    released_images(release, "default", "sample_id")  # lmms-eval decodes each: bytes PIL reads, as every export asks
     rows = release.table("default", columns=_READ)
     check_values(
         release, "default", rows, mixcube_rules(release)

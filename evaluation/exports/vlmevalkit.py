@@ -8,8 +8,8 @@ Columns (`TSV_COLUMNS`), one row per row of the release's `default` table, in it
 
 - `index`: the row's position in that table (0, 1, ...): how a prediction file names the row
   (`evaluation.predictions.vlmevalkit` maps it back to `sample_id`);
-- `image`: the released image bytes, base64 (standard alphabet, no line breaks); empty for a row without bytes,
-  which VLMEvalKit skips (and no prediction is expected for it);
+- `image`: the released image bytes, base64 (standard alphabet, no line breaks); a row whose image is null or
+  no image PIL reads is refused, as by every export (`common.released_images`);
 - `question`: the App. B.2 prompt of the row's category, exactly the release pack's `evaluation_prompts`;
 - `answer`: the culture (the release's `country`); our scorer applies MixCuBe's answer rule (its country name and
   App. A.5's aliases, `accuracy`; with our aliases too, `accuracy_with_our_aliases`);
@@ -35,8 +35,7 @@ import textwrap
 from data.publish.folder import ImmutableFolder
 from data.publish.reader import Release
 from data.text_safety import csv_bytes
-from evaluation import mixcube as mx
-from evaluation.exports.common import README, ExportError, check_values, image_format, mixcube_rules, require_columns
+from evaluation.exports.common import README, check_values, mixcube_rules, released_images, require_columns
 
 BENCHMARKS: tuple[str, ...] = ("mixcube",)
 DATASET = "MixCuBe"
@@ -67,21 +66,15 @@ def _tsv(release: Release) -> tuple[bytes, int]:
     require_columns(release, "default", _READ)
     rows = release.table("default", columns=_READ)
     check_values(release, "default", rows, mixcube_rules(release))
-    try:
-        images = mx._image_bytes(rows)
-    except ValueError as exc:
-        raise ExportError(f"{release.path / 'default'}: {exc}") from None
+    images = released_images(release, "default", "sample_id")  # VLMEvalKit decodes each with PIL: as every export
     columns = {name: rows.column(name).to_pylist() for name in ("sample_id", "country", "category", "ethnicity")}
     prompts = release.pack().mixcube().evaluation_prompts  # App. B.2, as the release's reference pack holds it
 
     def line(index: int) -> tuple[object, ...]:
-        image = images[index].as_py()
-        if image is not None:  # VLMEvalKit decodes it with PIL: bytes that are no image are refused here, by row
-            image_format(image, release, "default", index, columns["sample_id"][index])
         category = columns["category"][index]
         return (
             index,
-            base64.b64encode(image).decode("ascii") if image is not None else "",
+            base64.b64encode(images[index]).decode("ascii"),
             prompts[category],
             columns["country"][index],
             columns["ethnicity"][index],
@@ -91,7 +84,7 @@ def _tsv(release: Release) -> tuple[bytes, int]:
         )
 
     data = csv_bytes(TSV_COLUMNS, (line(index) for index in range(rows.num_rows)), delimiter="\t")
-    return data, rows.num_rows - images.null_count
+    return data, rows.num_rows
 
 
 #: The paper's cap on an answer (App. C.2: 120 new tokens) and our evaluation's greedy decoding

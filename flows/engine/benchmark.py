@@ -30,10 +30,10 @@ from prefect.logging import get_run_logger
 from prefect.states import Failed
 from prefect.utilities.hashing import file_hash
 
-from data.publish.folder import ReleaseResult
+from data.publish.folder import ReleaseExistsError, ReleaseResult
 from data.publish.format import IMAGE_CONFIGS, ImageConfig
 from data.publish.manifest import Provenance
-from data.publish.release import taken_version
+from data.publish.release import ReleaseConfig, taken_version
 from data.reference import PackErrors, ReferencePack
 from data.review import Review
 from data.workspace import Workspace
@@ -138,11 +138,15 @@ class Benchmark(Generic[ConfigT]):
         return self.run(config, "local", progress, close_reviews)
 
     def _before_work(self, config: ConfigT) -> None:
-        """The benchmark's preflight, and a release version that another build has taken refused (ConfigError)."""
+        """The benchmark's preflight, and a release version that another build has taken refused
+        (`ReleaseExistsError`, as the release stage would, but before any work). A config without a release (a test's
+        toy benchmark) has no version to take."""
         self.preflight(config)
-        taken = taken_version(config.release, self.name, config.resolved_build_id())  # type: ignore[attr-defined]
-        if taken:
-            raise ConfigError(taken)
+        release = getattr(config, "release", None)
+        if isinstance(release, ReleaseConfig):
+            taken = taken_version(release, self.name, config.resolved_build_id())
+            if taken:
+                raise ReleaseExistsError(taken)
 
     def build_in_flow(self, config: ConfigT, close_reviews: bool) -> BuildSummary:
         """The body of the benchmark's flow: the preflight, a task per stage, a suspend per open review, the

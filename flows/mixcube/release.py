@@ -97,6 +97,8 @@ def write_mixcube_release(
     A URL-only release (`config.mode` `urls`) keeps the bytes of the swaps (we made them; they have no URL) and
     publishes each original by its `url`, `sha256` and `phash` (a column `rows` must have), with a null `image`;
     it has no WebDataset tars and no before/after grid (the grid shows the originals)."""
+    # The manifest names the pack that `reference/` carries, whoever built the provenance (release_pack checks it).
+    provenance = {**provenance, "reference": pack.record()}
     stated = validated(Provenance, provenance)  # the card and facts read it typed; the manifest writes `provenance`
     writer = ReleaseWriter(config, NAME)
     urls = config.mode == "urls"

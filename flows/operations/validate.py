@@ -34,7 +34,7 @@ from curation.validate import ValidationReport, Violation
 from data.publish.format import MANIFEST, ImageConfig, ReleaseReadError
 from data.publish.integrity import Manifest, read_manifest, verify_claims, verify_files, verify_image_bytes
 from data.publish.manifest import ReleaseManifest, TakedownRecord
-from data.publish.reader import read_parquet_parts
+from data.publish.reader import read_parquet_parts, release_pack_problems
 from data.takedown.denylist import Denylist, denylist_location, read_denylist
 from flows import benchmarks
 
@@ -64,6 +64,11 @@ def check_release(folder: Path) -> tuple[Manifest[ReleaseManifest], ValidationRe
         Violation(table="release", row=None, rule=rule, detail=detail)
         for rule, detail in verify_claims(manifest, benchmark.image_config)
     ]
+    # The pack the rules read, against what the manifest and card state of it (a forger's recomputed manifest
+    # leaves `reference` standing): the rules are not checked against a pack the release does not state.
+    pack = [Violation(table="release", row=None, rule="reference", detail=p) for p in release_pack_problems(folder)]
+    if pack:
+        return manifest, ValidationReport(violations=[*pack, *claims], rows_checked={"files": len(manifest.files)})
     patch = declares_patch(manifest.model)
     report = validate(folder, patch)
     # The rules first: a summary shows the first violations, and a forged table's broken rule says most.

@@ -379,7 +379,7 @@ def test_a_moved_release_needs_nothing_but_itself(globalrg_release: Path, tmp_pa
 
     """validate, evaluate (every task), export, reassemble, takedown and fetch-release on a copy of the release in
     another root, with the pack folder gone (a private copy of the pack, deleted before the commands run)."""
-    moved = tmp_path / "elsewhere" / "3xcm" / "0.1.0-demo"
+    moved = tmp_path / "elsewhere" / "3xcm" / globalrg_release.name
     shutil.copytree(globalrg_release, moved)
     code, output = cli("validate", moved)
     assert code == 0, output
@@ -387,7 +387,7 @@ def test_a_moved_release_needs_nothing_but_itself(globalrg_release: Path, tmp_pa
         "evaluate", "3xcm", moved, "--demo-model", "--task", "all", "--results-root", tmp_path / "results"
     )
     assert code == 0, output
-    result = next((tmp_path / "results" / "3xcm" / "0.1.0-demo").iterdir())
+    result = next((tmp_path / "results" / "3xcm" / moved.name).iterdir())
     metrics = json.loads((result / "metrics.json").read_text())
     regions = metrics["retrieval"]["settings"]["regions"]["by_country"]  # diversity@k by Table 1's regions
     assert regions["Kenya"] == "Africa" and regions["Jamaica"] == "Caribbean"
@@ -400,7 +400,7 @@ def test_a_moved_release_needs_nothing_but_itself(globalrg_release: Path, tmp_pa
     first = pq.read_table(moved / "image_metadata", columns=["image_id"])["image_id"][0].as_py()
     code, output = cli("takedown", moved, "--reason", "a test", "--image-id", first)
     assert code == 0, output
-    patch = moved.parent / "0.1.1-demo"
+    patch = moved.parent / moved.name.replace("0.1.0", "0.1.1")  # the takedown's patch release
     assert load_pack(patch / "reference").digest == load_pack(GLOBALRG).digest  # a patch carries the pack on
     code, output = cli("validate", patch)
     assert code == 0, output

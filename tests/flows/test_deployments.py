@@ -123,6 +123,8 @@ def prefect_api(tmp_path: Path) -> Iterator[dict[str, str]]:
     with background(server, env, tmp_path, tmp_path / "server.log") as process:
         healthy = partial(answers_200, f"{env['PREFECT_API_URL']}/health")
         wait_until_ready("prefect server", healthy, 180, process=process, log_path=tmp_path / "server.log")
+        # the operator's own check (README, docs/operators.md), as written: it answers at once on a ready server
+        run([str(BIN / "prefect"), "server", "status", "--wait", "--timeout", "120"], env, tmp_path, timeout=200)
         yield env
 
 

@@ -96,3 +96,22 @@ def test_a_version_another_build_took_is_refused_before_the_first_stage(pack: Pa
     assert time.monotonic() - start < 30
     stages = tmp_path / "ws"
     assert not any(p.name == "search" for p in stages.rglob("*")) if stages.exists() else True
+
+
+@pytest.mark.parametrize("entrypoint", ["flows/xcm/build.py:build_3xcm", "flows/mixcube/build.py:build_mixcube"])
+def test_the_deployments_parameters_pass_prefects_own_schema_check(entrypoint: str) -> None:
+    """What `prefect deploy` sends the server, checked as the server checks it (enforce_parameter_schema): a null
+    where the schema says array is a 422 at deploy time, so the pack's selection is left out, not null."""
+    from importlib import import_module
+
+    from prefect._internal.schemas.validators import validate_values_conform_to_schema
+    from prefect.utilities.callables import parameter_schema
+
+    spec = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text(encoding="utf-8"))
+    path, name = entrypoint.split(":")
+    module = path.removesuffix(".py").replace("/", ".")
+    schema = parameter_schema(getattr(import_module(module), name)).model_dump_for_openapi()
+    deployments = [d for d in spec["deployments"] if d["entrypoint"] == entrypoint]
+    assert deployments
+    for deployment in deployments:  # as the server's DeploymentCreate checks them
+        validate_values_conform_to_schema(deployment.get("parameters", {}), schema, ignore_required=True)
