@@ -181,5 +181,46 @@ def reference_section(pack: ReferencePack, rows: list[dict[str, str]], what: str
         f"Built from the reference pack {code_span(pack.info.name)} {code_span(pack.info.version)} ({which}; "
         f"sha256 {code_span(pack.digest)}). The release carries it in `reference/` (its countries, languages, "
         "concepts, translations, cultures and prompts), so every command that reads the release needs nothing else. "
-        f"{what}\n\n" + markdown_table(rows)
+        f"{what}\n\n" + markdown_table(rows) + ("" if pack.is_default else translation_origins(pack))
+    )
+
+
+def backend_text(name: object, pack: str | None) -> str:
+    """How a card names a stage's backend: `shipped` (the backend that reads the reference pack) is named by the
+    pack when that is one of its own (`pack`: its name; None for the default pack, whose data shipped with us)."""
+    if name == "shipped" and pack is not None:
+        return f"the reference pack {code_span(pack)}"
+    return f"`{name}`"
+
+
+#: An entry's origin (`data.pack_entries`) by the column a card gives it.
+ORIGIN_COLUMNS = {"cldr": "CLDR", "model": "drafted by a model", "sheet": "filled by sheet", "hand": "by hand"}
+
+
+def translation_origins(pack: ReferencePack) -> str:
+    """Where a pack's translations came from, per language: the entries of each origin, the native-reviewed ones
+    and the most reviewers any entry had (issue 57: a card says so for a pack of its own; the default pack's are
+    the 3XCM authors' drafts, said under Deviations)."""
+    from data.pack_entries import provenance_counts
+
+    counts = provenance_counts(pack, sorted(pack.languages))
+    rows = []
+    for code, c in counts.items():
+        other = c["entries"] - c["missing"] - sum(c.get(k, 0) for k in ORIGIN_COLUMNS)
+        rows.append(
+            {
+                "language": markdown_text(code),
+                "entries": str(c["entries"]),
+                **{label: str(c.get(origin, 0)) for origin, label in ORIGIN_COLUMNS.items()},
+                "other or unrecorded": str(other),
+                "missing": str(c["missing"]),
+                "native-reviewed": str(c["reviewed"]),
+                "reviewers": str(c["reviewers"]),
+            }
+        )
+    return (
+        "\nWhere its translations came from, per language: each entry is a value of the language's files (a "
+        "concept's text, a country's name, a template; `culturebench reference sheet` lists them), counted by who "
+        "wrote it; native-reviewed entries were accepted or corrected by native speakers in Label Studio "
+        "(`culturebench review translations`), `reviewers` the most any entry had:\n\n" + markdown_table(rows)
     )

@@ -27,7 +27,12 @@ def xcm_deviations(config: Any, reviewer: str) -> list[str]:
     elif config.concept_dedup.threshold != XCM_CONCEPT_COSINE:
         out.append(f"Concepts merged at BGE-M3 cosine >= {config.concept_dedup.threshold}, not {XCM_CONCEPT_COSINE}.")
     if config.translations.backend == "shipped":
-        out.append("Translations are the shipped drafts, awaiting native review.")
+        # The default pack's translations are the authors' drafts; a pack of its own says per language where each
+        # entry came from (the card's "Reference pack" section), so nothing is claimed of them here.
+        if config.pack().is_default:
+            out.append("Translations are the shipped drafts, awaiting native review.")
+        else:
+            out.append("Translations are the reference pack's own (their origin per language is under Reference pack).")
     if config.search.backend == "local":
         out.append("Images came from a local folder, not a web search (for the demo: generated pictures, not photos).")
     if getattr(config.search, "license_filter", None) is not None:

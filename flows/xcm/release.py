@@ -17,6 +17,7 @@ from data.publish import croissant
 from data.publish.card import (
     CardConfig,
     auto_accept_notice,
+    backend_text,
     card_configs,
     demo_notice,
     deviations_section,
@@ -100,6 +101,8 @@ def write_3xcm_release(
     """`pack`: the reference pack the benchmark was built from, carried in `reference/`. `load_image` and
     `changelog` are for a patch release (`flows/xcm/takedown.py`): the parent's released bytes instead of the converted
     blobs, and the CHANGELOG that ends its card. The image shards are written in up to `workers` processes."""
+    # The manifest names the pack that `reference/` carries, whoever built the provenance (release_pack checks it).
+    provenance = {**provenance, "reference": pack.record()}
     stated = validated(Provenance, provenance)  # the card and facts read it typed; the manifest writes `provenance`
     writer = ReleaseWriter(config, NAME)
     release_bytes = load_image or (lambda meta: to_release_jpeg(blobs.get(meta["sha256"]), meta["format"]))
@@ -179,6 +182,7 @@ def render_card(
         extra=hub_metadata(languages, catalog.num_rows, ["text-retrieval", "zero-shot-image-classification"]),
     )
     backends = provenance.backends
+    own_pack = None if pack.is_default else pack.info.name
     warnings = deviations_section(provenance.deviations) + review_note(provenance.review)
     notice = auto_accept_notice("near-duplicate decisions") if backends.get("review") == "auto_accept" else ""
     if is_demo(provenance):  # first thing, as MixCuBe's card
@@ -223,7 +227,7 @@ Licence: CC BY-NC-SA 4.0. Research use only; ethical review is required for prod
 | stage | backend |
 |---|---|
 """
-        + "".join(f"| {stage} | `{name}` |\n" for stage, name in backends.items())
+        + "".join(f"| {stage} | {backend_text(name, own_pack)} |\n" for stage, name in backends.items())
         + f"""
 ## Loading
 

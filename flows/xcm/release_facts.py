@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from data.publish.card import backend_text
 from data.publish.croissant import CSV, RecordSetSpec, ReleaseFacts, collection_timeframe, webdataset_groups
 from data.publish.manifest import Provenance, validation_summary
 from data.publish.rai import (
@@ -31,6 +32,7 @@ from data.publish.rai import (
 )
 from data.review_labels import AUTO_ACCEPT
 from data.schemas import XCM_BENCH_CSV_COLUMNS
+from data.text_safety import code_span
 
 XCM_COLUMNS = {
     "concept_id": "The concept's id (the authors' numbering).",
@@ -271,8 +273,8 @@ def _collection(r: _Release) -> str:
     return " ".join(
         s
         for s in (
-            f"{len(r.concepts)} concepts from the `{backends.get('concepts', '?')}` concept list (concept dedup "
-            f"`{backends.get('concept_dedup', '?')}`), translated by `{backends.get('translations', '?')}`.",
+            f"{len(r.concepts)} concepts from {_concept_list(r)} (concept dedup "
+            f"`{backends.get('concept_dedup', '?')}`), translated by {_backend(r, 'translations')}.",
             f"{search_stats.get('rows_in', 'an unrecorded number of')} queries (each concept per country, in English "
             f"and in the country's language) went to the `{backends.get('search', '?')}` search backend, "
             f"{search.get('max_results', '?')} results each at most: {search_stats.get('extra', {}).get('hits', '?')} "
@@ -285,6 +287,20 @@ def _collection(r: _Release) -> str:
         )
         if s
     )
+
+
+def _concept_list(r: _Release) -> str:
+    """Where the concepts came from: the backend that gave them, and for a pack of one's own, the pack (issue 57:
+    "shipped" is said of the default pack only)."""
+    backend, pack = r.backends.get("concepts", "?"), r.provenance.reference
+    if pack is None or pack.default or backend != "shipped":
+        return f"the `{backend}` concept list"
+    return f"the reference pack's concept list (`concepts.csv` of {code_span(pack.name)} {code_span(pack.version)})"
+
+
+def _backend(r: _Release, stage: str) -> str:
+    pack = r.provenance.reference
+    return backend_text(r.backends.get(stage, "?"), None if pack is None or pack.default else pack.name)
 
 
 def _collection_types(r: _Release) -> list[str]:
@@ -351,7 +367,7 @@ def _annotation_protocol(r: _Release) -> list[str]:
         ),
         f"Concept tags: tagger `{backends.get('tagging', '?')}`"
         + (" (each image is tagged with its own concept only)." if backends.get("tagging") == "none" else "."),
-        f"Translations: `{backends.get('translations', '?')}`.",
+        f"Translations: {_backend(r, 'translations')}.",
     ]
 
 
