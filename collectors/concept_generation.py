@@ -20,7 +20,8 @@ import fsspec
 import pyarrow as pa
 from pydantic import BaseModel, Field, model_validator
 
-from data.clients.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
+from data.clients.gemini import GeminiSettings, failure_row, failures_table
+from data.clients.openai_compatible import LanguageModelSettings, OpenAICompatibleSettings, structured_client
 from data.concept_names import invalid_name, normalize
 from data.reference import ReferencePack, pack_or_default
 from data.schemas import CONCEPT_CANDIDATES, empty, from_rows
@@ -77,8 +78,11 @@ class ConceptCandidates(BaseModel):
 
 
 class GeminiConceptGenerationConfig(BackendConfig[NoReturn]):  # read by generate_concept_candidates
-    backend: Literal["gemini"] = "gemini"
+    backend: Literal["gemini", "openai"] = "gemini"
     gemini: GeminiSettings = Field(default_factory=GeminiSettings)
+    openai: OpenAICompatibleSettings | None = Field(
+        default=None, description="backend openai: the OpenAI-compatible endpoint (base_url, model) that drafts."
+    )
     count: int = Field(default=100, ge=1, le=1000, description="Concepts to ask for (App. H asked for 100).")
     countries: list[str] = Field(
         default_factory=list,
@@ -92,8 +96,14 @@ class GeminiConceptGenerationConfig(BackendConfig[NoReturn]):  # read by generat
     def pack(self) -> ReferencePack:
         return pack_or_default(self.reference)
 
+    @property
+    def llm(self) -> LanguageModelSettings:
+        return self.openai if self.backend == "openai" and self.openai is not None else self.gemini
+
     @model_validator(mode="after")
     def _canonical(self) -> GeminiConceptGenerationConfig:
+        if self.backend == "openai" and self.openai is None:
+            raise ValueError("backend openai needs an openai section: {base_url: ..., model: ...}")
         pack = self.pack()
         names = pack.country_names(self.countries) if self.countries else [c.name for c in pack.countries]
         self.countries = list(dict.fromkeys(names))
@@ -133,13 +143,13 @@ def generate_concept_candidates(
     config: GeminiConceptGenerationConfig, cache_dir: str | None = None
 ) -> tuple[pa.Table, pa.Table]:
     """(CONCEPT_CANDIDATES, LLM_FAILURES). Every candidate is "pending" until an operator accepts it."""
-    client = GeminiClient(config.gemini, cache_dir=cache_dir)
+    client = structured_client(config.llm, cache_dir)
     request_key = f"concepts:{config.count}"
     answer = client.generate_structured(
         [concept_prompt(config.count, config.countries)], ConceptCandidates, _validator(config.count), request_key
     )
     if not answer.ok:
-        return empty(CONCEPT_CANDIDATES), failures_table([failure_row(STAGE, request_key, config.gemini.model, answer)])
+        return empty(CONCEPT_CANDIDATES), failures_table([failure_row(STAGE, request_key, config.llm.model, answer)])
     assert answer.value is not None  # an ok structured answer holds its validated value
     shipped = {normalize(c.concept): c.concept for c in config.pack().concepts}
     rows = []
@@ -151,7 +161,7 @@ def generate_concept_candidates(
                 "concept": name,
                 "rationale": (item.rationale or "").strip() or None,
                 "near_shipped": shipped.get(normalize(name)),
-                "model": config.gemini.model,
+                "model": config.llm.model,
                 "prompt_sha256": answer.prompt_sha256,
                 "review_status": REVIEW_PENDING,
             }

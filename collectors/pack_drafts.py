@@ -3,9 +3,12 @@ forms, and its concept translations, each marked `awaiting_native_review`.
 
 - The language's English and native names, and each country's plain name in the language, come from CLDR (Babel's
   locale data), the maintained list of names that native speakers review; they are data, not a model's guess.
-- The RQ3 descriptor template, each country's form inside it, and the concept translations are drafted by Gemini:
-  the concepts with the translation stage's own request (3XCM paper App. R, `collectors/translations.py`), the
-  template and country forms with the request below.
+- The RQ3 descriptor template, each country's form inside it, and the concept translations are drafted by a model
+  (Gemini, or any OpenAI-compatible endpoint): the concepts with the translation stage's own request (3XCM paper
+  App. R, `collectors/translations.py`), the template and country forms with the request below.
+- Without a model (`drafter` None) only CLDR's part is written: the language's names with no template yet, and each
+  country's CLDR name, which also stands as the draft of its form in the template (our reading: in most languages
+  the plain name is the form; a native speaker corrects it where the language declines it). Nothing else is guessed.
 
 `culturebench reference translate DIR --languages xx,yy` writes the drafts into a pack; a build whose translation
 backend is Gemini drafts what its pack lacks into its workspace's copy of the pack before the first stage.
@@ -20,7 +23,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from data.clients.gemini import GeminiClient, GeminiSettings, failure_row
+from data.clients.gemini import GeminiClient, failure_row
 from data.reference import ENGLISH, REVIEW_AWAITING, ConceptTranslation, CountryName, Language, ReferencePack
 from data.reference_parse import language_names
 from data.reference_values import check_language_template, text_problem
@@ -29,8 +32,13 @@ STAGE = "reference_drafts"
 
 
 class ConceptTranslator(Protocol):
-    """What drafts concept translations for a language the pack may not hold yet (the translation stage's Gemini
-    translator: `collectors.translations.GeminiTranslator`)."""
+    """What drafts concept translations for a language the pack may not hold yet (the translation stage's model
+    translator: `collectors.translations.GeminiTranslator`), and the client and model its other requests use."""
+
+    @property
+    def model(self) -> str: ...
+
+    def client(self, cache_dir: str | None) -> GeminiClient: ...
 
     def translate_new(
         self,
@@ -79,15 +87,18 @@ class LanguageForms(BaseModel):
     countries: list[CountryForm]
 
 
-def cldr_language(code: str) -> Language:
-    """The language's names from CLDR; its template is a placeholder until the forms request answers."""
+def cldr_language(code: str, template: str | None = "{concept} of {country}") -> Language:
+    """The language's names from CLDR; its template a placeholder until the forms request answers (None: none
+    yet, for a person to write)."""
     english, native = language_names(code)
+    drafted = "descriptor template drafted by a model" if template else "no descriptor template yet"
     return Language(
         code=code,
         name=english,
         native_name=native,
-        descriptor_template="{concept} of {country}",
-        notes="Drafted by culturebench: names from CLDR, descriptor template drafted by a model; awaiting review.",
+        descriptor_template=template,
+        notes=f"Drafted by culturebench: names from CLDR, {drafted}; awaiting review.",
+        origin="cldr" if template is None else None,
     )
 
 
@@ -141,22 +152,49 @@ def _forms_validator(codes: list[str]) -> Callable[[LanguageForms], None]:
     return validate
 
 
+def cldr_drafts(pack: ReferencePack, code: str) -> LanguageDrafts:
+    """What CLDR knows of `code` that the pack lacks: the language's names, and the countries' names (each also the
+    draft of its form in the template); no network, no model."""
+    drafts = LanguageDrafts(code)
+    existing = pack.languages.get(code)
+    if existing is None:
+        drafts.language = cldr_language(code, template=None)
+    have_names = existing.countries if existing is not None else {}
+    for country in pack.countries:
+        name = cldr_country_name(code, country.iso2) if country.name not in have_names else None
+        if name and text_problem(name) is None:
+            drafts.country_names.append(
+                CountryName(
+                    iso2=country.iso2,
+                    country=country.name,
+                    language_code=code,
+                    name=name,
+                    descriptor_country=name,
+                    origin="cldr",
+                )
+            )
+    return drafts
+
+
 def draft_language(
     pack: ReferencePack,
     code: str,
-    gemini: GeminiSettings,
-    translator: ConceptTranslator,
+    translator: ConceptTranslator | None,
     cache_dir: str | None = None,
     concept_ids: Collection[int] | None = None,
 ) -> LanguageDrafts:
-    """Draft what `pack` lacks in `code`: the language, the countries' names and forms (with `gemini`), the
-    translations of the concepts (those of `concept_ids`, or all of the pack's, with `translator`)."""
+    """Draft what `pack` lacks in `code`: the language, the countries' names and forms, the translations of the
+    concepts (those of `concept_ids`, or all of the pack's), with `translator`'s model; CLDR's part only without
+    one (`cldr_drafts`)."""
+    if translator is None:
+        return cldr_drafts(pack, code)
     drafts = LanguageDrafts(code)
     existing = pack.languages.get(code)
     language = existing.language if existing is not None else cldr_language(code)
     have_names = existing.countries if existing is not None else {}
     missing_countries = [c for c in pack.countries if c.name not in have_names]
-    client = GeminiClient(gemini, cache_dir=cache_dir)
+    client = translator.client(cache_dir)
+    model = translator.model
     if existing is None or missing_countries:
         rows = [(c.iso2, c.name, cldr_country_name(code, c.iso2) or c.name) for c in missing_countries]
         key = f"forms:{code}:{','.join(iso2 for iso2, _, _ in rows)}"
@@ -164,7 +202,7 @@ def draft_language(
             [forms_prompt(language, rows)], LanguageForms, _forms_validator([r[0] for r in rows]), key
         )
         if not answer.ok or answer.value is None:
-            drafts.failures.append(failure_row(STAGE, key, gemini.model, answer))
+            drafts.failures.append(failure_row(STAGE, key, model, answer))
             return drafts  # without a template and forms, nothing of this language can be drafted
         forms = {f.iso2: " ".join(f.descriptor_country.split()) for f in answer.value.countries}
         if existing is None:  # validated again, as a pack's language.json is (model_copy would not)
@@ -172,7 +210,7 @@ def draft_language(
                 {
                     **language.model_dump(),
                     "descriptor_template": answer.value.descriptor_template,
-                    "origin": f"model:{gemini.model}",
+                    "origin": f"model:{model}",
                 }
             )
             drafts.language = language
@@ -183,7 +221,7 @@ def draft_language(
                 language_code=code,
                 name=name,
                 descriptor_country=forms[iso2],
-                origin=f"model:{gemini.model}",  # the name may be CLDR's, its form in the template is the model's
+                origin=f"model:{model}",  # the name may be CLDR's, its form in the template is the model's
             )
             for iso2, english, name in rows
         ]
@@ -209,7 +247,7 @@ def draft_language(
             # The language's template is stored once; a concept keeps its own only where it differs.
             descriptor_template=template if template != language.descriptor_template else None,
             review_status=REVIEW_AWAITING,
-            origin=f"model:{gemini.model}",
+            origin=f"model:{model}",
         )
         for cid, concept, text, template in output.rows
     ]

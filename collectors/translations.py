@@ -18,6 +18,7 @@ import pyarrow as pa
 from pydantic import BaseModel, Field
 
 from data.clients.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
+from data.clients.openai_compatible import LanguageModelSettings, OpenAICompatibleSettings, structured_client
 from data.reference import ENGLISH, ConceptTranslation, CountryName, Language, ReferencePack
 from data.reference_values import check_concept_template, text_problem
 from data.schemas import TRANSLATION_CONFLICTS, TRANSLATIONS, empty, from_rows
@@ -50,9 +51,10 @@ class ShippedTranslationsConfig(BackendConfig["Translator"]):
         return False
 
 
-class GeminiTranslationsConfig(BackendConfig["Translator"]):
-    backend: Literal["gemini"] = "gemini"
-    gemini: GeminiSettings = Field(default_factory=GeminiSettings)
+class ModelTranslationsConfig(BackendConfig["Translator"]):
+    """A model drafts translations: Gemini (`backend: gemini`) or any OpenAI-compatible endpoint (`backend:
+    openai`, a local vLLM, llama.cpp or Ollama server), with the same request (App. R) and the same checks."""
+
     batch_size: int = Field(default=40, ge=1, le=200, description="Concepts per request.")
     shipped_policy: Literal["fill_missing", "compare", "replace"] = Field(
         default="fill_missing",
@@ -62,6 +64,10 @@ class GeminiTranslationsConfig(BackendConfig["Translator"]):
             "replace: use Gemini's rows, record the shipped ones they replace."
         ),
     )
+
+    @property
+    def llm(self) -> LanguageModelSettings:
+        raise NotImplementedError
 
     def build(self) -> GeminiTranslator:
         return GeminiTranslator(self)
@@ -84,12 +90,32 @@ class GeminiTranslationsConfig(BackendConfig["Translator"]):
         translator = GeminiTranslator(self)
         for code in languages:
             current = load_pack(location)
-            drafts = draft_language(current, code, self.gemini, translator, cache_dir, concept_ids)
+            drafts = draft_language(current, code, translator, cache_dir, concept_ids)
             add_language_drafts(current.files, code, drafts.language, drafts.country_names, drafts.translations)
         return True
 
 
-TranslationsConfig = Annotated[ShippedTranslationsConfig | GeminiTranslationsConfig, Field(discriminator="backend")]
+class GeminiTranslationsConfig(ModelTranslationsConfig):
+    backend: Literal["gemini"] = "gemini"
+    gemini: GeminiSettings = Field(default_factory=GeminiSettings)
+
+    @property
+    def llm(self) -> LanguageModelSettings:
+        return self.gemini
+
+
+class OpenAITranslationsConfig(ModelTranslationsConfig):
+    backend: Literal["openai"] = "openai"
+    openai: OpenAICompatibleSettings
+
+    @property
+    def llm(self) -> LanguageModelSettings:
+        return self.openai
+
+
+TranslationsConfig = Annotated[
+    ShippedTranslationsConfig | GeminiTranslationsConfig | OpenAITranslationsConfig, Field(discriminator="backend")
+]
 
 
 @dataclass(frozen=True)
@@ -261,9 +287,26 @@ def _batch_validator(concept_ids: list[int]) -> Callable[[TranslationBatch], Non
 
 
 class GeminiTranslator:
-    def __init__(self, config: GeminiTranslationsConfig) -> None:
+    """Translations drafted by a model: Gemini's API or an OpenAI-compatible endpoint (`config.llm`)."""
+
+    def __init__(self, config: ModelTranslationsConfig) -> None:
         self.config = config
-        self.source = f"gemini:{config.gemini.model}"
+        self.source = f"{config.backend}:{config.llm.model}"
+
+    @property
+    def model(self) -> str:
+        return self.config.llm.model
+
+    @property
+    def endpoint(self) -> str:
+        """Where the requests go, as an error line names it (no credentials)."""
+        llm = self.config.llm
+        if isinstance(llm, OpenAICompatibleSettings):
+            return llm.endpoint
+        return llm.base_url or "the Gemini API (generativelanguage.googleapis.com)"
+
+    def client(self, cache_dir: str | None) -> GeminiClient:
+        return structured_client(self.config.llm, cache_dir)
 
     def ask(
         self,
@@ -290,7 +333,7 @@ class GeminiTranslator:
                 assert answer.value is not None  # an ok structured answer holds its validated value
                 answered.update({item.concept_id: item for item in answer.value.translations})
             else:
-                failures.append(failure_row(STAGE, request_key, self.config.gemini.model, answer))
+                failures.append(failure_row(STAGE, request_key, self.model, answer))
         return answered, failures
 
     def translate_new(
@@ -302,8 +345,8 @@ class GeminiTranslator:
         cache_dir: str | None,
     ) -> NewTranslations:
         """Drafts for concepts `language` lacks (a pack's new language included): `reference translate`."""
-        countries = [c.name for c in pack.countries if c.language_code == language.code]
-        client = GeminiClient(self.config.gemini, cache_dir=cache_dir)
+        countries = [c.name for c in pack.countries if language.code in c.language_codes]
+        client = self.client(cache_dir)
         answered, failures = self.ask(client, language, countries, country_forms, concepts)
         rows = [
             (cid, name, _nfc(answered[cid].text), _nfc(answered[cid].descriptor_template))
@@ -315,7 +358,7 @@ class GeminiTranslator:
     def run(
         self, pack: ReferencePack, concepts: list[tuple[int, str]], language_codes: list[str], cache_dir: str | None
     ) -> TranslationOutput:
-        client = GeminiClient(self.config.gemini, cache_dir=cache_dir)
+        client = self.client(cache_dir)
         rows: list[dict[str, Any]] = []
         conflicts: list[dict[str, Any]] = []
         failures: list[dict[str, Any]] = []
@@ -341,7 +384,7 @@ class GeminiTranslator:
             to_ask = [
                 (cid, name) for cid, name in concepts if policy != "fill_missing" or cid not in language_pack.concepts
             ]
-            countries = [c.name for c in pack.countries if c.language_code == code]
+            countries = [c.name for c in pack.countries if code in c.language_codes]
             answered, asked_failures = self.ask(
                 client, language_pack.language, countries, language_pack.countries, to_ask
             )
@@ -405,7 +448,7 @@ class GeminiTranslator:
 
 
 def run_translations(
-    config: ShippedTranslationsConfig | GeminiTranslationsConfig,
+    config: ShippedTranslationsConfig | ModelTranslationsConfig,
     pack: ReferencePack,
     concepts: pa.Table,
     language_codes: list[str],

@@ -37,7 +37,7 @@ INPAINTING_TEMPLATE = {"ethnicity": (1, 1)}
 #: Where an entry came from: CLDR's data (`cldr`), a model's draft (`model`, or `model:<id>`), a filled sheet
 #: (`sheet`), a native reviewer's correction (`review`), written by hand in the file (`hand`). Packs written before it
 #: existed record none.
-Origin = Annotated[str, Field(pattern=r"^(cldr|sheet|hand|review|model(:[A-Za-z0-9._/-]{1,120})?)$")]
+Origin = Annotated[str, Field(pattern=r"^(cldr|sheet|hand|review|model(:[A-Za-z0-9._/:-]{1,120})?)$")]
 ReviewStatus = Literal["awaiting_native_review", "native_reviewed", "source"]
 
 

@@ -200,6 +200,8 @@ def _transient_exceptions() -> tuple[type[BaseException], ...]:
 class GeminiClient:
     """Structured (JSON schema) requests to Gemini with validation, re-asks, retries, rate limits and a cache."""
 
+    label = "gemini"  # in log lines
+
     def __init__(
         self,
         settings: GeminiSettings,
@@ -317,9 +319,7 @@ class GeminiClient:
             return hit
 
         client = self._connect()
-        config = self._types.GenerateContentConfig(
-            response_mime_type="application/json", response_schema=schema, temperature=self.settings.temperature
-        )
+        config = self._structured_config(schema)
         counts = _Counts()
         invalid_answers = 0
         raw: str | None = None
@@ -330,19 +330,19 @@ class GeminiClient:
             if failure is not None:
                 return StructuredAnswer(None, scrub(raw, self._secret), attempts, *failure, sha)
 
-            raw = _response_text(response)
+            raw = self._text(response)
             try:
                 value = self._check(raw, schema, validate)
             except InvalidAnswer as bad:
                 invalid_answers += 1
-                detail = bad.detail if raw is not None else f"{bad.detail}; {_no_text_reason(response)}"
+                detail = bad.detail if raw is not None else f"{bad.detail}; {self._no_text(response)}"
                 detail = scrub(detail, self._secret)
                 if invalid_answers >= self.settings.max_invalid_answers:
                     logger.warning(
-                        "gemini %s: %d unusable answers, giving up: %s", request_key, invalid_answers, detail
+                        "%s %s: %d unusable answers, giving up: %s", self.label, request_key, invalid_answers, detail
                     )
                     return StructuredAnswer(None, scrub(raw, self._secret), attempts, bad.error, detail, sha)
-                logger.info("gemini %s: unusable answer (%s), asking again", request_key, bad.error)
+                logger.info("%s %s: unusable answer (%s), asking again", self.label, request_key, bad.error)
                 # Re-asking the same prompt at temperature 0 tends to repeat the mistake: say what was wrong.
                 feedback = [
                     f"Your previous answer was not usable ({bad.error}: {_short(detail, 600)}). "
@@ -412,16 +412,15 @@ class GeminiClient:
             self._limiter.acquire()
             try:
                 with prefect_slot(self.settings.prefect_concurrency_limit):
-                    return client.models.generate_content(
-                        model=self.settings.model, contents=contents, config=config
-                    ), None
+                    return self._call(client, contents, config), None
             except Exception as exc:
                 error, detail, retry_after, transient = self._classify(exc)
                 if transient and self.settings.retry.may_retry(counts.transient_failures + 1):
                     counts.transient_failures += 1
                     delay = self.settings.retry.delay(counts.transient_failures, retry_after)
                     logger.warning(
-                        "gemini %s: %s (%s); retry %d in %.1fs",
+                        "%s %s: %s (%s); retry %d in %.1fs",
+                        self.label,
                         request_key,
                         error,
                         detail,
@@ -431,9 +430,24 @@ class GeminiClient:
                     self._sleep(delay)
                     continue
                 logger.warning(
-                    "gemini %s failed after %d attempt(s): %s (%s)", request_key, counts.attempts, error, detail
+                    "%s %s failed after %d attempt(s): %s (%s)", self.label, request_key, counts.attempts, error, detail
                 )
                 return None, (error, detail)
+
+    # -- the transport: what another API's client (data/clients/openai_compatible.py) replaces ---------------------
+    def _structured_config(self, schema: type[BaseModel]) -> Any:
+        return self._types.GenerateContentConfig(
+            response_mime_type="application/json", response_schema=schema, temperature=self.settings.temperature
+        )
+
+    def _call(self, client: Any, contents: list[Any], config: Any) -> Any:
+        return client.models.generate_content(model=self.settings.model, contents=contents, config=config)
+
+    def _text(self, response: Any) -> str | None:
+        return _response_text(response)
+
+    def _no_text(self, response: Any) -> str:
+        return _no_text_reason(response)
 
     def _classify(self, exc: Exception) -> tuple[ErrorClass, str, float | None, bool]:
         """(error class, scrubbed detail, Retry-After seconds, transient?) for an exception from the request."""

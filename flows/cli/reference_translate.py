@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -12,25 +13,40 @@ from flows.cli.output import console, read_mapping, validation_line
 from flows.cli.pack_paths import writable_pack
 
 
+class Drafter(StrEnum):
+    cldr = "cldr"
+    gemini = "gemini"
+    openai = "openai"
+
+
 def reference_translate_command(
     folder: Annotated[str, typer.Argument(help="The pack folder to add drafts to.")],
     languages: Annotated[str, typer.Option(help="Language codes to draft, comma-separated (e.g. id,sw).")],
     config: Annotated[
         Path | None,
         typer.Option(
-            help="YAML/JSON GeminiTranslationsConfig (gemini: {model, base_url, ...}, batch_size).",
+            help="YAML/JSON translation settings: backend (gemini or openai), gemini: {model, ...} or openai: "
+            "{base_url, model, ...}, batch_size.",
             exists=True,
             dir_okay=False,
         ),
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Gemini model id.")] = None,
+    backend: Annotated[
+        Drafter | None,
+        typer.Option(
+            help="cldr: only what CLDR knows (names; no key, no network); gemini; openai: an OpenAI-compatible "
+            "endpoint (--base-url). Default: the config's backend, else gemini with --config or --model, else cldr."
+        ),
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="The OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="The model id (Gemini's, or the endpoint's).")] = None,
 ) -> None:
-    """Draft what the pack lacks in each language (the language, its country names, the concepts' translations)
-    with Gemini, marked awaiting native review, and write the drafts into the pack."""
-    from pydantic import ValidationError
-
+    """Draft what the pack lacks in each language, marked awaiting native review, and write the drafts into the
+    pack: the language's and countries' names from CLDR, and (with a model) the RQ3 template, the countries' forms
+    in it and the concepts' translations."""
     from collectors.pack_drafts import draft_language
-    from collectors.translations import GeminiTranslationsConfig, GeminiTranslator
     from data.reference import load_pack
     from data.reference_parse import known_language
     from data.reference_write import add_language_drafts
@@ -41,24 +57,57 @@ def reference_translate_command(
     unknown = [c for c in codes if not known_language(c)]
     if not codes or unknown:
         raise BadInput(f"--languages: {unknown or languages!r} is not a list of language codes CLDR knows")
-    raw = read_mapping(config, "translation settings (gemini: {model: ...}, batch_size: 40)") if config else {}
-    raw["backend"] = "gemini"
-    if model is not None:
-        raw.setdefault("gemini", {})["model"] = model
-    try:
-        settings = GeminiTranslationsConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise BadInput(validation_line(exc, str(config or "options"))) from None
-    failed = 0
+    raw = read_mapping(config, "translation settings (backend: openai, openai: {base_url: ..., model: ...})") if (
+        config
+    ) else {}  # fmt: skip
+    chosen = backend.value if backend else raw.get("backend") or ("gemini" if config or model else "cldr")
+    if chosen not in {d.value for d in Drafter}:
+        raise BadInput(f"{config}: backend {chosen!r} drafts nothing; use one of {', '.join(d.value for d in Drafter)}")
+    translator = None if chosen == "cldr" else _translator(chosen, raw, base_url, model, str(config or "options"))
+    failures: list[tuple[str, dict[str, Any]]] = []
     for code in codes:
         pack = load_pack(folder)  # again after each language: the drafts are now part of it
-        drafts = draft_language(pack, code, settings.gemini, GeminiTranslator(settings))
+        drafts = draft_language(pack, code, translator)
         written = add_language_drafts(pack.files, code, drafts.language, drafts.country_names, drafts.translations)
-        for failure in drafts.failures:
-            console.print(f"[red]{code}: drafting failed ({failure['error']}): {failure['detail']}[/red]")
-        failed += len(drafts.failures)
-        console.print(f"{code}: {drafts.count} drafts into {', '.join(written) or 'nothing (complete)'}")
+        failures += [(code, failure) for failure in drafts.failures]
+        if written:
+            console.print(f"{code}: {drafts.count} drafts into {', '.join(written)}")
+        elif not drafts.failures:
+            console.print(f"{code}: nothing {'CLDR knows' if translator is None else 'to draft'} is missing")
     pack = load_pack(folder)
     print(f"valid: {pack.summary()}")
-    if failed:
-        raise Refused(f"{failed} drafting request(s) failed; rerun to retry them (answers given are kept)")
+    if translator is None:
+        console.print(
+            "CLDR gives names only: the RQ3 templates, the countries' forms and the translations are for a model "
+            f"(--backend gemini or openai) or a person (culturebench reference sheet {folder} --out sheet.csv)"
+        )
+    if failures:
+        assert translator is not None  # CLDR's part makes no request
+        code, last = failures[-1]
+        failed = sorted({c for c, _ in failures})
+        raise Refused(
+            f"{translator.endpoint} ({translator.model}): drafting failed ({last['error']}) for {len(failures)} "
+            f"request(s), after {last['attempts']} attempt(s) each: {last['detail']}; nothing more was drafted for "
+            f"{', '.join(failed)} (drafts written are kept; rerun to retry)"
+        )
+
+
+def _translator(backend: str, raw: dict[str, Any], base_url: str | None, model: str | None, where: str) -> Any:
+    """The model translator of the settings, the options overriding the file."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from collectors.translations import GeminiTranslator, TranslationsConfig
+
+    raw = {**raw, "backend": backend}
+    section = raw.setdefault(backend, {})
+    if not isinstance(section, dict):
+        raise BadInput(f"{where}: {backend}: not a mapping of settings")
+    if model is not None:
+        section["model"] = model
+    if base_url is not None:
+        section["base_url"] = base_url
+    try:
+        settings = TypeAdapter(TranslationsConfig).validate_python(raw)
+    except ValidationError as exc:
+        raise BadInput(validation_line(exc, where)) from None
+    return GeminiTranslator(settings)  # type: ignore[arg-type]  # the union's model backends, not shipped

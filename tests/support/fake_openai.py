@@ -48,6 +48,12 @@ class RecordedRequest(JsonRequest):
         return "\n".join(p["text"] for p in self._parts() if p.get("type") == "text")
 
     @property
+    def schema_properties(self) -> set[str]:
+        """The properties of the JSON schema the request asks its answer to follow (`response_format`)."""
+        schema = ((self.body.get("response_format") or {}).get("json_schema") or {}).get("schema") or {}
+        return set(schema.get("properties", {}))
+
+    @property
     def image_urls(self) -> list[str]:
         return [p["image_url"]["url"] for p in self._parts() if p.get("type") == "image_url"]
 
