@@ -62,9 +62,14 @@ def read_sheet(path: Path) -> Iterator[list[str]]:
     if path.suffix.lower() == ".xlsx":
         limits = XlsxLimits(MAX_SHEET_BYTES, MAX_ROWS * len(SHEET_COLUMNS), "sheet of a pack", refuse_formulas=True)
         try:
-            yield from sheet_rows(path, limits)
+            rows = sheet_rows(path, limits)
         except XlsxError as exc:
             raise SheetError(str(exc)) from None
+        # An xlsx holds no element for an empty cell, so a row ends at its last filled cell (a row left without a
+        # translation or a reviewer): its missing cells are empty ones. None lies past the header (`data/xlsx.py`).
+        width = len(rows[0]) if rows else 0
+        for row in rows:
+            yield row + [""] * (width - len(row))
         return
     try:
         size = path.stat().st_size
@@ -77,14 +82,32 @@ def read_sheet(path: Path) -> Iterator[list[str]]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
+        # the codec counts from after a byte-order mark (Excel's "CSV UTF-8" writes one); the offset is the file's
+        offset = exc.start + (len(data) - len(exc.object))
         raise SheetError(
-            f"{path}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); save it as UTF-8 CSV"
+            f"{path}: {_undecodable_cell(data)}not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+            f"{offset}); save it as UTF-8 CSV"
         ) from None
     csv.field_size_limit(MAX_CELL_CHARS + 1)
     try:
         yield from csv.reader(io.StringIO(text, newline=""))
     except csv.Error as exc:
         raise SheetError(f"{path}: not a CSV file ({exc})") from None
+
+
+def _undecodable_cell(data: bytes) -> str:
+    """`row N, <column>: ` of a CSV's first byte that is not UTF-8 (rows counted as `sheet_changes` counts them,
+    the header row 1), or "" where the text cannot be read as CSV rows even so."""
+    text = data.decode("utf-8-sig", errors="surrogateescape")  # each undecodable byte as a lone surrogate
+    try:
+        for number, cells in enumerate(csv.reader(io.StringIO(text, newline="")), start=1):
+            for index, cell in enumerate(cells):
+                if any("\udc80" <= c <= "\udcff" for c in cell):
+                    column = SHEET_COLUMNS[index] if index < len(SHEET_COLUMNS) else f"cell {index + 1}"
+                    return f"row {number}, {column}: "
+    except csv.Error:
+        pass
+    return ""
 
 
 def sheet_changes(pack: ReferencePack, path: Path) -> list[EntryChange]:
@@ -109,7 +132,9 @@ def sheet_changes(pack: ReferencePack, path: Path) -> list[EntryChange]:
         for column, value in row.items():
             if len(value) > MAX_CELL_CHARS:
                 raise SheetError(f"{where}, {column}: longer than {MAX_CELL_CHARS:,} characters")
-            if column in ("translation", "reviewer", "file", "key", "language") and value.startswith(FORMULA_PREFIXES):
+            # what is merged is the value without its outer whitespace: " =HYPERLINK(...)" is a formula there
+            formula = value.startswith(FORMULA_PREFIXES) or value.lstrip().startswith(FORMULA_PREFIXES)
+            if column in ("translation", "reviewer", "file", "key", "language") and formula:
                 raise SheetError(f"{where}, {column}: {value[:40]!r} starts like a spreadsheet formula; refused")
         ref = (row["file"].strip(), row["key"].strip())
         entry = entries.get(ref)
