@@ -19,7 +19,7 @@ from typing import Any, TypeGuard
 import numpy as np
 import pyarrow as pa
 
-from annotation.label_configs import MASK_CONTROL, RETRY_PROMPT_CONTROL, UNSURE, ReviewSpec
+from annotation.label_configs import MASK_CONTROL, UNSURE, ReviewSpec
 from data import schemas
 
 
@@ -92,7 +92,7 @@ def _verdict(result: list[Any], spec: ReviewSpec, where: str) -> tuple[str | Non
                 raise MalformedExport(f"{at}: `choices` is not a list of strings")
             if choices:
                 choice = spec.name_of_label(choices[0])
-        elif name == RETRY_PROMPT_CONTROL:
+        elif name is not None and name == spec.text_control:
             lines = _value(region, at).get("text")
             if lines is not None and not _is_str_list(lines):
                 raise MalformedExport(f"{at}: `text` is not a list of strings")

@@ -1,4 +1,5 @@
-"""The two Label Studio labeling interfaces: 3XCM near-duplicate review and MixCuBe synthesis QA.
+"""The Label Studio labeling interfaces: 3XCM near-duplicate review, MixCuBe synthesis QA, and the native-speaker
+review of a reference pack's translations.
 
 Each review is described once (`ReviewSpec`): its XML, the control that carries the verdict, and the choices with
 their machine names. The exporter, the offline JSON files and the vote aggregation all read the same spec, so a
@@ -13,7 +14,7 @@ from typing import Literal
 
 from data.review_labels import ACCEPT, FIX_MASK, REJECT_ARTIFACTS, REJECT_MARKER, RETRY_PROMPT
 
-ReviewKind = Literal["duplicate_review", "synthesis_qa"]
+ReviewKind = Literal["duplicate_review", "synthesis_qa", "translation_review"]
 
 # 3XCM paper App. J, verbatim apart from a stray page number.
 DUPLICATE_GUIDELINE = (
@@ -50,6 +51,7 @@ class ReviewSpec:
     choices: tuple[Choice, ...]
     image_fields: tuple[str, ...]  # task data fields holding image URLs
     label_config: str
+    text_control: str | None = None  # the <TextArea> whose text a vote carries (a tailored prompt, a correction)
 
     def choice_names(self) -> list[str]:
         return [c.name for c in self.choices]
@@ -153,10 +155,58 @@ SPECS: dict[ReviewKind, ReviewSpec] = {
         choices=SYNTHESIS_CHOICES,
         image_fields=("original", "synthesized", "mask"),
         label_config=SYNTHESIS_QA_XML,
+        text_control=RETRY_PROMPT_CONTROL,
     ),
 }
 
-GUIDELINES: dict[ReviewKind, str] = {"duplicate_review": DUPLICATE_GUIDELINE, "synthesis_qa": SYNTHESIS_GUIDELINE}
+# 3XCM paper §3.2.1 and App. R: the translations were drafted by a model and reviewed by native speakers.
+TRANSLATION_GUIDELINE = (
+    "You are a native speaker of this language. Check the draft against the English source: it should be the short "
+    "everyday phrase a native speaker would type into an image search, culture agnostic (no added descriptors), and, "
+    "for an RQ3 template or a country's form, read naturally in the example query. Accept it as it is, correct it "
+    "(write the corrected text), or reject it when it is wrong and you cannot correct it."
+)
+
+TRANSLATION_ACCEPT = "accept"
+TRANSLATION_CORRECT = "correct"
+TRANSLATION_REJECT = "reject"
+CORRECTION_CONTROL = "correction"
+TRANSLATION_CHOICES = (
+    Choice(TRANSLATION_ACCEPT, "Accept the draft", "It is right as it is."),
+    Choice(TRANSLATION_CORRECT, "Correct it", "Write the corrected text below."),
+    Choice(TRANSLATION_REJECT, "Reject it", "Wrong, and you cannot correct it; it goes back to be drafted again."),
+)
+
+TRANSLATION_REVIEW_XML = f"""<View>
+  <Header value="Translation review: $language_name"/>
+  <View style="padding: 0 8px; color: #333"><Text name="guideline" value="$guideline"/></View>
+  <View style="padding: 4px 8px"><Header value="English source" size="5"/><Text name="source" value="$source"/></View>
+  <View style="padding: 4px 8px"><Header value="What it is" size="5"/><Text name="context" value="$context"/></View>
+  <View style="padding: 4px 8px"><Header value="Draft" size="5"/><Text name="draft" value="$draft"/></View>
+  <View style="padding: 4px 8px"><Header value="Example query" size="5"/><Text name="example" value="$example"/></View>
+{_choices_xml("verdict", "draft", TRANSLATION_CHOICES)}
+  <View visibleWhen="choice-selected" whenTagName="verdict" whenChoiceValue="Correct it">
+    <Header value="Corrected text" size="5"/>
+    <TextArea name="{CORRECTION_CONTROL}" toName="draft" rows="2" maxSubmissions="1" editable="true"/>
+  </View>
+</View>
+"""
+SPECS["translation_review"] = ReviewSpec(
+    kind="translation_review",
+    title="Translation review",
+    verdict_control="verdict",
+    verdict_target="draft",
+    choices=TRANSLATION_CHOICES,
+    image_fields=(),
+    label_config=TRANSLATION_REVIEW_XML,
+    text_control=CORRECTION_CONTROL,
+)
+
+GUIDELINES: dict[ReviewKind, str] = {
+    "duplicate_review": DUPLICATE_GUIDELINE,
+    "synthesis_qa": SYNTHESIS_GUIDELINE,
+    "translation_review": TRANSLATION_GUIDELINE,
+}
 
 
 def check_label_config(spec: ReviewSpec) -> None:

@@ -29,6 +29,7 @@ from flows.cli.prefect_setup import prefect_setup_command
 from flows.cli.publish import publish_command
 from flows.cli.reference import reference_app
 from flows.cli.release import audit_command, reassemble_command, validate_command
+from flows.cli.review import review_app
 from flows.cli.takedown import takedown_command
 
 __all__ = ["app", "console"]
@@ -38,6 +39,7 @@ app.add_typer(build_app, name="build")
 app.add_typer(concepts_app, name="concepts")
 app.add_typer(evaluate_app, name="evaluate")
 app.add_typer(reference_app, name="reference")
+app.add_typer(review_app, name="review")
 app.command("takedown")(takedown_command)
 app.command("fetch-release")(fetch_release_command)
 app.command("config")(config_command)

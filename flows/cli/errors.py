@@ -104,6 +104,8 @@ DOMAIN_ERRORS: dict[str, Callable[[Any], CliError]] = {
     "data.publish.folder.ReleaseExistsError": Refused,
     "flows.operations.takedown.TakedownRefused": Refused,
     "flows.operations.takedown.DenylistNotUpdated": Refused,
+    "annotation.label_studio.LabelStudioUnavailable": Refused,
+    "annotation.label_studio.LabelStudioRejected": Refused,
     "data.workspace.StorageError": Refused,
     "builtins.OSError": _os_error,  # a full disk, a read-only root, a damaged file
     # exit 3: reviewers still at work
