@@ -25,9 +25,12 @@ class ShippedConceptsConfig(BackendConfig["ConceptSource"]):
     )
 
     def check_include(self, pack: ReferencePack) -> None:
-        """Every included concept is one of the pack's (the build config calls this with its pack)."""
+        """Every included concept is one of the pack's, and there is one at least (the build config calls this with
+        its pack): a pack's own concepts are all this backend builds."""
         for item in self.include or []:
             resolve_concept(pack, item)
+        if not shipped_subset(pack, self.include):
+            raise ValueError(f"reference pack {pack.info.name} gives this build no concept; a benchmark needs one")
 
     def pack_concepts(self, pack: ReferencePack) -> list[Concept] | None:
         """The pack's concepts the build covers, all of them known before it runs."""
