@@ -81,10 +81,8 @@ def test_two_native_speakers_review_a_language_in_label_studio(
     tasks = {t.data["item_key"]: t.id for t in admin.tasks.list(project=project.id)}
     assert "i18n/vi/concepts.csv#14.text" in tasks and "i18n/vi/language.json#descriptor_template" in tasks
     tag = uuid.uuid4().hex[:8]
-    speakers = [
-        LabelStudio(base_url=label_studio.url, api_key=signup_annotator(label_studio, f"vi{n}-{tag}@example.com", f"pw-{tag}-{n}-xyz"))
-        for n in range(2)
-    ]  # fmt: skip
+    tokens = [signup_annotator(label_studio, f"vi{n}-{tag}@example.com", f"pw-{tag}-{n}-xyz") for n in range(2)]
+    speakers = [LabelStudio(base_url=label_studio.url, api_key=token) for token in tokens]
     plan = {
         "i18n/vi/concepts.csv#14.text": [vote(TRANSLATION_ACCEPT), vote(TRANSLATION_ACCEPT)],
         "i18n/vi/concepts.csv#16.text": [vote(TRANSLATION_CORRECT, "ngày hội"), vote(TRANSLATION_CORRECT, "ngày  hội")],
