@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.data.test_sea5_walkthrough import WALKTHROUGH
 from tests.support.documented_commands import Command, Snippet, all_commands, python_snippets
 from tests.support.paths import REPO_ROOT
 
@@ -61,6 +62,7 @@ class NotHere:
 
 
 HERE = Here()
+WALKTHROUGH_TEST = "tests/data/test_sea5_walkthrough.py"
 DEPLOYMENTS = "tests/flows/test_deployments.py"
 NETWORK = "needs the network"
 
@@ -111,13 +113,8 @@ DOCUMENTED: dict[str, Here | By | InExportReadme | NotHere] = {
     ".venv/bin/culturebench reference check my-pack": HERE,
     ".venv/bin/culturebench build 3xcm --demo --engine local --reference examples/packs/globalrg "
     "--version 0.1.0-globalrg": By("tests/data/test_reference_packs.py"),
-    "culturebench reference init my-pack": HERE,
-    "culturebench reference check my-pack": HERE,
-    "culturebench reference translate my-pack --languages id,fil --config gemini.yaml": NotHere(
-        f"{NETWORK}: Gemini translates (tests/data/test_reference_translate.py runs it on a fake Gemini)"
-    ),
-    "culturebench build 3xcm --demo --engine local --reference my-pack --version 0.1.0-mypack": HERE,
-    "culturebench validate releases/3xcm/0.1.0-mypack": HERE,
+    # docs/reference-packs.md's walkthrough: one test runs it in order, with a Label Studio server between reviews.
+    **{command: By(WALKTHROUGH_TEST) for command in WALKTHROUGH},
     "culturebench concepts generate review.csv --count 100": NotHere(f"{NETWORK}: Gemini drafts the concepts"),
     "culturebench concepts accept review.csv <candidate_id> ...": NotHere("takes the ids the Gemini drafts gave"),
     # The Prefect deployment sequence.

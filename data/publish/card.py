@@ -175,7 +175,7 @@ def pack_country_rows(pack: ReferencePack, countries: Collection[str]) -> list[d
 def reference_section(pack: ReferencePack, rows: list[dict[str, str]], what: str) -> str:
     """The card's account of the reference pack the release was built from, then `rows` (escaped by the caller:
     pack text is outside input), which say `what` the release holds of it."""
-    which = "the shipped default pack, unchanged" if pack.is_default else "a pack of its own, not the shipped default"
+    which = "the shipped default pack, unchanged" if pack.is_default else "a pack of its own, not the default pack"
     return (
         "\n## Reference pack\n\n"
         f"Built from the reference pack {code_span(pack.info.name)} {code_span(pack.info.version)} ({which}; "
@@ -194,7 +194,13 @@ def backend_text(name: object, pack: str | None) -> str:
 
 
 #: An entry's origin (`data.pack_entries`) by the column a card gives it.
-ORIGIN_COLUMNS = {"cldr": "CLDR", "model": "drafted by a model", "sheet": "filled by sheet", "hand": "by hand"}
+ORIGIN_COLUMNS = {
+    "cldr": "CLDR",
+    "model": "drafted by a model",
+    "sheet": "filled by sheet",
+    "hand": "by hand",
+    "review": "corrected in review",
+}
 
 
 def translation_origins(pack: ReferencePack) -> str:

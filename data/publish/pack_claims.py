@@ -32,7 +32,8 @@ SECTION = "\n## Reference pack\n"
 _NAMED = re.compile(r"reference pack `([^`\n]*)` `([^`\n]*)`")
 _DIGEST = re.compile(r"sha256 `([^`\n]*)`")
 _DEFAULT = "the shipped default pack, unchanged"
-_NOT_DEFAULT = "not the shipped default"
+#: A card's words for a pack of its own (the second: cards written before issue 57's part 9).
+_NOT_DEFAULT_WORDS = ("not the default pack", "not the shipped default")
 _CELL = re.compile(r"(?<!\\)\|")  # a cell's own `|` is escaped (`markdown_text`)
 
 
@@ -140,8 +141,9 @@ def card_problems(folder: Path, pack: ReferencePack, where: str) -> list[str]:
     digest = _DIGEST.search(section)
     if digest and digest.group(1) != pack.digest:
         problems.append(f"{field} states sha256 {shown(digest.group(1)[:64])}, not that of {where}")
-    if (_DEFAULT in section and not pack.is_default) or (_NOT_DEFAULT in section and pack.is_default):
-        says = _DEFAULT if _DEFAULT in section else _NOT_DEFAULT
+    not_default = next((words for words in _NOT_DEFAULT_WORDS if words in section), None)
+    if (_DEFAULT in section and not pack.is_default) or (not_default is not None and pack.is_default):
+        says = _DEFAULT if _DEFAULT in section else not_default
         problems.append(f"{field} says {says!r}, which is not so of {where}")
     problems += _table_problems(section, pack, field, where)
     return problems
