@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from annotation.aggregate import export_item_keys
 from annotation.label_configs import GUIDELINES, ReviewSpec
-from data.clients.retry import TRANSIENT_HTTP_CODES, RetryPolicy
+from data.clients.retry import TRANSIENT_HTTP_CODES, GaveUp, RetryPolicy, RetryVerdict, call_with_retries
 from data.clients.secrets import resolve_secret
 from data.stage import require
 from data.transient_errors import register_transient
@@ -124,26 +124,28 @@ class LabelStudioProject:
         import httpx
         from label_studio_sdk.core.api_error import ApiError
 
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return fn()
-            except ApiError as exc:
-                status = exc.status_code or 0
-                if status not in TRANSIENT_HTTP_CODES:
-                    raise LabelStudioRejected(
-                        f"Label Studio at {self.config.url} refused {what}: HTTP {status}: {_detail(exc.body)}"
-                    ) from None
-                failure = f"HTTP {status}"
-            except (httpx.TransportError, ConnectionError) as exc:
-                failure = type(exc).__name__
-            if not self.config.retry.may_retry(attempt):
-                raise LabelStudioUnavailable(
-                    f"Label Studio at {self.config.url} is unavailable while {what}: {failure} "
-                    f"after {attempt} attempts; start the server or fix review.server.url, then rerun"
+        def classify(exc: Exception) -> RetryVerdict | None:
+            if isinstance(exc, ApiError):
+                return RetryVerdict((exc.status_code or 0) in TRANSIENT_HTTP_CODES)
+            if isinstance(exc, httpx.TransportError | ConnectionError):
+                return RetryVerdict(True)
+            return None
+
+        try:
+            return call_with_retries(fn, classify, self.config.retry, sleep=self._sleep, too_long_fails=False)
+        except GaveUp as gave_up:
+            exc = gave_up.cause
+            if not gave_up.verdict.transient:
+                status = exc.status_code if isinstance(exc, ApiError) else 0
+                raise LabelStudioRejected(
+                    f"Label Studio at {self.config.url} refused {what}: HTTP {status}: "
+                    f"{_detail(getattr(exc, 'body', None))}"
                 ) from None
-            self._sleep(self.config.retry.delay(attempt))
+            failure = f"HTTP {exc.status_code}" if isinstance(exc, ApiError) else type(exc).__name__
+            raise LabelStudioUnavailable(
+                f"Label Studio at {self.config.url} is unavailable while {what}: {failure} "
+                f"after {gave_up.attempts} attempts; start the server or fix review.server.url, then rerun"
+            ) from None
 
     # -- project ------------------------------------------------------------------------------------------------
 

@@ -52,7 +52,15 @@ from collectors.optout import (
     product_token,
 )
 from collectors.ssrf import AddressPolicy, BlockedAddressError, GuardedResolver, UrlRefused, check_url
-from data.clients.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after
+from data.clients.retry import (
+    TRANSIENT_HTTP_CODES,
+    GaveUp,
+    RetryCount,
+    RetryPolicy,
+    RetryVerdict,
+    call_with_retries_async,
+    parse_retry_after,
+)
 from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, blank_row, from_rows
 from data.stage import BackendConfig
 from data.workspace import BlobStore, Storage, Workspace, fingerprint, sha256_bytes
@@ -216,6 +224,10 @@ def _empty_row(url: str) -> dict[str, Any]:
     return row
 
 
+async def _sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)  # looked up when called, so a test's patch of asyncio.sleep applies
+
+
 class _Failure(Exception):
     """One attempt's classified failure; `retry_after_s` is the server's Retry-After, when it sent one."""
 
@@ -277,27 +289,29 @@ class _Fetcher:
         if refusal is not None:
             row.update(status=STATUS_FAILED, error=OPTED_OUT, detail=refusal)
             return row
-        attempt = 0
-        while True:
-            attempt += 1
+        count = RetryCount()
+
+        async def attempt() -> bytes:
             # What the row says about the response is the last attempt's.
-            row.update(attempts=attempt, final_url=None, http_status=None, content_type=None, retrieved_at=None)
-            try:
-                body = await self._request(target, row)
-                break
-            except _Failure as failure:
-                # Retry-After beyond the policy's cap: waiting less than asked would only be refused again.
-                too_long = failure.retry_after_s is not None and failure.retry_after_s > retry.max_retry_after_s
-                if not failure.transient or too_long or not retry.may_retry(attempt):
-                    detail = failure.detail
-                    if too_long:
-                        detail += f"; Retry-After {failure.retry_after_s:g} s > max_retry_after_s"
-                    elif failure.transient and attempt > 1:
-                        detail += f" (after {attempt} attempts)"
-                    row.update(status=STATUS_FAILED, error=failure.error, detail=detail, transient=failure.transient)
-                    return row
-                # Sleep holding no slot: other URLs use the connection meanwhile.
-                await asyncio.sleep(retry.delay(attempt, failure.retry_after_s))
+            row.update(attempts=count.attempts, final_url=None, http_status=None, content_type=None, retrieved_at=None)
+            return await self._request(target, row)
+
+        def classify(exc: Exception) -> RetryVerdict | None:
+            return RetryVerdict(exc.transient, exc.retry_after_s) if isinstance(exc, _Failure) else None
+
+        try:
+            # The wait holds no slot: other URLs use the connection meanwhile.
+            body = await call_with_retries_async(attempt, classify, retry, sleep=_sleep, count=count)
+        except GaveUp as gave_up:
+            failure = gave_up.cause
+            assert isinstance(failure, _Failure)  # classify knows no other
+            detail = failure.detail
+            if gave_up.too_long:  # waiting less than asked would only be refused again
+                detail += f"; Retry-After {failure.retry_after_s:g} s > max_retry_after_s"
+            elif failure.transient and gave_up.attempts > 1:
+                detail += f" (after {gave_up.attempts} attempts)"
+            row.update(status=STATUS_FAILED, error=failure.error, detail=detail, transient=failure.transient)
+            return row
         row["num_bytes"] = len(body)
         try:
             sha, info = await self._in_thread(self.checker, body)

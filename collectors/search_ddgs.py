@@ -26,7 +26,15 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from collectors.search_types import SearchError, SearchHit, SearchQuery
 from data.clients.concurrency import prefect_slot
-from data.clients.retry import RateLimiter, RetryPolicy, parse_retry_after, shared_limiter
+from data.clients.retry import (
+    GaveUp,
+    RateLimiter,
+    RetryPolicy,
+    RetryVerdict,
+    call_with_retries,
+    parse_retry_after,
+    shared_limiter,
+)
 from data.provenance import scrub
 from data.reference import ReferencePack
 from data.stage import BackendConfig, require
@@ -128,6 +136,14 @@ class _Attempt:
     retry_after_s: float | None = None
 
 
+class _NotAnswered(Exception):
+    """An attempt without results, for the retry loop."""
+
+    def __init__(self, attempt: _Attempt) -> None:
+        super().__init__(attempt.detail)
+        self.attempt = attempt
+
+
 @dataclass
 class _Canary:
     healthy: bool
@@ -170,14 +186,27 @@ class DdgsSearcher:
     def search(self, query: SearchQuery, max_results: int) -> list[SearchHit]:
         policy = self.config.retry
         attempts: list[_Attempt] = []
-        for number in range(1, policy.max_attempts + 1):
-            attempt = self._attempt(query.query, query.region, max_results, self.config.license_filter)
-            if attempt.kind == "ok":
-                return _hits(attempt.results, query.region, self.config.license_filter)[:max_results]
-            attempts.append(attempt)
-            logger.info("ddgs %s attempt %d/%d: %s", query.query_id, number, policy.max_attempts, attempt.kind)
-            if policy.may_retry(number):
-                self._sleep(policy.delay(number, attempt.retry_after_s))
+
+        def attempt() -> _Attempt:
+            answer = self._attempt(query.query, query.region, max_results, self.config.license_filter)
+            if answer.kind != "ok":
+                attempts.append(answer)
+                logger.info(
+                    "ddgs %s attempt %d/%d: %s", query.query_id, len(attempts), policy.max_attempts, answer.kind
+                )
+                raise _NotAnswered(answer)
+            return answer
+
+        def classify(exc: Exception) -> RetryVerdict | None:
+            # Every kind is tried again (a block may lift, an empty answer may be the engine's hiccup), with the
+            # engine's Retry-After waited for at the policy's cap.
+            return RetryVerdict(True, exc.attempt.retry_after_s) if isinstance(exc, _NotAnswered) else None
+
+        try:
+            answer = call_with_retries(attempt, classify, policy, sleep=self._sleep, too_long_fails=False)
+            return _hits(answer.results, query.region, self.config.license_filter)[:max_results]
+        except GaveUp:
+            pass  # every attempt is in `attempts`
         tried = "; ".join(f"#{n} {a.detail}" for n, a in enumerate(attempts, start=1))
         summary = f"{len(attempts)} attempts ({self.name}, region {query.region}): {tried}"
         if any(a.kind == "blocked" for a in attempts):

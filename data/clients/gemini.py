@@ -29,7 +29,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from data import provenance
 from data.clients.concurrency import prefect_slot
-from data.clients.retry import TRANSIENT_HTTP_CODES, RetryPolicy, parse_retry_after, shared_limiter
+from data.clients.retry import (
+    TRANSIENT_HTTP_CODES,
+    GaveUp,
+    RetryCount,
+    RetryPolicy,
+    RetryVerdict,
+    call_with_retries,
+    parse_retry_after,
+    shared_limiter,
+)
 from data.clients.secrets import resolve_secret
 from data.schemas import LLM_FAILURES, empty, from_rows
 from data.stage import require
@@ -320,7 +329,7 @@ class GeminiClient:
 
         client = self._connect()
         config = self._structured_config(schema)
-        counts = _Counts()
+        counts = RetryCount()
         invalid_answers = 0
         raw: str | None = None
         feedback: list[str] = []
@@ -387,7 +396,7 @@ class GeminiClient:
         config = self._types.GenerateContentConfig(
             temperature=self.settings.temperature, max_output_tokens=max_output_tokens, thinking_config=thinking
         )
-        counts = _Counts()
+        counts = RetryCount()
         response, failure = self._send(client, list(contents), config, request_key, counts)
         if failure is not None:
             return StructuredAnswer(None, None, counts.attempts, *failure, sha)
@@ -402,37 +411,43 @@ class GeminiClient:
         return StructuredAnswer(None, raw, counts.attempts, None, None, sha)
 
     def _send(
-        self, client: Any, contents: list[Any], config: Any, request_key: str, counts: _Counts
+        self, client: Any, contents: list[Any], config: Any, request_key: str, counts: RetryCount
     ) -> tuple[Any, tuple[ErrorClass, str] | None]:
         """One request, sent again while its error is transient and the retry policy allows; `counts` keeps the
         HTTP calls and transient failures across the calls of one logical request. Returns (response, None) or
         (None, (error class, scrubbed detail))."""
-        while True:
-            counts.attempts += 1
+
+        def attempt() -> Any:
             self._limiter.acquire()
-            try:
-                with prefect_slot(self.settings.prefect_concurrency_limit):
-                    return self._call(client, contents, config), None
-            except Exception as exc:
-                error, detail, retry_after, transient = self._classify(exc)
-                if transient and self.settings.retry.may_retry(counts.transient_failures + 1):
-                    counts.transient_failures += 1
-                    delay = self.settings.retry.delay(counts.transient_failures, retry_after)
-                    logger.warning(
-                        "%s %s: %s (%s); retry %d in %.1fs",
-                        self.label,
-                        request_key,
-                        error,
-                        detail,
-                        counts.transient_failures,
-                        delay,
-                    )
-                    self._sleep(delay)
-                    continue
-                logger.warning(
-                    "%s %s failed after %d attempt(s): %s (%s)", self.label, request_key, counts.attempts, error, detail
-                )
-                return None, (error, detail)
+            with prefect_slot(self.settings.prefect_concurrency_limit):
+                return self._call(client, contents, config)
+
+        def classify(exc: Exception) -> RetryVerdict:
+            _, _, retry_after, transient = self._classify(exc)
+            return RetryVerdict(transient, retry_after)
+
+        def log_retry(exc: Exception, number: int, delay: float) -> None:
+            error, detail, _, _ = self._classify(exc)
+            logger.warning("%s %s: %s (%s); retry %d in %.1fs", self.label, request_key, error, detail, number, delay)
+
+        try:
+            # A Retry-After beyond the policy's cap is waited for at the cap (RetryPolicy.delay), not given up on.
+            response = call_with_retries(
+                attempt,
+                classify,
+                self.settings.retry,
+                sleep=self._sleep,
+                count=counts,
+                too_long_fails=False,
+                on_retry=log_retry,
+            )
+        except GaveUp as gave_up:
+            error, detail, _, _ = self._classify(gave_up.cause)
+            logger.warning(
+                "%s %s failed after %d attempt(s): %s (%s)", self.label, request_key, counts.attempts, error, detail
+            )
+            return None, (error, detail)
+        return response, None
 
     # -- the transport: what another API's client (data/clients/openai_compatible.py) replaces ---------------------
     def _structured_config(self, schema: type[BaseModel]) -> Any:
@@ -465,12 +480,6 @@ class GeminiClient:
         if isinstance(exc, self._transient):
             return "api_error", detail, None, True
         return "api_error", detail, None, False
-
-
-@dataclass
-class _Counts:
-    attempts: int = 0  # HTTP calls
-    transient_failures: int = 0
 
 
 _BLOCK_FINISH_REASONS = frozenset({"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY"})

@@ -1,7 +1,9 @@
-"""Classified retries and rate limits shared by every remote backend (downloader, DuckDuckGo, Gemini).
+"""Classified retries and rate limits shared by every remote backend (the downloader, DuckDuckGo, Gemini and the
+OpenAI-compatible clients, the OpenAI VLM, Label Studio).
 
 Only transient errors (429, 5xx, timeouts) are retried, with exponential backoff and jitter, honouring
-Retry-After. One policy model and one limiter serve all three backends.
+Retry-After. One policy model, one retry loop (`call_with_retries`, and `call_with_retries_async` for coroutines)
+and one limiter serve them all; each backend says only what its failures mean (`RetryVerdict`).
 """
 
 from __future__ import annotations
@@ -10,12 +12,16 @@ import asyncio
 import random
 import threading
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 TRANSIENT_HTTP_CODES = frozenset({408, 425, 429, 500, 502, 503, 504})
+T = TypeVar("T")
 
 
 class RetryPolicy(BaseModel):
@@ -110,3 +116,108 @@ def shared_limiter(name: str, rate_per_s: float | None, burst: int = 1) -> RateL
         if key not in _shared:
             _shared[key] = RateLimiter(rate_per_s, burst)
         return _shared[key]
+
+
+# -- the one retry loop ------------------------------------------------------------------------------------------
+
+
+class RetryVerdict(NamedTuple):
+    """What a failed attempt means for the next one: whether it may succeed, and when the server asked to wait."""
+
+    transient: bool
+    retry_after_s: float | None = None
+
+
+@dataclass
+class RetryCount:
+    """Attempts and transient failures of one logical request, kept across calls (Gemini's re-asks share one)."""
+
+    attempts: int = 0
+    failures: int = 0
+
+
+class GaveUp(Exception):
+    """A retried call's last failure, `cause`, once no attempt is left: it was not transient, the retries are
+    spent, or (`too_long`) the server asked to wait longer than the policy's `max_retry_after_s`."""
+
+    def __init__(self, cause: Exception, verdict: RetryVerdict, count: RetryCount, too_long: bool) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.verdict = verdict
+        self.attempts = count.attempts
+        self.too_long = too_long
+
+
+Classify = Callable[[Exception], "RetryVerdict | None"]
+OnRetry = Callable[[Exception, int, float], None]  # (failure, retry number from 1, seconds to wait)
+
+
+@dataclass
+class _Loop:
+    """The decision both loops share: after a failure, how long to wait, or give up."""
+
+    policy: RetryPolicy
+    classify: Classify
+    count: RetryCount
+    too_long_fails: bool
+    on_retry: OnRetry | None
+
+    def after(self, exc: Exception) -> float:
+        verdict = self.classify(exc)
+        if verdict is None:
+            raise exc  # not a failure this loop knows: the caller's to handle
+        too_long = (
+            self.too_long_fails
+            and verdict.retry_after_s is not None
+            and verdict.retry_after_s > self.policy.max_retry_after_s
+        )
+        if not verdict.transient or too_long or not self.policy.may_retry(self.count.failures + 1):
+            raise GaveUp(exc, verdict, self.count, too_long) from None
+        self.count.failures += 1
+        delay = self.policy.delay(self.count.failures, verdict.retry_after_s)
+        if self.on_retry is not None:
+            self.on_retry(exc, self.count.failures, delay)
+        return delay
+
+
+def call_with_retries(
+    attempt: Callable[[], T],
+    classify: Classify,
+    policy: RetryPolicy,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    count: RetryCount | None = None,
+    too_long_fails: bool = True,
+    on_retry: OnRetry | None = None,
+) -> T:
+    """`attempt()`, again after each transient failure while `policy` allows, with its backoff and the server's
+    Retry-After (beyond `max_retry_after_s`: given up at once when `too_long_fails`, else waited for at the cap).
+    `classify` says what a failure means (None: not ours, raised as it is); the last failure is raised as `GaveUp`.
+    `count` (optional) keeps the attempts and failures across calls of one logical request."""
+    loop = _Loop(policy, classify, count if count is not None else RetryCount(), too_long_fails, on_retry)
+    while True:
+        loop.count.attempts += 1
+        try:
+            return attempt()
+        except Exception as exc:  # classified by the caller's rule; an unknown one is raised again
+            sleep(loop.after(exc))
+
+
+async def call_with_retries_async(
+    attempt: Callable[[], Awaitable[T]],
+    classify: Classify,
+    policy: RetryPolicy,
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    count: RetryCount | None = None,
+    too_long_fails: bool = True,
+    on_retry: OnRetry | None = None,
+) -> T:
+    """`call_with_retries` for a coroutine: the wait holds nothing (other requests run meanwhile)."""
+    loop = _Loop(policy, classify, count if count is not None else RetryCount(), too_long_fails, on_retry)
+    while True:
+        loop.count.attempts += 1
+        try:
+            return await attempt()
+        except Exception as exc:  # as above
+            await sleep(loop.after(exc))

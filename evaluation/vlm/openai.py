@@ -25,7 +25,15 @@ from pydantic import Field, field_validator
 
 from data import provenance
 from data.clients.model_ids import slug
-from data.clients.retry import RetryPolicy, parse_retry_after, shared_limiter
+from data.clients.retry import (
+    GaveUp,
+    RetryCount,
+    RetryPolicy,
+    RetryVerdict,
+    call_with_retries,
+    parse_retry_after,
+    shared_limiter,
+)
 from data.stage import BackendConfig, require
 from evaluation.vlm.base import (
     Answer,
@@ -185,40 +193,42 @@ class OpenAIChatVlm(CachedVlm):
             kwargs["top_p"] = self.config.top_p
         messages = self._messages(prompt, image)
         retry = self.config.retry
-        attempts = failures = 0
-        while True:
-            attempts += 1
+        count = RetryCount()
+
+        def attempt() -> bytes:
             self._limiter.acquire()
-            try:
-                body = self._request(client, messages, kwargs)
-            except ResponseTooLarge as exc:  # the model's answer is not what max_tokens allows: not retried
+            return self._request(client, messages, kwargs)
+
+        def classify(exc: Exception) -> RetryVerdict | None:
+            if isinstance(exc, ResponseTooLarge):  # the model's answer is not what max_tokens allows: not retried
+                return RetryVerdict(False)
+            _, _, retry_after, transient = self._classify(exc)
+            return RetryVerdict(transient, retry_after)
+
+        def log_retry(exc: Exception, number: int, delay: float) -> None:
+            error, detail, _, _ = self._classify(exc)
+            detail = provenance.scrub(detail, [self._secret()]) or ""
+            logger.warning(
+                "openai vlm %s: %s (%s); retry %d in %.1fs", self.identity.model_id, error, detail, number, delay
+            )
+
+        try:
+            body = call_with_retries(attempt, classify, retry, sleep=self._sleep, count=count, on_retry=log_retry)
+        except GaveUp as gave_up:
+            exc = gave_up.cause
+            if isinstance(exc, ResponseTooLarge):
                 logger.warning("openai vlm %s: response_too_large (%s)", self.identity.model_id, exc)
-                return Answer(None, "response_too_large", short(str(exc)), attempts, False)
-            except Exception as exc:  # classified below; only transient classes are retried
-                error, detail, retry_after, transient = self._classify(exc)
-                detail = provenance.scrub(detail, [self._secret()]) or ""
-                # A Retry-After beyond the cap: waiting less than asked would only be refused again.
-                too_long = retry_after is not None and retry_after > retry.max_retry_after_s
-                if too_long:
-                    detail = f"{detail}; Retry-After {retry_after:g} s > max_retry_after_s {retry.max_retry_after_s:g}"
-                if transient and not too_long and retry.may_retry(failures + 1):
-                    failures += 1
-                    delay = retry.delay(failures, retry_after)
-                    logger.warning(
-                        "openai vlm %s: %s (%s); retry %d in %.1fs",
-                        self.identity.model_id,
-                        error,
-                        detail,
-                        failures,
-                        delay,
-                    )
-                    self._sleep(delay)
-                    continue
-                logger.warning(
-                    "openai vlm %s: %s after %d attempt(s) (%s)", self.identity.model_id, error, attempts, detail
-                )
-                return Answer(None, error, detail, attempts, False)
-            return _completion_answer(body, attempts)
+                return Answer(None, "response_too_large", short(str(exc)), gave_up.attempts, False)
+            error, detail, retry_after, _ = self._classify(exc)
+            detail = provenance.scrub(detail, [self._secret()]) or ""
+            # A Retry-After beyond the cap: waiting less than asked would only be refused again.
+            if gave_up.too_long:
+                detail = f"{detail}; Retry-After {retry_after:g} s > max_retry_after_s {retry.max_retry_after_s:g}"
+            logger.warning(
+                "openai vlm %s: %s after %d attempt(s) (%s)", self.identity.model_id, error, gave_up.attempts, detail
+            )
+            return Answer(None, error, detail, gave_up.attempts, False)
+        return _completion_answer(body, count.attempts)
 
 
 def _json_type(value: Any) -> str:
