@@ -453,27 +453,3 @@ def test_a_mixcube_pack_with_a_sixth_culture_and_a_fifth_ethnicity(tmp_path: Pat
 
 
 # -- the guide's commands, as written ---------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_the_guides_commands_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/reference-packs.md's "Start a pack" block, in a fresh folder, with the fake Gemini behind gemini.yaml."""
-    import re
-    import shlex
-
-    guide = (ROOT / "docs" / "reference-packs.md").read_text(encoding="utf-8")
-    block = re.search(r"## Start a pack\n\n```bash\n(.*?)```", guide, re.S)
-    assert block is not None
-    commands = [shlex.split(line) for line in block.group(1).splitlines() if line.strip()]
-    assert [c[:2] for c in commands[:3]] == [["culturebench", "reference"]] * 3
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("GEMINI_API_KEY", "fake-key")
-    with FakeGemini() as fake:
-        (tmp_path / "gemini.yaml").write_text(f"gemini: {{base_url: {fake.base_url}}}\n")
-        for command in commands:
-            assert command[0] == "culturebench"
-            code, output = cli(*command[1:])
-            assert code == 0, (command, output)
-    pack = load_pack(tmp_path / "my-pack")
-    assert {"id", "fil"} <= set(pack.languages)
-    assert (tmp_path / "releases" / "3xcm" / "0.1.0-mypack" / "reference" / "i18n" / "fil" / "language.json").is_file()
