@@ -176,7 +176,7 @@ def export_item_keys(tasks: Any, spec: ReviewSpec) -> set[str]:
     return {task["data"]["item_key"] for task in tasks}
 
 
-def _latest_per_annotator(votes: list[Vote]) -> list[Vote]:
+def latest_per_annotator(votes: list[Vote]) -> list[Vote]:
     """One vote per annotator and task: a person who annotated twice counts once (their last annotation)."""
     latest: dict[tuple[str, str], Vote] = {}
     for vote in votes:
@@ -197,7 +197,7 @@ def decide(
     - `no_majority`: anything else, a tie included.
     """
     by_item: dict[str, list[Vote]] = {key: [] for key in item_keys}
-    for vote in _latest_per_annotator(votes):
+    for vote in latest_per_annotator(votes):
         by_item.setdefault(vote.item_key, []).append(vote)
     needed = annotators // 2 + 1
     rows = []

@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from annotation.aggregate import Agreement, Vote, decide, parse_export
+from annotation.aggregate import Agreement, Vote, decide, latest_per_annotator, parse_export
 from annotation.label_configs import (
     GUIDELINES,
     SPECS,
@@ -141,7 +141,7 @@ def collect_language(pack: ReferencePack, code: str, export: Any, annotators: in
     """Decide every entry of `code`'s export (a `MalformedExport` for one that is not this review's)."""
     entries = {item_key(e): e for e in pack_entries(pack, [code])}
     votes = [v for v in parse_export(export, SPEC) if v.item_key in entries]
-    keys = [k for k in dict.fromkeys(v.item_key for v in votes)]
+    keys = list(dict.fromkeys(v.item_key for v in votes))
     table, agreement = decide(votes, keys, SPEC, annotators, complete=True)
     by_key: dict[str, list[Vote]] = {}
     for vote in votes:
@@ -153,7 +153,7 @@ def collect_language(pack: ReferencePack, code: str, export: Any, annotators: in
         decision, reason, value = row["decision"], row["reason"], entry.draft
         reviewers = row["annotations"]
         if decision == TRANSLATION_CORRECT:
-            corrected = _correction(_latest(by_key[row["item_key"]]))
+            corrected = _correction(latest_per_annotator(by_key[row["item_key"]]))
             if corrected is None:
                 decision, reason = None, "corrections_differ"
             else:
@@ -180,8 +180,3 @@ def collect_language(pack: ReferencePack, code: str, export: Any, annotators: in
             }
         )
     return CollectedReview(code, changes, rows, agreement)
-
-
-def _latest(votes: list[Vote]) -> list[Vote]:
-    """Each reviewer's last vote on an entry (as `decide` counts them)."""
-    return list({v.annotator: v for v in votes}.values())

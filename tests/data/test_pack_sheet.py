@@ -16,11 +16,9 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 import pytest
-from typer.testing import CliRunner
 
-import flows.cli
 from data.reference import load_pack
-from flows.cli import app
+from tests.data.test_reference_packs import cli, wide_console  # noqa: F401  # the autouse fixture applies here too
 from tests.support.paths import REPO_ROOT
 
 GLOBALRG = REPO_ROOT / "examples" / "packs" / "globalrg"
@@ -31,18 +29,6 @@ CONCEPTS = "dance,festival,kite flying"
 REVIEWED = "native_reviewed"
 AWAITING = "awaiting_native_review"
 FORMATS = ["csv", "xlsx"]
-
-
-@pytest.fixture(autouse=True)
-def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CLI's messages are one line each; a terminal of 80 columns would wrap them."""
-    monkeypatch.setattr(flows.cli.console, "width", 1000)
-
-
-def cli(*args: object) -> tuple[int, str]:
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    assert "Traceback" not in result.output, result.output
-    return result.exit_code, result.output
 
 
 def init_pack(folder: Path, concepts: str = CONCEPTS) -> Path:
