@@ -247,7 +247,7 @@ class MixCubeCulture(BaseModel):
     our_aliases: list[Name] = Field(
         default_factory=list,
         description="Further accepted answers of our own, not the paper's: scored apart, as "
-        "`accuracy_with_our_aliases` (evaluation/mixcube.py). Absent in packs written before it existed.",
+        "`accuracy_with_our_aliases` (evaluation/mixcube/task.py). Absent in packs written before it existed.",
     )
 
 

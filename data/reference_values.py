@@ -4,7 +4,7 @@ and model prompts, so each is checked against a pattern when the pack is read, b
 comes from a hand-written file or from a model's draft (`reference translate`):
 
 - `IdPart`: part of an id or a file name (a MixCuBe category or ethnicity label): ASCII letters and digits (and
-  `_`), starting with a letter, as the sample ids of `evaluation/exports/common.py` `SAMPLE_ID` need;
+  `_`), starting with a letter, as the sample ids of `evaluation/harnesses/exports/common.py` `SAMPLE_ID` need;
 - `Name`: a name shown as it is (a country, region, language or culture name, an adjective, an accepted answer):
   letters, marks and digits of any script, spaces and the punctuation names use, as `data/concept_names.py` allows
   a concept name; never a formula, markup or a control character;

@@ -3,7 +3,7 @@ streamed: shared and inline strings, `_xHHHH_` escapes): openpyxl is not among t
 No element tree is built, and what is built is bounded (`XlsxLimits`: unpacked bytes, cells, XML elements; no column
 past XFD or the header's width), so a small hostile file cannot take the memory; DTDs (external entities, entity
 expansion) are refused, and so, where the reader asks, are formula cells. It serves VLMEvalKit's prediction files
-(`evaluation.predictions.vlmevalkit`) and a pack's translation sheet (`data.pack_sheet`)."""
+(`evaluation.harnesses.predictions.vlmevalkit`) and a pack's translation sheet (`data.pack_sheet`)."""
 
 from __future__ import annotations
 

@@ -35,14 +35,14 @@ from data.output_paths import OutputPathError, check_output
 from data.publish.folder import ReleaseExistsError, ReleaseResult
 from data.publish.reader import Release
 from data.takedown.older_versions import refuse_taken_down
-from evaluation import mixcube as mx
-from evaluation.embedding_cache import CachedEncoder
-from evaluation.encoders import EncoderConfig, ModelIdentity, TextImageEncoder
-from evaluation.parts import ResultPart
-from evaluation.predictions import PredictionsConfig, PredictionsVlm
-from evaluation.results import EvaluationResult, default_out, existing_result_conflict, with_parts, write_results
-from evaluation.vlm import VisionLanguageModel, VlmConfig, VlmIdentity
-from evaluation.xcm import Progress, XcmEvaluation, evaluate_3xcm
+from evaluation.harnesses.predictions import PredictionsConfig, PredictionsVlm
+from evaluation.mixcube import task as mx
+from evaluation.models.embedding_cache import CachedEncoder
+from evaluation.models.encoders import EncoderConfig, ModelIdentity, TextImageEncoder
+from evaluation.models.vlm import VisionLanguageModel, VlmConfig, VlmIdentity
+from evaluation.results.folder import EvaluationResult, default_out, existing_result_conflict, with_parts, write_results
+from evaluation.results.parts import ResultPart
+from evaluation.xcm.task import Progress, XcmEvaluation, evaluate_3xcm
 
 
 class _Common(BaseModel):
@@ -285,7 +285,7 @@ def run_3xcm(
                 progress=progress,
             )
         if config.task in ("retrieval", "all"):
-            from evaluation.retrieval import evaluate_retrieval
+            from evaluation.xcm.retrieval import evaluate_retrieval
 
             parts["retrieval"] = evaluate_retrieval(
                 release, encoder, n_resamples=config.bootstrap_resamples, seed=config.seed, progress=progress
@@ -315,7 +315,7 @@ def run_audit(
     gpu_slot: GpuSlot = no_slot,
 ) -> EvaluationResult:
     """The Multilingual CLIP bias audit (§3.5-3.6) of an encoder on the release's quintets: its `audit/` part only."""
-    from evaluation.bias_audit import evaluate_audit
+    from evaluation.mixcube.bias_audit.audit import evaluate_audit
 
     release = release or open_release(config)
     encoder = encoder or build_encoder(config)

@@ -10,7 +10,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
-from evaluation.results import METRICS, headline_names, headline_rows, headline_value
+from evaluation.results.folder import METRICS, headline_names, headline_rows, headline_value
 from evaluation.run import EvaluationConfig, Written, evaluate_and_write
 from flows.engine.runner import ProgressArtifact, artifact_key
 from flows.engine.slots import gpu_slot

@@ -48,7 +48,7 @@ class By:
 @dataclass(frozen=True)
 class InExportReadme:
     """A block of the README that `culturebench export RELEASE --harness HARNESS` writes, which the harness's test
-    runs as written (tests/evaluation/exports/test_<harness>.py)."""
+    runs as written (tests/evaluation/harnesses/exports/test_<harness>.py)."""
 
     harness: str
     release: str
@@ -88,12 +88,18 @@ DOCUMENTED: dict[str, Here | By | InExportReadme | NotHere] = {
     "make lint": NotHere("a contributor's check before a commit: ruff and mypy over the checkout being edited"),
     "make lock": NotHere(f"{NETWORK}: it re-resolves requirements.lock against the package index"),
     ".venv/bin/mkdocs serve": HERE,
-    ".venv/bin/python -m evaluation.demo_tables --write": By(
-        "tests/evaluation/test_demo_tables.py", ('demo_tables.main(["--write"',), note="on copies of the docs"
+    ".venv/bin/python -m evaluation.leaderboard.demo_tables --write": By(
+        "tests/evaluation/leaderboard/test_demo_tables.py",
+        ('demo_tables.main(["--write"',),
+        note="on copies of the docs",
     ),
-    ".venv/bin/python -m evaluation.demo_tables --check": By("tests/evaluation/test_demo_tables.py"),
+    ".venv/bin/python -m evaluation.leaderboard.demo_tables --check": By(
+        "tests/evaluation/leaderboard/test_demo_tables.py"
+    ),
     "XCM_AUTHORS_EVAL=/path/to/rq2_eval/utils .venv/bin/python -m pytest -q -p no:cacheprovider "
-    "tests/evaluation/test_xcm.py": NotHere("needs a checkout of the 3XCM authors' evaluator, which is not shipped"),
+    "tests/evaluation/xcm/test_task.py": NotHere(
+        "needs a checkout of the 3XCM authors' evaluator, which is not shipped"
+    ),
     # Reading and checking the demo releases.
     ".venv/bin/culturebench validate releases/3xcm/0.1.0-demo": HERE,
     ".venv/bin/culturebench audit data/authors/xcm-bench.csv": Here(1, "the authors' file breaks the rules"),
@@ -169,7 +175,8 @@ DOCUMENTED: dict[str, Here | By | InExportReadme | NotHere] = {
     ),
     'culturebench evaluate mixcube "$RELEASE" --predictions-format lmms-eval --predictions "$OUT_LMMS" '
     '--predictions-model "$PRETRAINED" --out "$OUT"': NotHere(
-        "reads the samples log of an lmms-eval run; tests/evaluation/predictions/test_lmms_eval.py scores a real one"
+        "reads the samples log of an lmms-eval run; tests/evaluation/harnesses/predictions/test_lmms_eval.py scores a "
+        "real one"
     ),
     "culturebench export releases/3xcm/0.1.0-demo --harness clip-benchmark --out exports/clip-benchmark": HERE,
     "culturebench evaluate compare evaluations/3xcm/0.1.0-demo/* --out comparison/3xcm --html leaderboard/3xcm": HERE,

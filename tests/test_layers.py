@@ -58,7 +58,7 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "`--demo-model` builds a tiny random model when the evaluation asks for it, imported inside the function "
         "that builds it: the evaluation config names the demo model, so the run resolves it."
     ),
-    ("evaluation.retrieval", "curation.rules"): (
+    ("evaluation.xcm.retrieval", "curation.rules"): (
         "The retrieval task (GlobalRG's and RAVENEA's protocols on a 3XCM release): an image is relevant to a "
         "retrieval query if it shows the concept by the same rule as assembly (its concept, a tag, a byte or pixel "
         "copy): `Catalog.shows`, read-only, numpy and pyarrow only. A second copy of the rule in evaluation/ could "

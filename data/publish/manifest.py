@@ -277,7 +277,7 @@ class ReleaseManifest(Provenance, FolderManifest):  # this order: name, version 
 
 
 class ResultManifest(FolderManifest):
-    """An evaluation result's manifest (`evaluation/results.py`): the release and model it evaluated."""
+    """An evaluation result's manifest (`evaluation/results/folder.py`): the release and model it evaluated."""
 
     code_version: CodeVersion
     model: dict[str, Any]

@@ -1,5 +1,5 @@
-"""Command-line options derived from a stage's discriminated union of backend configs (`evaluation.encoders.
-EncoderConfig`, `evaluation.vlm.VlmConfig`), so the CLI keeps no second list of backends or of their fields.
+"""Command-line options derived from a stage's discriminated union of backend configs (`evaluation.models.encoders.
+EncoderConfig`, `evaluation.models.vlm.VlmConfig`), so the CLI keeps no second list of backends or of their fields.
 
 `--model-backend` takes the union's `backend` names; every scalar field of any backend becomes one option
 (`model_name` -> `--model-name`), typed as the field is (a `Literal` becomes a choice), whose help names the backends

@@ -140,7 +140,7 @@ def _run(config: Any) -> None:
 
     from data.publish.folder import ReleaseExistsError
     from data.publish.format import ReleaseReadError
-    from evaluation.results import headline_rows
+    from evaluation.results.folder import headline_rows
     from evaluation.run import evaluate_and_write
     from flows.engine.slots import gpu_slot
 
@@ -261,7 +261,7 @@ def evaluate_mixcube_command(
     swap. --predictions scores a harness's answers instead of asking a model. --task audit instead runs the
     Multilingual CLIP bias audit's counterfactual audit of a text-image encoder (MaxSkew and harm rates over the
     quintets). Exit 2 on bad input, 1 if the result folder exists with other content."""
-    from evaluation.predictions import FORMATS, reader
+    from evaluation.harnesses.predictions import FORMATS, reader
     from evaluation.run import EvaluateMixCubeConfig
 
     data = _read_config(config)
@@ -316,8 +316,8 @@ for _name in MODEL_COMMANDS:
 def model_commands() -> dict[str, Command]:
     """The `3xcm` and `mixcube` commands with their options, from the backend unions (built once, when one is named):
     `--model-backend` offers the unions' backends and every scalar field of a backend is an option."""
-    from evaluation.encoders import EncoderConfig
-    from evaluation.vlm import VlmConfig
+    from evaluation.models.encoders import EncoderConfig
+    from evaluation.models.vlm import VlmConfig
     from flows.cli.backend_options import backend_choice, field_options, with_options
 
     # the names the commands' annotations use, read by Typer when it builds them
@@ -348,9 +348,9 @@ def compare_command(
     papers' published baselines. --out and --html are checked before anything is read: never a file, an input, or a
     folder inside a release or result folder (those are immutable)."""
     from data.output_paths import OutputPathError, check_output
-    from evaluation.leaderboard import breakdown_markdown, read_results
-    from evaluation.leaderboard_html import check_page_dir, page_files, write_page
-    from evaluation.results import compare
+    from evaluation.leaderboard.page import check_page_dir, page_files, write_page
+    from evaluation.leaderboard.tables import breakdown_markdown, read_results
+    from evaluation.results.folder import compare
 
     try:
         if out is not None:

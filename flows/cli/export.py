@@ -1,6 +1,6 @@
 """`culturebench export RELEASE --harness NAME --out DIR`: a release as an evaluation harness reads it offline
-(`evaluation/exports/`: lmms-eval and VLMEvalKit for MixCuBe, MTEB and clip_benchmark for 3XCM). The folder holds
-the harness's files and a README with the exact command; the same release exports to the same bytes, a URL-only
+(`evaluation/harnesses/exports/`: lmms-eval and VLMEvalKit for MixCuBe, MTEB and clip_benchmark for 3XCM). The folder
+holds the harness's files and a README with the exact command; the same release exports to the same bytes, a URL-only
 release is refused with the command that fetches it, and nothing is written into the release."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def export_command(
     out: Annotated[Path, typer.Option(help="The export folder (outside the release).")],
 ) -> None:
     """Export a release for an evaluation harness, with a README naming the command that runs it."""
-    from evaluation.exports.common import run_export
+    from evaluation.harnesses.exports.common import run_export
 
     result = run_export(release, harness, out)
     # paths are printed as they are: a `[` in one is no rich markup

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 import flows.cli.output
 from data.publish.reader import Release
-from evaluation.exports import lmms_eval
+from evaluation.harnesses.exports import lmms_eval
 from flows.cli import app
 from tests.support.paths import REPO_ROOT
 from tests.support.release_tamper import rehash_manifest

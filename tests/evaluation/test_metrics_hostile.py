@@ -23,12 +23,12 @@ from typer.testing import CliRunner
 import flows.cli.output
 from data.publish.reader import Release
 from data.reference import default_pack
-from evaluation import bias_audit as audit
-from evaluation import retrieval_metrics as rm
-from evaluation.bias_audit_prompts import PROMPT_SETS
-from evaluation.encoders import ImageRef, ModelIdentity
-from evaluation.retrieval import Pool, Query, evaluate_pool, pool_from_table
-from evaluation.xcm_metrics import TIE_TOLERANCE
+from evaluation.mixcube.bias_audit import audit
+from evaluation.mixcube.bias_audit.prompts import PROMPT_SETS
+from evaluation.models.encoders import ImageRef, ModelIdentity
+from evaluation.xcm import retrieval_metrics as rm
+from evaluation.xcm.metrics import TIE_TOLERANCE
+from evaluation.xcm.retrieval import Pool, Query, evaluate_pool, pool_from_table
 from flows.cli import app
 from tests.support.paths import REPO_ROOT
 

@@ -2,7 +2,7 @@
 both benchmarks through the `evaluate` flow on the Prefect test server (artifacts read back), the demo models,
 the image-vector cache across two evaluations, and the `gpu` slot held only while a local model works.
 
-The 3XCM cross-check against the authors' evaluator, through the same CLI, is in tests/evaluation/test_xcm.py."""
+The 3XCM cross-check against the authors' evaluator, through the same CLI, is in tests/evaluation/xcm/test_task.py."""
 
 from __future__ import annotations
 

@@ -31,11 +31,11 @@ import flows.cli.output
 from data.clients.retry import RetryPolicy
 from data.publish.reader import Release
 from data.reference import default_pack
-from evaluation import mixcube as mx
-from evaluation import xcm_metrics as m
-from evaluation.encoders import EmbeddingsEncoder, ImageRef, ModelIdentity
-from evaluation.vlm import OpenAIChatConfig, OpenAIChatVlm
-from evaluation.xcm import evaluate_3xcm
+from evaluation.mixcube import task as mx
+from evaluation.models.encoders import EmbeddingsEncoder, ImageRef, ModelIdentity
+from evaluation.models.vlm import OpenAIChatConfig, OpenAIChatVlm
+from evaluation.xcm import metrics as m
+from evaluation.xcm.task import evaluate_3xcm
 from flows.cli import app
 from tests.support.fake_openai import FakeOpenAI, Reply, completion, error_reply, text_reply
 from tests.support.paths import REPO_ROOT
@@ -631,7 +631,7 @@ def test_a_huge_non_parquet_embeddings_file_is_refused_at_once(tmp_path: Path, k
     pq.write_table(pa.table({"text": ["t"], "embedding": [[1.0, 2.0]]}), text)
     script = (
         "import resource, sys, time\n"
-        "from evaluation.encoders import EmbeddingsEncoderConfig\n"
+        "from evaluation.models.encoders import EmbeddingsEncoderConfig\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "started = time.monotonic()\n"
         "try:\n"

@@ -13,7 +13,7 @@ from datasets import load_dataset
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from evaluation.results import TASK_HEADLINE, compare, headline_names
+from evaluation.results.folder import TASK_HEADLINE, compare, headline_names
 from evaluation.run import EvaluateMixCubeConfig
 from flows.cli import app
 
@@ -136,8 +136,8 @@ def test_the_model_section_is_read_as_the_tasks_kind_of_model(small_releases: di
     questions = EvaluateMixCubeConfig.model_validate(
         {"release": release, "model": {"backend": "transformers", "model": "/m"}}
     )
-    assert type(audit.model).__module__ == "evaluation.encoders.transformers"
-    assert type(questions.model).__module__ == "evaluation.vlm.transformers"
+    assert type(audit.model).__module__ == "evaluation.models.encoders.transformers"
+    assert type(questions.model).__module__ == "evaluation.models.vlm.transformers"
     with pytest.raises(ValidationError, match="model"):
         EvaluateMixCubeConfig.model_validate({"release": release, "task": "audit", "model": {"backend": "openai"}})
 

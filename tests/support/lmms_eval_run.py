@@ -2,7 +2,7 @@
 `run_lmms_eval`, with the plugin model `culturebench_answers` (tests/support/harness_scripts/culturebench_lmms_plugin)
 answering each image from a JSON map {sample_id: answer}; `readme_blocks` and `run_block`, the export README's own
 command and check, run as written with its variables set (`readme_env`). Shared by
-tests/evaluation/exports/test_lmms_eval.py and tests/evaluation/predictions/test_lmms_eval.py."""
+tests/evaluation/harnesses/exports/test_lmms_eval.py and tests/evaluation/harnesses/predictions/test_lmms_eval.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from evaluation.exports import lmms_eval as lx
+from evaluation.harnesses.exports import lmms_eval as lx
 from tests.support.paths import REPO_ROOT
 
 ROOT = REPO_ROOT

@@ -1,4 +1,5 @@
-"""Running the VLMEvalKit export's README as written (tests/evaluation/exports/test_vlmevalkit.py): its ```bash
+"""Running the VLMEvalKit export's README as written (tests/evaluation/harnesses/exports/test_vlmevalkit.py): its
+```bash
 blocks, the environment they run in (VLMEvalKit's venv or ours first on PATH, offline), and `ReleaseReplay`, a
 `FakeOpenAI` responder that plays a model behind `--base-url`: it knows each release image in the form VLMEvalKit
 sends it, and answers the row the image belongs to."""

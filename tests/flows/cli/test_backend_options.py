@@ -11,8 +11,8 @@ from pydantic import BaseModel, Field
 from typer.testing import CliRunner
 
 import flows.cli
-from evaluation.encoders import EncoderConfig
-from evaluation.vlm import VlmConfig
+from evaluation.models.encoders import EncoderConfig
+from evaluation.models.vlm import VlmConfig
 from flows.cli import app
 from flows.cli.backend_options import backend_choice, backends_of, field_options, plain
 
