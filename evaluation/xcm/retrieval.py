@@ -7,8 +7,8 @@ a text query, in English and in each native language of the release, over the wh
   byte or pixel copy of an image of it (`curation.rules.Catalog.shows`). Graded: 2 when it also comes from a country
   of the query's language (its `language_code`; English: the English-speaking countries), 1 otherwise, 0 when it
   does not show the concept.
-- Scores are cosines (`metrics_3xcm.Vectors`, as the 3XCM evaluation), in float64. The pool is scored in blocks
-  of images; only the top `DEPTH` of each query are kept (`retrieval_metrics.rank_images`).
+- Scores are cosines (`evaluation.xcm.metrics.Vectors`, as the 3XCM evaluation), in float64. The pool is scored in
+  blocks of images; only the top `DEPTH` of each query are kept (`retrieval_metrics.rank_images`).
 - Means over queries carry percentile-bootstrap intervals from resampled queries (`retrieval_report`).
 - The headline: first GlobalRG's precision@k and diversity@k over the English queries only (`<metric>_en`), the
   row comparable with its Table 3, whose queries are English; then the means over every query language; then

@@ -3,10 +3,10 @@ readings, RAVENEA's own scoring): the per-query table (`retrieval_metrics.PER_QU
 tables, a PNG and Markdown out.
 
 Intervals are percentile bootstraps over a group's queries, drawn with the 3XCM evaluation's helpers: its seeded
-per-group generator (`metrics_3xcm._group_rng`, so a group's interval does not depend on the other groups) and its
-percentile rule (`metrics_3xcm._percentile_interval`). A metric that leaves queries out (RAVENEA's MRR, null for a
-query with no positive item: `retrieval_metrics.LEAVES_OUT`) is averaged over the others, in the estimate and in
-each resample, and says how many (`n`); a resample that draws none of them is left out of its interval.
+per-group generator (`evaluation.xcm.metrics._group_rng`, so a group's interval does not depend on the other groups)
+and its percentile rule (`evaluation.xcm.metrics._percentile_interval`). A metric that leaves queries out (RAVENEA's
+MRR, null for a query with no positive item: `retrieval_metrics.LEAVES_OUT`) is averaged over the others, in the
+estimate and in each resample, and says how many (`n`); a resample that draws none of them is left out of its interval.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A model on a 3XCM release: embeddings in, the paper's per-query scores, win rates, tests and drift out (3XCM
-paper §3.2.2, §3.2.3, App. P and Q). The metric arithmetic is `metrics_3xcm`'s; this module gathers the vectors the
-release needs, once each, and skips what the release or the embeddings cannot support, saying why."""
+paper §3.2.2, §3.2.3, App. P and Q). The metric arithmetic is `evaluation.xcm.metrics`'s; this module gathers the
+vectors the release needs, once each, and skips what the release or the embeddings cannot support, saying why."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ Progress = Callable[[str, int, int], None]
 
 @dataclass
 class XcmEvaluation:
-    per_query: pa.Table  # RQ2, `metrics_3xcm.RQ2_PER_QUERY`
+    per_query: pa.Table  # RQ2, `evaluation.xcm.metrics.RQ2_PER_QUERY`
     tables: dict[str, pa.Table]  # further result tables by file stem
     metrics: dict[str, Any]
     figures: dict[str, bytes]  # PNG by file name
@@ -184,7 +184,7 @@ def evaluate_3xcm(
 
 
 def _ties(per_query: pa.Table, categories: Sequence[str]) -> int:
-    """Queries whose winner a tie decided (`metrics_3xcm.tied_winners`)."""
+    """Queries whose winner a tie decided (`evaluation.xcm.metrics.tied_winners`)."""
     if per_query.num_rows == 0:
         return 0
     scores = np.column_stack([per_query.column(f"score_{c}").to_numpy() for c in categories])

@@ -454,7 +454,8 @@ def _warnings(state: _Audit, prompts: AuditPrompts) -> list[str]:
     ]
     if drafts:
         text = (
-            f"Prompts in {', '.join(drafts)} are drafts awaiting native review (seed 001 App. B gives only English, "
+            f"Prompts in {', '.join(drafts)} are drafts awaiting native review (Al Sahili et al.'s App. B gives only "
+            "English, "
             "and communion in es, fr, pt)"
         )
         if fallback:
@@ -510,7 +511,7 @@ def _card(state: _Audit, out: _Collected, warnings: list[str], metrics: dict[str
     prompts = state.prompts
     # The warnings are the part's `warnings`: the results card puts them first, before any table.
     lines = [
-        "## Counterfactual bias audit (seed 001 §3.5–3.6, App. A–B)",
+        "## Counterfactual bias audit (Al Sahili et al., multilingual CLIP bias audit, §3.5–3.6, App. A–B)",
         "",
         f"{metrics['n_images']} images in {metrics['n_quintets']} quintets; groups: {', '.join(state.groups)} "
         "(the original and its ethnicity swaps stand in for the seed's protected groups). MaxSkew (§3.6): Skew(A, B) "
@@ -571,7 +572,7 @@ def skew_heatmap_png(max_skew: dict[str, dict[str, float | None]], languages: li
     axes.set_xticks(range(len(PROMPT_SETS)), list(PROMPT_SETS), fontsize=8)
     axes.set_yticks(range(len(languages)), languages, fontsize=8)
     figure.colorbar(image, ax=axes, fraction=0.05, label="MaxSkew")
-    axes.set_title("MaxSkew over the quintet groups (seed 001 §3.6)", fontsize=10)
+    axes.set_title("MaxSkew over the quintet groups (Al Sahili et al. §3.6)", fontsize=10)
     return figure_png(figure)
 
 

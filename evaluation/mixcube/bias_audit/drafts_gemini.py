@@ -70,7 +70,8 @@ def draft_prompt(code: str, prompt_set: str, prompts: AuditPrompts) -> str:
     return (
         f"**Role:** You are a professional translator with native-level fluency in {name}.\n\n"
         "**Task:** Translate each English caption in `prompts` into "
-        f"{name}. They are the prompt labels of a bias audit of vision-language models (seed 001, App. B): a model "
+        f"{name}. They are the prompt labels of a bias audit of multilingual vision-language models "
+        "(Al Sahili et al., App. B): a model "
         "compares a photo with each caption, so each must read as a natural caption of a photo.\n\n"
         "**Strict Constraints:**\n"
         "1. Keep the frame 'a photo of ...' in every caption, worded the same way across the set.\n"

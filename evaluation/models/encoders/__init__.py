@@ -1,7 +1,7 @@
 """The models a 3XCM evaluation scores: text and image embeddings for text-to-image retrieval (3XCM paper §3.2).
 
-A backend turns the release's images and query texts into vectors; `metrics_3xcm` does the rest (it normalises).
-Four backends, one file each, and one discriminated union of their configs (`EncoderConfig`):
+A backend turns the release's images and query texts into vectors; `evaluation.xcm.metrics` does the rest (it
+normalises). Four backends, one file each, and one discriminated union of their configs (`EncoderConfig`):
 
 - `open_clip` (`open_clip.py`): CLIP, the multilingual XLM-R CLIPs and SigLIP through open_clip (`encode_image` /
   `encode_text`).

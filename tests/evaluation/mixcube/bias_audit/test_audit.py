@@ -480,7 +480,7 @@ def test_card_warns_first_and_figures_render(mixcube: Release, part: ResultPart)
     assert part.card[0].startswith("## Counterfactual bias audit") and "**Warning.**" not in "\n".join(part.card)
     card = "\n".join(part.card)
     first, second = (
-        card.index("## Counterfactual bias audit (seed 001 §3.5–3.6, App. A–B)"),
+        card.index("## Counterfactual bias audit (Al Sahili et al., multilingual CLIP bias audit, §3.5–3.6, App. A–B)"),
         card.index("## Paired reading (ours)"),
     )
     assert first < second and "| language | communion | agency | crime | crime, all 21 captions |" in card
