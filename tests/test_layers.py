@@ -54,9 +54,13 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "byte for byte the build's. Imported inside the function that needs them."
     ),
     ("curation.reassemble", "collectors.translations"): "As above: the shipped translations of the pool's concepts.",
-    ("evaluation.run", "demo.models"): (
+    ("evaluation.config", "demo.models"): (
         "`--demo-model` builds a tiny random model when the evaluation asks for it, imported inside the function "
         "that builds it: the evaluation config names the demo model, so the run resolves it."
+    ),
+    ("evaluation.mixcube.evaluate", "demo.models"): (
+        "The demo VLM's answer cap, named in its result's settings (and so its card) only when the demo model "
+        "answered: imported inside that function, as above."
     ),
     ("evaluation.xcm.retrieval", "curation.rules"): (
         "The retrieval task (GlobalRG's and RAVENEA's protocols on a 3XCM release): an image is relevant to a "

@@ -20,7 +20,8 @@ from typing import Any
 
 from data.publish.card import markdown_table
 from data.reference_write import write_file
-from evaluation.results.folder import TASKS, read_metrics
+from evaluation import registry
+from evaluation.results.folder import read_metrics
 from evaluation.xcm.retrieval_report import cell
 
 README = Path("README.md")
@@ -32,7 +33,7 @@ _NUMBER = re.compile(r"-?\d+(?:\.(\d+))?")
 def _folder(results: Path, benchmark: str, suffix: str) -> Path:
     """The one demo result folder of `benchmark` whose name ends in `suffix` ("" for the paper's own task)."""
     base = results / benchmark / "0.1.0-demo"
-    others = tuple(f"--{task}" for task in (*TASKS[benchmark][1:], "all"))
+    others = tuple(f"--{task}" for task in (*registry.get(benchmark).task_names[1:], "all"))
     found = sorted(
         p for p in base.glob("*") if p.is_dir() and (p.name.endswith(suffix) if suffix else not p.name.endswith(others))
     )

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from data.output_paths import OutputPathError, check_output
 from data.text_safety import visible
-from evaluation.leaderboard.published_baselines import NOTICE
+from evaluation import registry
+from evaluation.leaderboard.spec import Cell
 from evaluation.leaderboard.tables import (
-    Cell,
     LeaderboardError,
     PageRelease,
     Result,
@@ -36,9 +36,10 @@ from evaluation.leaderboard.tables import (
     Table,
     number,
     page_release,
+    published_notice,
     tables,
 )
-from evaluation.results.folder import CARD, TASKS
+from evaluation.results.folder import CARD
 
 INDEX = "index.html"
 #: The list of files a page wrote; a folder that holds one (and nothing else) is a page that may be replaced.
@@ -47,7 +48,6 @@ MARKER = ".culturebench-leaderboard.json"
 MAX_ASSET_BYTES = 32 << 20
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-BENCHMARK_NAMES = {"3xcm": "3XCM", "mixcube": "MixCuBe"}
 
 STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 78rem; padding: 0 1rem; color: #1d1d1f; }
@@ -172,7 +172,7 @@ def _asset(path: Path, what: str) -> bytes:
 def _figures(result: Result) -> list[tuple[str, bytes]]:
     """The result's PNG figures (`figures/`, and each further task's `<task>/figures/`), by path in the folder."""
     found = []
-    for where in ["figures", *(f"{task}/figures" for task in TASKS[result.benchmark][1:])]:
+    for where in ["figures", *(f"{task}/figures" for task in registry.get(result.benchmark).task_names[1:])]:
         folder = result.folder / where
         if not os.path.lexists(folder):
             continue
@@ -258,7 +258,7 @@ def _model_facts(result: Result) -> list[str]:
 def render(results: Sequence[Result], release: PageRelease, card_slugs: list[str], figures: list[list[str]]) -> str:
     """The page: release, tables (ours, the demo model's and the papers'), each result with its card and figures."""
     benchmark = results[0].benchmark
-    shown = BENCHMARK_NAMES.get(benchmark, benchmark)
+    shown = registry.get(benchmark).title if registry.is_registered(benchmark) else benchmark
     page_tables = tables(results, published=True)
     facts = [
         ("release", f"{release.name} {release.version}"),
@@ -279,7 +279,7 @@ def render(results: Sequence[Result], release: PageRelease, card_slugs: list[str
         f"<header><h1>{_text(shown)} {_text(release.version)} leaderboard</h1>",
         f'<dl class="release">{items}</dl>',
         '<p class="note">Rows: models evaluated here; the random demo model (a reference, its numbers meaningless); '
-        f"and published baselines. {_text(NOTICE[benchmark])} Click a column's name to sort by it.</p>",
+        f"and published baselines. {_text(published_notice(benchmark))} Click a column's name to sort by it.</p>",
         f'<nav>{nav} <a href="#results">results</a></nav></header>',
         *(_table(t, card_slugs, release) for t in page_tables),
         '<section id="results"><h2>Results, cards and figures</h2>',

@@ -18,19 +18,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import fmean
 
-#: What the leaderboard says of every published row: whose numbers they are and on what data.
-NOTICE = {
-    "3xcm": (
-        "Published: the 3XCM paper's numbers on its own 3XCM (16 countries, its images and translations), with the "
-        "same protocol (text-to-image triplets and sextets, Eq. 3-4), not on this release."
-    ),
-    "mixcube": (
-        "Published: the MixCuBe paper's numbers on its own 2,475 images (App. D), not on this release. The paper "
-        "prints accuracy per country, category and ethnicity only: each figure here is the mean of its cells "
-        "(derived by us). Its decoding (App. C.2) and marker judge (GLM-4-Plus, App. B.3) may differ from a run's "
-        "here. Its answer rule is that of accuracy; accuracy_with_our_aliases is ours and has no published value."
-    ),
-}
+#: What the leaderboard says of every published row of a benchmark: whose numbers they are and on what data
+#: (each benchmark's registry entry names its notice beside its rows).
+XCM_NOTICE = (
+    "Published: the 3XCM paper's numbers on its own 3XCM (16 countries, its images and translations), with the "
+    "same protocol (text-to-image triplets and sextets, Eq. 3-4), not on this release."
+)
+MIXCUBE_NOTICE = (
+    "Published: the MixCuBe paper's numbers on its own 2,475 images (App. D), not on this release. The paper "
+    "prints accuracy per country, category and ethnicity only: each figure here is the mean of its cells "
+    "(derived by us). Its decoding (App. C.2) and marker judge (GLM-4-Plus, App. B.3) may differ from a run's "
+    "here. Its answer rule is that of accuracy; accuracy_with_our_aliases is ours and has no published value."
+)
 
 XCM_SOURCE = "3XCM paper (Saengsukhiran et al.)"
 MIXCUBE_SOURCE = "MixCuBe paper (Kim et al., When Tom Eats Kimchi)"
@@ -296,8 +295,3 @@ def mixcube_rows() -> list[PublishedRow]:
         }
         rows += [PublishedRow(model, full_name, t, v, source, cited, derived=True) for t, v in tables.items()]
     return rows
-
-
-def published_rows(benchmark: str) -> list[PublishedRow]:
-    """Every published row of a benchmark, in the papers' model order."""
-    return {"3xcm": xcm_rows, "mixcube": mixcube_rows}[benchmark]()

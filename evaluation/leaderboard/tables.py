@@ -17,46 +17,29 @@ file and the field (`MetricsReadError`)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
-
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing import Any, Literal
 
 from data.publish.card import markdown_table
 from data.text_safety import markdown_text
-from evaluation.leaderboard.published_baselines import published_rows
+from evaluation import registry
+from evaluation.leaderboard.published_baselines import PublishedRow
+from evaluation.leaderboard.spec import Cell, LeaderboardSpec, TableSpec
 from evaluation.results.folder import (
     METRICS,
-    MetricsReadError,
     headline_names,
     headline_value,
     read_metrics,
     tasks_of,
 )
-from evaluation.xcm.metrics import PAPER_SYMBOL
 
 Kind = Literal["ours", "demo", "published"]
-#: A table that a result folder may hold beside metrics.json is a few kB; a bigger one is not ours.
-MAX_TABLE_BYTES = 64 << 20
-ACCURACY_TABLE = "accuracy.parquet"
-SWAP_DROPS_TABLE = "swap_drops.parquet"
-#: The whole-pool retrieval figures shown per query language (evaluation/xcm/retrieval.py's names).
-RETRIEVAL_BY_LANGUAGE = ("precision@5", "diversity@5_country", "diversity@5_region", "mrr", "ndcg@5", "ravenea.mrr")
-OVERALL = "all"
 
 
 class LeaderboardError(ValueError):
     """Results that cannot share a page (another benchmark or release), or a page that may not be written."""
-
-
-@dataclass(frozen=True)
-class Cell:
-    value: float | None
-    low: float | None = None
-    high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -121,276 +104,31 @@ class Table:
     rank_by: str | None = None  # the paper's main figure (higher is better): the page lists rows by it first
 
 
-@dataclass(frozen=True)
-class _Spec:
-    key: str
-    task: str
-    title: str
-    note: str
-    rank_by: str | None = None
-    headline: bool = False
-
-
-def _specs(benchmark: str) -> list[_Spec]:
-    """Every table of a benchmark, in page order: each task's headline, then its breakdowns."""
-    if benchmark == "3xcm":
-        per_language = "per query language ('all': every query)"
-        specs = [
-            _Spec(
-                "triplet",
-                "triplet",
-                "RQ2: who wins the triplet (3XCM §3.2.2, Table 2)",
-                "M_k: the share of queries whose candidate k scores highest (Eq. 3); SP = M_lb / M_cr (Eq. 4). "
-                "M_cr higher is better; M_lb, M_ti and SP lower.",
-                rank_by="M_cr",
-                headline=True,
-            ),
-            _Spec(
-                "rq3",
-                "triplet",
-                "RQ3: the six M_k with a cultural descriptor (3XCM §3.2.3, Table 3)",
-                "Queries '{concept} of {country}': correct, object-relevant language-biased, object-relevant, "
-                "cultural-descriptor-relevant, language-biased, totally irrelevant.",
-            ),
-        ]
-        specs += [
-            _Spec(f"rq2.M_{s}", "triplet", f"RQ2 M_{s} {per_language}", "Table 2's figure (Fig. 5 per country).")
-            for s in PAPER_SYMBOL["rq2"].values()
-        ]
-        specs.append(_Spec("rq2.SP", "triplet", f"RQ2 SP {per_language}", "SP = M_lb / M_cr per language (Eq. 4)."))
-        specs += [
-            _Spec(f"rq3.M_{s}", "triplet", f"RQ3 M_{s} {per_language}", "Table 3's figure (Fig. 7 per country).")
-            for s in PAPER_SYMBOL["rq3"].values()
-        ]
-        specs.append(
-            _Spec(
-                "retrieval",
-                "retrieval",
-                "Retrieval over the whole pool (GlobalRG §3.2, RAVENEA §3.1)",
-                "precision@k and diversity@k as GlobalRG's; *_en over English queries only (GlobalRG's Table 3 "
-                "row); mrr and ndcg@5 as trec_eval's; ravenea.* as RAVENEA's gdeval.py scores them.",
-                headline=True,
-            )
-        )
-        specs += [
-            _Spec(f"retrieval.{m}", "retrieval", f"Retrieval {m} {per_language}", "Over the whole pool, per language.")
-            for m in RETRIEVAL_BY_LANGUAGE
-        ]
-        return specs
-    return [
-        _Spec(
-            "questions",
-            "questions",
-            "Country and Cultural Marker Identification (MixCuBe §3, App. B.2-B.3)",
-            "accuracy: App. A.5's answer rule over every image; marker_accuracy: the judge's verdicts on Food; "
-            "accuracy_with_our_aliases: ours, with our aliases accepted too.",
-            rank_by="accuracy",
-            headline=True,
-        ),
-        _Spec(
-            "original_vs_synthesized",
-            "questions",
-            "Originals against their synthesized swaps (MixCuBe §3, Fig. 3)",
-            "drop = accuracy on the originals - accuracy on the synthesized images (positive: the swap lost).",
-        ),
-        _Spec("accuracy_by_ethnicity", "questions", "Accuracy per ethnicity (Fig. 3-4, App. D)", "Every country."),
-        _Spec(
-            "drop_by_ethnicity",
-            "questions",
-            "Drop from the original to each swap ethnicity (Fig. 4's columns, every country pooled)",
-            "Accuracy on the originals - accuracy on that ethnicity's swaps.",
-        ),
-        _Spec(
-            "accuracy_by_country",
-            "questions",
-            "Accuracy per country (§3: low- and high-resource cultures)",
-            "Originals and swaps.",
-        ),
-        _Spec(
-            "drop_by_country",
-            "questions",
-            "Drop from the originals to the swaps per country (Fig. 3-4's rows)",
-            f"Counted from each result's {ACCURACY_TABLE}: a country's originals - its synthesized images.",
-        ),
-        _Spec("accuracy_by_category", "questions", "Accuracy per category", "Food, Festival, Clothes."),
-        _Spec(
-            "marker_accuracy_by_ethnicity",
-            "questions",
-            "Cultural Marker Identification accuracy per ethnicity (Food; Fig. 5, Fig. 8a)",
-            "The judge's verdicts (App. B.3).",
-        ),
-        _Spec(
-            "audit",
-            "audit",
-            "Multilingual CLIP bias audit (§3.5-3.6, App. A)",
-            "MaxSkew per prompt set and the harm rates over the quintets.",
-            headline=True,
-        ),
-    ]
-
-
 # -- reading --------------------------------------------------------------------------------------------------------
-class _Strict(BaseModel):
-    """What we wrote, no less: numbers are numbers (finite, never text or true/false); unknown fields are ignored."""
-
-    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="ignore", frozen=True)
-
-
-class _Estimate(_Strict):
-    value: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
+def _leaderboard(benchmark: str) -> LeaderboardSpec | None:
+    ref = registry.get(benchmark).leaderboard
+    return None if ref is None else ref.load()
 
 
-class _WinRates(_Strict):
-    group: str
-    rates: dict[str, _Estimate]
-    sp: _Estimate | None = None
+def _table_specs(benchmark: str) -> list[TableSpec]:
+    """Every table of a benchmark, in page order: each task's headline, then its breakdowns; a benchmark that
+    names no leaderboard tables gets one headline table per task."""
+    spec = _leaderboard(benchmark)
+    if spec is not None:
+        return spec.tables
+    return [TableSpec(t.name, t.name, t.name, "", headline=True) for t in registry.get(benchmark).tasks]
 
 
-class _Report(_Strict):
-    overall: _WinRates
-    by_language: list[_WinRates] = []
+def published_rows(benchmark: str) -> list[PublishedRow]:
+    """The papers' own rows of the benchmark (none when its registry entry names none)."""
+    ref = registry.get(benchmark).published
+    return [] if ref is None else list(ref.load()())
 
 
-class _RetrievalGroup(_Strict):
-    metrics: dict[str, _Estimate]
-
-
-class _Retrieval(_Strict):
-    overall: _RetrievalGroup
-    by_language: dict[str, _RetrievalGroup] = {}
-
-
-class _XcmSections(_Strict):
-    rq2: _Report | None = None
-    rq3: _Report | None = None
-    retrieval: _Retrieval | None = None
-
-
-class _MixCubeSections(_Strict):
-    accuracy_original: float | None = None
-    accuracy_synthesized: float | None = None
-    drop_original_minus_synthesized: float | None = None
-    accuracy_by_ethnicity: dict[str, float | None] = {}
-    accuracy_by_country: dict[str, float | None] = {}
-    accuracy_by_category: dict[str, float | None] = {}
-    marker_accuracy_by_ethnicity: dict[str, float | None] = {}
-
-
-def _field(loc: Sequence[int | str]) -> str:
-    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
-
-
-_S = TypeVar("_S", bound=_Strict)
-
-
-def _sections(path: Path, model: type[_S], document: dict[str, Any]) -> _S:
-    try:
-        return model.model_validate(document)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        raise MetricsReadError(f"{path}: field {_field(error['loc'])!r}: {error['msg']}") from None
-
-
-def _cell(estimate: _Estimate | None) -> Cell:
-    return Cell(None) if estimate is None else Cell(estimate.value, estimate.ci_low, estimate.ci_high)
-
-
-def _xcm_breakdowns(sections: _XcmSections) -> dict[str, dict[str, Cell]]:
-    out: dict[str, dict[str, Cell]] = {}
-    for task, report in (("rq2", sections.rq2), ("rq3", sections.rq3)):
-        if report is None:
-            continue
-        groups = [(OVERALL, report.overall), *((g.group, g) for g in report.by_language)]
-        for category, symbol in PAPER_SYMBOL[task].items():
-            out[f"{task}.M_{symbol}"] = {name: _cell(g.rates.get(category)) for name, g in groups}
-        if task == "rq2":
-            out["rq2.SP"] = {name: _cell(g.sp) for name, g in groups}
-        else:
-            out["rq3"] = {f"M_{s}": _cell(report.overall.rates.get(c)) for c, s in PAPER_SYMBOL["rq3"].items()}
-    if sections.retrieval is not None:
-        pool = [(OVERALL, sections.retrieval.overall), *sections.retrieval.by_language.items()]
-        for metric in RETRIEVAL_BY_LANGUAGE:
-            out[f"retrieval.{metric}"] = {name: _cell(g.metrics.get(metric)) for name, g in pool}
-    return out
-
-
-def _difference(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a - b
-
-
-def _read_table(path: Path, columns: dict[str, str]) -> list[dict[str, Any]]:
-    """The named columns of a result's parquet table (`columns`: name -> "string" | "integer"), checked."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    if path.is_symlink() or not path.is_file():
-        raise MetricsReadError(f"{path}: not a regular file")
-    if path.stat().st_size > MAX_TABLE_BYTES:
-        raise MetricsReadError(f"{path}: larger than {MAX_TABLE_BYTES >> 20} MB; not a table we wrote")
-    try:
-        table = pq.read_table(path, columns=list(columns))
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise MetricsReadError(f"{path}: not a table we wrote ({' '.join(str(exc).split())[:200]})") from None
-    check = {"string": pa.types.is_string, "integer": pa.types.is_integer}
-    for name, kind in columns.items():
-        column = table.column(name)
-        if not check[kind](column.type) or column.null_count:
-            raise MetricsReadError(f"{path}: column {name!r} must be {kind} without nulls, not {column.type}")
-    rows: list[dict[str, Any]] = table.to_pylist()
-    return rows
-
-
-def _drop_by_country(folder: Path) -> tuple[str, dict[str, Cell]] | None:
-    """(the original label, each country's originals' accuracy - its swaps'), pooled over categories as
-    `drop_original_minus_synthesized` pools everything; None for a result without the two tables."""
-    accuracy_path, drops_path = folder / ACCURACY_TABLE, folder / SWAP_DROPS_TABLE
-    if not (os.path.lexists(accuracy_path) and os.path.lexists(drops_path)):
-        return None
-    counts = {"country": "string", "ethnicity": "string", "answered": "integer", "correct": "integer"}
-    rows = _read_table(accuracy_path, counts)
-    swaps = {r["ethnicity"] for r in _read_table(drops_path, {"ethnicity": "string"})}
-    originals = sorted({r["ethnicity"] for r in rows} - swaps)
-    if len(originals) != 1:
-        raise MetricsReadError(
-            f"{accuracy_path}: column 'ethnicity' must hold exactly one label that {drops_path.name} has no swap of "
-            f"(the originals), not {originals[:5]}"
-        )
-    tallies: dict[str, list[int]] = {}  # country -> [original correct, answered, swap correct, answered]
-    for r in rows:
-        tally = tallies.setdefault(r["country"], [0, 0, 0, 0])
-        at = 0 if r["ethnicity"] == originals[0] else 2
-        tally[at] += r["correct"]
-        tally[at + 1] += r["answered"]
-
-    def rate(correct: int, answered: int) -> float | None:
-        return correct / answered if answered else None
-
-    drops = {country: Cell(_difference(rate(*t[:2]), rate(*t[2:]))) for country, t in tallies.items()}
-    return originals[0], drops
-
-
-def _mixcube_breakdowns(folder: Path, sections: _MixCubeSections) -> dict[str, dict[str, Cell]]:
-    out = {
-        "original_vs_synthesized": {
-            "original": Cell(sections.accuracy_original),
-            "synthesized": Cell(sections.accuracy_synthesized),
-            "drop": Cell(sections.drop_original_minus_synthesized),
-        },
-        "accuracy_by_ethnicity": {k: Cell(v) for k, v in sections.accuracy_by_ethnicity.items()},
-        "accuracy_by_country": {k: Cell(v) for k, v in sections.accuracy_by_country.items()},
-        "accuracy_by_category": {k: Cell(v) for k, v in sections.accuracy_by_category.items()},
-        "marker_accuracy_by_ethnicity": {k: Cell(v) for k, v in sections.marker_accuracy_by_ethnicity.items()},
-    }
-    counted = _drop_by_country(folder)
-    if counted is not None:
-        original, out["drop_by_country"] = counted
-        base = sections.accuracy_by_ethnicity.get(original)
-        out["drop_by_ethnicity"] = {
-            e: Cell(_difference(base, v)) for e, v in sections.accuracy_by_ethnicity.items() if e != original
-        }
-    return out
+def published_notice(benchmark: str) -> str:
+    """What the page says of the benchmark's published rows (empty when it has none)."""
+    ref = registry.get(benchmark).published_notice
+    return "" if ref is None else str(ref.load())
 
 
 def read_result(folder: str | Path) -> Result:
@@ -399,11 +137,9 @@ def read_result(folder: str | Path) -> Result:
     metrics = read_metrics(folder)
     path = folder / METRICS
     benchmark = metrics["benchmark"]
-    breakdowns: dict[str, dict[str, Cell]] = {}
-    if benchmark == "3xcm":
-        breakdowns = _xcm_breakdowns(_sections(path, _XcmSections, metrics))
-    elif "questions" in tasks_of(benchmark, metrics):
-        breakdowns = _mixcube_breakdowns(folder, _sections(path, _MixCubeSections, metrics))
+    spec = _leaderboard(benchmark)
+    read = spec.read_breakdowns if spec is not None else None
+    breakdowns = read(folder, path, metrics) if read is not None else {}
     return Result(folder, metrics, {k: v for k, v in breakdowns.items() if v})
 
 
@@ -429,7 +165,7 @@ def tables(results: Sequence[Result], *, published: bool = False, breakdowns_onl
     benchmark = results[0].benchmark
     papers = published_rows(benchmark) if published else []
     out = []
-    for spec in _specs(benchmark):
+    for spec in _table_specs(benchmark):
         if breakdowns_only and spec.headline:
             continue
         rows = []

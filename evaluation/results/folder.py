@@ -28,40 +28,13 @@ from data.publish.json_file import read_json_object
 from data.publish.manifest import ResultManifest
 from data.publish.reader import Release
 from data.text_safety import code_span, markdown_text
+from evaluation import registry
 from evaluation.results.figures import compare_png
 from evaluation.results.parts import ResultPart
 
 METRICS = "metrics.json"
 PER_QUERY = "per_query.parquet"
 CARD = "README.md"
-#: Each benchmark's tasks, its paper's first: that one is the default, and its result folder carries no `tasks` key
-#: (results from before the other tasks existed read the same). The other tasks write a part folder of their own.
-TASKS = {"3xcm": ("triplet", "retrieval"), "mixcube": ("questions", "audit")}
-#: The headline metrics each task puts at the top level of `metrics.json`, in the card's column order. A value that
-#: is an object (MaxSkew per prompt set) is shown and compared per key, as `max_skew.communion`.
-TASK_HEADLINE = {
-    "triplet": ("M_cr", "M_lb", "M_ti", "SP"),
-    # MixCuBe §3 with App. A.5's aliases; then with our extra aliases too (evaluation/mixcube/answer_match.py)
-    "questions": ("accuracy", "marker_accuracy", "accuracy_with_our_aliases"),
-    # GlobalRG §3.2 and RAVENEA §3.1 on 3XCM's pool (evaluation/xcm/retrieval.py): first the row comparable with
-    # GlobalRG's Table 3 (English queries only), then every query language, then RAVENEA's own scoring (gdeval.py)
-    "retrieval": (
-        *(
-            f"{m}@{k}{u}_en"
-            for k in (5, 10)
-            for m, u in (("precision", ""), ("diversity", "_country"), ("diversity", "_region"))
-        ),
-        "precision@5",
-        "diversity@5_country",
-        "diversity@5_region",
-        "mrr",
-        "ndcg@5",
-        "ravenea",
-    ),
-    # the Multilingual CLIP bias audit, §3.5-3.6 and App. A (evaluation/mixcube/bias_audit/audit.py)
-    "audit": ("max_skew", "max_skew_max_pair", "pct_NA", "pct_NC", "pct_C", "pct_NH"),
-}
-HEADLINE = {benchmark: TASK_HEADLINE[tasks[0]] for benchmark, tasks in TASKS.items()}
 DEMO_WARNING = (
     "> **These numbers are meaningless.** The model is a tiny network with random weights, built to exercise the "
     "evaluation end to end; it says nothing about any real model or about the benchmark."
@@ -75,7 +48,7 @@ DEMO_VLM_NOTE = (
 
 @dataclass
 class EvaluationResult:
-    benchmark: str  # "3xcm" | "mixcube"
+    benchmark: str  # a registered benchmark's name (`evaluation.registry`)
     release: Release
     model: dict[str, Any]  # the backend's identity (ModelIdentity / VlmIdentity as JSON)
     per_query: pa.Table | None  # one row per benchmark row (3XCM) or per image (MixCuBe); None: the task not run
@@ -96,13 +69,13 @@ class EvaluationResult:
 def default_out(root: str | Path, benchmark: str, release: Release, model_id: str, task: str | None = None) -> str:
     """`<root>/<benchmark>/<release version>/<model id>/`; `<model id>--<task>/` for a task other than the paper's,
     so that each task's result has its own folder."""
-    suffix = "" if task in (None, TASKS[benchmark][0]) else f"--{task}"
+    suffix = "" if task in (None, registry.get(benchmark).default_task) else f"--{task}"
     return str(Path(root) / benchmark / release.version / f"{model_id}{suffix}")
 
 
 def with_parts(benchmark: str, task: str, metrics: dict[str, Any], parts: dict[str, ResultPart]) -> dict[str, Any]:
-    """The metrics of a run of `task` (one of TASKS[benchmark], or "all"): the paper's task's own metrics, then each
-    part's headline at the top level and its whole section under its name, their intervals in `ci95`, and the tasks
+    """The metrics of a run of `task` (one of the benchmark's tasks, or "all"): the paper's task's own metrics, then
+    each part's headline at the top level and its whole section under its name, their intervals in `ci95`, and the tasks
     run in `tasks` (absent when only the paper's task ran: its metrics.json is as before)."""
     if not parts:
         return metrics
@@ -113,21 +86,23 @@ def with_parts(benchmark: str, task: str, metrics: dict[str, Any], parts: dict[s
         merged[name] = part.metrics
         ci95.update(part.ci95)
     merged["ci95"] = ci95
-    main = [TASKS[benchmark][0]] if metrics else []
-    merged["tasks"] = main + [t for t in TASKS[benchmark][1:] if t in parts]
+    tasks = registry.get(benchmark).task_names
+    main = [tasks[0]] if metrics else []
+    merged["tasks"] = main + [t for t in tasks[1:] if t in parts]
     return merged
 
 
 def tasks_of(benchmark: str, metrics: dict[str, Any]) -> list[str]:
     tasks = metrics.get("tasks")
-    return [str(t) for t in tasks] if isinstance(tasks, list) else [TASKS[benchmark][0]]
+    return [str(t) for t in tasks] if isinstance(tasks, list) else [registry.get(benchmark).default_task]
 
 
 def headline_names(benchmark: str, metrics: dict[str, Any]) -> list[str]:
     """The headline figures of a result's tasks, an object's keys flattened (`max_skew.communion`)."""
     names: list[str] = []
+    spec = registry.get(benchmark)
     for task in tasks_of(benchmark, metrics):
-        for name in TASK_HEADLINE.get(task, ()):
+        for name in spec.task(task).headline if task in spec.task_names else ():
             value = metrics.get(name)
             names += [f"{name}.{key}" for key in value] if isinstance(value, dict) else [name]
     return names
@@ -248,7 +223,7 @@ def write_results(result: EvaluationResult, out: str) -> ReleaseResult:
         raise
 
 
-def _fmt(value: Any) -> str:
+def fmt(value: Any) -> str:
     """A card or comparison table's cell: a number to 3 places, anything else as literal text (`markdown_text`: a
     group name, a model's name or a label read from a release or a result folder may hold markup)."""
     if value is None:
@@ -265,7 +240,7 @@ def headline_rows(benchmark: str, metrics: dict[str, Any]) -> list[dict[str, Any
     for name in headline_names(benchmark, metrics):
         low, high = ci.get(name, [None, None])
         rows.append(
-            {"metric": name, "value": _fmt(headline_value(metrics, name)), "95% CI": f"[{_fmt(low)}, {_fmt(high)}]"}
+            {"metric": name, "value": fmt(headline_value(metrics, name)), "95% CI": f"[{fmt(low)}, {fmt(high)}]"}
         )
     return rows
 
@@ -320,8 +295,8 @@ def render_card(result: EvaluationResult, document: dict[str, Any]) -> str:
                 {"": "release", "value": markdown_text(f"{result.release.name} {result.release.version}")},
                 {"": "release manifest sha256", "value": code_span(result.release.manifest_sha256)},
                 # the model's name may come from a harness's results file (lmms-eval's `model_name`): text, escaped
-                {"": "model backend", "value": _fmt(model.get("backend"))},
-                {"": "model", "value": _fmt(model.get("name"))},
+                {"": "model backend", "value": fmt(model.get("backend"))},
+                {"": "model", "value": fmt(model.get("name"))},
                 {
                     "": "weights sha256",
                     "value": code_span(model["weights_sha256"]) if model.get("weights_sha256") else "–",
@@ -349,7 +324,7 @@ def render_card(result: EvaluationResult, document: dict[str, Any]) -> str:
     lines += ["## Files\n"]
     if result.per_query is not None:
         lines.append(
-            f"* `{PER_QUERY}`: one row per {'benchmark row' if result.benchmark == '3xcm' else 'image'}; "
+            f"* `{PER_QUERY}`: one row per {registry.get(result.benchmark).per_query_row}; "
             "`datasets.load_dataset(<this folder>)` loads it.\n"
         )
     lines += [f"* `{name}.parquet`\n" for name in sorted(result.tables)]
@@ -366,74 +341,15 @@ def _predictions_rows(settings: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(source, dict):
         return []
     return [
-        {"": "answers from", "value": f"{_fmt(source.get('harness'))} prediction file {code_span(source.get('file'))}"},
+        {"": "answers from", "value": f"{fmt(source.get('harness'))} prediction file {code_span(source.get('file'))}"},
         {"": "prediction file sha256", "value": code_span(source.get("sha256"))},
     ]
 
 
-def _rates_by_language(report: dict[str, Any], symbols: dict[str, str], sp: bool) -> list[dict[str, Any]]:
-    rows = []
-    for group in [report["overall"], *report["by_language"]]:
-        row: dict[str, Any] = {"query language": _fmt(group["group"]), "n": _fmt(group["n"])}
-        row.update({f"M_{symbols[c]}": _fmt(e["value"]) for c, e in group["rates"].items()})
-        if sp:
-            row["SP"] = _fmt((group.get("sp") or {}).get("value"))
-        rows.append(row)
-    return rows
-
-
 def detail_sections(result: EvaluationResult) -> list[str]:
-    """The paper-shaped tables: 3XCM's M_k per language (Tables 2, 3), App. P.2 tests (Tables 15-17) and Δsim
-    (Table 18); MixCuBe's accuracy per ethnicity and the drop from original to each swap (Fig. 3, 4)."""
-    metrics = result.metrics
-    if result.benchmark == "3xcm":
-        from evaluation.xcm.metrics import PAPER_SYMBOL
-
-        out = [
-            "## RQ2 per query language\n",
-            markdown_table(_rates_by_language(metrics["rq2"], PAPER_SYMBOL["rq2"], True)),
-        ]
-        if "rq3" in metrics:
-            out += [
-                "## RQ3 per query language\n",
-                markdown_table(_rates_by_language(metrics["rq3"], PAPER_SYMBOL["rq3"], False)),
-            ]
-        tests = [t for t in metrics.get("preference_tests", []) if t["group_by"] in ("overall", "query_language")]
-        if tests:
-            rows = [
-                {
-                    "test": _fmt(t["test"]),
-                    "group": _fmt(t["group"]),
-                    "A vs B": _fmt(f"{t['category_a']} vs {t['category_b']}"),
-                    "diff": _fmt(t["diff"]),
-                    "chi2": _fmt(t["statistic"]),
-                    "p": "–" if t["p_value"] is None else f"{t['p_value']:.3g}",
-                }
-                for t in tests
-            ]
-            out += ["## App. P.2 chi-squared tests\n", markdown_table(rows)]
-        drift = [d for d in metrics.get("delta_sim", []) if d["group_by"] in ("overall", "query_language")]
-        if drift:
-            rows = [
-                {
-                    "query language": _fmt(d["group"]),
-                    **{f"M_{PAPER_SYMBOL['rq3'][c]}": f"{100 * v:+.2f}" for c, v in d["mean_drift"].items()},
-                }
-                for d in drift
-            ]
-            out += ["## Δsim x100 per candidate category (Eq. 5)\n", markdown_table(rows)]
-        return out
-    out = []
-    by_ethnicity = metrics.get("accuracy_by_ethnicity") or {}
-    if by_ethnicity:
-        out += ["## Country Identification accuracy per ethnicity\n"]
-        out.append(markdown_table([{"ethnicity": _fmt(k), "accuracy": _fmt(v)} for k, v in by_ethnicity.items()]))
-    drops = result.tables.get("swap_drops")
-    if drops is not None and drops.num_rows:
-        keep = ["country", "category", "ethnicity", "original_accuracy", "swap_accuracy", "drop"]
-        rows = [{k: _fmt(row[k]) for k in keep} for row in drops.select(keep).to_pylist()]
-        out += ["## Drop from the original to each swap (Fig. 4)\n", markdown_table(rows)]
-    return out
+    """The benchmark's paper-shaped card sections after the headline (its registry entry's `card_sections`)."""
+    sections = registry.get(result.benchmark).card_sections
+    return [] if sections is None else list(sections.load()(result))
 
 
 # --- compare ------------------------------------------------------------------------------------------------------
@@ -464,8 +380,9 @@ def _check_metrics(path: Path, document: dict[str, Any]) -> None:
         return MetricsReadError(f"{path}: field {field!r} must be {wanted}, not {repr(value)[:80]}")
 
     benchmark = document.get("benchmark")
-    if not isinstance(benchmark, str) or benchmark not in HEADLINE:
-        raise bad("benchmark", f"one of {', '.join(HEADLINE)}", benchmark)
+    if not registry.is_registered(benchmark):
+        raise bad("benchmark", f"one of {', '.join(registry.names())}", benchmark)
+    spec = registry.get(str(benchmark))
     for section, keys in (("release", ("version", "manifest_sha256")), ("model", ("model_id",))):
         value = document.get(section)
         if not isinstance(value, dict) or not all(isinstance(value.get(k), str) for k in keys):
@@ -477,15 +394,15 @@ def _check_metrics(path: Path, document: dict[str, Any]) -> None:
     ci = document.get("ci95", {})
     if not isinstance(ci, dict):
         raise bad("ci95", "an object of [low, high] pairs", ci)
-    tasks = document.get("tasks", [TASKS[benchmark][0]])
-    if not isinstance(tasks, list) or not tasks or not all(t in TASKS[benchmark] for t in tasks):
-        raise bad("tasks", f"a list of {', '.join(TASKS[benchmark])}", tasks)
+    tasks = document.get("tasks", [spec.default_task])
+    if not isinstance(tasks, list) or not tasks or not all(t in spec.task_names for t in tasks):
+        raise bad("tasks", f"a list of {', '.join(spec.task_names)}", tasks)
     for task in tasks:
-        for name in TASK_HEADLINE[task]:
+        for name in spec.task(task).headline:
             value = document.get(name)
             if isinstance(value, dict) and not all(number(v) for v in value.values()):
                 raise bad(name, "an object of numbers or nulls", value)
-    for name in headline_names(benchmark, document):
+    for name in headline_names(spec.name, document):
         if not number(headline_value(document, name)):
             raise bad(name, "a number or null", headline_value(document, name))
         pair = ci.get(name, [None, None])
@@ -540,7 +457,7 @@ def compare(folders: list[str | Path]) -> tuple[pa.Table, bytes, str]:
     figure = compare_png(labels, values, f"{benchmark}: models compared")
     markdown = markdown_table(
         [
-            {"model": markdown_text(label), **{n: _fmt(headline_value(d, n)) for n in names}}
+            {"model": markdown_text(label), **{n: fmt(headline_value(d, n)) for n in names}}
             for label, d in zip(labels, documents, strict=True)
         ]
     )

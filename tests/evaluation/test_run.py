@@ -15,8 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from evaluation import config as evaluation_config
 from evaluation import run as evaluation_run
-from evaluation.run import Evaluate3XCMConfig, EvaluateMixCubeConfig
+from evaluation.mixcube.evaluate import EvaluateMixCubeConfig
+from evaluation.xcm.evaluate import Evaluate3XCMConfig
 from flows.cli import app
 from tests.support.fake_openai import FakeOpenAI, RecordedRequest, text_reply
 
@@ -158,14 +160,14 @@ def test_the_image_cache_serves_a_second_evaluation_and_the_gpu_slot_is_held_onl
         yield
 
     stats = []
-    original = evaluation_run.CachedEncoder
+    original = evaluation_config.CachedEncoder
 
     def spy(encoder, root):
         cached = original(encoder, root)
         stats.append(cached.stats)
         return cached
 
-    monkeypatch.setattr(evaluation_run, "CachedEncoder", spy)
+    monkeypatch.setattr(evaluation_config, "CachedEncoder", spy)
     common = {"release": str(releases["3xcm"]), "demo": True, "demo_models": str(tmp_path / "models")}
     first = evaluation_run.evaluate_and_write(
         Evaluate3XCMConfig(**common, out=str(tmp_path / "a"), embedding_cache=str(tmp_path / "cache")),

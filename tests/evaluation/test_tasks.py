@@ -13,8 +13,9 @@ from datasets import load_dataset
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from evaluation.results.folder import TASK_HEADLINE, compare, headline_names
-from evaluation.run import EvaluateMixCubeConfig
+from evaluation import registry
+from evaluation.mixcube.evaluate import EvaluateMixCubeConfig
+from evaluation.results.folder import compare, headline_names
 from flows.cli import app
 
 JUDGE = ["--judge-base-url", "http://127.0.0.1:9/v1", "--judge-model", "j"]
@@ -59,7 +60,8 @@ def test_each_task_has_its_own_default_folder_and_the_papers_task_keeps_its_metr
     both = json.loads((evaluated["all"] / "metrics.json").read_text())
     assert both["tasks"] == ["triplet", "retrieval"] and both["settings"]["task"] == "all"
     # The triplet figures are the same numbers whichever way they were asked for.
-    assert {k: both[k] for k in TASK_HEADLINE["triplet"]} == {k: triplet[k] for k in TASK_HEADLINE["triplet"]}
+    headline = registry.get("3xcm").task("triplet").headline
+    assert {k: both[k] for k in headline} == {k: triplet[k] for k in headline}
     assert set(both) >= RETRIEVAL_KEYS and set(both["ci95"]) >= RETRIEVAL_KEYS
 
 
@@ -102,7 +104,7 @@ def test_the_audit_runs_on_an_encoder_and_says_first_that_placeholder_syntheses_
 def test_compare_shows_every_tasks_metrics_side_by_side(evaluated: dict[str, Path], tmp_path: Path) -> None:
     table, figure, markdown = compare([evaluated["triplet"], evaluated["retrieval"], evaluated["all"]])
     metrics = set(table["metric"].to_pylist())
-    assert set(TASK_HEADLINE["triplet"]) | RETRIEVAL_KEYS <= metrics
+    assert set(registry.get("3xcm").task("triplet").headline) | RETRIEVAL_KEYS <= metrics
     assert {f"ravenea.{m}@{k}" for m in ("precision", "ndcg") for k in (1, 3, 5)} | {"ravenea.mrr"} <= metrics
     mrr = [r["value"] for r in table.to_pylist() if r["metric"] == "mrr"]
     assert len(mrr) == 3 and mrr[0] is None and None not in mrr[1:]  # the triplet-only result has none
@@ -110,7 +112,7 @@ def test_compare_shows_every_tasks_metrics_side_by_side(evaluated: dict[str, Pat
     audit = json.loads((evaluated["audit"] / "metrics.json").read_text())
     skews = [f"max_skew.{name}" for name in audit["max_skew"]]
     pairs = [f"max_skew_max_pair.{name}" for name in audit["max_skew_max_pair"]]
-    assert headline_names("mixcube", audit) == skews + pairs + list(TASK_HEADLINE["audit"][2:])
+    assert headline_names("mixcube", audit) == skews + pairs + list(registry.get("mixcube").task("audit").headline[2:])
     code, output = invoke("evaluate", "compare", evaluated["audit"], evaluated["audit"], "--out", tmp_path / "cmp")
     assert code == 0 and "max_skew." in output, output
 

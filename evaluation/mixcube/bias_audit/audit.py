@@ -647,7 +647,7 @@ def _part(state: _Audit, prompts: AuditPrompts, out: _Collected, contrast: ar.Co
         metrics["ties"] = ties
     headline: dict[str, Headline] = {}
     ci95: dict[str, list[float | None]] = {}
-    for key in ("max_skew", "max_skew_max_pair"):  # results.TASK_HEADLINE["audit"]'s order
+    for key in ("max_skew", "max_skew_max_pair"):  # the registry's audit headline order
         headline[key] = {n: out.skews[key][n][HEADLINE_LANGUAGE] for n in PROMPT_SETS}
         ci95 |= {f"{key}.{n}": out.skews[f"{key}_ci95"][n][HEADLINE_LANGUAGE] for n in PROMPT_SETS}
     for key in ar.APP_A_RATES:

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlparse
 import pytest
 from typer.testing import CliRunner
 
-from evaluation.leaderboard.published_baselines import published_rows
+from evaluation.leaderboard.tables import published_rows
 from flows.cli import app
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, SETTLED_JS, Steps, artifact_dir
 from tests.support.paths import REPO_ROOT

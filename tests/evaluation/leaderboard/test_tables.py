@@ -18,8 +18,9 @@ import pytest
 from typer.testing import CliRunner
 
 from evaluation.leaderboard.page import INDEX, MARKER, page_files
-from evaluation.leaderboard.published_baselines import published_rows
-from evaluation.leaderboard.tables import OVERALL, RETRIEVAL_BY_LANGUAGE, Cell, read_results, tables
+from evaluation.leaderboard.spec import OVERALL, Cell
+from evaluation.leaderboard.tables import published_rows, read_results, tables
+from evaluation.xcm.leaderboard import RETRIEVAL_BY_LANGUAGE
 from evaluation.xcm.metrics import PAPER_SYMBOL
 from flows.cli import app
 from tests.support.paths import REPO_ROOT

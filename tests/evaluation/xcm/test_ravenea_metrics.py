@@ -24,7 +24,8 @@ import pytest
 from typer.testing import CliRunner
 
 from data.reference import default_pack
-from evaluation.results.folder import TASK_HEADLINE, compare, headline_names
+from evaluation import registry
+from evaluation.results.folder import compare, headline_names
 from evaluation.results.parts import ResultPart
 from evaluation.xcm import ravenea_metrics as rv
 from evaluation.xcm import retrieval_metrics as rm
@@ -189,7 +190,7 @@ def test_the_english_row_leads_the_headline() -> None:
     q, x = rng.normal(size=(len(queries), 6)), rng.normal(size=(len(pool.image_ids), 6))
     q, x = q / np.linalg.norm(q, axis=1, keepdims=True), x / np.linalg.norm(x, axis=1, keepdims=True)
     part = evaluate_pool(pool, queries, q, x, n_resamples=50, seed=1)
-    assert tuple(part.headline) == TASK_HEADLINE["retrieval"]
+    assert tuple(part.headline) == registry.get("3xcm").task("retrieval").headline
     assert list(part.headline)[:6] == ENGLISH_KEYS
     rows = [r for r in part.per_query.to_pylist() if r["query_language"] == "en"]
     assert len(rows) == 2

@@ -21,8 +21,8 @@ import pytest
 from data import reference
 from data.publish.reader import Release
 from data.reference import default_pack
+from evaluation import registry
 from evaluation.models.encoders import ImageRef, ModelIdentity
-from evaluation.results.folder import TASK_HEADLINE
 from evaluation.xcm import retrieval_metrics as rm
 from evaluation.xcm.metrics import Vectors
 from evaluation.xcm.retrieval import (
@@ -306,7 +306,7 @@ def test_retrieval_on_the_small_release(small_releases: dict[str, Path], tmp_pat
     assert {tuple(r.values()) for r in per_query.select(["concept_id", "query_language"]).to_pylist()} == {
         (c, lang) for c in concepts for lang in languages
     }
-    assert tuple(part.headline) == HEADLINE == TASK_HEADLINE["retrieval"]
+    assert tuple(part.headline) == HEADLINE == registry.get("3xcm").task("retrieval").headline
     english = np.array(per_query.column("query_language").to_pylist()) == "en"
     ravenea = part.headline["ravenea"]
     assert isinstance(ravenea, dict)

@@ -510,7 +510,7 @@ def test_seeded_intervals_and_refused_vectors(mixcube: Release, part: ResultPart
 
 @pytest.mark.slow
 def test_demo_encoder_runs_the_audit(mixcube: Release, tmp_path: Path) -> None:
-    from evaluation.run import demo_encoder
+    from evaluation.config import demo_encoder
 
     stages: list[str] = []
     result = audit.evaluate_audit(
