@@ -390,22 +390,32 @@ def _rusage() -> tuple[float, float]:
 
 def run_in_process(spec: dict[str, Any], names: list[str]) -> list[Measure]:
     """`names` (stages, `release`, `import`) one after another in this process, each measured."""
-    from flows.xcm.build import XCM, release
+    from flows.engine.runner import placement
+    from flows.xcm.build import XCM
     from flows.xcm.stages import GRAPH
 
     shape = Shape(**{**spec["shape"], "real_countries": tuple(spec["shape"]["real_countries"])})
     build = GRAPH.build(build_config(shape, Path(spec["corpus"]), Path(spec["work"]), spec["reference"]))
     XCM.prepare_reference(build)  # the build's copy of its pack, as a build started by the CLI takes it
     out = []
+    with placement(build, cluster=False) as where:  # the shards where a build run here puts them (warm workers)
+        out = _measure_stages(build, names, where)
+    return out
+
+
+def _measure_stages(build: Any, names: list[str], where: Any) -> list[Measure]:
+    out = []
     for name in names:
         cpu0, _ = _rusage()
         start = time.perf_counter()
         skipped, extra = False, dict[str, Any]()
         if name == "release":
+            from flows.xcm.build import release
+
             result = release(build)
             extra = {"path": result.path, "status": result.status}
         elif name != "import":
-            marker, skipped = build.run(name)
+            marker, skipped = build.run(name, placement=where)
             extra = {"rows": marker.rows}
         wall = time.perf_counter() - start
         cpu1, peak = _rusage()
@@ -415,7 +425,7 @@ def run_in_process(spec: dict[str, Any], names: list[str]) -> list[Measure]:
 
 def run_stage_process(spec_path: Path, names: list[str]) -> list[Measure]:
     """`names` in a fresh process: its peak RSS is theirs (plus the imports). A stage that starts shard workers
-    (`flows/engine/local_processes.py`) is also measured as a tree: the peak of the summed RSS of the process and
+    (`flows/engine/placement.py`) is also measured as a tree: the peak of the summed RSS of the process and
     its descendants, sampled every 0.1 s (`tree_peak_rss_mb`)."""
     import psutil
 

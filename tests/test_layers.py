@@ -11,6 +11,9 @@
 - `demo/` is the offline demo material (the synthetic corpus, the tiny random models): it may import `data/` and the
   domain folders, and only `flows/` imports it, apart from the entries in `EXCEPTIONS`.
 - `flows/` orchestrates and may import anything; nothing outside `flows/` imports it.
+- A benchmark's package (`flows/xcm/`, `flows/mixcube/`) uses the engine through its public modules only
+  (`ENGINE_PUBLIC`): not the runner, the Dask scale-out or the worker pool under the engine (`data/process_pool.py`),
+  which decide where work runs.
 - The engine, `flows/engine/`, knows no benchmark and no domain: it imports `data/` and `flows/engine/` only (no
   `flows.xcm`, `flows.mixcube` or other flows module, no module named after a benchmark, no domain folder, no
   `demo/`); what it runs (stages, reviews, releases) a benchmark's record hands it.
@@ -42,6 +45,13 @@ DEMO = "demo"
 ORCHESTRATION = "flows"
 PUBLISHING = "data.publish"
 ENGINE = "flows.engine"
+#: The engine's public interface, what a benchmark's package may import of it (`flows/engine/__init__.py`).
+ENGINE_PUBLIC = frozenset(
+    f"{ENGINE}.{name}" for name in ("benchmark", "config", "graph", "placement", "shards", "slots")
+)
+#: The worker pool the engine runs local work on: a benchmark asks `flows.engine.placement` instead.
+WORKER_POOL = "data.process_pool"
+BENCHMARK_PACKAGES = ("flows.xcm", "flows.mixcube")
 #: A module named after a benchmark (`data.release_3xcm`, `curation.validate_mixcube`, `flows.xcm.release`).
 BENCHMARK_NAMED = re.compile(r"(^|[._])(3xcm|xcm|mixcube)($|[._])")
 
@@ -158,6 +168,10 @@ def _engine(module: str) -> bool:
     return module == ENGINE or module.startswith(f"{ENGINE}.")
 
 
+def _benchmark_package(module: str) -> bool:
+    return any(module == package or module.startswith(f"{package}.") for package in BENCHMARK_PACKAGES)
+
+
 def layer_violations(imports: Iterable[Import], exceptions: dict[tuple[str, str], str]) -> list[str]:
     problems = []
     for item in imports:
@@ -174,6 +188,15 @@ def layer_violations(imports: Iterable[Import], exceptions: dict[tuple[str, str]
             problems.append(
                 f"{item.where}: {item.source} imports {item.target}, but the engine knows no benchmark and no domain: "
                 "flows/engine/ imports data/ and flows/engine/ only (a benchmark's record hands it what it runs)"
+            )
+            continue
+        if _benchmark_package(item.source) and (
+            (_engine(item.target) and item.target not in ENGINE_PUBLIC) or item.target == WORKER_POOL
+        ):
+            public = ", ".join(sorted(module.rsplit(".", 1)[1] for module in ENGINE_PUBLIC))
+            problems.append(
+                f"{item.where}: {item.source} imports {item.target}, but a benchmark uses the engine through its "
+                f"public modules only (flows/engine/: {public})"
             )
             continue
         if source_top in (ORCHESTRATION, target_top) or (source_top == DEMO and target_top != ORCHESTRATION):
@@ -295,6 +318,10 @@ def test_the_checker_finds_planted_violations_and_cycles(tmp_path: Path) -> None
                 "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from curation.c import g\n"
             ),
             "flows/engine/h.py": "def f():\n    from data import release_3xcm\n",
+            # A benchmark's package: the engine's public modules only, and not the worker pool under it.
+            "flows/xcm/__init__.py": "",
+            "flows/xcm/b.py": "from flows.engine import h\nfrom data.process_pool import run\n",
+            "data/process_pool.py": "",
             "data/release_3xcm.py": "",
             "data/publish/__init__.py": "",
             "data/publish/p.py": "from data import release_3xcm\n\ndef f():\n    from flows.e import g\n",
@@ -319,6 +346,11 @@ def test_the_checker_finds_planted_violations_and_cycles(tmp_path: Path) -> None
                 ("g.py:6: flows.engine.g", "curation.c"),
                 ("h.py:2: flows.engine.h", "data.release_3xcm"),
             )
+        ),
+        *(
+            f"flows/xcm/b.py:{line}: flows.xcm.b imports {target}, but a benchmark uses the engine through its public "
+            "modules only (flows/engine/: benchmark, config, graph, placement, shards, slots)"
+            for line, target in ((1, "flows.engine.h"), (2, "data.process_pool"))
         ),
         "synthesis/d.py:3: synthesis.d imports flows.e: only flows/ may import flows",
     ]

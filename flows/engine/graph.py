@@ -25,9 +25,8 @@ from data.review import ReviewContext
 from data.stage import stats_from_table
 from data.stage_stats import StageStats
 from data.workspace import StageMarker, Workspace, fingerprint
-from flows.engine.local_processes import local_shards
 from flows.engine.reference import prepare_pack, workspace_pack
-from flows.engine.shards import MapShards, ShardPlan, attempt_key, run_sharded, write_shard
+from flows.engine.shards import Placement, ShardPlan, attempt_key, in_order, run_sharded, write_shard
 from flows.engine.task_runner import TaskRunnerConfig
 
 Progress = Callable[[str, int, int], None]
@@ -193,13 +192,13 @@ class Build(Generic[ConfigT]):
         name: str,
         progress: Progress | None = None,
         accept_incomplete: bool = False,
-        map_shards: MapShards | None = None,
+        placement: Placement | None = None,
     ) -> tuple[StageMarker, bool]:
         """Run one stage unless its output with the same fingerprint exists. Returns (marker, skipped).
 
-        A sharded stage's shards run where `map_shards` puts them (default: here, or in local worker processes for a
-        large CPU-bound plan: `flows/engine/local_processes.py`). A review stage raises
-        `WaitingForReviewers` (data/review.py) while annotators are at work; it writes nothing until they are done."""
+        A sharded stage's shards run where `placement` puts its plan (the runner's, decided for the whole build:
+        `flows/engine/runner.py`); without one, one after another here. A review stage raises `WaitingForReviewers`
+        (data/review.py) while annotators are at work; it writes nothing until they are done."""
         ws, fp, stage = self.ws, self.fingerprints[name], self.stage(name)
         inputs = self.input_digests(name)
         if ws.is_current(name, fp, inputs):
@@ -220,7 +219,7 @@ class Build(Generic[ConfigT]):
                 plan,
                 inputs=inputs,
                 on_progress=context.on_progress(name),
-                map_shards=map_shards or local_shards(self, plan),
+                map_shards=(placement or in_order)(name, plan),
                 finalize=lambda stats: self._with_repairs(name, stats),
             )
         else:

@@ -3,11 +3,18 @@
 With Prefect, each stage is a task named after the stage that publishes its counts as a table artifact; long
 stages publish progress artifacts. A stage that waits for reviewers suspends the run (the worker is freed) until it
 is resumed with a `ReviewResume`, by an operator in the UI or by the sync-reviews deployment.
+
+Where a stage's shards run is decided here, once for the whole build (`placement`), and handed to every stage: on
+the Dask cluster the build's `task_runner` names (a Prefect run: `flows/engine/scale_out.py`), else in local worker
+processes for a large CPU-bound plan (`flows/engine/placement.py`), else one after another in the stage's own task.
+The local workers stay up for the whole build, its release included. The `Build` runs a stage where it is told.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -32,8 +39,10 @@ from data.review import Review, WaitingForReviewers
 from data.stage_stats import StageStats
 from data.workspace import Workspace
 from flows.engine.graph import Build, Progress
+from flows.engine.placement import LocalPlacement
 from flows.engine.retries import RETRY_JITTER, STAGE_RETRIES, retry_delays, transient_failure
-from flows.engine.scale_out import current_shard_map, shard_map
+from flows.engine.scale_out import DaskShards, shard_map
+from flows.engine.shards import MapShards, ShardPlan
 
 
 class BuildSummary(BaseModel):
@@ -70,6 +79,31 @@ class ReviewResume(RunInput):
 
 class ReviewsNotFinished(RuntimeError):
     """A run outside a deployment met an open review."""
+
+
+class BuildPlacement:
+    """Where one build's sharded stages run (a `Placement`, `flows/engine/shards.py`), decided once: every plan on
+    the Dask cluster when there is one, else as `LocalPlacement` puts it (local worker processes for a large
+    CPU-bound plan, else the stage's own process)."""
+
+    def __init__(self, local: LocalPlacement, dask: DaskShards | None = None) -> None:
+        self.local, self.dask = local, dask
+
+    def __call__(self, stage: str, plan: ShardPlan[Any]) -> MapShards:
+        return self.dask if self.dask is not None else self.local(stage, plan)
+
+    def workers(self, stage: str) -> dict[str, int]:
+        """Dask worker -> the shards of `stage` it ran; empty off Dask."""
+        return dict(self.dask.placement.get(stage, {})) if self.dask is not None else {}
+
+
+@contextmanager
+def placement(build: Build[Any], cluster: bool) -> Iterator[BuildPlacement]:
+    """The build's placement for the length of the block: the Dask cluster its `task_runner` names, started (or
+    reached) for the build, where `cluster` (a Prefect run; a run here keeps its shards on this machine), and the
+    local worker processes, kept up from the first stage that needs them to the end of the release."""
+    with shard_map(build) if cluster else nullcontext() as dask, LocalPlacement(build) as local:
+        yield BuildPlacement(local, dask)
 
 
 def execute(
@@ -128,17 +162,19 @@ def execute_locally(
     progress: Progress | None = None,
     close_reviews: bool = False,
 ) -> BuildSummary:
-    """The whole build in this process, without Prefect. Open reviews raise `WaitingForReviewers`: rerun when
-    done."""
-
-    def run(name: str, close: bool) -> StageRun:
-        _, skipped = build.run(name, progress, accept_incomplete=close or close_reviews)
-        return StageRun(stage=name, status="skipped" if skipped else "done")
+    """The whole build in this process, without Prefect (and without its Dask cluster). Open reviews raise
+    `WaitingForReviewers`: rerun when done."""
 
     def cannot_wait(outcome: StageRun, waits: int) -> ReviewResume:
         raise AssertionError("stages raise WaitingForReviewers; they never return a waiting stage")
 
-    return execute(build, run, cannot_wait, do_release)
+    with placement(build, cluster=False) as where:
+
+        def run(name: str, close: bool) -> StageRun:
+            _, skipped = build.run(name, progress, close or close_reviews, where)
+            return StageRun(stage=name, status="skipped" if skipped else "done")
+
+        return execute(build, run, cannot_wait, do_release)
 
 
 # -- Prefect -------------------------------------------------------------------------------------------------------
@@ -175,6 +211,18 @@ class ProgressArtifact:
 # through the fingerprint (the stage's config section and every upstream one).
 STAGE_INPUTS = INPUTS - "build"
 
+# The placement of the build that this flow run executes (`execute_in_prefect`), for its stage tasks. Not a task
+# parameter: Prefect sends a task's parameters along with the tasks submitted from it (the shard tasks, to Dask),
+# and a placement holds this process's cluster client and worker pool.
+_build_placement: ContextVar[BuildPlacement | None] = ContextVar("culturebench_build_placement", default=None)
+
+
+def current_placement() -> BuildPlacement | None:
+    """The placement of the build this flow run executes; None outside `execute_in_prefect` (the shards then run in
+    order, in the stage's task). A function, not the variable itself, in the stage task: Prefect pickles the task's
+    function by value, with the globals it names, and a ContextVar does not pickle."""
+    return _build_placement.get()
+
 
 @dataclass
 class FinishedStage(CachePolicy):
@@ -206,9 +254,9 @@ class FinishedStage(CachePolicy):
     retry_condition_fn=transient_failure,
 )
 def stage_task(build: Build[Any], name: str, close_reviews: bool = False) -> StageRun:
-    shards = current_shard_map()  # Dask, or None: the shards run here
+    where = current_placement()
     try:
-        marker, skipped = build.run(name, ProgressArtifact(), close_reviews, shards)
+        marker, skipped = build.run(name, ProgressArtifact(), close_reviews, where)
     except WaitingForReviewers as pending:
         get_run_logger().info("%s: waiting for reviewers: %s", name, pending)
         create_markdown_artifact(
@@ -248,7 +296,7 @@ def stage_task(build: Build[Any], name: str, close_reviews: bool = False) -> Sta
             table=ws.read_extra_table(name, summary_table).to_pylist(),
             description=f"Stage `{name}`: {summary_table.replace('_', ' ')}.",
         )
-    workers = dict(shards.placement.get(name, {})) if shards else {}
+    workers = where.workers(name) if where is not None else {}
     return StageRun(stage=name, status="skipped" if skipped else "done", workers=workers)
 
 
@@ -275,15 +323,19 @@ def execute_in_prefect(
     """Inside a flow: one task per stage (with Dask, one more per shard of a sharded stage), a suspend per open
     review (as long as `review`, the build's, waits), the release as its own task."""
     release_task = task(name="release", cache_policy=NO_CACHE)(do_release)
-    with shard_map(build):
-        return execute(
-            build,
-            lambda name, close: stage_task.with_options(name=name, retry_delay_seconds=retry_delays())(
-                build, name, close or close_reviews
-            ),
-            lambda outcome, waits: wait_for_reviews(build, review, outcome, waits),
-            release_task,
-        )
+    with placement(build, cluster=True) as where:
+        token = _build_placement.set(where)
+        try:
+            return execute(
+                build,
+                lambda name, close: stage_task.with_options(name=name, retry_delay_seconds=retry_delays())(
+                    build, name, close or close_reviews
+                ),
+                lambda outcome, waits: wait_for_reviews(build, review, outcome, waits),
+                release_task,
+            )
+        finally:
+            _build_placement.reset(token)
 
 
 def summary_markdown(title: str, summary: BuildSummary) -> str:

@@ -1,11 +1,13 @@
 """Scale-out: a Prefect build's sharded stages as one Prefect task per shard on a Dask cluster (`prefect-dask`).
 
-`shard_map(build)` opens the runner that `config.task_runner` names for the length of a build. With the
-default runner it does nothing and each stage runs its shards in its own task. With Dask, a stage's pending shards
-are submitted to the cluster as `shard_task` runs (named `<stage>-shard-<n>`, tagged with the stage and `gpu` where
-it needs one), a GPU stage's shards ask for the configured Dask resources so only GPU workers take them, and the
-stage task waits for them and finishes the table. Each worker builds a stage's plan and models once and writes its
-shards' parts straight into the workspace, so the table is the one the default runner writes.
+`shard_map(build)` opens the runner that `config.task_runner` names for the length of a build; the build's runner
+(`flows/engine/runner.py`) opens it, and decides with it where the shards run. With the default runner it does
+nothing and yields None: the shards run in the stage's own task, or in local worker processes
+(`flows/engine/placement.py`). With Dask, a stage's pending shards are submitted to the cluster as `shard_task` runs
+(named `<stage>-shard-<n>`, tagged with the stage and `gpu` where it needs one), a GPU stage's shards ask for the
+configured Dask resources so only GPU workers take them, and the stage task waits for them and finishes the table.
+Each worker builds a stage's plan and models once and writes its shards' parts straight into the workspace, so the
+table is the one the default runner writes.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +32,6 @@ from data.stage import require
 from flows.engine.graph import Build
 from flows.engine.retries import RETRY_JITTER, STAGE_RETRIES, retry_delays, transient_failure
 from flows.engine.task_runner import DaskTaskRunnerConfig
-
-_current: ContextVar[DaskShards | None] = ContextVar("culturebench_shard_map", default=None)
-
-
-def current_shard_map() -> DaskShards | None:
-    """The shard mapper of the build running in this context; None: shards run in the stage's own task."""
-    return _current.get()
 
 
 class ShardDone(BaseModel):
@@ -188,9 +182,7 @@ def shard_map(build: Build[Any]) -> Iterator[DaskShards | None]:
         mapper = DaskShards(runner, for_workers(build), settings)
         if not all(build.is_current(name) for name in build.names):
             mapper.connect_in_background()
-        token = _current.set(mapper)
         try:
             yield mapper
         finally:
-            _current.reset(token)
             mapper.settle()  # a cluster still starting must not come up after the runner shut down

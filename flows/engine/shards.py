@@ -2,8 +2,10 @@
 
 A stage that works item by item (download, hashing, embedding, inpainting, ...) returns a `ShardPlan` instead of its
 table: its items, cut into fixed shards, and what to do with one shard. `run_sharded` runs the pending shards, has
-the workspace write one Parquet part per shard, and finishes the stage; a `MapShards` decides where the shards run:
-one after another in this process (`InOrder`), or as tasks on a Dask cluster (`flows/engine/scale_out.py`). Each
+the workspace write one Parquet part per shard, and finishes the stage; a `MapShards` runs them: one after another
+in this process (`InOrder`), in local worker processes (`flows/engine/placement.py`), or as tasks on a Dask cluster
+(`flows/engine/scale_out.py`). Which one a stage's plan gets is a build's `Placement`, decided once for the whole
+build by the runner (`flows/engine/runner.py`); a build run without one runs every shard in order, here. Each
 shard's part depends only on its items, so the stage's table is the same wherever its shards ran.
 
 The workspace only stores: it writes, lists and collects parts and keeps the marker. What an attempt is (its key:
@@ -74,6 +76,17 @@ class InOrder:
         for index in pending:
             run_here(index)
             yield index
+
+
+class Placement(Protocol):
+    def __call__(self, stage: str, plan: ShardPlan[Any]) -> MapShards:
+        """Where the shards of `stage`, planned as `plan`, run: the `MapShards` that runs them."""
+        ...
+
+
+def in_order(stage: str, plan: ShardPlan[Any]) -> MapShards:
+    """The placement of a build run without one: every shard in the stage's own process."""
+    return InOrder()
 
 
 def run_sharded(

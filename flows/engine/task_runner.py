@@ -15,7 +15,7 @@ LOCAL_CLUSTER_FIELDS = ("n_workers", "threads_per_worker", "processes", "memory_
 
 class DefaultTaskRunnerConfig(BaseModel):
     """Each stage is one Prefect task. Its shards run one after another in the flow's process, or, for a large stage
-    of CPU work only (a folder imported, images hashed), in local worker processes (`flows/engine/local_processes.py`).
+    of CPU work only (a folder imported, images hashed), in local worker processes (`flows/engine/placement.py`).
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -26,7 +26,7 @@ from data.schemas import MIXCUBE_ROWS
 from data.workspace import Workspace
 from flows.engine.benchmark import Benchmark
 from flows.engine.graph import Build, Progress
-from flows.engine.local_processes import local_workers
+from flows.engine.placement import local_workers
 from flows.mixcube import takedown
 from flows.mixcube.config import BuildMixCubeConfig
 from flows.mixcube.deviations import mixcube_deviations

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from collectors.pack_needs import PackIncomplete, missing_csv, missing_for_build, missing_summary
 from curation.validate import ValidationReport, validate_benchmark
-from data.process_pool import run_apart
 from data.provenance import code_version
 from data.publish.folder import ReleaseResult
 from data.publish.format import ReleaseReadError
@@ -25,7 +24,7 @@ from data.workspace import Workspace
 from flows.engine.benchmark import Benchmark
 from flows.engine.config import ConfigError
 from flows.engine.graph import Build, Progress
-from flows.engine.local_processes import local_workers
+from flows.engine.placement import local_workers, run_apart
 from flows.xcm import takedown
 from flows.xcm.config import Build3XCMConfig
 from flows.xcm.deviations import xcm_deviations
@@ -152,9 +151,9 @@ def release(build: Build[Build3XCMConfig], progress: Progress | None = None) -> 
 
 def validate_published(build: Build[Build3XCMConfig]) -> tuple[ValidationReport, dict[str, str]]:
     """Every benchmark rule on the tables to release, and the digests of the stages it read them from. From
-    `task_runner.processes_from_items` images on, in a worker process of its own (`data/process_pool.py`): the
-    validator's Python objects leave with it, so the release writes its shards without them. One process, not two
-    in parallel: the release reads the tables only after it, so that they are never held twice."""
+    `task_runner.processes_from_items` images on, in a worker process of its own (`run_apart`): the validator's
+    Python objects leave with it, so the release writes its shards without them. One process, not two in parallel:
+    the release reads the tables only after it, so that they are never held twice."""
     marker = build.ws.marker("image_metadata")
     images = marker.rows if marker is not None else 0
     if local_workers(build.config.task_runner, images) < 2:

@@ -39,7 +39,7 @@ from data.workspace import StageMarker, Workspace
 from demo.corpus import generate_demo_corpus
 from flows.engine.graph import BuildGraph, Progress, Stage, StageOutput
 from flows.engine.graph import StageContext as GraphContext
-from flows.engine.local_processes import local_workers
+from flows.engine.placement import local_workers
 from flows.engine.shards import ShardPlan
 from flows.engine.slots import gpu_slot
 from flows.xcm.config import Build3XCMConfig
