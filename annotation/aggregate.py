@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any, TypedDict, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +39,15 @@ class Vote:
     mask_size: tuple[int, int] | None = None  # (width, height) of the image the brush was painted on, as exported
 
 
+class AgreementSummary(TypedDict):
+    """What a review's stats say of its agreement (`data.stage_stats.ReviewSummary.agreement`)."""
+
+    tasks_rated: int
+    fleiss_kappa: float | None
+    unanimous_share: float | None
+    disagreements: int
+
+
 @dataclass
 class Agreement:
     tasks_rated: int  # tasks with exactly the configured number of valid votes
@@ -45,7 +55,7 @@ class Agreement:
     unanimous_share: float | None
     disagreements: list[dict[str, Any]] = field(default_factory=list)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> AgreementSummary:
         return {
             "tasks_rated": self.tasks_rated,
             "fleiss_kappa": self.fleiss_kappa,
@@ -58,11 +68,11 @@ def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)  # JSON true is no number
 
 
-def _is_str_list(value: Any) -> bool:
+def _is_str_list(value: object) -> TypeGuard[list[str]]:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
-def _value(region: dict[str, Any], where: str) -> dict[str, Any]:
+def _value(region: Mapping[str, object], where: str) -> Mapping[str, object]:
     value = region.get("value")
     if value is None:
         return {}
@@ -71,7 +81,7 @@ def _value(region: dict[str, Any], where: str) -> dict[str, Any]:
     return value
 
 
-def _side(region: dict[str, Any], name: str, where: str) -> int:
+def _side(region: Mapping[str, object], name: str, where: str) -> int:
     size = region.get(name)
     if not _is_int(size) or size <= 0:
         raise MalformedExport(f"{where}: brush without a positive integer `{name}` (got {size!r:.40})")
@@ -90,13 +100,13 @@ def _verdict(result: list[Any], spec: ReviewSpec, where: str) -> tuple[str | Non
             choices = _value(region, at).get("choices")
             if choices is not None and not _is_str_list(choices):
                 raise MalformedExport(f"{at}: `choices` is not a list of strings")
-            if choices:
+            if _is_str_list(choices) and choices:
                 choice = spec.name_of_label(choices[0])
         elif name is not None and name == spec.text_control:
             lines = _value(region, at).get("text")
             if lines is not None and not _is_str_list(lines):
                 raise MalformedExport(f"{at}: `text` is not a list of strings")
-            if lines:
+            if _is_str_list(lines) and lines:
                 text = "\n".join(lines).strip() or None
         elif name == MASK_CONTROL:
             rle = _value(region, at).get("rle")
@@ -108,7 +118,7 @@ def _verdict(result: list[Any], spec: ReviewSpec, where: str) -> tuple[str | Non
     return choice, text, brush
 
 
-def _annotator(annotation: dict[str, Any], where: str) -> str:
+def _annotator(annotation: Mapping[str, object], where: str) -> str:
     """Who voted: the user id, or the email (or id) of an expanded user object."""
     who = annotation.get("completed_by")
     if isinstance(who, dict):  # JSON export variants expand the user

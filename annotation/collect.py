@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
+from pydantic import JsonValue
 
 from annotation.aggregate import Agreement, Vote, decide, parse_export
 from annotation.label_configs import ReviewSpec
+from annotation.tasks import LabelStudioTask
 from data.review import WaitingForReviewers
 
 
@@ -25,9 +27,9 @@ class ReviewTarget(Protocol):
     @property
     def location(self) -> str: ...
 
-    def export(self, tasks: list[dict[str, Any]]) -> tuple[int, int]: ...
+    def export(self, tasks: list[LabelStudioTask]) -> tuple[int, int]: ...
 
-    def snapshot(self) -> list[dict[str, Any]]: ...
+    def snapshot(self) -> list[dict[str, JsonValue]]: ...  # a Label Studio JSON export, as read
 
 
 class ReviewPending(WaitingForReviewers):
@@ -75,7 +77,7 @@ class ReviewRound:
 
 
 def run_round(
-    target: ReviewTarget, spec: ReviewSpec, tasks: list[dict[str, Any]], annotators: int, accept_incomplete: bool
+    target: ReviewTarget, spec: ReviewSpec, tasks: list[LabelStudioTask], annotators: int, accept_incomplete: bool
 ) -> ReviewRound:
     keys = [t["data"]["item_key"] for t in tasks]
     new, total = target.export(tasks)

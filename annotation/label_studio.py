@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from annotation.aggregate import export_item_keys
 from annotation.label_configs import GUIDELINES, ReviewSpec
+from annotation.tasks import LabelStudioTask
 from data.clients.retry import TRANSIENT_HTTP_CODES, GaveUp, RetryPolicy, RetryVerdict, call_with_retries
 from data.clients.secrets import resolve_secret
 from data.stage import require
@@ -194,7 +195,7 @@ class LabelStudioProject:
 
     # -- export, progress, pull ---------------------------------------------------------------------------------
 
-    def export(self, tasks: list[dict[str, Any]]) -> tuple[int, int]:
+    def export(self, tasks: list[LabelStudioTask]) -> tuple[int, int]:
         """Import the tasks the project does not hold yet. Returns (new tasks, tasks in the project)."""
         pid = self.ensure_project()
         existing = export_item_keys(self.snapshot(), self.spec)  # a malformed snapshot is named, not a KeyError
@@ -211,7 +212,7 @@ class LabelStudioProject:
         project = self._call("reading the project", lambda: self._client.projects.get(id=pid))
         return ReviewProgress(total=int(project.task_number or 0), finished=int(project.finished_task_number or 0))
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[dict[str, JsonValue]]:
         """Every task with its annotations, through one export snapshot (created, awaited, downloaded, deleted)."""
         pid = self.ensure_project()
         exports = self._client.projects.exports

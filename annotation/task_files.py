@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import fsspec
+from pydantic import JsonValue
 
 from annotation.aggregate import MalformedExport
 from annotation.label_configs import ReviewSpec
+from annotation.tasks import LabelStudioTask
 
 FILES_REVIEWER = "label_studio_files"
 
@@ -53,10 +54,10 @@ class TaskFiles:
     def location(self) -> str:
         return str(self.folder / "tasks.json")
 
-    def export(self, tasks: list[dict[str, Any]]) -> tuple[int, int]:
+    def export(self, tasks: list[LabelStudioTask]) -> tuple[int, int]:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / "tasks.json"
-        existing: list[dict[str, Any]] = json.loads(path.read_text()) if path.exists() else []
+        existing: list[LabelStudioTask] = json.loads(path.read_text()) if path.exists() else []
         keys = {t["data"]["item_key"] for t in existing}
         new = [t for t in tasks if t["data"]["item_key"] not in keys]
         if new or not path.exists():
@@ -72,7 +73,7 @@ class TaskFiles:
         _write_atomic(self.folder / "README.md", readme)
         return len(new), len(existing) + len(new)
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[dict[str, JsonValue]]:
         """The completed export; no export yet means no annotations."""
         if not self.completed_export:
             return []
@@ -82,7 +83,7 @@ class TaskFiles:
         except FileNotFoundError:
             raise MalformedExport(f"review.completed_export {self.completed_export} does not exist") from None
         try:
-            tasks: list[dict[str, Any]] = json.loads(raw)
+            tasks: list[dict[str, JsonValue]] = json.loads(raw)  # parse_export checks what it is
         except json.JSONDecodeError as exc:
             raise MalformedExport(
                 f"review.completed_export {self.completed_export} is not JSON: {exc.msg} at line {exc.lineno}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -21,6 +21,76 @@ from data.review_labels import ACCEPT
 
 MODEL_VERSION = "culturebench-automatic"
 EXTENSIONS = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tif"}
+
+
+# -- the task payloads: what we import into Label Studio (and write to a review's tasks.json) ----------------------
+
+
+class ChoiceValue(TypedDict):
+    choices: list[str]
+
+
+class ChoiceRegion(TypedDict):
+    """A prediction's answer to one choices control."""
+
+    from_name: str
+    to_name: str
+    type: str
+    value: ChoiceValue
+
+
+class Prediction(TypedDict):
+    model_version: str
+    score: float | None
+    result: list[ChoiceRegion]
+
+
+class DuplicateTaskData(TypedDict):
+    """What a duplicate review task shows: the pair, its automatic scores and the guideline."""
+
+    item_key: str  # image_a|image_b
+    image_a: str
+    image_b: str
+    image_a_id: str
+    image_b_id: str
+    concept_id: int
+    scores: str
+    guideline: str
+
+
+class SynthesisTaskData(TypedDict):
+    """What a synthesis QA task shows: original, synthesized image and mask, the attempt and its scores."""
+
+    item_key: str  # the attempt id
+    original: str
+    synthesized: str
+    mask: str
+    original_id: str
+    ethnicity: str
+    attempt: int
+    prompt: str
+    scores: str
+    guideline: str
+
+
+class TranslationTaskData(TypedDict):
+    """What a translation review task shows (`annotation.translation_review.translation_tasks`)."""
+
+    item_key: str
+    language_name: str
+    guideline: str
+    source: str
+    context: str
+    draft: str
+    example: str
+
+
+class LabelStudioTask(TypedDict):
+    """One task as imported: the fields the labeling interface shows (`item_key` names the item reviewed), and the
+    automatic scores' suggestion, if any."""
+
+    data: DuplicateTaskData | SynthesisTaskData | TranslationTaskData
+    predictions: NotRequired[list[Prediction]]
 
 
 class MediaFolder:
@@ -58,7 +128,7 @@ class MediaFolder:
         return sorted(p.name for p in self.folder.iterdir() if p.is_file() and not p.name.endswith(".tmp"))
 
 
-def _choice_prediction(spec: ReviewSpec, choice: str, score: float | None) -> dict[str, Any]:
+def _choice_prediction(spec: ReviewSpec, choice: str, score: float | None) -> Prediction:
     return {
         "model_version": MODEL_VERSION,
         "score": None if score is None else round(float(score), 4),
@@ -81,11 +151,11 @@ def duplicate_item_key(image_a: str, image_b: str) -> str:
     return f"{image_a}|{image_b}"
 
 
-def duplicate_review_tasks(queue: pa.Table, image_url: Callable[[str], str]) -> list[dict[str, Any]]:
+def duplicate_review_tasks(queue: pa.Table, image_url: Callable[[str], str]) -> list[LabelStudioTask]:
     """One task per queued pair. The prediction suggests "same scene" with the strongest similarity as its score:
     every queued pair is in a tier's review band, so that is the question the annotators settle."""
     spec = SPECS["duplicate_review"]
-    tasks = []
+    tasks: list[LabelStudioTask] = []
     for row in queue.to_pylist():
         scores = [
             _fmt("pHash distance", row["phash_distance"], 0),
@@ -112,12 +182,12 @@ def duplicate_review_tasks(queue: pa.Table, image_url: Callable[[str], str]) -> 
     return tasks
 
 
-def synthesis_qa_tasks(candidates: pa.Table, image_url: Callable[[str, str], str]) -> list[dict[str, Any]]:
+def synthesis_qa_tasks(candidates: pa.Table, image_url: Callable[[str, str], str]) -> list[LabelStudioTask]:
     """One task per synthesis attempt; `image_url(sha256, role)` publishes original, result and mask.
 
     The prediction suggests "accept": these attempts already passed BRISQUE and CLIP (MixCuBe App. A.6)."""
     spec = SPECS["synthesis_qa"]
-    tasks = []
+    tasks: list[LabelStudioTask] = []
     for row in candidates.to_pylist():
         scores = [_fmt("BRISQUE", row["brisque"], 1), _fmt("CLIP image similarity", row["clip_similarity"])]
         tasks.append(

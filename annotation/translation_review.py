@@ -19,7 +19,7 @@ from __future__ import annotations
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import pyarrow as pa
 
@@ -31,6 +31,7 @@ from annotation.label_configs import (
     TRANSLATION_CORRECT,
     TRANSLATION_REJECT,
 )
+from annotation.tasks import LabelStudioTask
 from data.pack_entries import ENGLISH_TEMPLATE, EntryChange, PackEntry, pack_entries
 from data.reference_models import ReferencePack
 from data.reference_parse import language_names
@@ -90,7 +91,7 @@ def _example(pack: ReferencePack, entry: PackEntry) -> str:
     return entry.context if entry.context.startswith("RQ3 query") else ""
 
 
-def translation_tasks(pack: ReferencePack, code: str) -> list[dict[str, Any]]:
+def translation_tasks(pack: ReferencePack, code: str) -> list[LabelStudioTask]:
     """One Label Studio task per draft entry of `code`."""
     english, native = language_names(code)
     guideline = GUIDELINES[KIND]
@@ -110,13 +111,28 @@ def translation_tasks(pack: ReferencePack, code: str) -> list[dict[str, Any]]:
     ]
 
 
+class TranslationDecision(TypedDict):
+    """A row of the decisions file (DECISION_FIELDS): what the review decided of one entry."""
+
+    language: str
+    file: str
+    key: str
+    status: str
+    decision: str | None
+    reason: str | None
+    value: str
+    votes: str  # JSON {choice: count}
+    reviewers: int
+    majority_share: float | None
+
+
 @dataclass
 class CollectedReview:
     """What a language's review decided: the changes to write, one decision row per entry, and the agreement."""
 
     code: str
     changes: list[EntryChange]
-    decisions: list[dict[str, Any]]
+    decisions: list[TranslationDecision]
     agreement: Agreement
 
     def counts(self) -> Counter[str]:
@@ -147,7 +163,7 @@ def collect_language(pack: ReferencePack, code: str, export: Any, annotators: in
     for vote in votes:
         by_key.setdefault(vote.item_key, []).append(vote)
     changes: list[EntryChange] = []
-    rows: list[dict[str, Any]] = []
+    rows: list[TranslationDecision] = []
     for row in table.to_pylist():
         entry = entries[row["item_key"]]
         decision, reason, value = row["decision"], row["reason"], entry.draft

@@ -31,10 +31,10 @@ import time
 import uuid
 import zlib
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, NotRequired, TypedDict, TypeVar
 
 import aiohttp
 import pyarrow as pa
@@ -61,7 +61,7 @@ from data.clients.retry import (
     call_with_retries_async,
     parse_retry_after,
 )
-from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, blank_row, from_rows
+from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, FetchedUrl, fetched_url, from_rows, images_row, str_cell
 from data.stage import BackendConfig
 from data.workspace import BlobStore, Storage, Workspace, fingerprint, sha256_bytes
 
@@ -136,6 +136,55 @@ def _utc_now() -> str:
 # -- journal -----------------------------------------------------------------------------------------------------
 
 
+class JournalRow(TypedDict, total=False):
+    """A journaled FetchedUrl without its `url` (the entry names it). Total=False: a journal written before a column
+    was added lacks it (the row is read as null there)."""
+
+    status: str
+    error: str | None
+    detail: str | None
+    sha256: str | None
+    num_bytes: int | None
+    width: int | None
+    height: int | None
+    format: str | None
+    final_url: str | None
+    http_status: int | None
+    content_type: str | None
+    retrieved_at: str | None
+    attempts: int
+    transient: bool | None
+
+
+class JournalEntry(TypedDict):
+    """A line of a journal file: a URL's result and the keys of the limits and opt-out policy it was decided under."""
+
+    url: str
+    limits: str
+    row: JournalRow
+    opt_out: NotRequired[str]  # absent: journaled before opt-outs were checked
+
+
+def journal_row(row: FetchedUrl) -> JournalRow:
+    """`row` as the journal keeps it: every column but `url`, in the same order."""
+    return {
+        "status": row["status"],
+        "error": row["error"],
+        "detail": row["detail"],
+        "sha256": row["sha256"],
+        "num_bytes": row["num_bytes"],
+        "width": row["width"],
+        "height": row["height"],
+        "format": row["format"],
+        "final_url": row["final_url"],
+        "http_status": row["http_status"],
+        "content_type": row["content_type"],
+        "retrieved_at": row["retrieved_at"],
+        "attempts": row["attempts"],
+        "transient": row["transient"],
+    }
+
+
 class DownloadJournal:
     """Per-URL download results, appended as small atomic JSONL batch files under `<storage>/<prefix>/`.
 
@@ -162,17 +211,17 @@ class DownloadJournal:
         self.flush_interval_s = flush_interval_s
         self._writer = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._seq = 0
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[JournalEntry] = []
         self._last_flush = time.monotonic()
         self._lock = threading.Lock()
-        self._entries: dict[str, dict[str, Any]] = {}
+        self._entries: dict[str, JournalEntry] = {}
         self._read: set[str] = set()  # journal files already merged into _entries (own files included)
 
     @property
     def folder(self) -> str:
         return self.storage.path(self.prefix)
 
-    def load(self) -> dict[str, dict[str, Any]]:
+    def load(self) -> dict[str, JournalEntry]:
         """The newest entry of every journaled URL (a copy)."""
         for name in self.storage.listdir(self.folder):
             if not name.endswith(".jsonl") or name.startswith(".") or name in self._read:
@@ -180,14 +229,14 @@ class DownloadJournal:
             self._read.add(name)
             for line in self.storage.read_bytes(f"{self.folder}/{name}").splitlines():
                 try:
-                    entry = json.loads(line)
+                    entry: JournalEntry = json.loads(line)
                     self._entries[entry["url"]] = entry
                 except (ValueError, KeyError, TypeError):
                     continue  # files are written atomically; a bad line can only come from outside: skip it
         return dict(self._entries)
 
-    def record(self, url: str, row: dict[str, Any], limits: str, opt_out: str | None = None) -> None:
-        entry = {"url": url, "limits": limits, "row": row}
+    def record(self, url: str, row: JournalRow, limits: str, opt_out: str | None = None) -> None:
+        entry: JournalEntry = {"url": url, "limits": limits, "row": row}
         if opt_out is not None:
             entry["opt_out"] = opt_out
         with self._lock:
@@ -217,11 +266,9 @@ class DownloadJournal:
 # -- one URL -----------------------------------------------------------------------------------------------------
 
 
-def _empty_row(url: str) -> dict[str, Any]:
+def _empty_row(url: str) -> FetchedUrl:
     """An IMAGES row without `image_id`."""
-    row = blank_row(IMAGES, url=url, status=STATUS_OK, attempts=0, transient=False)
-    del row["image_id"]
-    return row
+    return fetched_url(url, STATUS_OK, attempts=0, transient=False)
 
 
 async def _sleep(seconds: float) -> None:
@@ -275,25 +322,33 @@ class _Fetcher:
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
-    async def fetch_url(self, url: str) -> dict[str, Any]:
+    async def fetch_url(self, url: str) -> FetchedUrl:
         """Fetch, retry, check and store one URL; always returns a row, never raises for a network failure."""
         row = _empty_row(url)
         retry = self.config.retry
         try:
             target = check_url(url, self.policy)
         except UrlRefused as exc:
-            row.update(status=STATUS_FAILED, error=exc.error, detail=exc.detail)
+            row.update({"status": STATUS_FAILED, "error": exc.error, "detail": exc.detail})
             return row
         # robots.txt and tdmrep.json, holding no slot: a refused URL is never requested (attempts 0).
         refusal = await self.opt_out.before_request(target)
         if refusal is not None:
-            row.update(status=STATUS_FAILED, error=OPTED_OUT, detail=refusal)
+            row.update({"status": STATUS_FAILED, "error": OPTED_OUT, "detail": refusal})
             return row
         count = RetryCount()
 
         async def attempt() -> bytes:
             # What the row says about the response is the last attempt's.
-            row.update(attempts=count.attempts, final_url=None, http_status=None, content_type=None, retrieved_at=None)
+            row.update(
+                {
+                    "attempts": count.attempts,
+                    "final_url": None,
+                    "http_status": None,
+                    "content_type": None,
+                    "retrieved_at": None,
+                }
+            )
             return await self._request(target, row)
 
         def classify(exc: Exception) -> RetryVerdict | None:
@@ -310,18 +365,20 @@ class _Fetcher:
                 detail += f"; Retry-After {failure.retry_after_s:g} s > max_retry_after_s"
             elif failure.transient and gave_up.attempts > 1:
                 detail += f" (after {gave_up.attempts} attempts)"
-            row.update(status=STATUS_FAILED, error=failure.error, detail=detail, transient=failure.transient)
+            row.update(
+                {"status": STATUS_FAILED, "error": failure.error, "detail": detail, "transient": failure.transient}
+            )
             return row
         row["num_bytes"] = len(body)
         try:
             sha, info = await self._in_thread(self.checker, body)
         except ImageRejected as exc:
-            row.update(status=STATUS_FAILED, error=exc.error, detail=exc.detail)
+            row.update({"status": STATUS_FAILED, "error": exc.error, "detail": exc.detail})
             return row
-        row.update(sha256=sha, width=info[0], height=info[1], format=info[2])
+        row.update({"sha256": sha, "width": info[0], "height": info[1], "format": info[2]})
         return row
 
-    async def _request(self, url: URL, row: dict[str, Any]) -> bytes:
+    async def _request(self, url: URL, row: FetchedUrl) -> bytes:
         """One attempt: follow redirects ourselves so that every hop passes the guard."""
         current = url
         for hop in range(self.config.max_redirects + 1):
@@ -340,7 +397,7 @@ class _Fetcher:
             current = outcome
         raise _Failure("too_many_redirects", f"more than {self.config.max_redirects} redirects from {url}")
 
-    async def _one_request(self, url: URL, row: dict[str, Any]) -> bytes | URL:
+    async def _one_request(self, url: URL, row: FetchedUrl) -> bytes | URL:
         """One HTTP request: the body, or the next URL when it is a redirect."""
         config = self.config
         try:
@@ -574,7 +631,9 @@ class _Checker:
         return sha, verdict
 
 
-def _recheck_blob(sha: str, limits: ImageLimits, blobs: BlobStore) -> tuple[int, int, str]:
+def _recheck_blob(sha: str | None, limits: ImageLimits, blobs: BlobStore) -> tuple[int, int, str]:
+    if sha is None:  # `_plan` rechecks only ok rows whose blob is stored
+        raise OSError("no blob to check again")
     info = inspect_image(blobs.get(sha), limits)
     return info.width, info.height, info.format
 
@@ -600,7 +659,7 @@ def _short(exc: BaseException, limit: int = 200) -> str:
 
 
 def _plan(
-    entry: dict[str, Any] | None, key: str, config: HttpDownloadConfig, blobs: BlobStore, opt_key: str | None = None
+    entry: JournalEntry | None, key: str, config: HttpDownloadConfig, blobs: BlobStore, opt_key: str | None = None
 ) -> Literal["fetch", "reuse", "recheck"]:
     """What to do with a URL given its journal entry (see `DownloadJournal` for the rules)."""
     if entry is None:
@@ -612,7 +671,8 @@ def _plan(
     if row.get("error") == OPTED_OUT and config.retry_failed and is_unreachable_refusal(row.get("detail")):
         return "fetch"  # refused because robots.txt/tdmrep.json could not be fetched: worth asking again
     if row["status"] == STATUS_OK:
-        if not row.get("sha256") or row["sha256"] not in blobs:
+        sha = row.get("sha256")
+        if not sha or sha not in blobs:
             return "fetch"  # the blob store lost it
         return "reuse" if same_limits else "recheck"
     if row["error"] in NEVER_REUSED_ERRORS:
@@ -641,7 +701,7 @@ def _interleave_hosts(urls: list[str]) -> list[str]:
 
 
 async def download_hits_async(
-    hits: Sequence[dict[str, Any]],
+    hits: Sequence[Mapping[str, object]],
     blobs: BlobStore,
     config: HttpDownloadConfig,
     journal: DownloadJournal | None = None,
@@ -653,13 +713,13 @@ async def download_hits_async(
     `host_files` caches robots.txt and tdmrep.json; pass the same one to every call of a run (one per call if not)."""
     hits_by_url: dict[str, int] = defaultdict(int)
     for hit in hits:
-        hits_by_url[hit["url"]] += 1  # identical URLs are fetched once
+        hits_by_url[str_cell(hit, "url")] += 1  # identical URLs are fetched once
     progress = _Progress(total=len(hits), on_item=on_item)
     key = limits_key(config.limits)
     opt_key = opt_out_key(config.opt_out)
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, FetchedUrl] = {}
     to_fetch: list[str] = []
-    to_recheck: list[tuple[str, dict[str, Any]]] = []
+    to_recheck: list[tuple[str, FetchedUrl]] = []
     journaled = journal.load() if journal is not None else {}
     for url in hits_by_url:
         entry = journaled.get(url)
@@ -672,24 +732,33 @@ async def download_hits_async(
             to_recheck.append((url, {**_empty_row(url), **entry["row"]}))
     progress.advance(sum(hits_by_url[u] for u in results))
 
-    def finish(url: str, row: dict[str, Any]) -> None:
+    def finish(url: str, row: FetchedUrl) -> None:
         results[url] = row
         if journal is not None and row["error"] not in NEVER_REUSED_ERRORS:
-            journal.record(url, {k: v for k, v in row.items() if k != "url"}, key, opt_key)
+            journal.record(url, journal_row(row), key, opt_key)
         progress.advance(hits_by_url[url])
 
     with concurrent.futures.ThreadPoolExecutor(config.check_workers, thread_name_prefix="image-check") as pool:
         loop = asyncio.get_running_loop()
 
-        async def recheck(url: str, old: dict[str, Any]) -> None:
-            row = dict(old, url=url)
+        async def recheck(url: str, old: FetchedUrl) -> None:
+            row: FetchedUrl = {**old, "url": url}
             try:
                 width, height, fmt = await loop.run_in_executor(
                     pool, _recheck_blob, old["sha256"], config.limits, blobs
                 )
-                row.update(status=STATUS_OK, error=None, detail=None, width=width, height=height, format=fmt)
+                row.update(
+                    {
+                        "status": STATUS_OK,
+                        "error": None,
+                        "detail": None,
+                        "width": width,
+                        "height": height,
+                        "format": fmt,
+                    }
+                )
             except ImageRejected as exc:
-                row.update(status=STATUS_FAILED, error=exc.error, detail=exc.detail, transient=False)
+                row.update({"status": STATUS_FAILED, "error": exc.error, "detail": exc.detail, "transient": False})
             except OSError:
                 to_fetch.append(url)  # the stored blob is unreadable or corrupt: fetch the URL again
                 return
@@ -701,7 +770,7 @@ async def download_hits_async(
             await _fetch_all(_interleave_hosts(to_fetch), blobs, config, pool, finish, journal, host_files)
     if journal is not None:
         journal.flush()
-    rows = [{"image_id": hit["image_id"], **results[hit["url"]]} for hit in hits]
+    rows = [images_row(str_cell(hit, "image_id"), results[str_cell(hit, "url")]) for hit in hits]
     return from_rows(rows, IMAGES)
 
 
@@ -710,7 +779,7 @@ async def _fetch_all(
     blobs: BlobStore,
     config: HttpDownloadConfig,
     pool: concurrent.futures.Executor,
-    finish: Callable[[str, dict[str, Any]], None],
+    finish: Callable[[str, FetchedUrl], None],
     journal: DownloadJournal | None,
     host_files: HostFileCache,
 ) -> None:
@@ -794,7 +863,7 @@ async def _flush_periodically(journal: DownloadJournal) -> None:
 
 
 def download_hits(
-    hits: Sequence[dict[str, Any]],
+    hits: Sequence[Mapping[str, object]],
     blobs: BlobStore,
     config: HttpDownloadConfig,
     journal: DownloadJournal | None = None,
@@ -826,5 +895,5 @@ class HttpFetcher:
         # robots.txt and tdmrep.json, fetched once per origin for every shard of the run.
         self.host_files = HostFileCache()
 
-    def fetch(self, hits: Sequence[dict[str, Any]], blobs: BlobStore) -> pa.Table:
+    def fetch(self, hits: Sequence[Mapping[str, object]], blobs: BlobStore) -> pa.Table:
         return download_hits(hits, blobs, self.config, journal=self.journal, host_files=self.host_files)

@@ -10,8 +10,8 @@ by the build configs), and the `local` importer refuses any URL that is not on s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Annotated, Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Protocol
 
 import pyarrow as pa
 from pydantic import Field
@@ -39,4 +39,4 @@ class Fetcher(Protocol):
     """What `FetchConfig.build()(workspace)` gives: a backend is built from its config and the build's workspace,
     where it may keep state that outlives one stage attempt (the download journal)."""
 
-    def fetch(self, hits: Sequence[dict[str, Any]], blobs: BlobStore) -> pa.Table: ...
+    def fetch(self, hits: Sequence[Mapping[str, object]], blobs: BlobStore) -> pa.Table: ...

@@ -8,8 +8,8 @@ checks, so it is refused as a row and never opened.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import ClassVar, Literal
 
 import fsspec
 import pyarrow as pa
@@ -18,7 +18,7 @@ from pydantic import Field
 
 from collectors.image_check import ImageLimits, ImageRejected, inspect_image
 from collectors.ssrf import storage_refusal
-from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, blank_row, from_rows
+from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, ImagesRow, fetched_url, from_rows, images_row, str_cell
 from data.stage import BackendConfig
 from data.workspace import BlobStore, Workspace
 
@@ -59,31 +59,32 @@ def read_limited(url: str, max_bytes: int) -> bytes:
         return data
 
 
-def import_hits(hits: Sequence[dict[str, Any]], blobs: BlobStore, limits: ImageLimits) -> pa.Table:
+def import_hits(hits: Sequence[Mapping[str, object]], blobs: BlobStore, limits: ImageLimits) -> pa.Table:
     # The shard's blobs are flushed to disk once, together, before its part records them.
     with blobs.storage.deferred_sync():
         return _import_hits(hits, blobs, limits)
 
 
-def _import_hits(hits: Sequence[dict[str, Any]], blobs: BlobStore, limits: ImageLimits) -> pa.Table:
-    rows: list[dict[str, Any]] = []
+def _import_hits(hits: Sequence[Mapping[str, object]], blobs: BlobStore, limits: ImageLimits) -> pa.Table:
+    rows: list[ImagesRow] = []
     for hit in hits:
-        row = blank_row(IMAGES, image_id=hit["image_id"], url=hit["url"], status=STATUS_OK, attempts=1)
+        image_id, url = str_cell(hit, "image_id"), str_cell(hit, "url")
+        row = images_row(image_id, fetched_url(url, STATUS_OK, attempts=1))
         try:
-            data = read_limited(hit["url"], limits.max_bytes)
+            data = read_limited(url, limits.max_bytes)
             row["num_bytes"] = len(data)
             info = inspect_image(data, limits)
         except ProtocolRefused as exc:
             # Nothing was opened: attempts 0, as the downloader records a URL it refused.
-            row.update(status=STATUS_FAILED, error="blocked_protocol", detail=str(exc), attempts=0)
+            row.update({"status": STATUS_FAILED, "error": "blocked_protocol", "detail": str(exc), "attempts": 0})
         except FileNotFoundError as exc:
-            row.update(status=STATUS_FAILED, error="not_found", detail=str(exc))
+            row.update({"status": STATUS_FAILED, "error": "not_found", "detail": str(exc)})
         except ImageRejected as exc:
-            row.update(status=STATUS_FAILED, error=exc.error, detail=exc.detail)
+            row.update({"status": STATUS_FAILED, "error": exc.error, "detail": exc.detail})
         except OSError as exc:
-            row.update(status=STATUS_FAILED, error="read_error", detail=f"{type(exc).__name__}: {exc}")
+            row.update({"status": STATUS_FAILED, "error": "read_error", "detail": f"{type(exc).__name__}: {exc}"})
         else:
-            row.update(sha256=blobs.put(data), width=info.width, height=info.height, format=info.format)
+            row.update({"sha256": blobs.put(data), "width": info.width, "height": info.height, "format": info.format})
         rows.append(row)
     return from_rows(rows, IMAGES)
 
@@ -94,5 +95,5 @@ class LocalImporter:
     def __init__(self, config: ImportConfig) -> None:
         self.config = config
 
-    def fetch(self, hits: Sequence[dict[str, Any]], blobs: BlobStore) -> pa.Table:
+    def fetch(self, hits: Sequence[Mapping[str, object]], blobs: BlobStore) -> pa.Table:
         return import_hits(hits, blobs, self.config.limits)

@@ -30,7 +30,7 @@ import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, NoReturn
+from typing import Annotated, Literal, NoReturn
 
 import fsspec
 import numpy as np
@@ -103,7 +103,7 @@ def category_name(mix: MixCubeReference, name: str) -> str:
     raise ValueError(f"unknown MixCuBe category {name!r}; known: {mix.categories}")
 
 
-def original_row(**values: object) -> dict[str, Any]:
+def original_row(**values: object) -> dict[str, object]:
     """A MIXCUBE_ORIGINALS row: the values given, every other column empty."""
     return schemas.blank_row(schemas.MIXCUBE_ORIGINALS, **values)
 

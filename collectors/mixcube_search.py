@@ -14,8 +14,8 @@ search, and the final URL, HTTP status, content type and retrieval time from the
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Literal, NoReturn
+from collections.abc import Callable, Mapping
+from typing import Literal, NoReturn
 
 import pyarrow as pa
 from pydantic import Field
@@ -29,7 +29,7 @@ from collectors.search_ddgs import DdgsSearchConfig
 from collectors.search_types import SearchError, SearchHit, SearchQuery
 from data import schemas
 from data.reference import MixCubeCulture, MixCubeReference
-from data.schemas import STATUS_FAILED, STATUS_OK
+from data.schemas import STATUS_FAILED, STATUS_OK, ImagesRow
 from data.stage import BackendConfig
 from data.workspace import BlobStore
 
@@ -88,7 +88,7 @@ def search_originals(
     config: SearchOriginalsConfig, searcher: Searcher, fetcher: Fetcher, blobs: BlobStore, mix: MixCubeReference
 ) -> pa.Table:
     """MIXCUBE_ORIGINALS rows for every hit and every failed query, for the cultures and categories of `mix`."""
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     hits: list[dict[str, str]] = []
     meta: dict[str, dict[str, str | int | None]] = {}
     publish = config.search.url_publisher()  # a local corpus's files are published relative to its folder
@@ -147,7 +147,7 @@ def _hit_source(hit: SearchHit, rank: int, publish: Callable[[str], str]) -> dic
     }
 
 
-def _fetch_source(image: dict[str, Any], hit: dict[str, Any]) -> dict[str, Any]:
+def _fetch_source(image: ImagesRow, hit: Mapping[str, str | int | None]) -> dict[str, str | int | None]:
     """What the fetch says of a hit (IMAGES columns): the HTTP downloader's final URL, status, content type and time."""
     return {
         "final_url": image["final_url"],
@@ -157,5 +157,5 @@ def _fetch_source(image: dict[str, Any], hit: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _failed(original_id: str, base: dict[str, Any], error: str, source: str) -> dict[str, Any]:
+def _failed(original_id: str, base: Mapping[str, object], error: str, source: str) -> dict[str, object]:
     return original_row(original_id=original_id, source=source, status=STATUS_FAILED, error=error, **base)

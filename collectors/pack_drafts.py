@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
@@ -27,6 +27,7 @@ from data.clients.gemini import GeminiClient, failure_row
 from data.reference import ENGLISH, REVIEW_AWAITING, ConceptTranslation, CountryName, Language, ReferencePack
 from data.reference_parse import language_names
 from data.reference_values import check_language_template, text_problem
+from data.schemas import LlmFailureRow
 
 STAGE = "reference_drafts"
 
@@ -55,7 +56,7 @@ class NewTranslations(Protocol):
     def rows(self) -> list[tuple[int, str, str, str]]: ...  # (concept_id, concept, text, descriptor_template)
 
     @property
-    def failures(self) -> list[dict[str, Any]]: ...
+    def failures(self) -> list[LlmFailureRow]: ...
 
 
 @dataclass
@@ -66,7 +67,7 @@ class LanguageDrafts:
     language: Language | None = None
     country_names: list[CountryName] = field(default_factory=list)
     translations: list[ConceptTranslation] = field(default_factory=list)
-    failures: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[LlmFailureRow] = field(default_factory=list)
 
     @property
     def count(self) -> int:

@@ -34,10 +34,10 @@ from __future__ import annotations
 import re
 import shutil
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -49,7 +49,7 @@ from data.publish.format import IMAGE_CONFIGS, MANIFEST, ReleaseReadError
 from data.publish.integrity import Manifest, ReleaseIntegrityError, read_manifest, verify_files
 from data.publish.manifest import SHA256, ReleaseManifest
 from data.publish.reader import REFERENCE_DIR
-from data.schemas import STATUS_OK
+from data.schemas import STATUS_OK, ImagesRow
 from data.takedown.older_versions import refuse_taken_down
 from data.workspace import BlobStore, Storage
 
@@ -73,8 +73,36 @@ FETCH_REPORT = pa.schema(
     ]
 )
 ROW_GROUP = 100
+
+
+class Fetched(TypedDict):
+    """What `_verdict` reads of a row's download: an IMAGES row, or NO_URL."""
+
+    status: str
+    error: str | None
+    detail: str | None
+    sha256: str | None
+
+
+class FetchVerdict(TypedDict):
+    """A FETCH_REPORT row."""
+
+    image_id: str | None
+    url: str | None
+    sha256: str | None
+    fetched_sha256: str | None
+    status: str
+    error: str | None
+    detail: str | None
+
+
 #: An image the release names by no URL (a local file's row): nothing to fetch.
-NO_URL = {"status": "failed", "error": "no_url", "detail": "the release has no URL for this image", "sha256": None}
+NO_URL: Fetched = {
+    "status": "failed",
+    "error": "no_url",
+    "detail": "the release has no URL for this image",
+    "sha256": None,
+}
 #: The journal writes a batch this often (results, seconds): a kill loses at most one batch of downloads.
 JOURNAL_FLUSH = (32, 1.0)
 #: A temporary file `Storage.open_atomic` left behind when a run was killed while writing an output.
@@ -108,7 +136,7 @@ class ReleaseImages:
     config: str  # the image config's folder: image_metadata (3XCM), default (MixCuBe)
     id_column: str
     table: pa.Table
-    rows: list[dict[str, Any]]
+    rows: list[Mapping[str, object]]  # the columns `_read_part` checked hold text: text_cell reads them
     embedded: list[bool]  # the row carries its bytes (a MixCuBe swap): nothing to fetch
 
     @property
@@ -234,7 +262,7 @@ def _check_ids(files: list[Path], parts: list[pa.Table], id_column: str) -> None
             seen[key] = (file, row)
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     return "null" if value is None else repr(value)[:80]
 
 
@@ -272,7 +300,7 @@ def fetch_release(
 
     with_url = [i for i in wanted if rows[i].get("url")]
     hits = [{"image_id": rows[i][id_column], "url": rows[i]["url"]} for i in with_url]
-    fetched: dict[int, dict[str, Any]] = {}
+    fetched: dict[int, ImagesRow] = {}
     if hits:
         on_item = None
         if progress is not None:
@@ -285,7 +313,11 @@ def fetch_release(
     images_path = None
     if write_images:
         # By row, not by id: each row's image is the blob fetched for that row.
-        verified = {i: fetched[i]["sha256"] for i, got in zip(wanted, report, strict=True) if got["status"] == OK}
+        verified = {
+            i: sha
+            for i, got in zip(wanted, report, strict=True)
+            if got["status"] == OK and (sha := fetched[i]["sha256"]) is not None  # an ok download has its blob
+        }
         _write_image_table(storage, storage.path(release.config, IMAGE_PART), release, schema, verified, blobs)
         _copy_reference(folder, storage)
         images_path = str(out / release.config / IMAGE_PART)
@@ -302,16 +334,32 @@ def _copy_reference(folder: Path, storage: Storage) -> None:
         storage.write_bytes(storage.path(REFERENCE_DIR, path.relative_to(source).as_posix()), path.read_bytes())
 
 
-def _verdict(row: dict[str, Any], id_column: str, got: dict[str, Any]) -> dict[str, Any]:
-    out = {"image_id": row[id_column], "url": row["url"], "sha256": row["sha256"], "fetched_sha256": None}
+def text_cell(row: Mapping[str, object], column: str) -> str | None:
+    """A cell of a text column (`_read_part` checked it holds text or nulls), None where the row lacks it."""
+    value = row.get(column)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"column {column!r} holds {value!r}, not text")
+    return value
+
+
+def _verdict(row: Mapping[str, object], id_column: str, got: Fetched) -> FetchVerdict:
+    image_id, url, sha256 = text_cell(row, id_column), text_cell(row, "url"), text_cell(row, "sha256")
     if got["status"] == STATUS_OK:
-        out["fetched_sha256"] = got["sha256"]
-        if got["sha256"] == row["sha256"]:
-            return {**out, "status": OK, "error": None, "detail": None}
-        detail = f"sha256 {got['sha256']}, released {row['sha256']}"
-        return {**out, "status": CHANGED, "error": None, "detail": detail}
-    status = OPTED_OUT if got["error"] == OPTED_OUT else GONE
-    return {**out, "status": status, "error": got["error"], "detail": got["detail"]}
+        status, error, detail = OK, None, None
+        if got["sha256"] != sha256:
+            status, detail = CHANGED, f"sha256 {got['sha256']}, released {sha256}"
+    else:
+        status = OPTED_OUT if got["error"] == OPTED_OUT else GONE
+        error, detail = got["error"], got["detail"]
+    return {
+        "image_id": image_id,
+        "url": url,
+        "sha256": sha256,
+        "fetched_sha256": got["sha256"] if got["status"] == STATUS_OK else None,
+        "status": status,
+        "error": error,
+        "detail": detail,
+    }
 
 
 def _image_schema(release: ReleaseImages) -> pa.Schema:
@@ -349,7 +397,7 @@ def _write_image_table(
                     image = images[i]
                 elif i in verified:
                     data = blobs.get(verified[i])
-                    fmt = row.get("format") or ("JPEG" if data[:3] == b"\xff\xd8\xff" else "PNG")
+                    fmt = text_cell(row, "format") or ("JPEG" if data[:3] == b"\xff\xd8\xff" else "PNG")
                     image = {"bytes": to_release_jpeg(data, fmt), "path": f"{key}.jpg"}
                 else:
                     image = None

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Protocol
+from typing import Annotated, ClassVar, Literal, Protocol
 
 import fsspec
 import pyarrow as pa
@@ -188,8 +188,9 @@ def search_rows(searcher: Searcher, queries: Sequence[SearchQuery], max_results:
     return from_rows([row for rows in per_query for row in rows], SEARCH_HITS)
 
 
-def _query_rows(searcher: Searcher, query: SearchQuery, max_results: int) -> list[dict[str, Any]]:
-    base = {
+def _query_rows(searcher: Searcher, query: SearchQuery, max_results: int) -> list[dict[str, object]]:
+    """SEARCH_HITS rows for one query: its hits, or the failure."""
+    base: dict[str, object] = {
         "concept_id": query.concept_id,
         "country": query.country,
         "query": query.query,
@@ -220,7 +221,7 @@ def _query_rows(searcher: Searcher, query: SearchQuery, max_results: int) -> lis
     ]
 
 
-def _failure(query: SearchQuery, base: dict[str, object], kind: str, detail: str) -> dict[str, Any]:
+def _failure(query: SearchQuery, base: dict[str, object], kind: str, detail: str) -> dict[str, object]:
     return blank_row(
         SEARCH_HITS, **base, image_id=query.query_id, status=STATUS_FAILED, error=kind, detail=detail or None
     )

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypedDict
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -128,11 +128,23 @@ class _Request:
     retry_after_s: float | None = None
 
 
+class DdgsImage(TypedDict, total=False):
+    """One result of `DDGS.images`, as ddgs gives it: `image` is the image's URL, `url` the page it is on."""
+
+    title: str
+    image: str
+    thumbnail: str
+    url: str
+    height: int | str
+    width: int | str
+    source: str
+
+
 @dataclass
 class _Attempt:
     kind: Kind
     detail: str
-    results: list[dict[str, Any]] = field(default_factory=list)
+    results: list[DdgsImage] = field(default_factory=list)
     retry_after_s: float | None = None
 
 
@@ -333,7 +345,7 @@ def _http_note(requests: list[_Request]) -> str:
     return f" (HTTP {', '.join(map(str, statuses))})" if statuses else ""
 
 
-def _hits(results: list[dict[str, Any]], region: str, license_filter: str | None) -> list[SearchHit]:
+def _hits(results: list[DdgsImage], region: str, license_filter: str | None) -> list[SearchHit]:
     """ddgs image dicts (title, image, thumbnail, url, height, width, source) as hits: url is the image itself.
     Each records the region and licence filter it was searched with; DDG declares no licence (`unknown`)."""
     hits = []

@@ -12,7 +12,7 @@ import json
 import unicodedata
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Literal, Protocol
 
 import pyarrow as pa
 from pydantic import BaseModel, Field
@@ -21,7 +21,15 @@ from data.clients.gemini import GeminiClient, GeminiSettings, failure_row, failu
 from data.clients.openai_compatible import LanguageModelSettings, OpenAICompatibleSettings, structured_client
 from data.reference import ENGLISH, ConceptTranslation, CountryName, Language, ReferencePack
 from data.reference_values import check_concept_template, text_problem
-from data.schemas import TRANSLATION_CONFLICTS, TRANSLATIONS, empty, from_rows
+from data.schemas import (
+    TRANSLATION_CONFLICTS,
+    TRANSLATIONS,
+    LlmFailureRow,
+    TranslationConflictRow,
+    TranslationRow,
+    empty,
+    from_rows,
+)
 from data.stage import BackendConfig
 
 STAGE = "translations"
@@ -140,10 +148,10 @@ class NewTranslations:
     """Gemini's translations of concepts a language lacks: (concept_id, concept, text, descriptor_template)."""
 
     rows: list[tuple[int, str, str, str]]
-    failures: list[dict[str, Any]]
+    failures: list[LlmFailureRow]
 
 
-def _row(entry: ConceptTranslation, default_template: str, source: str) -> dict[str, Any]:
+def _row(entry: ConceptTranslation, default_template: str, source: str) -> TranslationRow:
     return {
         "concept_id": entry.concept_id,
         "language_code": entry.language_code,
@@ -315,10 +323,10 @@ class GeminiTranslator:
         countries: list[str],
         country_forms: dict[str, CountryName],
         concepts: list[tuple[int, str]],
-    ) -> tuple[dict[int, TranslatedConcept], list[dict[str, Any]]]:
+    ) -> tuple[dict[int, TranslatedConcept], list[LlmFailureRow]]:
         """Gemini's answers for `concepts` in `language`, batch by batch, and a failure row per failed batch."""
         answered: dict[int, TranslatedConcept] = {}
-        failures = []
+        failures: list[LlmFailureRow] = []
         for start in range(0, len(concepts), self.config.batch_size):
             batch = concepts[start : start + self.config.batch_size]
             ids = [cid for cid, _ in batch]
@@ -359,9 +367,9 @@ class GeminiTranslator:
         self, pack: ReferencePack, concepts: list[tuple[int, str]], language_codes: list[str], cache_dir: str | None
     ) -> TranslationOutput:
         client = self.client(cache_dir)
-        rows: list[dict[str, Any]] = []
-        conflicts: list[dict[str, Any]] = []
-        failures: list[dict[str, Any]] = []
+        rows: list[TranslationRow] = []
+        conflicts: list[TranslationConflictRow] = []
+        failures: list[LlmFailureRow] = []
         for code in sorted(set(language_codes)):
             language_pack = pack.language_pack(code)
             default_template = language_pack.language.template
@@ -408,9 +416,9 @@ class GeminiTranslator:
         shipped: ConceptTranslation | None,
         proposed: TranslatedConcept | None,
         default_template: str,
-    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    ) -> tuple[TranslationRow | None, TranslationConflictRow | None]:
         """The row to use for one pair, and the conflict row when Gemini and the shipped table disagree."""
-        gemini_row = None
+        gemini_row: TranslationRow | None = None
         if proposed is not None:
             gemini_row = {
                 "concept_id": concept_id,
@@ -432,7 +440,7 @@ class GeminiTranslator:
         if not differs:
             return shipped_row, None  # agreement: keep the shipped row and its (more informative) review status
         replace = self.config.shipped_policy == "replace"
-        conflict = {
+        conflict: TranslationConflictRow = {
             "concept_id": concept_id,
             "language_code": code,
             "shipped_text": shipped_row["text"],

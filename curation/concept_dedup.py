@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Protocol
+from typing import Annotated, Any, ClassVar, Literal, Protocol, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -178,9 +178,23 @@ def _load_bge_m3(path: str, device: str, fp16: bool) -> Any:
         return _models[key]
 
 
+class ConceptDedupRow(TypedDict):
+    """A CONCEPT_DEDUP row: a concept, whether it is kept, and what it merges into."""
+
+    concept_id: int
+    concept: str
+    normalized: str
+    keep: bool
+    duplicate_of: int | None
+    score: float | None
+    nearest_id: int | None
+    method: str
+    reason: str | None
+
+
 def decide_concept_merges(
     concept_ids: list[int], names: list[str], similarity: npt.NDArray[np.floating], threshold: float, method: str
-) -> list[dict[str, Any]]:
+) -> list[ConceptDedupRow]:
     """Union concepts at or above `threshold`; each group keeps its lowest id."""
     n = len(names)
     groups = UnionFind(n)
@@ -192,7 +206,7 @@ def decide_concept_merges(
     keeper: dict[int, int] = {}
     for i in sorted(range(n), key=lambda k: concept_ids[k]):
         keeper.setdefault(groups.find(i), i)
-    rows = []
+    rows: list[ConceptDedupRow] = []
     for i in range(n):
         kept = keeper[groups.find(i)]
         nearest = int(np.argmax(sim[i])) if n > 1 else None

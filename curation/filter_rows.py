@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Protocol
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -25,11 +25,11 @@ class PairScorer(Protocol):
     brisque_backend: str
     clip_backend: str
 
-    def score(self, pairs: Sequence[tuple[bytes, bytes]]) -> list[dict[str, Any]]: ...
+    def score(self, pairs: Sequence[tuple[bytes, bytes]]) -> list[schemas.FilterScoresRow]: ...
 
 
 def filters_table(
-    attempts: Sequence[dict[str, Any]],
+    attempts: Sequence[schemas.SynthesisAttemptRow],
     scorer: Callable[[], PairScorer],
     original_sha256: Mapping[str, str],
     load_blob: Callable[[str], bytes],
@@ -39,16 +39,16 @@ def filters_table(
 
     `scorer` gives the (lazily built) filter; `original_sha256` maps an original id to its image blob. Only the
     scoring runs inside `device_slot` (a Prefect concurrency slot on the GPU)."""
-    drawn = [a for a in attempts if a["sha256"] is not None]
+    drawn = [(a, sha) for a in attempts if (sha := a["sha256"]) is not None]
     # One original serves 4 ethnicities: read it once.
-    originals = {key: load_blob(key) for key in {original_sha256[a["original_id"]] for a in drawn}}
-    pairs = [(originals[original_sha256[a["original_id"]]], load_blob(a["sha256"])) for a in drawn]
+    originals = {key: load_blob(key) for key in {original_sha256[a["original_id"]] for a, _ in drawn}}
+    pairs = [(originals[original_sha256[a["original_id"]]], load_blob(sha)) for a, sha in drawn]
     with device_slot():
         scores = scorer().score(pairs)
-    by_id = {a["attempt_id"]: s for a, s in zip(drawn, scores, strict=True)}
-    rows = []
+    by_id = {a["attempt_id"]: s for (a, _), s in zip(drawn, scores, strict=True)}
+    rows: list[schemas.MixcubeFiltersRow] = []
     for attempt in attempts:
-        score = by_id.get(attempt["attempt_id"]) or {
+        score: schemas.FilterScoresRow = by_id.get(attempt["attempt_id"]) or {
             "brisque": None,
             "clip_similarity": None,
             "brisque_backend": scorer().brisque_backend,

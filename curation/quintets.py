@@ -12,27 +12,36 @@ facts, licence): a swap is the original with its people repainted, so its source
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import pyarrow as pa
 
 from data import schemas
 from data.image_sources import declared_license
+from data.publish.manifest import IncompleteOriginal
 from data.reference import MixCubeReference
 from data.schemas import STATUS_OK
+
+
+class SwapScores(TypedDict, total=False):
+    """What the release rows take of an attempt's filter scores (a MIXCUBE_FILTERS row)."""
+
+    brisque: float | None
+    clip_similarity: float | None
 
 
 @dataclass
 class Quintets:
     rows: pa.Table  # MIXCUBE_ROWS, in the public order
-    incomplete: list[dict[str, Any]]  # {"original_id", "missing": [ethnicities]}
+    incomplete: list[IncompleteOriginal]
 
 
 def assemble_quintets(
     originals: pa.Table,
     attempts: pa.Table,
-    scores: dict[str, dict[str, Any]],
+    scores: Mapping[str, SwapScores],
     qa: pa.Table,
     sizes: dict[str, int],
     mix: MixCubeReference,
@@ -54,7 +63,8 @@ def assemble_quintets(
             accepted[key] = {**attempt, "decision": decision}
     ok = [o for o in originals.to_pylist() if o["status"] == STATUS_OK]
     ok.sort(key=lambda o: (culture_order[o["culture"]], category_order[o["category"]], o["original_id"]))
-    rows, incomplete = [], []
+    rows: list[dict[str, object]] = []
+    incomplete: list[IncompleteOriginal] = []
     for original in ok:
         missing = [e for e in ethnicities if (original["original_id"], e) not in accepted]
         if missing:

@@ -27,7 +27,7 @@ import math
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -39,7 +39,7 @@ from curation.image_embeddings import ImageEmbedder, OpenClipEmbeddingConfig
 from curation.image_thumbnails import decode_normalized
 from data.review_labels import ERROR, KEEP, REJECT_BRISQUE, REJECT_CLIP_HIGH, REJECT_CLIP_LOW, VERDICTS
 from data.row_errors import error_text
-from data.schemas import SYNTHESIS_FILTER_SCORES, from_rows
+from data.schemas import SYNTHESIS_FILTER_SCORES, FilterScoresRow, from_rows
 from data.stage import BackendConfig, require, required_file
 from data.workspace import file_sha256
 
@@ -233,7 +233,7 @@ class PiqBrisque:
 
 def _row(
     filters: SynthesisFilter, brisque: float | None, clip: float | None, verdict: str, reason: str | None
-) -> dict[str, Any]:
+) -> FilterScoresRow:
     return {
         "brisque": brisque,
         "clip_similarity": clip,
@@ -254,9 +254,9 @@ class SynthesisFilter:
         self.brisque_backend = self.brisque.backend_id if self.brisque else OFF
         self.clip_backend = self.embedder.model_id if self.embedder else OFF
 
-    def score(self, pairs: Sequence[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
+    def score(self, pairs: Sequence[tuple[bytes, bytes]]) -> list[FilterScoresRow]:
         """One row of SYNTHESIS_FILTER_SCORES per (original bytes, synthesized bytes), in input order."""
-        rows: list[dict[str, Any]] = []
+        rows: list[FilterScoresRow] = []
         originals: dict[str, npt.NDArray[np.float32]] = {}  # one original serves many attempts: embed it once per call
         step = self.config.chunk_size
         for start in range(0, len(pairs), step):
@@ -265,9 +265,9 @@ class SynthesisFilter:
 
     def _score_chunk(
         self, pairs: Sequence[tuple[bytes, bytes]], originals: dict[str, npt.NDArray[np.float32]]
-    ) -> list[dict[str, Any]]:
+    ) -> list[FilterScoresRow]:
         decoded: list[tuple[str, Image.Image | None, Image.Image] | None] = []
-        rows: list[dict[str, Any] | None] = []
+        rows: list[FilterScoresRow | None] = []
         pending: set[str] = set()  # originals decoded in this chunk, embedded with it
         for original_bytes, synthesized_bytes in pairs:
             try:
@@ -327,7 +327,7 @@ class SynthesisFilter:
             out.append(float(np.clip(originals[item[0]] @ next(synth_vectors), -1.0, 1.0)))
         return out
 
-    def _decide(self, brisque: float | None, brisque_error: str | None, clip: float | None) -> dict[str, Any]:
+    def _decide(self, brisque: float | None, brisque_error: str | None, clip: float | None) -> FilterScoresRow:
         if brisque_error is not None:
             return _row(self, None, clip, ERROR, brisque_error)
         reasons: list[tuple[str, str]] = []
@@ -358,16 +358,22 @@ def build_synthesis_filter(config: SynthesisFilterConfig) -> SynthesisFilter:
     return SynthesisFilter(config)
 
 
-def score_attempts(config: SynthesisFilterConfig, pairs: Sequence[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
+def score_attempts(config: SynthesisFilterConfig, pairs: Sequence[tuple[bytes, bytes]]) -> list[FilterScoresRow]:
     """Rows of SYNTHESIS_FILTER_SCORES, one per (original bytes, synthesized bytes) pair, in input order."""
     return build_synthesis_filter(config).score(pairs)
 
 
-def filter_table(rows: list[dict[str, Any]]) -> pa.Table:
+def filter_table(rows: Sequence[FilterScoresRow]) -> pa.Table:
     return from_rows(rows, SYNTHESIS_FILTER_SCORES)
 
 
-def verdict_counts(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+class Verdict(TypedDict):
+    """What `verdict_counts` reads of a row (a FilterScoresRow, or its `verdict` column alone)."""
+
+    verdict: str
+
+
+def verdict_counts(rows: Sequence[Verdict]) -> dict[str, int]:
     """Rows per verdict, every verdict present (zeros included), for stage stats."""
     counts = dict.fromkeys(VERDICTS, 0)
     for row in rows:

@@ -22,13 +22,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol, TypedDict
 
 import pyarrow as pa
 from pydantic import BaseModel, Field
 
 from data.clients.gemini import GeminiClient, GeminiSettings, failure_row, failures_table
-from data.schemas import LLM_FAILURES, TAGS, blank_row, empty, from_rows
+from data.schemas import TAGS, LlmFailureRow, empty, from_rows
 from data.stage import BackendConfig, require
 from data.workspace import Storage
 
@@ -116,7 +116,16 @@ class Tagger(Protocol):
     ) -> TaggingOutput: ...
 
 
-def tag_row(request: TagRequest, concept_ids: list[int], tagger: str, model_id: str | None) -> dict[str, Any]:
+class TagsRow(TypedDict):
+    """A TAGS row."""
+
+    image_id: str
+    concept_ids: list[int]
+    tagger: str
+    model_id: str | None
+
+
+def tag_row(request: TagRequest, concept_ids: list[int], tagger: str, model_id: str | None) -> TagsRow:
     """A TAGS row: priority order kept, repeats dropped, and the image's own concept always present."""
     ordered = list(dict.fromkeys(concept_ids))
     if request.concept_id not in ordered:  # a tagger may miss the obvious; the own concept is a fact
@@ -124,7 +133,7 @@ def tag_row(request: TagRequest, concept_ids: list[int], tagger: str, model_id: 
     return {"image_id": request.image_id, "concept_ids": ordered, "tagger": tagger, "model_id": model_id}
 
 
-def _tags_table(rows: list[dict[str, Any]]) -> pa.Table:
+def _tags_table(rows: list[TagsRow]) -> pa.Table:
     return from_rows(rows, TAGS) if rows else empty(TAGS)
 
 
@@ -282,7 +291,7 @@ class PerImageCache:
 @dataclass(frozen=True)
 class _BatchResult:
     tags: dict[str, list[int]]  # image sha256 -> concept ids (successes only)
-    failures: list[dict[str, Any]]
+    failures: list[LlmFailureRow]
 
 
 class GeminiTagger:
@@ -334,7 +343,7 @@ class GeminiTagger:
         batches = [todo[start : start + size] for start in range(0, len(todo), size)]
         logger.info("tagging %d images: %d asked in %d requests", len(requests), len(todo), len(batches))
 
-        failures: list[dict[str, Any]] = []
+        failures: list[LlmFailureRow] = []
         if batches:
             client = GeminiClient(settings, cache_dir=cache_url)
             prompt_sha = hashlib.sha256(prompt.encode()).hexdigest()
@@ -351,7 +360,7 @@ class GeminiTagger:
                     tags.update(result.tags)
                     failures += result.failures
 
-        rows = []
+        rows: list[TagsRow] = []
         for request in requests:
             if request.sha256 in tags:
                 rows.append(tag_row(request, tags[request.sha256], TAGGER_GEMINI, settings.model))
@@ -372,23 +381,23 @@ class GeminiTagger:
         """One request for a batch of images; an image that cannot be read is left out and reported alone."""
         types = require("google.genai.types", "gemini")
         model = self.config.gemini.model
-        failures: list[dict[str, Any]] = []
+        failures: list[LlmFailureRow] = []
         sent: list[tuple[TagRequest, Any]] = []
         for request in batch:
             try:
                 jpeg = downscale_jpeg(load_bytes(request.sha256), self.config.max_image_side, self.config.jpeg_quality)
             except Exception as exc:  # a missing blob or an undecodable file: this image only, never the stage
                 failures.append(
-                    blank_row(
-                        LLM_FAILURES,
-                        stage=STAGE,
-                        request_key=request.image_id,
-                        model=model,
-                        prompt_sha256=prompt_sha,
-                        attempts=0,
-                        error=IMAGE_ERROR,
-                        detail=f"{type(exc).__name__}: {str(exc)[:300]}",
-                    )
+                    {
+                        "stage": STAGE,
+                        "request_key": request.image_id,
+                        "model": model,
+                        "prompt_sha256": prompt_sha,
+                        "attempts": 0,
+                        "error": IMAGE_ERROR,
+                        "detail": f"{type(exc).__name__}: {str(exc)[:300]}",
+                        "raw_text": None,
+                    }
                 )
                 continue
             sent.append((request, types.Part.from_bytes(data=jpeg, mime_type="image/jpeg")))

@@ -51,6 +51,7 @@ from curation.validate import TAKEN_DOWN_INDEX, ValidationReport, validate_bench
 from data.reference import ReferencePack
 from data.schemas import BENCHMARK, BENCHMARK_CD, CATALOG, UNASSEMBLED
 from data.takedown.denylist import TAKEN_DOWN
+from data.takedown.patch import RemovedRecord
 
 REQUESTED = "requested"
 #: Why an image the request did not name leaves: the release root's denylist names it (an earlier takedown's).
@@ -86,8 +87,16 @@ class RemovedImage:
     final_url: str | None
     why: str  # requested | byte copy of <id> | pixel copy of <id> | quintet of <id>
 
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("image_id", "index", "sha256", "pixel_sha256", "url", "final_url", "why")}
+    def as_dict(self) -> RemovedRecord:
+        return {
+            "image_id": self.image_id,
+            "index": self.index,
+            "sha256": self.sha256,
+            "pixel_sha256": self.pixel_sha256,
+            "url": self.url,
+            "final_url": self.final_url,
+            "why": self.why,
+        }
 
 
 def _column(table: pa.Table, name: str) -> list[Any]:

@@ -10,9 +10,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
@@ -40,11 +39,13 @@ def _report(violations: list[Violation], rows: pa.Table) -> ValidationReport:
     return ValidationReport(violations=violations, rows_checked={TABLE: rows.num_rows})
 
 
-def _violations(rows: list[dict[str, Any]], mix: MixCubeReference, masks: set[str] | None) -> Iterator[Violation]:
+def _violations(
+    rows: Sequence[Mapping[str, object]], mix: MixCubeReference, masks: set[str] | None
+) -> Iterator[Violation]:
     order = [mix.original_label, *(e.label for e in mix.ethnicities)]
     countries = {c.adjective for c in mix.cultures}
-    seen: set[str] = set()
-    originals: set[str] = set()
+    seen: set[object] = set()  # cells as the table holds them
+    originals: set[object] = set()
 
     def bad(r: int | None, rule: str, detail: str) -> Violation:
         return Violation(table=TABLE, row=r, rule=rule, detail=detail)

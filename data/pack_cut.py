@@ -13,9 +13,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from data.reference_files import (
     AUDIT_PROMPTS_FILE,
@@ -139,14 +139,30 @@ def _cut_mixcube(data: dict[str, Any], isos: set[str]) -> dict[str, Any] | None:
     return data
 
 
+class DemoJson(TypedDict):
+    concepts: list[str]
+    countries: list[str]
+
+
+class PackJson(TypedDict):
+    """The cut's `pack.json` (`data.reference_models.PackInfo` reads it)."""
+
+    name: str
+    version: str
+    licence: str
+    description: str
+    sources: dict[str, str]
+    demo: NotRequired[DemoJson]
+
+
 def _pack_info(
     source: ReferencePack, name: str, from_label: str, countries: list[str], concepts: list[str]
-) -> dict[str, Any]:
+) -> PackJson:
     sources = dict(source.info.sources)
     sources["cut"] = (
         f"cut from {source.info.name} {source.info.version} ({from_label}) by culturebench reference init --from"
     )
-    info: dict[str, Any] = {
+    info: PackJson = {
         "name": name,
         "version": "0.1.0",
         "licence": source.info.licence,
@@ -176,7 +192,7 @@ def _readme(name: str, from_label: str, countries: list[str], concepts: list[str
     return "\n".join(lines).encode("utf-8")
 
 
-def _json(data: dict[str, Any]) -> bytes:
+def _json(data: Mapping[str, object]) -> bytes:
     return (json.dumps(data, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
 
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 from data.reference_files import CONCEPTS_FILE, COUNTRIES_FILE, LANGUAGE_DIR, LANGUAGE_FILE
 from data.reference_models import ENGLISH, REVIEW_AWAITING, LanguagePack, ReferencePack
@@ -232,7 +232,7 @@ def apply_changes(pack: ReferencePack, changes: Sequence[EntryChange]) -> list[s
     return sorted(changed)
 
 
-def _merged_status(old: str | None, changes: Sequence[EntryChange], untouched: int) -> str:
+def _merged_status(old: object, changes: Sequence[EntryChange], untouched: int) -> str:
     """A row is native-reviewed when every entry of it is: the changes all reviewed, and no value left as it was
     unless it was reviewed before."""
     reviewed = all(c.status == REVIEWED for c in changes) and (untouched == 0 or old == REVIEWED)
@@ -247,7 +247,7 @@ def _provenance(row: dict[str, str], changes: Sequence[EntryChange]) -> None:
 
 
 def _language_file(data: bytes | None, code: str, changes: Sequence[EntryChange]) -> bytes:
-    current: dict[str, Any] = json.loads(data.decode("utf-8-sig")) if data else {}
+    current: dict[str, JsonValue] = json.loads(data.decode("utf-8-sig")) if data else {}
     if not current:
         english, native = language_names(code)
         current = {"code": code, "name": english, "native_name": native, "descriptor_template": None}

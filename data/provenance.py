@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, TypedDict, overload
 
 from data.workspace import file_sha256
 
@@ -16,10 +16,19 @@ SECRET_MARKERS = ("key", "token", "secret", "password", "credential")
 REDACTED = "**redacted**"
 
 
+class CodeVersionInfo(TypedDict):
+    """What a manifest's `code_version` states (`data.publish.manifest.CodeVersion` checks it)."""
+
+    package: str
+    version: str
+    git_commit: str | None  # None: not running from a git checkout
+    git_dirty: bool | None
+
+
 @cache
-def code_version() -> dict[str, Any]:
+def code_version() -> CodeVersionInfo:
     """Package version, plus the git commit when running from a checkout (with a dirty flag)."""
-    info: dict[str, Any] = {"package": "culturebench", "version": metadata.version("culturebench")}
+    version = metadata.version("culturebench")
     root = Path(__file__).resolve().parents[1]
     try:
         commit = subprocess.run(
@@ -36,10 +45,9 @@ def code_version() -> dict[str, Any]:
             check=True,
             timeout=10,
         ).stdout.strip()
-        info.update(git_commit=commit, git_dirty=bool(dirty))
+        return {"package": "culturebench", "version": version, "git_commit": commit, "git_dirty": bool(dirty)}
     except (OSError, subprocess.SubprocessError):
-        info.update(git_commit=None, git_dirty=None)
-    return info
+        return {"package": "culturebench", "version": version, "git_commit": None, "git_dirty": None}
 
 
 @overload

@@ -420,7 +420,7 @@ def _concepts(p: _Parser) -> list[Concept]:
         if problem:
             p.error(CONCEPTS_FILE, f"{where}, concept", f"{row['concept'][:40]!r}: {problem}")
             continue
-        raw: dict[str, Any] = {
+        raw: dict[str, str | None] = {
             k: (v.strip() or None) for k, v in _fields(row, CONCEPT_COLUMNS + CONCEPT_OPTIONAL_COLUMNS).items()
         }
         concept = p.model(Concept, CONCEPTS_FILE, where, raw)
@@ -506,7 +506,7 @@ def _country_names(p: _Parser, file: str, code: str, tables: _Tables) -> dict[st
                 file, f"{where}, country", f"{row['country']!r} is not the name of {row['iso2']!r} ({known.name!r})"
             )
             continue
-        raw_name: dict[str, Any] = {**_fields(row, COUNTRY_NAME_COLUMNS), "language_code": code}
+        raw_name: dict[str, str] = {**_fields(row, COUNTRY_NAME_COLUMNS), "language_code": code}
         raw_name.update(_optional(row, COUNTRY_NAME_OPTIONAL_COLUMNS))
         entry = p.model(CountryName, file, where, raw_name)
         if entry is not None:
@@ -538,7 +538,7 @@ def _translations(p: _Parser, file: str, code: str, tables: _Tables) -> dict[int
                 f"{row['concept_id'][:20]!r} {row['concept'][:40]!r} is not a concept of concepts.csv",
             )
             continue
-        raw: dict[str, Any] = {**_fields(row, TRANSLATION_COLUMNS), "language_code": code}
+        raw: dict[str, str | int | None] = {**_fields(row, TRANSLATION_COLUMNS), "language_code": code}
         raw.update(_optional(row, PROVENANCE_COLUMNS))
         raw["concept_id"] = known.concept_id
         raw["descriptor_template"] = row["descriptor_template"] or None

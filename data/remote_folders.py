@@ -34,7 +34,7 @@ import re
 import weakref
 from collections.abc import Callable, Iterator
 from html import unescape
-from typing import Any
+from typing import Any, Literal, TypedDict
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -65,6 +65,14 @@ _HREF = re.compile(r"""<a\s[^>]*?\bhref\s*=\s*["']([^"']*)["']""", re.IGNORECASE
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _IPV6_HOST = re.compile(r"https?://(?:[^/?#@\[\]]*@)?\[[0-9a-z:.%_-]*\]", re.IGNORECASE)
 _WHAT_IS_READ = "a folder is read from a path, file://, an object store (s3://, gs://, ...) or https://"
+
+
+class EntryInfo(TypedDict):
+    """What fsspec's `ls(detail=True)` and `info` give of an entry."""
+
+    name: str
+    size: int | None  # None for a folder, and for a file served compressed
+    type: Literal["directory", "file"]
 
 
 class RemoteReadError(ValueError):
@@ -307,7 +315,7 @@ class GuardedHTTPFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec is
         finally:
             response.release()
         base = answered if answered.path.endswith("/") else answered.with_path(f"{answered.path}/")
-        entries: dict[str, dict[str, Any]] = {}
+        entries: dict[str, EntryInfo] = {}
         for href in _HREF.findall(page.decode(charset, errors="replace")):
             try:
                 target = base.join(URL(unescape(href)))
@@ -337,7 +345,7 @@ class GuardedHTTPFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec is
         finally:
             response.release()
 
-    async def _info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+    async def _info(self, path: str, **kwargs: Any) -> EntryInfo:
         response, _ = await self._response(path)
         try:
             listing = _mimetype(response) in LISTING_TYPES

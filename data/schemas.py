@@ -7,7 +7,7 @@ and `error` (a short class such as `not_an_image`); decision tables carry `keep`
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
 import pyarrow as pa
 
@@ -592,11 +592,156 @@ VIOLATIONS = pa.schema(
 )
 
 
+# -- typed rows ---------------------------------------------------------------------------------------------------
+# The rows that stages build in one module and tables are made of in another, as TypedDicts: the keys are the
+# schema's columns (tests/data/test_schemas.py checks them), in its order.
+
+
+class FetchedUrl(TypedDict):
+    """What fetching a URL decided: an IMAGES row without `image_id` (the HTTP downloader's journal keeps these)."""
+
+    url: str
+    status: str
+    error: str | None
+    detail: str | None
+    sha256: str | None
+    num_bytes: int | None
+    width: int | None
+    height: int | None
+    format: str | None
+    final_url: str | None
+    http_status: int | None
+    content_type: str | None
+    retrieved_at: str | None
+    attempts: int
+    transient: bool | None
+
+
+class ImagesRow(FetchedUrl):
+    """An IMAGES row (`image_id` is its first column)."""
+
+    image_id: str
+
+
+def fetched_url(
+    url: str,
+    status: str,
+    attempts: int,
+    transient: bool | None = None,
+    error: str | None = None,
+    detail: str | None = None,
+) -> FetchedUrl:
+    """A FetchedUrl with every other column None."""
+    return {
+        "url": url,
+        "status": status,
+        "error": error,
+        "detail": detail,
+        "sha256": None,
+        "num_bytes": None,
+        "width": None,
+        "height": None,
+        "format": None,
+        "final_url": None,
+        "http_status": None,
+        "content_type": None,
+        "retrieved_at": None,
+        "attempts": attempts,
+        "transient": transient,
+    }
+
+
+def str_cell(row: Mapping[str, object], column: str) -> str:
+    """A string cell of a row read from a table, such as a fetch's hit (`image_id`, `url`); TypeError otherwise."""
+    value = row[column]
+    if not isinstance(value, str):
+        raise TypeError(f"{column} must be a string, not {value!r}")
+    return value
+
+
+def images_row(image_id: str, fetched: FetchedUrl) -> ImagesRow:
+    """`fetched` as the IMAGES row of `image_id`."""
+    return {"image_id": image_id, **fetched}
+
+
+class LlmFailureRow(TypedDict):
+    """An LLM_FAILURES row (`data.clients.gemini.failure_row`)."""
+
+    stage: str
+    request_key: str
+    model: str
+    prompt_sha256: str
+    attempts: int
+    error: str
+    detail: str | None
+    raw_text: str | None
+
+
+class TranslationRow(TypedDict):
+    """A TRANSLATIONS row."""
+
+    concept_id: int
+    language_code: str
+    text: str
+    descriptor_template: str
+    review_status: str
+    source: str
+
+
+class TranslationConflictRow(TypedDict):
+    """A TRANSLATION_CONFLICTS row."""
+
+    concept_id: int
+    language_code: str
+    shipped_text: str
+    proposed_text: str
+    shipped_template: str | None
+    proposed_template: str | None
+    source: str
+    resolution: str
+
+
+class FilterScoresRow(TypedDict):
+    """A SYNTHESIS_FILTER_SCORES row: the automatic filters' scores of one synthesis attempt."""
+
+    brisque: float | None
+    clip_similarity: float | None
+    brisque_backend: str
+    clip_backend: str
+    verdict: str
+    reason: str | None
+
+
+class MixcubeFiltersRow(FilterScoresRow):
+    """A MIXCUBE_FILTERS row (`attempt_id` is its first column)."""
+
+    attempt_id: str
+
+
+class SynthesisAttemptRow(TypedDict):
+    """A SYNTHESIS_ATTEMPTS row."""
+
+    attempt_id: str
+    original_id: str
+    ethnicity: str
+    attempt: int
+    prompt: str
+    seed: int
+    model_id: str
+    scheduler: str | None
+    placeholder: bool
+    mask_sha256: str
+    sha256: str | None
+    error: str | None
+    retry_kind: str
+    retry_of: str | None
+
+
 def empty(schema: pa.Schema) -> pa.Table:
     return schema.empty_table()
 
 
-def blank_row(schema: pa.Schema, **values: object) -> dict[str, Any]:
+def blank_row(schema: pa.Schema, **values: object) -> dict[str, object]:
     """A row of `schema` with every column None except those given (a column not in the schema is an error)."""
     unknown = set(values) - set(schema.names)
     if unknown:

@@ -22,8 +22,8 @@ from evaluation.models.encoders import EncoderConfig, ModelIdentity, TextImageEn
 from evaluation.models.vlm import VlmConfig, VlmIdentity
 
 if TYPE_CHECKING:
+    from evaluation.models.embed import Progress
     from evaluation.results.folder import EvaluationResult
-    from evaluation.xcm.task import Progress
 
 
 class EvaluateCommon(BaseModel):

@@ -62,6 +62,8 @@ class Benchmark:
     #: The command-line front (`culturebench evaluate NAME`), a Typer command function in `flows/cli/` (none: the
     #: generic command: release, --config, --task, --demo-model, --out, --results-root).
     cli: Ref | None = None
+    #: The pydantic model its metrics.json reads through (`evaluation.results.metrics`; none: the envelope alone).
+    metrics_model: Ref | None = None
     exports: tuple[str, ...] = field(default_factory=tuple)  # the harnesses a release exports to
 
     def task(self, name: str) -> Task:

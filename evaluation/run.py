@@ -24,7 +24,7 @@ from evaluation.config import EvaluateCommon, GpuSlot, Prepared, no_slot, open_r
 from evaluation.results.folder import EvaluationResult, default_out, existing_result_conflict, write_results
 
 if TYPE_CHECKING:
-    from evaluation.xcm.task import Progress
+    from evaluation.models.embed import Progress
 
 #: Every registered benchmark's config, told apart by `benchmark` (the `evaluate` flow's typed parameter).
 if TYPE_CHECKING:

@@ -10,16 +10,17 @@ from an fp32 CPU to an fp16 GPU draws again rather than reuse the CPU's pixels.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import pyarrow as pa
 from PIL import Image
 
 from data import schemas
 from data.reference import MixCubeReference
+from data.schemas import SynthesisAttemptRow, str_cell
 from data.workspace import Storage, fingerprint
 from synthesis.inpaint import InpaintConfig, Inpainter, InpaintRequest, InpaintResult, cache_settings
 from synthesis.prompts import attempt_seed, ethnicity_labels, inpainting_prompt
@@ -51,23 +52,35 @@ class AttemptPlan:
 
 
 def first_plans(
-    originals: Sequence[dict[str, Any]], masks: dict[str, str], mix: MixCubeReference, base_seed: int
+    originals: Sequence[Mapping[str, object]], masks: dict[str, str], mix: MixCubeReference, base_seed: int
 ) -> list[AttemptPlan]:
-    """Attempt 1 for every original with a mask and every ethnicity of `mix`, with the App. B.1 batch prompt."""
+    """Attempt 1 for every original with a mask and every ethnicity of `mix`, with the App. B.1 batch prompt.
+    `originals`: collected MIXCUBE_ORIGINALS rows (their `original_id`, `category` and `sha256` are read)."""
     return [
         AttemptPlan(
-            original_id=o["original_id"],
+            original_id=str_cell(o, "original_id"),
             ethnicity=ethnicity,
             attempt=1,
-            prompt=inpainting_prompt(mix, o["category"], ethnicity),
-            seed=attempt_seed(mix, base_seed, o["original_id"], ethnicity, 1),
-            original_sha256=o["sha256"],
-            mask_sha256=masks[o["original_id"]],
+            prompt=inpainting_prompt(mix, str_cell(o, "category"), ethnicity),
+            seed=attempt_seed(mix, base_seed, str_cell(o, "original_id"), ethnicity, 1),
+            original_sha256=str_cell(o, "sha256"),
+            mask_sha256=masks[str_cell(o, "original_id")],
         )
         for o in originals
         if o["original_id"] in masks
         for ethnicity in ethnicity_labels(mix)
     ]
+
+
+class AttemptOutcome(TypedDict):
+    """What inpainting an attempt gave (the result cache keeps these): the SYNTHESIS_ATTEMPTS columns its plan does
+    not decide."""
+
+    model_id: str
+    scheduler: str | None
+    placeholder: bool
+    sha256: str | None  # the synthesized image's blob; None on failure
+    error: str | None
 
 
 class ResultCache:
@@ -82,15 +95,16 @@ class ResultCache:
         key = fingerprint(self.settings, plan.original_sha256, plan.mask_sha256, plan.prompt, plan.seed, plan.ethnicity)
         return f"{self.folder}/{key[:2]}/{key}.json"
 
-    def get(self, plan: AttemptPlan) -> dict[str, Any] | None:
+    def get(self, plan: AttemptPlan) -> AttemptOutcome | None:
         path = self._path(plan)
-        return self.storage.read_json(path) if self.storage.exists(path) else None
+        cached: AttemptOutcome | None = self.storage.read_json(path) if self.storage.exists(path) else None
+        return cached
 
-    def put(self, plan: AttemptPlan, result: dict[str, Any]) -> None:
+    def put(self, plan: AttemptPlan, result: AttemptOutcome) -> None:
         self.storage.write_json(self._path(plan), result)
 
 
-def _row(plan: AttemptPlan, outcome: dict[str, Any]) -> dict[str, Any]:
+def _row(plan: AttemptPlan, outcome: AttemptOutcome) -> SynthesisAttemptRow:
     return {
         "attempt_id": plan.attempt_id,
         "original_id": plan.original_id,
@@ -105,7 +119,7 @@ def _row(plan: AttemptPlan, outcome: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _outcome(result: InpaintResult, put_blob: Callable[[bytes], str]) -> dict[str, Any]:
+def _outcome(result: InpaintResult, put_blob: Callable[[bytes], str]) -> AttemptOutcome:
     sha = None
     if result.image is not None:
         buffer = io.BytesIO()
@@ -135,7 +149,7 @@ def run_attempts(
 ) -> pa.Table:
     """SYNTHESIS_ATTEMPTS rows for `plans`, in order. A failed attempt is a row with its error; it is not cached,
     so a rerun tries it again. The model runs inside `device_slot` (a Prefect concurrency slot on the GPU)."""
-    outcomes: dict[int, dict[str, Any]] = {}
+    outcomes: dict[int, AttemptOutcome] = {}
     todo: list[tuple[int, AttemptPlan]] = []
     for index, plan in enumerate(plans):
         cached = cache.get(plan) if cache else None

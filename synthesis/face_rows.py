@@ -8,8 +8,7 @@ never the stage's end.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -18,7 +17,7 @@ from PIL import Image
 
 from data import schemas
 from data.row_errors import error_text
-from data.schemas import STATUS_FAILED, STATUS_OK
+from data.schemas import STATUS_FAILED, STATUS_OK, str_cell
 from synthesis.faces import FaceDetector
 
 
@@ -29,7 +28,7 @@ def decode_rgb(data: bytes) -> npt.NDArray[np.uint8]:
 
 
 def faces_table(
-    originals: Sequence[dict[str, Any]], detector: Callable[[], FaceDetector], load_blob: Callable[[str], bytes]
+    originals: Sequence[Mapping[str, object]], detector: Callable[[], FaceDetector], load_blob: Callable[[str], bytes]
 ) -> pa.Table:
     """MIXCUBE_FACES rows for `originals` (MIXCUBE_ORIGINALS rows: `original_id`, `sha256`), in order.
 
@@ -40,7 +39,7 @@ def faces_table(
             schemas.MIXCUBE_FACES, original_id=original["original_id"], detector=detector().model_id
         )
         try:
-            pixels = decode_rgb(load_blob(original["sha256"]))
+            pixels = decode_rgb(load_blob(str_cell(original, "sha256")))
         except Exception as exc:  # Pillow raises many types; the class is the detail
             rows.append({**row, "status": STATUS_FAILED, "error": "not_an_image", "detail": error_text(exc)})
             continue

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from data.clients.devices import resolve_device
 from data.clients.model_ids import folder_sha256
@@ -165,7 +165,7 @@ NOT_IN_CACHE_KEY = {"batch_size", "device", "precision"}
 
 def cache_settings(
     config: InpaintConfig, inpainter: Inpainter
-) -> tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], dict[str, str]]:
+) -> tuple[str, dict[str, JsonValue]] | tuple[str, dict[str, JsonValue], dict[str, str]]:
     """Everything of the inpainter that decides a result's pixels, for the result cache's key: the model, the
     settings, and the effective device type and dtype. A backend without a device (the placeholder) keys as it
     always did."""

@@ -14,14 +14,14 @@ import pyarrow as pa
 
 from data import schemas
 from data.row_errors import error_text
-from data.schemas import STATUS_FAILED, STATUS_OK
+from data.schemas import STATUS_FAILED, STATUS_OK, str_cell
 from synthesis.face_rows import decode_rgb
 from synthesis.faces import FaceBox
 from synthesis.masks import Masker, mask_png
 
 
 def masks_table(
-    faces: Sequence[dict[str, Any]],
+    faces: Sequence[Mapping[str, object]],
     masker: Callable[[], Masker],
     original_sha256: Mapping[str, str],
     load_blob: Callable[[str], bytes],
@@ -37,8 +37,8 @@ def masks_table(
         for face in faces:
             row = schemas.blank_row(schemas.MIXCUBE_MASKS, original_id=face["original_id"], masker=masker().model_id)
             try:
-                boxes = [FaceBox(**b) for b in face["boxes"]]
-                mask = masker().mask(decode_rgb(load_blob(original_sha256[face["original_id"]])), boxes)
+                boxes = [FaceBox(**b) for b in _listed(face["boxes"])]
+                mask = masker().mask(decode_rgb(load_blob(original_sha256[str_cell(face, "original_id")])), boxes)
             except Exception as exc:
                 rows.append({**row, "status": STATUS_FAILED, "error": "masker_error", "detail": error_text(exc)})
                 continue
@@ -49,3 +49,10 @@ def masks_table(
             mask_sha = put_blob(mask_png(mask))
             rows.append({**row, "status": STATUS_OK, "mask_sha256": mask_sha, "coverage": coverage})
     return schemas.from_rows(rows, schemas.MIXCUBE_MASKS)
+
+
+def _listed(boxes: object) -> list[Any]:
+    """A MIXCUBE_FACES row's `boxes` (a list of {x, y, w, h, score}); the TypeError iterating anything else gives."""
+    if not isinstance(boxes, list):
+        raise TypeError(f"'{type(boxes).__name__}' object is not iterable")
+    return boxes

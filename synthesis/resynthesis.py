@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
 from data import schemas
 from data.reference import MixCubeReference
 from data.review_labels import FIX_MASK, KEEP, REJECT_ARTIFACTS, REJECT_MARKER, RETRY_PROMPT
+from data.schemas import SynthesisAttemptRow
 from synthesis.attempts import RESEED, AttemptPlan
 from synthesis.prompts import attempt_seed
 
@@ -35,7 +35,7 @@ _RESEED_AFTER_QA = {REJECT_ARTIFACTS, REJECT_MARKER}
 
 @dataclass(frozen=True)
 class Outcome:
-    attempt: dict[str, Any]  # the SYNTHESIS_ATTEMPTS row
+    attempt: SynthesisAttemptRow
     outcome: str
     retry_kind: str | None  # None: not retried (accepted or undecided)
 

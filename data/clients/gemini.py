@@ -19,7 +19,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypeVar, overload
@@ -40,7 +40,7 @@ from data.clients.retry import (
     shared_limiter,
 )
 from data.clients.secrets import resolve_secret
-from data.schemas import LLM_FAILURES, empty, from_rows
+from data.schemas import LLM_FAILURES, LlmFailureRow, empty, from_rows
 from data.stage import require
 from data.workspace import Storage
 
@@ -162,11 +162,11 @@ def prompt_sha256(
     settings: GeminiSettings,
     contents: list[Any],
     schema: type[BaseModel] | None,
-    generation: dict[str, Any] | None = None,
+    generation: Mapping[str, int | None] | None = None,
 ) -> str:
     """What decides an answer: model, contents, output schema (None: free text), temperature and any further
     generation settings (left out of the hash when there are none, so earlier cache entries keep their keys)."""
-    payload: dict[str, Any] = {
+    payload: dict[str, object] = {  # hashed as JSON, sorted
         "model": settings.model,
         "contents": _digestable(list(contents)),
         "schema": None if schema is None else schema.model_json_schema(),
@@ -519,9 +519,9 @@ def _short(text: str, limit: int = 1000) -> str:
 
 
 # -- failure rows ------------------------------------------------------------------------------------------------
-def failure_row(stage: str, request_key: str, model: str, answer: StructuredAnswer[BaseModel]) -> dict[str, Any]:
+def failure_row(stage: str, request_key: str, model: str, answer: StructuredAnswer[BaseModel]) -> LlmFailureRow:
     """An LLM_FAILURES row for an answer that never validated; the raw text is kept for inspection."""
-    if answer.ok:
+    if answer.error is None:  # (`ok`)
         raise ValueError("failure_row needs a failed answer")
     return {
         "stage": stage,
@@ -535,5 +535,5 @@ def failure_row(stage: str, request_key: str, model: str, answer: StructuredAnsw
     }
 
 
-def failures_table(rows: list[dict[str, Any]]) -> pa.Table:
+def failures_table(rows: Sequence[LlmFailureRow]) -> pa.Table:
     return from_rows(rows, LLM_FAILURES) if rows else empty(LLM_FAILURES)

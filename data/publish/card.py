@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import yaml
 
@@ -33,7 +33,16 @@ def size_category(rows: int) -> str:
     return next((label for bound, label in SIZE_CATEGORIES if rows < bound), "n>1T")
 
 
-def hub_metadata(languages: Sequence[str], rows: int, task_categories: Sequence[str]) -> dict[str, Any]:
+class HubMetadata(TypedDict):
+    """The card fields the Hub lists a dataset by (`hub_metadata`)."""
+
+    language: list[str]
+    multilinguality: str
+    size_categories: list[str]
+    task_categories: list[str]
+
+
+def hub_metadata(languages: Sequence[str], rows: int, task_categories: Sequence[str]) -> HubMetadata:
     """The card fields the Hub lists a dataset by: its languages (ISO 639-1), whether it is multilingual, its size
     bucket (`rows`: the default config's) and its task categories (names from the Hub's list)."""
     return {
@@ -55,18 +64,32 @@ class CardConfig:
     split: str = "train"
 
 
-def card_configs(configs: Sequence[CardConfig]) -> list[dict[str, Any]]:
+class DataFiles(TypedDict):
+    split: str
+    path: str
+
+
+class ConfigEntry(TypedDict):
+    """A `configs` entry of the front matter, as `datasets` reads it."""
+
+    config_name: str
+    default: NotRequired[bool]
+    data_files: list[DataFiles]
+
+
+def card_configs(configs: Sequence[CardConfig]) -> list[ConfigEntry]:
     """The `configs` entries of the tables that have rows. `datasets` cannot load an empty Parquet file (with one
     empty row group or none: datasets 5.2), so an empty table is not declared; `empty_configs_note` says so."""
-    out: list[dict[str, Any]] = []
+    out: list[ConfigEntry] = []
     for config in configs:
         if config.rows == 0:
             continue
         path = config.path or f"{config.name}/train-*.parquet"
-        entry: dict[str, Any] = {"config_name": config.name}
-        if config.default:
-            entry["default"] = True
-        out.append({**entry, "data_files": [{"split": config.split, "path": path}]})
+        data_files: list[DataFiles] = [{"split": config.split, "path": path}]
+        if config.default:  # `default` before `data_files`, as the cards have always had it
+            out.append({"config_name": config.name, "default": True, "data_files": data_files})
+        else:
+            out.append({"config_name": config.name, "data_files": data_files})
     return out
 
 
@@ -101,14 +124,14 @@ samples = load_dataset("webdataset", data_files="<this folder>/images/*.tar", sp
 
 
 def front_matter(
-    configs: list[dict[str, Any]], pretty_name: str, tags: list[str], extra: dict[str, Any] | None = None
+    configs: list[ConfigEntry], pretty_name: str, tags: list[str], extra: HubMetadata | None = None
 ) -> str:
     """`configs` entries: {"config_name", "data_files": [{"split", "path"}], optional "default": True}."""
     meta = {"license": LICENSE, "pretty_name": pretty_name, "tags": tags, **(extra or {}), "configs": configs}
     return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n"
 
 
-def markdown_table(rows: list[dict[str, Any]]) -> str:
+def markdown_table(rows: Sequence[Mapping[str, object]]) -> str:
     if not rows:
         return "_(none)_\n"
     headers = list(rows[0])

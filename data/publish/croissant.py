@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+from pydantic import JsonValue
 
 from data.publish.card import LICENSE
 from data.publish.rai import RaiTexts
@@ -37,7 +38,7 @@ LICENSE_URLS = {"cc-by-nc-sa-4.0": "https://creativecommons.org/licenses/by-nc-s
 PARQUET, CSV, TAR, PNG = "application/x-parquet", "text/csv", "application/x-tar", "image/png"
 
 # The JSON-LD context of Croissant 1.1, as mlcroissant writes it (a different one draws a warning from its validator).
-CONTEXT: dict[str, Any] = {
+CONTEXT: dict[str, JsonValue] = {
     "@language": "en",
     "@vocab": "https://schema.org/",
     "arrayShape": "cr:arrayShape",
@@ -153,14 +154,15 @@ class ReleaseFacts:
 
 def croissant_jsonld(
     facts: ReleaseFacts, files: Mapping[str, str], sizes: Mapping[str, int] | None = None
-) -> dict[str, Any]:
+) -> dict[str, JsonValue]:
     """The Croissant document of a release whose files (release path -> sha256) are `files`."""
     sizes = sizes or {}
-    distribution: list[dict[str, Any]] = []
-    record_sets = []
+    distribution: list[JsonValue] = []
+    record_sets: list[JsonValue] = []
     for spec in facts.record_sets:
         matched = _matching(files, spec.pattern, spec.name)
         what = f"A file of `{spec.name}`."
+        source: dict[str, JsonValue]
         distribution += [_file_object(path, files[path], sizes.get(path), spec.encoding, what) for path in matched]
         if len(matched) == 1:
             source = {"fileObject": {"@id": matched[0]}}
@@ -197,10 +199,10 @@ def croissant_jsonld(
             distribution += [
                 _file_object(path, files[path], sizes.get(path), group.encoding, group.description) for path in matched
             ]
-    doc: dict[str, Any] = {
+    doc: dict[str, JsonValue] = {
         "@context": CONTEXT,
         "@type": "sc:Dataset",
-        "conformsTo": CONFORMS_TO,
+        "conformsTo": [*CONFORMS_TO],
         "name": facts.name,
         "description": facts.description,
         "version": facts.version,
@@ -219,7 +221,7 @@ def croissant_jsonld(
         ]
     if facts.reference:
         doc["description"] = f"{doc['description']} {facts.reference}"
-    doc.update(facts.rai.as_jsonld())
+    doc.update({name: text if isinstance(text, str) else [*text] for name, text in facts.rai.as_jsonld().items()})
     return doc
 
 
@@ -238,7 +240,7 @@ def pack_sentence(pack: ReferencePack) -> str:
     )
 
 
-def to_bytes(doc: dict[str, Any]) -> bytes:
+def to_bytes(doc: dict[str, JsonValue]) -> bytes:
     return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
 
 
@@ -249,8 +251,8 @@ def _matching(files: Mapping[str, str], pattern: str, what: str, required: bool 
     return matched
 
 
-def _file_object(path: str, sha256: str, size: int | None, encoding: str, description: str) -> dict[str, Any]:
-    entry: dict[str, Any] = {
+def _file_object(path: str, sha256: str, size: int | None, encoding: str, description: str) -> dict[str, JsonValue]:
+    entry: dict[str, JsonValue] = {
         "@type": "cr:FileObject",
         "@id": path,
         "name": path,
@@ -264,8 +266,8 @@ def _file_object(path: str, sha256: str, size: int | None, encoding: str, descri
     return entry
 
 
-def _record_set(spec: RecordSetSpec, source: dict[str, Any]) -> dict[str, Any]:
-    fields = [_field(spec, column.name, column.type, source) for column in spec.schema]
+def _record_set(spec: RecordSetSpec, source: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    fields: list[JsonValue] = [_field(spec, column.name, column.type, source) for column in spec.schema]
     if spec.image_column:
         fields.append(
             {
@@ -289,7 +291,7 @@ def _record_set(spec: RecordSetSpec, source: dict[str, Any]) -> dict[str, Any]:
                 "source": {**source, "extract": {"column": spec.image_url_column}},
             }
         )
-    out: dict[str, Any] = {
+    out: dict[str, JsonValue] = {
         "@type": "cr:RecordSet",
         "@id": spec.name,
         "name": spec.name,
@@ -297,13 +299,15 @@ def _record_set(spec: RecordSetSpec, source: dict[str, Any]) -> dict[str, Any]:
         "field": fields,
     }
     if spec.key:
-        keys = [{"@id": f"{spec.name}/{k}"} for k in spec.key]
+        keys: list[JsonValue] = [{"@id": f"{spec.name}/{k}"} for k in spec.key]
         out["key"] = keys[0] if len(keys) == 1 else keys
     return out
 
 
-def _field(spec: RecordSetSpec, column: str, arrow_type: pa.DataType, source: dict[str, Any]) -> dict[str, Any]:
-    entry: dict[str, Any] = {
+def _field(
+    spec: RecordSetSpec, column: str, arrow_type: pa.DataType, source: dict[str, JsonValue]
+) -> dict[str, JsonValue]:
+    entry: dict[str, JsonValue] = {
         "@type": "cr:Field",
         "@id": f"{spec.name}/{column}",
         "name": column,

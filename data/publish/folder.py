@@ -18,7 +18,7 @@ import hashlib
 import io
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
@@ -100,7 +100,7 @@ class ImmutableFolder:
         self.files[rel] = digest.sha256.hexdigest()
         self.sizes[rel] = digest.size
 
-    def commit(self, manifest: dict[str, Any]) -> ReleaseResult:
+    def commit(self, manifest: Mapping[str, object]) -> ReleaseResult:
         """Write the manifest and move the staged folder into place, exclusively; or find the folder there already,
         identical on disk, and leave it untouched."""
         manifest = {

@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     ModelWrapValidatorHandler,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -29,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+from typing_extensions import TypedDict  # pydantic reads a TypedDict from typing_extensions before Python 3.12
 
 from data.publish.format import MANIFEST, SEMVER
 
@@ -188,6 +190,22 @@ class PackRecord(BaseModel):
     regions: list[StrictStr]
 
 
+class IncompleteOriginal(TypedDict):
+    """MixCuBe: an original left out for lack of an accepted swap."""
+
+    original_id: StrictStr
+    missing: list[StrictStr]  # the ethnicities without one
+
+
+class CellBelowTarget(TypedDict):
+    """MixCuBe: a culture x category cell with fewer released originals than the build's target."""
+
+    country: StrictStr
+    category: StrictStr
+    originals: StrictInt
+    target: StrictInt
+
+
 class Provenance(BaseModel):
     """What a build (or a patch) states about how its release was made. Every field is optional: a manifest of an
     older build, or of another benchmark, lacks some; keys not named here stay as given (`model_extra`)."""
@@ -210,14 +228,14 @@ class Provenance(BaseModel):
     takedowns: list[TakedownRecord] | None = None
     # 3XCM
     review: dict[str, Any] = {}
-    reuse: dict[str, Any] = {}
+    reuse: dict[str, dict[str, StrictInt | StrictFloat]] = {}  # per task: candidates_used, max_reuse, mean_reuse
     # MixCuBe
     demo: StrictBool = False
     models: dict[str, Any] = {}
-    incomplete: list[Any] = []
-    left_over_by_outcome: dict[str, Any] = {}
-    cells_below_target: list[dict[str, Any]] = []
-    dropped_before_synthesis: dict[str, Any] = {}
+    incomplete: list[IncompleteOriginal] = []
+    left_over_by_outcome: dict[str, StrictInt] = {}
+    cells_below_target: list[CellBelowTarget] = []
+    dropped_before_synthesis: dict[str, dict[str, StrictInt]] = {}  # stage -> reason -> count
 
     @field_validator("config")
     @classmethod

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
 
 from data.image_sources import UNKNOWN_LICENSE, declared_license, domain
 from data.publish.card import markdown_table
@@ -14,7 +13,7 @@ TOP_DOMAINS = 10
 DOMAINS_FIGURE = "figures/source_domains.png"
 
 
-def license_rows(licenses: Iterable[str | None], unit: str = "images") -> list[dict[str, Any]]:
+def license_rows(licenses: Iterable[str | None], unit: str = "images") -> list[dict[str, str | int]]:
     """One row per licence with its count, the most frequent first (ties by name)."""
     counts = Counter(declared_license(value) for value in licenses)
     return [{"license": name, unit: n} for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]

@@ -31,7 +31,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from data.schemas import IMAGES, STATUS_FAILED, blank_row, from_rows
+from data.schemas import IMAGES, STATUS_FAILED, fetched_url, from_rows, images_row, str_cell
 from data.workspace import BlobStore, Storage
 
 FILE = "denylist.json"
@@ -292,15 +292,15 @@ class DenylistFetcher:
         self.fetcher = fetcher
         self.urls = denylist.urls
 
-    def fetch(self, hits: Sequence[dict[str, Any]], blobs: BlobStore) -> pa.Table:
+    def fetch(self, hits: Sequence[Mapping[str, object]], blobs: BlobStore) -> pa.Table:
         refused = [h["url"] in self.urls for h in hits]
         if not any(refused):
             return self.fetcher.fetch(hits, blobs)
         wanted = [h for h, no in zip(hits, refused, strict=True) if not no]
         fetched = iter(self.fetcher.fetch(wanted, blobs).to_pylist() if wanted else [])
         rows = [
-            blank_row(IMAGES, image_id=h["image_id"], url=h["url"], status=STATUS_FAILED, error=TAKEN_DOWN,
-                      detail="the URL is on the release root's denylist", attempts=0)
+            images_row(str_cell(h, "image_id"), fetched_url(str_cell(h, "url"), STATUS_FAILED, attempts=0,
+                       error=TAKEN_DOWN, detail="the URL is on the release root's denylist"))
             if no else next(fetched)
             for h, no in zip(hits, refused, strict=True)
         ]  # fmt: skip

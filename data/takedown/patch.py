@@ -25,14 +25,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pyarrow as pa
-from pydantic import ValidationError
+from pydantic import JsonValue, ValidationError
 
 from data.provenance import code_version
 from data.publish.format import IMAGE_CONFIGS, MANIFEST, SEMVER, ImageConfig
@@ -184,7 +184,7 @@ class ParentRelease:
                 f"{self.folder / MANIFEST}: its release settings are not usable ({problem})"
             ) from None
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> dict[str, JsonValue]:
         """The parent build's provenance, as its manifest states it (the model gives back what it read: the tests
         check it on every manifest a build writes)."""
         stated = self.manifest.model_dump(mode="json", exclude_unset=True)
@@ -215,13 +215,27 @@ class ParentRelease:
 # -- what a benchmark's derivation gives ------------------------------------------------------------------------------
 
 
+class RemovedRecord(TypedDict):
+    """A removed image as the takedown record keeps it (`data.publish.manifest.RemovedImage`, with its `index`)."""
+
+    image_id: str
+    index: int  # its row in the parent release
+    sha256: str | None
+    pixel_sha256: str | None
+    url: str | None
+    final_url: str | None
+    why: str  # requested | byte copy of <id> | pixel copy of <id> | quintet of <id>
+
+
 @dataclass
 class DerivedPatch:
     """What taking a request down from a parent gives, decided and not written (a benchmark's `derive_patch`)."""
 
     tables: dict[str, pa.Table]  # the patch's tables by config, as its writer gets them (`validate` compares them)
-    removed: list[dict[str, Any]]  # each removed image as the takedown record keeps it
-    rows: dict[str, Any]  # how the rows changed, as the takedown record keeps it (with a `summary` for the changelog)
+    removed: list[RemovedRecord]  # each removed image as the takedown record keeps it
+    # How the rows changed, as the takedown record keeps it: a `summary` for the changelog, the benchmark's own
+    # counts beside it (`TakedownRecord` checks it).
+    rows: Mapping[str, object]
     images_before: int  # images in the parent and in the patch: a patch without images is refused
     images_after: int
     problems: str | None = None  # the benchmark rules the patch would break (None: none); it is then refused
@@ -237,8 +251,8 @@ def takedown_record(
     date: str,
     reason: str,
     requested: dict[str, list[str]],
-    removed: list[dict[str, Any]],
-    rows: dict[str, Any],
+    removed: list[RemovedRecord],
+    rows: Mapping[str, object],
 ) -> TakedownRecord:
     """One takedown as the manifest keeps it (and the changelog and denylist are written from). The reason is kept
     as given (one line): data, escaped only where a card renders it. The record keeps every key it is given (the

@@ -14,15 +14,15 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from data.publish.card import markdown_table
 from data.reference_write import write_file
 from evaluation import registry
 from evaluation.results.folder import read_metrics
-from evaluation.xcm.retrieval_report import cell
+from evaluation.xcm import metrics as xm
+from evaluation.xcm import retrieval_report as report
 
 README = Path("README.md")
 RESULTS = Path("evaluations")
@@ -42,46 +42,83 @@ def _folder(results: Path, benchmark: str, suffix: str) -> Path:
     return found[0]
 
 
-def _value(value: Any, digits: int = 3) -> str:
+#: One row of a table: its cells by header, as printed.
+Row = dict[str, str]
+
+
+def _value(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _with_ci(document: dict[str, Any], name: str, value: Any) -> str:
+def _a_number(value: object) -> float | None:
+    """A number of metrics.json, or null; TypeError for anything else (`main` reports a malformed file)."""
+    if value is None or isinstance(value, int | float):
+        return value
+    raise TypeError(f"a number or null expected, not {type(value).__name__}")
+
+
+def _number(document: Mapping[str, object], name: str) -> float | None:
+    """A headline number of metrics.json (None where it is missing or null)."""
+    return _a_number(document.get(name))
+
+
+def _numbers(value: object) -> dict[str, float | None]:
+    """An object of numbers (a headline with one number per group: `max_skew`, `ravenea`)."""
+    if not isinstance(value, dict):
+        raise TypeError(f"an object of numbers expected, not {type(value).__name__}")
+    return {str(k): _a_number(v) for k, v in value.items()}
+
+
+def _with_ci(document: Mapping[str, object], name: str, value: float | None) -> str:
     """A headline value with its `ci95` interval, as the result cards print it."""
-    low, high = document.get("ci95", {}).get(name, [None, None])
-    return cell({"value": value, "ci_low": low, "ci_high": high})
+    intervals = document.get("ci95", {})
+    if not isinstance(intervals, dict):
+        raise TypeError(f"ci95 is {type(intervals).__name__}, not an object")
+    low, high = intervals.get(name, [None, None])
+    return report.cell({"value": value, "ci_low": _a_number(low), "ci_high": _a_number(high)})
 
 
-def _estimate(estimate: dict[str, Any], ci: bool = False) -> str:
+def _estimate(estimate: report.Estimate, ci: bool = False) -> str:
     """A group's mean (`retrieval_report.Estimate`), with its interval when `ci`."""
-    return cell(estimate) if ci else _value(estimate["value"])
+    return report.cell(estimate) if ci else _value(estimate["value"])
 
 
-def _headline(results: Path) -> list[dict[str, Any]]:
+def _win_rate(estimate: xm.Estimate | None, ci: bool) -> str:
+    """An RQ2 win rate or SP (`xcm.metrics.Estimate`; SP None where M_cr is 0), with its interval when `ci`."""
+    if estimate is None:
+        return _value(None)
+    if not ci:
+        return _value(estimate.value)
+    return report.cell({"value": estimate.value, "ci_low": estimate.ci_low, "ci_high": estimate.ci_high})
+
+
+def _headline(results: Path) -> list[Row]:
     xcm = read_metrics(_folder(results, "3xcm", "--all"))
     mix = read_metrics(_folder(results, "mixcube", ""))
-    row = {f"3XCM {k}": _with_ci(xcm, k, xcm.get(k)) for k in ("M_cr", "M_lb", "M_ti", "SP")}
-    row["MixCuBe accuracy (§3, App. A.5)"] = _with_ci(mix, "accuracy", mix.get("accuracy"))
-    row["with our aliases"] = _value(mix.get("accuracy_with_our_aliases"))
+    row = {f"3XCM {k}": _with_ci(xcm, k, _number(xcm, k)) for k in ("M_cr", "M_lb", "M_ti", "SP")}
+    row["MixCuBe accuracy (§3, App. A.5)"] = _with_ci(mix, "accuracy", _number(mix, "accuracy"))
+    row["with our aliases"] = _value(_number(mix, "accuracy_with_our_aliases"))
     return [row]
 
 
-def _retrieval_globalrg(results: Path) -> list[dict[str, Any]]:
+def _retrieval_globalrg(results: Path) -> list[Row]:
     document = read_metrics(_folder(results, "3xcm", "--all"))
-    n = document["retrieval"]["by_language"].get("en", {}).get("n", 0)
-    row: dict[str, Any] = {"query language": f"en ({n} queries)"}
+    retrieval: report.SummaryJson = document["retrieval"]
+    english = retrieval["by_language"].get("en")
+    n = english["n"] if english is not None else 0
+    row: Row = {"query language": f"en ({n} queries)"}
     for k in (5, 10):
         for header, key in (
             (f"P@{k}", f"precision@{k}_en"),
             (f"div@{k} country", f"diversity@{k}_country_en"),
             (f"div@{k} region", f"diversity@{k}_region_en"),
         ):
-            row[header] = _with_ci(document, key, document.get(key))
+            row[header] = _with_ci(document, key, _number(document, key))
     return [row]
 
 
-def _retrieval_languages(results: Path) -> list[dict[str, Any]]:
-    retrieval = read_metrics(_folder(results, "3xcm", "--all"))["retrieval"]
+def _retrieval_languages(results: Path) -> list[Row]:
+    retrieval: report.SummaryJson = read_metrics(_folder(results, "3xcm", "--all"))["retrieval"]
     groups = [("all", retrieval["overall"]), *((g, retrieval["by_language"][g]) for g in ("en", "es"))]
     rows = []
     for name, group in groups:
@@ -100,9 +137,9 @@ def _retrieval_languages(results: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _retrieval_ravenea(results: Path) -> list[dict[str, Any]]:
+def _retrieval_ravenea(results: Path) -> list[Row]:
     document = read_metrics(_folder(results, "3xcm", "--all"))
-    ravenea = document.get("ravenea") or {}
+    ravenea = _numbers(document.get("ravenea") or {})
     names = ("mrr", "precision@1", "precision@3", "precision@5", "ndcg@1", "ndcg@3", "ndcg@5")
     headers = ("MRR", "P@1", "P@3", "P@5", "nDCG@1", "nDCG@3", "nDCG@5")
     return [
@@ -115,36 +152,36 @@ def _retrieval_ravenea(results: Path) -> list[dict[str, Any]]:
     ]
 
 
-def _audit(results: Path) -> list[dict[str, Any]]:
+def _audit(results: Path) -> list[Row]:
     document = read_metrics(_folder(results, "mixcube", "--audit"))
-    row: dict[str, Any] = {}
+    max_skew = _numbers(document["max_skew"])
+    row: Row = {}
     for name in ("communion", "agency", "crime"):
         row[f"MaxSkew {name}" + (" (harmful captions)" if name == "crime" else "")] = _with_ci(
-            document, f"max_skew.{name}", document["max_skew"].get(name)
+            document, f"max_skew.{name}", max_skew.get(name)
         )
-    pair = document.get("max_skew_max_pair") or {}
+    pair = _numbers(document.get("max_skew_max_pair") or {})
     row["max pair (crime)"] = _value(pair.get("crime"))
     for harm in ("NA", "NC", "C", "NH"):
-        row[f"%{harm}"] = _value(document.get(f"pct_{harm}"), 1)
+        row[f"%{harm}"] = _value(_number(document, f"pct_{harm}"), 1)
     return [row]
 
 
-def _xcm_languages(results: Path) -> list[dict[str, Any]]:
+def _xcm_languages(results: Path) -> list[Row]:
     """RQ2's win rates (M_cr, M_lb, M_ti) and SP, overall with their intervals and per query language."""
-    rq2 = read_metrics(_folder(results, "3xcm", "--all"))["rq2"]
+    rq2 = xm.WinRateReport.model_validate(read_metrics(_folder(results, "3xcm", "--all"))["rq2"])
     rows = []
-    for group in (rq2["overall"], *rq2["by_language"]):
-        ci = group is rq2["overall"]
-        rates = group["rates"]
-        row: dict[str, Any] = {"query language": group["group"], "n": group["n"]}
+    for group in (rq2.overall, *rq2.by_language):
+        ci = group is rq2.overall
+        row: Row = {"query language": group.group, "n": str(group.n)}
         for header, key in (("M_cr", "correct"), ("M_lb", "language_biased"), ("M_ti", "irrelevant")):
-            row[header] = cell(rates[key]) if ci else _value(rates[key]["value"])
-        row["SP"] = cell(group["sp"]) if ci else _value(group["sp"]["value"])
+            row[header] = _win_rate(group.rates[key], ci)
+        row["SP"] = _win_rate(group.sp, ci)
         rows.append(row)
     return rows
 
 
-TABLES: dict[str, Callable[[Path], list[dict[str, Any]]]] = {
+TABLES: dict[str, Callable[[Path], list[Row]]] = {
     "headline": _headline,
     "retrieval-globalrg": _retrieval_globalrg,
     "retrieval": _retrieval_languages,

@@ -65,6 +65,8 @@ thead button::after { content: " \\2195"; color: #aaa; }
 th[aria-sort=descending] button::after { content: " \\2193"; color: #000; }
 th[aria-sort=ascending] button::after { content: " \\2191"; color: #000; }
 tr.demo { color: #777; font-style: italic; } tr.published { background: #eef4fb; }
+.elsewhere { margin-left: 1rem; border-left: 3px solid #c9d9ee; padding-left: .8rem; }
+.elsewhere h3 { font-size: 100%; }
 .ci { display: block; font-size: 75%; color: #888; }
 .figures { display: flex; flex-wrap: wrap; gap: 1rem; }
 figure { margin: 0; max-width: 36rem; } figure img { max-width: 100%; border: 1px solid #eee; }
@@ -229,7 +231,7 @@ def _ranked(table: Table) -> list[Row]:
     return sorted(table.rows, key=key)
 
 
-def _table(table: Table, card_slugs: list[str], release: PageRelease) -> str:
+def _table(table: Table, card_slugs: list[str], release: PageRelease, notice: str = "") -> str:
     heads = ['<th scope="col" data-type="text"><button type="button">model</button></th>']
     heads.append('<th scope="col" data-type="text"><button type="button">source</button></th>')
     for column in table.columns:
@@ -245,7 +247,25 @@ def _table(table: Table, card_slugs: list[str], release: PageRelease) -> str:
     return (
         f'<section id="{_text(table.key)}"><h2>{_text(table.title)}</h2><p class="note">{_text(table.note)}</p>'
         f'<div class="scroll"><table class="sortable" data-table="{_text(table.key)}"><thead><tr>{"".join(heads)}'
-        f"</tr></thead><tbody>\n{chr(10).join(body)}\n</tbody></table></div></section>"
+        f"</tr></thead><tbody>\n{chr(10).join(body)}\n</tbody></table></div>{_elsewhere(table, notice)}</section>"
+    )
+
+
+def _elsewhere(table: Table, notice: str) -> str:
+    """The published rows measured on another release: a block of their own under the ranking, never in it."""
+    if not table.elsewhere:
+        return ""
+    heads = "".join(f'<th scope="col">{_text(c)}</th>' for c in ["model", "source", *table.columns])
+    body = []
+    for row in table.elsewhere:
+        label = f'<span title="{_text(row.full_name)}">{_text(row.label)}</span>'
+        source = f'<span title="{_text(row.source)}">published, {_text(row.cited)}</span>'
+        cells = "".join(_cell(row.cells.get(c, Cell(None)), True) for c in table.columns)
+        body.append(f'<tr class="published"><th scope="row">{label}</th><td class="text">{source}</td>{cells}</tr>')
+    return (
+        f'<div class="elsewhere"><h3>Published on another release: not ranked here</h3>'
+        f'<p class="note">{_text(notice)}</p><div class="scroll"><table data-table="{_text(table.key)}-elsewhere">'
+        f"<thead><tr>{heads}</tr></thead><tbody>\n{chr(10).join(body)}\n</tbody></table></div></div>"
     )
 
 
@@ -279,9 +299,10 @@ def render(results: Sequence[Result], release: PageRelease, card_slugs: list[str
         f"<header><h1>{_text(shown)} {_text(release.version)} leaderboard</h1>",
         f'<dl class="release">{items}</dl>',
         '<p class="note">Rows: models evaluated here; the random demo model (a reference, its numbers meaningless); '
-        f"and published baselines. {_text(published_notice(benchmark))} Click a column's name to sort by it.</p>",
+        "and, where the papers measured on this very release, their published baselines; the papers' numbers on their "
+        "own data are shown apart under each table, never ranked. Click a column's name to sort by it.</p>",
         f'<nav>{nav} <a href="#results">results</a></nav></header>',
-        *(_table(t, card_slugs, release) for t in page_tables),
+        *(_table(t, card_slugs, release, published_notice(benchmark)) for t in page_tables),
         '<section id="results"><h2>Results, cards and figures</h2>',
     ]
     for position, result in enumerate(results):

@@ -46,6 +46,10 @@ class PublishedRow:
     source: str  # paper and table, e.g. "3XCM paper (...), Table 2"
     cited: str  # the table alone, e.g. "Table 2"
     derived: bool = False  # means of the paper's cells, not a number it prints
+    #: The manifest sha256 of the release the numbers were measured on, when a release here is that one; None: the
+    #: paper's own data, which no release built here is (ours rebuild the protocol, not the paper's images), so the
+    #: row is shown apart from the ranking on every page.
+    measured_on: str | None = None
 
 
 # -- 3XCM ------------------------------------------------------------------------------------------------------------

@@ -102,6 +102,8 @@ class Table:
     columns: list[str]
     rows: list[Row]
     rank_by: str | None = None  # the paper's main figure (higher is better): the page lists rows by it first
+    #: Published rows measured on another release than the page's: shown apart, never ranked among `rows`.
+    elsewhere: list[Row] = field(default_factory=list)
 
 
 # -- reading --------------------------------------------------------------------------------------------------------
@@ -158,12 +160,15 @@ def _columns(rows: Iterable[Row]) -> list[str]:
 
 
 def tables(results: Sequence[Result], *, published: bool = False, breakdowns_only: bool = False) -> list[Table]:
-    """The benchmark's tables that any result fills, rows in the order given; with `published`, the papers' rows
-    after ours, in the columns ours have."""
+    """The benchmark's tables that any result fills, rows in the order given; with `published`, the papers' rows in
+    the columns ours have: after ours where they were measured on the results' release (by manifest sha256), apart
+    from them (`Table.elsewhere`, never ranked) where they were not."""
     if not results:
         return []
     benchmark = results[0].benchmark
     papers = published_rows(benchmark) if published else []
+    # The release the page ranks on: that of the results (the demo model's rows are a reference from any release).
+    here = {r.release[2] for r in results if not r.demo} or {r.release[2] for r in results}
     out = []
     for spec in _table_specs(benchmark):
         if breakdowns_only and spec.headline:
@@ -179,19 +184,20 @@ def tables(results: Sequence[Result], *, published: bool = False, breakdowns_onl
         if not rows:
             continue
         columns = _columns(rows)
-        rows += [
-            Row(
-                p.model,
-                "published",
-                {c: Cell(p.values.get(c)) for c in columns},
-                source=p.source,
-                cited=p.cited,
-                full_name=p.full_name,
-            )
-            for p in papers
-            if p.table == spec.key
-        ]
-        out.append(Table(spec.key, spec.title, spec.note, columns, rows, spec.rank_by))
+        measured: dict[bool, list[Row]] = {True: [], False: []}
+        for p in papers:
+            if p.table == spec.key:
+                row = Row(
+                    p.model,
+                    "published",
+                    {c: Cell(p.values.get(c)) for c in columns},
+                    source=p.source,
+                    cited=p.cited,
+                    full_name=p.full_name,
+                )
+                measured[p.measured_on is not None and p.measured_on in here].append(row)
+        rows += measured[True]
+        out.append(Table(spec.key, spec.title, spec.note, columns, rows, spec.rank_by, elsewhere=measured[False]))
     return out
 
 

@@ -24,5 +24,6 @@ BENCHMARK = Benchmark(
     published=Ref("evaluation.leaderboard.published_baselines:mixcube_rows"),
     published_notice=Ref("evaluation.leaderboard.published_baselines:MIXCUBE_NOTICE"),
     cli=Ref("flows.cli.evaluate_mixcube:command"),
+    metrics_model=Ref("evaluation.results.metrics:MixCubeMetrics"),
     exports=("lmms-eval", "vlmevalkit"),
 )

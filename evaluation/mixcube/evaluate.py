@@ -36,10 +36,10 @@ from evaluation.config import (
 )
 from evaluation.harnesses.predictions import PredictionsConfig, PredictionsVlm
 from evaluation.mixcube import task as mx
+from evaluation.models.embed import Progress
 from evaluation.models.encoders import EncoderConfig, TextImageEncoder
 from evaluation.models.vlm import VisionLanguageModel, VlmConfig
 from evaluation.results.folder import EvaluationResult, with_parts
-from evaluation.xcm.task import Progress
 
 log = logging.getLogger(__name__)
 

@@ -48,9 +48,9 @@ import io
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -170,6 +170,114 @@ MIXCUBE_SWAP_DROPS = pa.schema(
         pa.field("marker_drop", pa.float64()),
     ]
 )
+
+
+# -- records -------------------------------------------------------------------------------------------------------
+class _ImageMeta(TypedDict):
+    """The release row's columns a per-image row keeps."""
+
+    sample_id: str
+    original_id: str
+    country: str
+    category: str
+    ethnicity: str
+    placeholder: bool
+    food_label: str | None
+
+
+class _Verdicts(TypedDict):
+    """The verdict columns of one answer (`_VERDICT_COLUMNS`); null when the question failed."""
+
+    correct: bool | None
+    correct_with_our_aliases: bool | None
+    negated: bool | None
+    negated_with_our_aliases: bool | None
+
+
+class _MarkerColumns(TypedDict):
+    """The Cultural Marker Identification columns of one row (null outside Food)."""
+
+    marker_prompt: str | None
+    marker_answer: str | None
+    marker_judge_raw: str | None
+    marker_correct: bool | None
+    marker_error: str | None
+    marker_error_detail: str | None
+
+
+class PerImageRow(_ImageMeta, _Verdicts, _MarkerColumns):
+    """One `MIXCUBE_PER_IMAGE` row."""
+
+    image_sha256: str | None
+    prompt: str
+    answer: str | None
+    error: str | None
+    error_detail: str | None
+    attempts: int
+    cached: bool
+
+
+class _TallyRow(TypedDict):
+    """The per-image columns a tally reads; our verdict columns may be missing (a table written before them)."""
+
+    country: str
+    category: str
+    ethnicity: str
+    correct: bool | None
+    marker_correct: bool | None
+    correct_with_our_aliases: NotRequired[bool | None]
+    negated: NotRequired[bool | None]
+    negated_with_our_aliases: NotRequired[bool | None]
+
+
+_GroupColumn = Literal["country", "category", "ethnicity"]
+_Key = TypeVar("_Key", bound=Hashable)
+
+
+class CultureTerms(TypedDict):
+    paper: list[str]  # `ground_truth_terms`
+    ours: list[str]  # what our aliases add
+
+
+class AnswerRule(TypedDict):
+    """metrics.json's `answer_rule`: what each key means, and each culture's terms."""
+
+    accuracy: str
+    accuracy_with_our_aliases: str
+    negated_answers: str
+    terms: dict[str, CultureTerms]
+
+
+class MixcubeSummary(TypedDict):
+    """`summary`: metrics.json's numbers, in its order."""
+
+    images: int
+    answered: int
+    correct: int
+    failed: int
+    accuracy: float | None
+    accuracy_by_ethnicity: dict[str, float | None]
+    accuracy_by_country: dict[str, float | None]
+    accuracy_by_category: dict[str, float | None]
+    accuracy_original: float | None
+    accuracy_synthesized: float | None
+    drop_original_minus_synthesized: float | None
+    accuracy_with_our_aliases: float | None
+    correct_with_our_aliases: int
+    accuracy_with_our_aliases_by_country: dict[str, float | None]
+    negated_answers: int
+    negated_answers_with_our_aliases: int
+    answer_rule: AnswerRule
+    answers_naming_several_cultures: int
+    correct_naming_several_cultures: int
+    marker_images: int
+    marker_judged: int
+    marker_accuracy: float | None
+    marker_accuracy_by_ethnicity: dict[str, float | None]
+    failures: dict[str, int]
+    errors: dict[str, int]
+    marker_errors: dict[str, int]
+    placeholder_images: int
 
 
 # -- scoring -------------------------------------------------------------------------------------------------------
@@ -335,7 +443,7 @@ def several_cultures_warnings(metrics: dict[str, Any]) -> list[str]:
     ]
 
 
-def answer_rule(mix: MixCubeReference) -> dict[str, Any]:
+def answer_rule(mix: MixCubeReference) -> AnswerRule:
     """metrics.json's account of the rule: what each key means, whose it is, and each culture's terms."""
     return {
         "accuracy": "the paper's (MixCuBe §3, App. A.5): the answer names the culture's country, the culture "
@@ -358,9 +466,9 @@ def answer_rule(mix: MixCubeReference) -> dict[str, Any]:
     }
 
 
-def _our_aliases_named(metrics: dict[str, Any]) -> list[str]:
+def _our_aliases_named(rule: AnswerRule | None) -> list[str]:
     """Our aliases, as metrics.json's `answer_rule` lists them per culture."""
-    terms = (metrics.get("answer_rule") or {}).get("terms") or {}
+    terms = (rule.get("terms") if rule else None) or {}
     return list(dict.fromkeys(t for entry in terms.values() for t in entry.get("ours", [])))
 
 
@@ -376,9 +484,10 @@ def answer_rule_warnings(metrics: dict[str, Any]) -> list[str]:
         )
     paper, ours = metrics.get("accuracy"), metrics.get("accuracy_with_our_aliases")
     if paper is not None and ours is not None and ours != paper:
+        aliases = ", ".join(_our_aliases_named(metrics.get("answer_rule")))
         out.append(
             f"`accuracy_with_our_aliases` ({ours:.3f}) is ours, not the paper's: it also accepts our aliases "
-            f"({', '.join(_our_aliases_named(metrics))}); `accuracy` ({paper:.3f}) is the paper's rule (the "
+            f"({aliases}); `accuracy` ({paper:.3f}) is the paper's rule (the "
             "country, the culture and App. A.5's labels)."
         )
     return out
@@ -400,7 +509,7 @@ def parse_verdict(text: str | None) -> bool | None:
 _VERDICT_COLUMNS = ("correct", "correct_with_our_aliases", "negated", "negated_with_our_aliases")
 
 
-def _score(answer: Answer, country: str, scorer: _Scorer) -> dict[str, bool | None]:
+def _score(answer: Answer, country: str, scorer: _Scorer) -> _Verdicts:
     """The verdict columns of one answer: `correct` and `negated` by the paper's terms, and the same with ours."""
     if answer.error is None:
         text = answer.text or ""
@@ -412,8 +521,14 @@ def _score(answer: Answer, country: str, scorer: _Scorer) -> dict[str, bool | No
             "negated_with_our_aliases": with_ours == NEGATED,
         }
     if answer.error in MODEL_OUTCOMES:  # a refusal or an empty answer names no country: incorrect (§3)
-        return dict.fromkeys(_VERDICT_COLUMNS, False)
-    return dict.fromkeys(_VERDICT_COLUMNS)  # a transport failure is not scored
+        return {
+            "correct": False,
+            "correct_with_our_aliases": False,
+            "negated": False,
+            "negated_with_our_aliases": False,
+        }
+    # a transport failure is not scored
+    return {"correct": None, "correct_with_our_aliases": None, "negated": None, "negated_with_our_aliases": None}
 
 
 # -- evaluation ----------------------------------------------------------------------------------------------------
@@ -468,21 +583,32 @@ def evaluate_images(
         raise ValueError("workers must be at least 1")
     images = _image_bytes(rows)
     scorer = _Scorer(mix)
-    meta = {
-        "sample_id": rows.column("sample_id").to_pylist(),
-        "original_id": rows.column("original_id").to_pylist(),
-        "country": rows.column("country").to_pylist(),
-        "category": rows.column("category").to_pylist(),
-        "ethnicity": rows.column("ethnicity").to_pylist(),
-        "placeholder": [bool(v) for v in _column(rows, "placeholder", False)],
-        "food_label": _column(rows, "food_label", None),
-    }
+    meta = [
+        _ImageMeta(
+            sample_id=sample_id,
+            original_id=original_id,
+            country=country,
+            category=category,
+            ethnicity=ethnicity,
+            placeholder=bool(placeholder),
+            food_label=food_label,
+        )
+        for sample_id, original_id, country, category, ethnicity, placeholder, food_label in zip(
+            rows.column("sample_id").to_pylist(),
+            rows.column("original_id").to_pylist(),
+            rows.column("country").to_pylist(),
+            rows.column("category").to_pylist(),
+            rows.column("ethnicity").to_pylist(),
+            _column(rows, "placeholder", False),
+            _column(rows, "food_label", None),
+            strict=True,
+        )
+    ]
 
-    def one(index: int) -> dict[str, Any]:
-        row = {name: values[index] for name, values in meta.items()}
-        return _evaluate_row(row, images[index].as_py(), vlm, judge, marker_question, mix, scorer)
+    def one(index: int) -> PerImageRow:
+        return _evaluate_row(meta[index], images[index].as_py(), vlm, judge, marker_question, mix, scorer)
 
-    out: list[dict[str, Any] | None] = [None] * rows.num_rows
+    out: list[PerImageRow | None] = [None] * rows.num_rows
     if isinstance(vlm, AnswersInBatches) and vlm.batch_size > 1:
         out = _rows_asked_in_batches(meta, images, vlm, judge, marker_question, mix, scorer)
         if progress is not None:
@@ -539,18 +665,17 @@ class _Recorder:
 
 
 def _rows_asked_in_batches(
-    meta: dict[str, list[Any]],
+    rows: list[_ImageMeta],
     images: pa.ChunkedArray,
     vlm: VisionLanguageModel,
     judge: VisionLanguageModel | None,
     marker_question: MarkerQuestion,
     mix: MixCubeReference,
     scorer: _Scorer,
-) -> list[dict[str, Any] | None]:
+) -> list[PerImageRow | None]:
     """The rows of `evaluate_images` for a model that answers in batches, in three dry-then-real passes: the model's
     questions, then the judge's (they quote the model's answers), then the rows from the answers."""
     pictures = images.to_pylist()
-    rows = [{name: values[index] for name, values in meta.items()} for index in range(len(pictures))]
     model = _Recorder(vlm)
     judged = _Recorder(judge) if judge is not None else None
 
@@ -570,27 +695,18 @@ def _rows_asked_in_batches(
 
 
 def _evaluate_row(
-    row: dict[str, Any],
+    row: _ImageMeta,
     image: bytes | None,
     vlm: VisionLanguageModel,
     judge: VisionLanguageModel | None,
     marker_question: MarkerQuestion,
     mix: MixCubeReference,
     scorer: _Scorer,
-) -> dict[str, Any]:
+) -> PerImageRow:
     prompt = mix.evaluation_prompts[row["category"]]
     no_image = Answer(None, "no_image", "the row holds no image bytes", 0, False)
     answer = vlm.ask(prompt, image) if image is not None else no_image
-    out = {
-        **row,
-        "image_sha256": None if image is None else sha256_bytes(image),
-        "prompt": prompt,
-        "answer": answer.text,
-        **_score(answer, row["country"], scorer),
-        "error": answer.error,
-        "error_detail": answer.detail,
-        "attempts": answer.attempts,
-        "cached": answer.cached,
+    markers: _MarkerColumns = {
         "marker_prompt": None,
         "marker_answer": None,
         "marker_judge_raw": None,
@@ -604,13 +720,31 @@ def _evaluate_row(
             marker = vlm.ask(MARKER_PROMPT, image) if image is not None else no_image
         else:
             marker_prompt, marker = prompt, answer
-        out.update(_marker(marker_prompt, marker, row["food_label"], judge))
-    return out
+        markers = _marker(marker_prompt, marker, row["food_label"], judge)
+    return {
+        **row,
+        "image_sha256": None if image is None else sha256_bytes(image),
+        "prompt": prompt,
+        "answer": answer.text,
+        **_score(answer, row["country"], scorer),
+        "error": answer.error,
+        "error_detail": answer.detail,
+        "attempts": answer.attempts,
+        "cached": answer.cached,
+        **markers,
+    }
 
 
-def _marker(prompt: str, answer: Answer, labels: str | None, judge: VisionLanguageModel | None) -> dict[str, Any]:
+def _marker(prompt: str, answer: Answer, labels: str | None, judge: VisionLanguageModel | None) -> _MarkerColumns:
     """The marker columns of one Food image: the judge's verdict on `answer`, or why there is none."""
-    out: dict[str, Any] = {"marker_prompt": prompt, "marker_answer": answer.text}
+    out: _MarkerColumns = {
+        "marker_prompt": prompt,
+        "marker_answer": answer.text,
+        "marker_judge_raw": None,
+        "marker_correct": None,
+        "marker_error": None,
+        "marker_error_detail": None,
+    }
     if answer.error in MODEL_OUTCOMES:  # no food named: incorrect, as for the country
         return {**out, "marker_correct": False, "marker_error": answer.error, "marker_error_detail": answer.detail}
     if answer.error is not None:
@@ -662,7 +796,7 @@ class _Tally:
         self.marker_answered = self.marker_correct = 0
         self.food = False
 
-    def add(self, row: dict[str, Any]) -> None:
+    def add(self, row: _TallyRow) -> None:
         self.n += 1
         if row["correct"] is not None:
             self.answered += 1
@@ -690,10 +824,11 @@ class _Tally:
         return _rate(self.marker_correct, self.marker_answered) if self.food else None
 
 
-def _tallies(per_image: pa.Table, key: Callable[[dict[str, Any]], Any]) -> dict[Any, _Tally]:
-    tallies: dict[Any, _Tally] = {}
+def _tallies(per_image: pa.Table, key: Callable[[_TallyRow], _Key]) -> dict[_Key, _Tally]:
+    tallies: dict[_Key, _Tally] = {}
     columns = ["country", "category", "ethnicity", "correct", "marker_correct", *_VERDICT_COLUMNS[1:]]
-    for row in per_image.select([c for c in columns if c in per_image.column_names]).to_pylist():
+    rows: list[_TallyRow] = per_image.select([c for c in columns if c in per_image.column_names]).to_pylist()
+    for row in rows:
         tallies.setdefault(key(row), _Tally()).add(row)
     return tallies
 
@@ -774,7 +909,7 @@ def swap_drops(per_image: pa.Table, mix: MixCubeReference) -> pa.Table:
 
 def _by(
     per_image: pa.Table,
-    column: str,
+    column: _GroupColumn,
     order: Callable[[Iterable[str], MixCubeReference], list[str]],
     mix: MixCubeReference,
 ) -> dict[str, _Tally]:
@@ -799,7 +934,7 @@ def summary(per_image: pa.Table, mix: MixCubeReference) -> dict[str, Any]:
         if c is None
     )
     several, several_correct = _several_cultures(per_image, mix)
-    return {
+    out: MixcubeSummary = {
         "images": everything.n,
         "answered": everything.answered,
         "correct": everything.correct,
@@ -834,6 +969,7 @@ def summary(per_image: pa.Table, mix: MixCubeReference) -> dict[str, Any]:
         "marker_errors": dict(sorted(Counter(e for e in food.column("marker_error").to_pylist() if e).items())),
         "placeholder_images": sum(bool(v) for v in per_image.column("placeholder").to_pylist()),
     }
+    return dict(out)
 
 
 # -- figures -------------------------------------------------------------------------------------------------------

@@ -40,5 +40,6 @@ BENCHMARK = Benchmark(
     published=Ref("evaluation.leaderboard.published_baselines:xcm_rows"),
     published_notice=Ref("evaluation.leaderboard.published_baselines:XCM_NOTICE"),
     cli=Ref("flows.cli.evaluate_xcm:command"),
+    metrics_model=Ref("evaluation.results.metrics:XcmMetrics"),
     exports=("mteb", "clip-benchmark"),
 )

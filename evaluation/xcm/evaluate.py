@@ -10,10 +10,11 @@ from pydantic import Field
 
 from data.publish.reader import Release
 from evaluation.config import EmbeddingSettings, EvaluateCommon, GpuSlot, Prepared, build_encoder, no_slot, open_release
+from evaluation.models.embed import Progress
 from evaluation.models.encoders import EncoderConfig, TextImageEncoder
 from evaluation.results.folder import EvaluationResult, with_parts
 from evaluation.results.parts import ResultPart
-from evaluation.xcm.task import Progress, XcmEvaluation, evaluate_3xcm
+from evaluation.xcm.task import XcmEvaluation, evaluate_3xcm
 
 
 class Evaluate3XCMConfig(EvaluateCommon, EmbeddingSettings):

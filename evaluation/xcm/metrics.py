@@ -26,24 +26,25 @@ model runs here.
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 import pyarrow as pa
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 from scipy import stats
 
 from data.schemas import RQ2_SLOTS, RQ3_SLOTS
-from evaluation.models.vectors import COSINE_EPS
+from evaluation.intervals import group_rng as _group_rng
+from evaluation.intervals import percentile_interval as _percentile_interval
+from evaluation.models.vectors import TIE_TOLERANCE as TIE_TOLERANCE
+from evaluation.models.vectors import Vectors as Vectors
+from evaluation.models.vectors import VectorsLike as VectorsLike
+from evaluation.models.vectors import as_vectors as as_vectors
+from evaluation.models.vectors import first_argmax as first_argmax
+from evaluation.models.vectors import tied_winners as tied_winners
 
-#: Scores closer than this are a tie: a cosine of float32 unit vectors carries a rounding error of a few float32
-#: ulps at 1.0 (2**-23 = 1.2e-7) from the vectors and their dot product; 1e-6 is about 8 of them, far below the
-#: score gaps a model's ranking rests on.
-TIE_TOLERANCE = 1e-6
 #: Slot order = tie order. RQ2: (i) correct, (ii) language-biased, (iii) totally irrelevant (§3.2.2).
 RQ2_CATEGORIES: tuple[str, ...] = tuple(name for name, _ in RQ2_SLOTS)
 #: RQ3: (i) correct ... (vi) totally irrelevant (§3.2.3, Table 3's column order).
@@ -161,78 +162,11 @@ DRIFT_MEANS = pa.schema(
 # --- embeddings ----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Vectors:
-    """Vectors by key (an image id, or a query text), each row divided by its norm clamped at `COSINE_EPS`, so a
-    row-wise dot product is torch's cosine similarity with that eps."""
-
-    keys: tuple[str, ...]
-    matrix: NDArray[np.float64]  # float64, (len(keys), dim), unit rows (or zero rows for zero vectors)
-    _position: dict[str, int] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_position", {key: i for i, key in enumerate(self.keys)})
-        if len(self._position) != len(self.keys):
-            raise ValueError("duplicate keys")
-
-    @classmethod
-    def from_arrays(cls, keys: Sequence[str], matrix: ArrayLike) -> Vectors:
-        m = np.asarray(matrix, dtype=np.float64)
-        if m.ndim != 2 or m.shape[0] != len(keys):
-            raise ValueError(f"need one row per key: {len(keys)} keys, matrix of shape {m.shape}")
-        if not np.isfinite(m).all():
-            raise ValueError("embeddings hold a non-finite value")
-        norms = np.maximum(np.linalg.norm(m, axis=1, keepdims=True), COSINE_EPS)
-        return cls(tuple(keys), m / norms)
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, ArrayLike]) -> Vectors:
-        """Vectors of shape (dim,) or (1, dim), as the authors store theirs."""
-        keys = list(mapping)
-        rows = [np.asarray(mapping[k], dtype=np.float64).reshape(-1) for k in keys]
-        dims = {r.shape[0] for r in rows}
-        if len(dims) > 1:
-            raise ValueError(f"vectors of different sizes: {sorted(dims)}")
-        return cls.from_arrays(keys, np.stack(rows) if rows else np.zeros((0, 0)))
-
-    def take(self, keys: Sequence[str], what: str) -> NDArray[np.float64]:
-        missing = [k for k in dict.fromkeys(keys) if k not in self._position]
-        if missing:
-            raise KeyError(f"no {what} vector for {len(missing)} key(s), e.g. {missing[:3]}")
-        rows = np.fromiter((self._position[k] for k in keys), dtype=np.int64, count=len(keys))
-        return self.matrix[rows]
-
-
-VectorsLike = Vectors | Mapping[str, ArrayLike]
-
-
-def as_vectors(vectors: VectorsLike) -> Vectors:
-    return vectors if isinstance(vectors, Vectors) else Vectors.from_mapping(vectors)
-
-
 def _cosine(queries: NDArray[np.float64], candidates: NDArray[np.float64]) -> NDArray[np.float64]:
     if queries.shape[1] != candidates.shape[1]:
         raise ValueError(f"query vectors have {queries.shape[1]} dimensions, image vectors {candidates.shape[1]}")
     cosines: NDArray[np.float64] = np.einsum("ij,ij->i", queries, candidates)
     return cosines
-
-
-def first_argmax(scores: NDArray[np.float64]) -> NDArray[np.intp]:
-    """Per row, the position of the first maximal score (np.argmax's and torch.argmax's tie rule)."""
-    if not np.isfinite(scores).all():
-        raise ValueError("non-finite scores")
-    first: NDArray[np.intp] = np.argmax(scores, axis=1)
-    return first
-
-
-def tied_winners(scores: ArrayLike, tolerance: float = TIE_TOLERANCE) -> NDArray[np.bool_]:
-    """Per row, whether another candidate scores within `tolerance` of the maximum: the first-maximum rule, not the
-    model, chose that row's winner."""
-    s = np.asarray(scores, dtype=np.float64)
-    if s.ndim != 2 or s.shape[1] < 2:
-        return np.zeros(s.shape[0] if s.ndim else 0, dtype=bool)
-    tied: NDArray[np.bool_] = ((s.max(axis=1, keepdims=True) - s) <= tolerance).sum(axis=1) > 1
-    return tied
 
 
 # --- per-query scores ----------------------------------------------------------------------------------------
@@ -383,18 +317,6 @@ def _groups(table: pa.Table, group_by: GroupBy) -> list[tuple[str, NDArray[np.in
         return []
     names, inverse = np.unique(values.astype(str), return_inverse=True)
     return [(str(name), np.flatnonzero(inverse == i)) for i, name in enumerate(names)]
-
-
-def _group_rng(seed: int, task: str, group_by: str, group: str) -> np.random.Generator:
-    """A group's own generator: its intervals do not depend on which other groups a table has."""
-    return np.random.default_rng([seed, zlib.crc32(f"{task}\0{group_by}\0{group}".encode())])
-
-
-def _percentile_interval(samples: NDArray[np.float64], confidence: float) -> tuple[float | None, float | None]:
-    alpha = 1.0 - confidence
-    with np.errstate(invalid="ignore"):
-        low, high = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
-    return (float(low) if np.isfinite(low) else None, float(high) if np.isfinite(high) else None)
 
 
 def _sp(lb: NDArray[np.number], cr: NDArray[np.number]) -> NDArray[np.float64]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -29,13 +29,13 @@ import pyarrow as pa
 from curation.rules import Catalog, pack_catalog
 from data.publish.reader import Release
 from data.reference import ENGLISH, UNKNOWN_REGION, ReferencePack
+from evaluation.models.embed import Progress, image_vectors, text_vectors
 from evaluation.models.encoders import TextImageEncoder
 from evaluation.results.parts import Headline, ResultPart
 from evaluation.xcm import metrics as m
 from evaluation.xcm import ravenea_metrics as rv
 from evaluation.xcm import retrieval_metrics as rm
 from evaluation.xcm import retrieval_report as report
-from evaluation.xcm.task import Progress, image_vectors, text_vectors
 
 #: Images of the top k written to the `top_k` table per query.
 TOP_K_ROWS = max(rm.K_VALUES)
@@ -54,6 +54,74 @@ HEADLINE: tuple[str, ...] = (*(f"{name}_en" for name in ENGLISH_HEADLINE), *ALL_
 TIE_K: tuple[int, ...] = tuple(sorted({*rm.K_VALUES, *rv.K_VALUES}))
 _POOL_COLUMNS = ("index_in_dataset", "image_id", "concept_id", "concept", "concept_in_native", "country")
 _OPTIONAL_COLUMNS = ("language_code", "language_group", "tags", "sha256", "pixel_sha256")
+
+
+# --- records ---------------------------------------------------------------------------------------------------
+class QueryRow(TypedDict):
+    """The first columns of a `rm.PER_QUERY` row: a query and its pool's counts (its metrics, `rm.METRICS`, follow)."""
+
+    concept_id: int
+    concept: str
+    query_language: str
+    query_text: str
+    n_relevant: int
+    n_relevant_native: int
+    first_relevant_rank: int | None
+    top_grade: int
+    first_top_grade_rank: int | None
+
+
+class TopRow(TypedDict):
+    """One `rm.TOP_K` row: an image of a query's top k."""
+
+    concept_id: int
+    query_language: str
+    rank: int
+    image_id: str
+    score: float
+    image_concept_id: int
+    country: str
+    region: str
+    relevance: int
+
+
+class SplitCounts(TypedDict):
+    """Per-metric counts by the name of the metric's mean, RAVENEA's apart (only where one is not 0)."""
+
+    metrics: dict[str, int]
+    ravenea: NotRequired[dict[str, int]]
+
+
+class RetrievalTies(SplitCounts):
+    tolerance: float
+    queries: int
+
+
+class PoolCovers(TypedDict):
+    """What the pool itself decides: the cut-offs k it fits inside, and its one country or region, if so."""
+
+    pool_images: int
+    k_at_least_pool: list[int]
+    one_country: str | None
+    one_region: str | None
+
+
+class PoolDecides(PoolCovers, SplitCounts):
+    queries: int
+
+
+class RetrievalMetrics(TypedDict):
+    """metrics.json["retrieval"], in its order."""
+
+    settings: report.RetrievalSettings
+    overall: report.GroupSummary
+    by_language: dict[str, report.GroupSummary]
+    by_concept: list[report.ConceptSummary]
+    boundary_ties: dict[str, int]
+    skipped: list[str]
+    warnings: list[str]
+    ties: NotRequired[RetrievalTies]
+    pool_decides: NotRequired[PoolDecides]
 
 
 # --- the pool and the queries ----------------------------------------------------------------------------------
@@ -259,8 +327,8 @@ def score_queries(
     first_top_tied = (
         ranking.first_target_tied if ranking.first_target_tied is not None else np.zeros(n_queries, dtype=bool)
     )
-    rows: list[dict[str, Any]] = []
-    top_rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []  # a QueryRow, then its metrics by name (read by pyarrow only)
+    top_rows: list[TopRow] = []
     ties = dict.fromkeys(TIE_K, 0)
     tied = dict.fromkeys(rm.METRICS, 0)
     fixed = dict.fromkeys(rm.METRICS, 0)
@@ -301,20 +369,18 @@ def score_queries(
         for counts, flags in zip((tied, fixed), decided, strict=True):
             for name, flag in flags.items():
                 counts[name] += flag
-        rows.append(
-            {
-                "concept_id": query.concept_id,
-                "concept": query.concept,
-                "query_language": query.language,
-                "query_text": query.text,
-                "n_relevant": n_relevant,
-                "n_relevant_native": n_native,
-                "first_relevant_rank": first or None,
-                "top_grade": best_grade,
-                "first_top_grade_rank": int(first_top[i]) or None,
-                **values,
-            }
-        )
+        described: QueryRow = {
+            "concept_id": query.concept_id,
+            "concept": query.concept,
+            "query_language": query.language,
+            "query_text": query.text,
+            "n_relevant": n_relevant,
+            "n_relevant_native": n_native,
+            "first_relevant_rank": first or None,
+            "top_grade": best_grade,
+            "first_top_grade_rank": int(first_top[i]) or None,
+        }
+        rows.append({**described, **values})
         for rank, (image, grade) in enumerate(zip(top, grades, strict=True), 1):
             top_rows.append(
                 {
@@ -451,9 +517,12 @@ def evaluate_pool(
     covered = _pool_covers(pool)
     warnings = [*_tie_warnings(scored, len(queries)), *_pool_warnings(scored, len(queries), covered)]
     settings = _settings(pool, len(queries), n_resamples, seed)
-    metrics: dict[str, Any] = {
+    means = report.summary_json(summary)
+    metrics: RetrievalMetrics = {
         "settings": settings,
-        **report.summary_json(summary),
+        "overall": means["overall"],
+        "by_language": means["by_language"],
+        "by_concept": means["by_concept"],
         "boundary_ties": {f"@{k}": count for k, count in scored.boundary_ties.items()},
         "skipped": [],
         "warnings": warnings,
@@ -468,7 +537,7 @@ def evaluate_pool(
     return ResultPart(
         per_query=per_query,
         tables=tables,
-        metrics=metrics,
+        metrics=dict(metrics),
         headline=headline,
         ci95=ci95,
         figures={"precision_diversity.png": report.precision_diversity_png(summary)},
@@ -497,12 +566,16 @@ def _counts(per_metric: dict[str, int]) -> dict[str, int]:
     return {rm.aggregate_name(name): count for name, count in per_metric.items() if count}
 
 
-def _split_counts(per_metric: dict[str, int]) -> dict[str, dict[str, int]]:
+def _split_counts(per_metric: dict[str, int]) -> SplitCounts:
     """{"metrics": the counts of GlobalRG's, ours and trec_eval's metrics, "ravenea": RAVENEA's (`ravenea.mrr`),
     only where one is not 0}."""
     ravenea = _counts({name: count for name, count in per_metric.items() if name.startswith(rv.PREFIX)})
-    out = {"metrics": _counts({name: count for name, count in per_metric.items() if not name.startswith(rv.PREFIX)})}
-    return out | ({"ravenea": ravenea} if ravenea else {})
+    out: SplitCounts = {
+        "metrics": _counts({name: count for name, count in per_metric.items() if not name.startswith(rv.PREFIX)})
+    }
+    if ravenea:
+        out["ravenea"] = ravenea
+    return out
 
 
 def _most(count: int, n: int) -> bool:
@@ -541,7 +614,7 @@ def _listed(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-def _pool_covers(pool: Pool) -> dict[str, Any]:
+def _pool_covers(pool: Pool) -> PoolCovers:
     """What the pool itself decides: the cut-offs k it fits inside, and its one country or region, if so."""
     countries, regions = sorted(set(pool.countries)), sorted(set(pool.regions))
     return {
@@ -552,7 +625,7 @@ def _pool_covers(pool: Pool) -> dict[str, Any]:
     }
 
 
-def _pool_warnings(scored: Scored, n: int, covered: dict[str, Any]) -> list[str]:
+def _pool_warnings(scored: Scored, n: int, covered: PoolCovers) -> list[str]:
     """Warnings for the metrics a degenerate pool decides whatever the model ranks: a pool no larger than k, one
     country or region (diversity 0), and the other metrics every ranking gives the same value for most queries."""
     out = []
@@ -570,7 +643,8 @@ def _pool_warnings(scored: Scored, n: int, covered: dict[str, Any]) -> list[str]
         )
         explained |= {name for k in small for name in _cut_metrics(k)}
         explained |= {f"{rv.PREFIX}precision@{k}" for k in small_ravenea}
-    single = [(unit, covered[f"one_{unit}"]) for unit in rm.UNITS if covered[f"one_{unit}"] is not None]
+    one = {"country": covered["one_country"], "region": covered["one_region"]}
+    single = [(unit, name) for unit in rm.UNITS if (name := one[unit]) is not None]
     if single:
         which = " and ".join(f"one {unit} ({name})" for unit, name in single)
         units = " and ".join(f"by {unit}" for unit, _ in single)
@@ -593,7 +667,7 @@ def _pool_warnings(scored: Scored, n: int, covered: dict[str, Any]) -> list[str]
     return out
 
 
-def _settings(pool: Pool, n_queries: int, n_resamples: int, seed: int) -> dict[str, Any]:
+def _settings(pool: Pool, n_queries: int, n_resamples: int, seed: int) -> report.RetrievalSettings:
     return {
         "k": list(rm.K_VALUES),
         "ravenea_k": list(rv.K_VALUES),

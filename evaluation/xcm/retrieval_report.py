@@ -3,8 +3,8 @@ readings, RAVENEA's own scoring): the per-query table (`retrieval_metrics.PER_QU
 tables, a PNG and Markdown out.
 
 Intervals are percentile bootstraps over a group's queries, drawn with the 3XCM evaluation's helpers: its seeded
-per-group generator (`evaluation.xcm.metrics._group_rng`, so a group's interval does not depend on the other groups)
-and its percentile rule (`evaluation.xcm.metrics._percentile_interval`). A metric that leaves queries out (RAVENEA's
+per-group generator (`evaluation.intervals.group_rng`, so a group's interval does not depend on the other groups)
+and its percentile rule (`evaluation.intervals.percentile_interval`). A metric that leaves queries out (RAVENEA's
 MRR, null for a query with no positive item: `retrieval_metrics.LEAVES_OUT`) is averaged over the others, in the
 estimate and in each resample, and says how many (`n`); a resample that draws none of them is left out of its interval.
 """
@@ -12,7 +12,7 @@ estimate and in each resample, and says how many (`n`); a resample that draws no
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import matplotlib.pyplot as plt  # data.figures, imported here too, makes it draw with Agg
 import numpy as np
@@ -22,17 +22,91 @@ import pyarrow as pa
 from data import reference
 from data.figures import figure_png
 from data.publish.card import markdown_table
+from evaluation.intervals import group_rng, percentile_interval
 from evaluation.xcm import metrics as m
 from evaluation.xcm import ravenea_metrics as rv
 from evaluation.xcm import retrieval_metrics as rm
 
 CONFIDENCE = 0.95
 TITLE = "## Retrieval across universals (GlobalRG §3.2, RAVENEA §3.1)\n"
-#: One mean: {"value", "ci_low", "ci_high"}, each a number or None; and "n", the queries it is over, for a metric
-#: that leaves queries out (`rm.LEAVES_OUT`).
-Estimate = dict[str, float | None]
+
+
+class Estimate(TypedDict):
+    """One mean, each a number or None; and "n", the queries it is over, for a metric that leaves queries out
+    (`rm.LEAVES_OUT`)."""
+
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n: NotRequired[int]
+
+
 #: A group's means by `retrieval_metrics.aggregate_name`.
 Estimates = dict[str, Estimate]
+
+
+class GroupMetricRow(TypedDict):
+    """One `rm.GROUP_METRICS` row: a group's mean of one metric."""
+
+    group_by: str
+    group: str
+    concept: str | None
+    n: int
+    metric: str
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+
+
+class GroupSummary(TypedDict):
+    n: int
+    metrics: Estimates
+
+
+class ConceptSummary(TypedDict):
+    concept_id: int
+    concept: str
+    n: int
+    metrics: Estimates
+
+
+class SummaryJson(TypedDict):
+    """The part's means in metrics.json (`summary_json`)."""
+
+    overall: GroupSummary
+    by_language: dict[str, GroupSummary]
+    by_concept: list[ConceptSummary]
+
+
+class RegionSettings(TypedDict):
+    reading: str
+    pack: str
+    by_country: dict[str, str]
+    unknown_region_countries: list[str]
+    n_unknown_region_countries: int
+
+
+class RetrievalSettings(TypedDict):
+    """metrics.json["retrieval"]["settings"]: what was retrieved, how, and which reading each metric is."""
+
+    k: list[int]
+    ravenea_k: list[int]
+    pool_images: int
+    pool_countries: int
+    pool_regions: int
+    n_queries: int
+    queries_with_shipped_translation: int
+    n_resamples: int
+    seed: int
+    confidence: float
+    relevance: str
+    diversity: dict[str, str]
+    precision: str
+    english: str
+    trec_eval: str
+    ravenea: dict[str, str]
+    ranking: str
+    regions: RegionSettings
 
 
 @dataclass(frozen=True)
@@ -58,7 +132,7 @@ def group_means(
     n = len(rows)
     draws = None
     if n_resamples > 0 and n > 0:
-        rng = m._group_rng(seed, "retrieval", group_by, group)
+        rng = group_rng(seed, "retrieval", group_by, group)
         counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples)
         with np.errstate(invalid="ignore"):  # 0 / 0: a resample with none of a metric's queries, left out below
             draws = (counts @ np.where(present, values, 0.0)) / (counts @ present.astype(np.float64))
@@ -66,7 +140,7 @@ def group_means(
     for j, name in enumerate(rm.METRICS):
         low, high = None, None
         if draws is not None and np.isfinite(draws[:, j]).any():
-            low, high = m._percentile_interval(draws[np.isfinite(draws[:, j]), j], CONFIDENCE)
+            low, high = percentile_interval(draws[np.isfinite(draws[:, j]), j], CONFIDENCE)
         kept = values[present[:, j], j]
         out[rm.aggregate_name(name)] = {
             "value": float(kept.mean()) if len(kept) else None,
@@ -102,7 +176,7 @@ def summarise(per_query: pa.Table, n_resamples: int, seed: int) -> Summary:
     )
 
 
-def _long_rows(group_by: str, group: str, concept: str | None, n: int, means: Estimates) -> list[dict[str, Any]]:
+def _long_rows(group_by: str, group: str, concept: str | None, n: int, means: Estimates) -> list[GroupMetricRow]:
     return [
         {"group_by": group_by, "group": group, "concept": concept, "n": n, "metric": name, **estimate}
         for name, estimate in means.items()
@@ -121,7 +195,7 @@ def group_tables(summary: Summary) -> dict[str, pa.Table]:
     }
 
 
-def summary_json(summary: Summary) -> dict[str, Any]:
+def summary_json(summary: Summary) -> SummaryJson:
     return {
         "overall": {"n": summary.n, "metrics": summary.overall},
         "by_language": {g: {"n": n, "metrics": e} for g, (n, e) in summary.by_language.items()},
@@ -203,19 +277,19 @@ RAVENEA_COLUMNS: tuple[tuple[str, str], ...] = tuple(
 RAVENEA_MRR = rm.aggregate_name(rv.RECIPROCAL_RANK)
 
 
-def _rows(groups: list[tuple[str, int, Estimates]], columns: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
+def _rows(groups: list[tuple[str, int, Estimates]], columns: tuple[tuple[str, str], ...]) -> list[dict[str, str | int]]:
     return [
         {"query language": g, "queries": n, **{header: cell(e[name]) for header, name in columns}} for g, n, e in groups
     ]
 
 
-def card_section(summary: Summary, settings: dict[str, Any]) -> list[str]:
+def card_section(summary: Summary, settings: RetrievalSettings) -> list[str]:
     """The section: what was retrieved; the English row, comparable with GlobalRG's Table 3; every query language
     with GlobalRG's, our and trec_eval's metrics; RAVENEA's own scoring; which reading is whose; and the countries
     whose region is unknown, if any."""
     groups = [("all", summary.n, summary.overall), *((g, n, e) for g, (n, e) in summary.by_language.items())]
     english = [(g, n, e) for g, n, e in groups if g == reference.ENGLISH]
-    ravenea = [
+    ravenea: list[dict[str, str | int | None]] = [
         {
             "query language": g,
             "queries": n,

@@ -4,22 +4,44 @@ vectors the release needs, once each, and skips what the release or the embeddin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import pyarrow as pa
+from pydantic import JsonValue
 
 from data.publish.reader import Release
 from data.schemas import RQ2_SLOTS
-from evaluation.models.encoders import ImageRef, TextImageEncoder
-from evaluation.models.vectors import refuse_degenerate
+from evaluation.models.embed import Progress as Progress
+from evaluation.models.embed import image_vectors, text_vectors
+from evaluation.models.encoders import TextImageEncoder
 from evaluation.xcm import metrics as m
 from evaluation.xcm.figures import delta_sim_png, sp_per_language_png, stacked_win_rates_png
 
-#: (stage, done, total), as the build's progress callbacks.
-Progress = Callable[[str, int, int], None]
+
+class Rq2Headline(TypedDict):
+    """M_cr, M_lb, M_ti and SP over all queries (`PAPER_SYMBOL["rq2"]`'s order), with their intervals."""
+
+    M_cr: float | None
+    M_lb: float | None
+    M_ti: float | None
+    SP: float | None
+    ci95: dict[str, list[float | None]]
+
+
+class XcmMetrics(Rq2Headline):
+    """metrics.json's 3XCM numbers, in its order: the headline, RQ2's report, RQ3's, the App. P.2 tests and Δsim
+    where computed, what was skipped, and the ties where any decided a winner."""
+
+    n_queries: int
+    rq2: dict[str, JsonValue]  # m.WinRateReport, as JSON
+    rq3: NotRequired[dict[str, JsonValue]]
+    preference_tests: NotRequired[list[dict[str, JsonValue]]]  # m.PreferenceTest each
+    delta_sim: NotRequired[list[dict[str, JsonValue]]]  # m.drift_means' rows
+    skipped: NotRequired[list[str]]  # always there, set after the RQ3 keys
+    ties: NotRequired[dict[str, float]]  # per task the queries whose winner a tie decided, and the tolerance
 
 
 @dataclass
@@ -51,67 +73,6 @@ def needed_image_ids(benchmark: pa.Table, benchmark_cd: pa.Table | None, query: 
     return list(dict.fromkeys(ids))
 
 
-def image_vectors(
-    release: Release,
-    image_ids: Sequence[str],
-    encoder: TextImageEncoder,
-    progress: Progress | None = None,
-    config: str = "image_metadata",
-    id_column: str = "image_id",
-) -> m.Vectors:
-    """The encoder's vectors of `image_ids` (the `id_column` of the release's image table `config`); the bytes are
-    read from the release only if the encoder asks. MixCuBe's audit reads its quintets' images through it too."""
-    # Precomputed vectors are looked up by id: reading (and hashing) every image's bytes would be wasted I/O.
-    if encoder.needs_image_bytes and release.has(config) and "image" in release.columns(config):
-        store = release.images(config, id_column)
-        missing = [i for i in image_ids if i not in store.locations]
-        if missing:
-            raise KeyError(f"{len(missing)} benchmark image(s) are not in {config}, e.g. {missing[:3]}")
-        # Table order: each Parquet row group is read once.
-        where = store.locations
-        order = sorted(image_ids, key=lambda i: (str(where[i].file), where[i].row_group, where[i].row))
-        refs = [ImageRef(i, store.sha256[i], _loader(store, i)) for i in order]
-    else:  # precomputed vectors, or a release without image bytes (the reassembled authors' benchmark)
-        refs = [ImageRef(i, "", _no_bytes(release, i)) for i in image_ids]
-    done = 0
-
-    def advance(n: int) -> None:
-        nonlocal done
-        done += n
-        if progress is not None:
-            progress("embed images", done, len(refs))
-
-    matrix = encoder.image_vectors(refs, advance)
-    keys = [r.image_id for r in refs]
-    _refuse_degenerate(encoder, keys, matrix, "image")
-    return m.Vectors.from_arrays(keys, matrix)
-
-
-def _refuse_degenerate(encoder: TextImageEncoder, keys: Sequence[str], matrix: Any, what: str) -> None:
-    refuse_degenerate("3XCM evaluation", encoder.identity.model_id, list(keys), matrix, what)
-
-
-def _loader(store: Any, image_id: str) -> Callable[[], bytes]:
-    return lambda: store.load(image_id)
-
-
-def _no_bytes(release: Release, image_id: str) -> Callable[[], bytes]:
-    def load() -> bytes:
-        raise ValueError(
-            f"{release.path} carries no image bytes (no image_metadata images); evaluate it with "
-            "--model-backend embeddings, or a release that has its images"
-        )
-
-    return load
-
-
-def text_vectors(texts: Sequence[str], encoder: TextImageEncoder) -> m.Vectors:
-    unique = list(dict.fromkeys(texts))
-    matrix = encoder.text_vectors(unique)
-    _refuse_degenerate(encoder, unique, matrix, "text")
-    return m.Vectors.from_arrays(unique, matrix)
-
-
 def evaluate_3xcm(
     release: Release,
     encoder: TextImageEncoder,
@@ -139,7 +100,16 @@ def evaluate_3xcm(
         "sp_per_language.png": sp_per_language_png(rq2),
         "win_rates_rq2.png": stacked_win_rates_png(rq2, "RQ2: M_k per query language (Eq. 3)"),
     }
-    metrics: dict[str, Any] = {**_headline(rq2), "n_queries": per_query.num_rows, "rq2": rq2.model_dump(mode="json")}
+    headline = _headline(rq2)
+    metrics: XcmMetrics = {
+        "M_cr": headline["M_cr"],
+        "M_lb": headline["M_lb"],
+        "M_ti": headline["M_ti"],
+        "SP": headline["SP"],
+        "ci95": headline["ci95"],
+        "n_queries": per_query.num_rows,
+        "rq2": rq2.model_dump(mode="json"),
+    }
 
     if benchmark_cd is not None:
         rq3_texts = _texts_or_none(encoder, [str(t) for t in benchmark_cd.column("query_text").to_pylist()])
@@ -180,7 +150,7 @@ def evaluate_3xcm(
                     f"{numbers[task]} are not measured. Check the vectors (one vector for every image ties "
                     "everywhere)."
                 )
-    return XcmEvaluation(per_query, tables, metrics, figures, skipped, warnings)
+    return XcmEvaluation(per_query, tables, dict(metrics), figures, skipped, warnings)
 
 
 def _ties(per_query: pa.Table, categories: Sequence[str]) -> int:
@@ -191,19 +161,22 @@ def _ties(per_query: pa.Table, categories: Sequence[str]) -> int:
     return int(m.tied_winners(scores).sum())
 
 
-def _headline(report: m.WinRateReport) -> dict[str, Any]:
+def _headline(report: m.WinRateReport) -> Rq2Headline:
     """M_cr, M_lb, M_ti and SP over all queries, at the top level (the interface scripts read)."""
     overall = report.overall
-    out: dict[str, Any] = {f"M_{m.PAPER_SYMBOL['rq2'][c]}": overall.rates[c].value for c in m.RQ2_CATEGORIES}
-    out["SP"] = overall.sp.value if overall.sp is not None else None
-    out["ci95"] = {
-        **{
-            f"M_{m.PAPER_SYMBOL['rq2'][c]}": [overall.rates[c].ci_low, overall.rates[c].ci_high]
-            for c in m.RQ2_CATEGORIES
+    cr, lb, ti, sp = overall.rate("cr"), overall.rate("lb"), overall.rate("ti"), overall.sp
+    return {
+        "M_cr": cr.value,
+        "M_lb": lb.value,
+        "M_ti": ti.value,
+        "SP": sp.value if sp is not None else None,
+        "ci95": {
+            "M_cr": [cr.ci_low, cr.ci_high],
+            "M_lb": [lb.ci_low, lb.ci_high],
+            "M_ti": [ti.ci_low, ti.ci_high],
+            "SP": [sp.ci_low, sp.ci_high] if sp is not None else [None, None],
         },
-        "SP": [overall.sp.ci_low, overall.sp.ci_high] if overall.sp is not None else [None, None],
     }
-    return out
 
 
 def _texts_or_none(encoder: TextImageEncoder, texts: Sequence[str]) -> m.Vectors | None:

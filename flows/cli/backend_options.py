@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
@@ -48,7 +48,7 @@ def backend_choice(name: str, *unions: Any) -> type[StrEnum]:
     return str_enum(name, list(dict.fromkeys(names)))
 
 
-def _scalar(annotation: Any) -> Any | None:
+def _scalar(annotation: Any) -> type | tuple[str, ...] | None:
     """The option type of a field: str, int, float, bool, or a Literal's choices; None for anything else."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
@@ -58,12 +58,12 @@ def _scalar(annotation: Any) -> Any | None:
     return annotation if annotation in SCALARS else None
 
 
-def field_options(*unions: Any, skip: Iterable[str] = ()) -> dict[str, Any]:
+def field_options(*unions: Any, skip: Iterable[str] = ()) -> dict[str, object]:
     """`field -> Annotated[type | None, typer.Option(help=...)]` for every scalar field of every backend of the
     unions, in the order the backends declare them (the backend names before the first field that reads it). A field
     two unions share is one option; a choice there offers the choices of both."""
     readers: dict[str, list[str]] = {}
-    kinds: dict[str, Any] = {}
+    kinds: dict[str, type | tuple[str, ...]] = {}
     helps: dict[str, str] = {}
     for config in [config for union in unions for config in backends_of(union)]:
         for field, info in config.model_fields.items():
@@ -76,21 +76,20 @@ def field_options(*unions: Any, skip: Iterable[str] = ()) -> dict[str, Any]:
             if isinstance(known, tuple) and isinstance(kind, tuple):
                 kinds[field] = tuple(dict.fromkeys(known + kind))
             helps.setdefault(field, " ".join((info.description or "").split()))
-    options = {}
+    options: dict[str, object] = {}
     for field, kind in kinds.items():
-        if isinstance(kind, tuple):
-            kind = str_enum(f"{field}_choice", kind)
+        option_type = str_enum(f"{field}_choice", kind) if isinstance(kind, tuple) else kind
         help_text = f"{', '.join(readers[field])}: {helps[field]}".rstrip(": ")
-        options[field] = Annotated[kind | None, typer.Option(help=help_text, show_default=False)]
+        options[field] = Annotated[option_type | None, typer.Option(help=help_text, show_default=False)]
     return options
 
 
-def plain(values: dict[str, Any]) -> dict[str, Any]:
+def plain(values: Mapping[str, str | int | float | bool | StrEnum | None]) -> dict[str, str | int | float | bool]:
     """The options given (not None), enums as their values: config fields."""
     return {k: v.value if isinstance(v, StrEnum) else v for k, v in values.items() if v is not None}
 
 
-def with_options(command: Callable[..., Any], options: dict[str, Any], before: str) -> Callable[..., Any]:
+def with_options(command: Callable[..., Any], options: Mapping[str, object], before: str) -> Callable[..., Any]:
     """`command`, whose `**model_options` receives `options`, with a signature that lists them (Typer reads it),
     inserted before the parameter named `before`."""
     signature = inspect.signature(command, eval_str=True)

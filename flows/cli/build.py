@@ -30,8 +30,9 @@ def _overrides(
     version: str | None,
     build_id: str | None,
     reference: str | None = None,
-) -> dict:
-    out: dict[str, Any] = {}
+) -> dict[str, str | dict[str, str]]:
+    """What the command line sets over the config file: top-level fields, and `release` {root, version}."""
+    out: dict[str, str | dict[str, str]] = {}
     if reference:
         out["reference"] = reference
     if workspace_root:

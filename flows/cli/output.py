@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+
+if TYPE_CHECKING:  # rich.progress is imported when the bars are made
+    from rich.progress import TaskID
 
 console = Console(stderr=True)
 
@@ -37,7 +40,7 @@ class progress_bars:
             console=console,
         )
         self.bar.__enter__()
-        self.tasks: dict[str, Any] = {}
+        self.tasks: dict[str, TaskID] = {}
         return self
 
     def __call__(self, stage: str, done: int, total: int) -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from flows.cli.errors import BadInput, Refused
 from flows.cli.output import console, read_mapping, validation_line
 from flows.cli.pack_paths import writable_pack
+
+if TYPE_CHECKING:  # imported when a command runs: the CLI starts without them
+    from data.schemas import LlmFailureRow
 
 
 class Drafter(StrEnum):
@@ -64,7 +67,7 @@ def reference_translate_command(
     if chosen not in {d.value for d in Drafter}:
         raise BadInput(f"{config}: backend {chosen!r} drafts nothing; use one of {', '.join(d.value for d in Drafter)}")
     translator = None if chosen == "cldr" else _translator(chosen, raw, base_url, model, str(config or "options"))
-    failures: list[tuple[str, dict[str, Any]]] = []
+    failures: list[tuple[str, LlmFailureRow]] = []
     for code in codes:
         pack = load_pack(folder)  # again after each language: the drafts are now part of it
         drafts = draft_language(pack, code, translator)

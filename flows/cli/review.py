@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from flows.cli.errors import BadInput
 from flows.cli.output import console
 from flows.cli.pack_paths import writable_pack
+
+if TYPE_CHECKING:  # imported when a command runs: the CLI starts without them
+    from annotation.label_studio import LabelStudioProject
 
 review_app = typer.Typer(help="People review what a build or a pack needs reviewed.", no_args_is_help=True)
 
@@ -64,7 +67,7 @@ def review_translations_command(
         console.print(f"{code}: {total} entries to review ({new} new) at {project.location}")
 
 
-def _collect(folder: Path, projects: dict[str, Any], annotators: int, decisions: Path) -> None:
+def _collect(folder: Path, projects: dict[str, LabelStudioProject], annotators: int, decisions: Path) -> None:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 

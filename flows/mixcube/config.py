@@ -117,7 +117,7 @@ class BuildMixCubeConfig(BuildConfigBase):
     @classmethod
     def demo(cls, **overrides: Any) -> BuildMixCubeConfig:
         """The offline demo: composed originals for 5 cultures x 3 categories, embedded backends, no filters."""
-        base: dict[str, Any] = {
+        base: dict[str, object] = {  # a partial config: `model_validate` checks it
             "originals": DemoOriginalsConfig().model_dump(),
             "filters": {"brisque": None, "clip": None},
             "target_per_cell": DemoOriginalsConfig().per_cell,

@@ -26,6 +26,7 @@ from curation.filter_rows import filter_stats, filters_table
 from curation.quintets import assemble_quintets
 from curation.synthesis_filters import build_synthesis_filter
 from data import schemas
+from data.publish.manifest import CellBelowTarget, IncompleteOriginal
 from data.review_labels import KEEP
 from data.schemas import STATUS_OK
 from data.stage import stats_from_table
@@ -63,9 +64,9 @@ class SynthesisStats(StageStats):
 
 
 class QuintetsStats(StageStats):
-    incomplete: list[Any] | None = None  # originals left without a full quintet
+    incomplete: list[IncompleteOriginal] | None = None  # originals left without a full quintet
     left_over_by_outcome: dict[str, int] | None = None
-    cells_below_target: list[dict[str, Any]] | None = None  # culture x category cells short of target
+    cells_below_target: list[CellBelowTarget] | None = None  # culture x category cells short of target
 
 
 def lazily(build: Callable[[], T]) -> Callable[[], T]:
@@ -299,7 +300,7 @@ def _quintets(ctx: StageContext) -> StageOutput:
     return StageOutput(quintets.rows, {"left_over": leftover}, stats)
 
 
-def below_target(ctx: StageContext, rows: pa.Table) -> list[dict]:
+def below_target(ctx: StageContext, rows: pa.Table) -> list[CellBelowTarget]:
     """Culture x category cells with fewer released originals than `target_per_cell`."""
     mix = ctx.pack.mixcube()
     wanted = ctx.config.originals.wanted_cells(mix)

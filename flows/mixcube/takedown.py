@@ -22,7 +22,7 @@ from curation.takedown import TakedownRequest, take_down_mixcube
 from data.publish.changelog import code_span, render_changelog
 from data.publish.folder import ReleaseResult
 from data.publish.images import ReleasedImages
-from data.publish.manifest import TakedownRecord
+from data.publish.manifest import CellBelowTarget, TakedownRecord
 from data.schemas import MIXCUBE_ROWS
 from data.takedown.denylist import DenylistFetcher, mark_taken_down, read_denylist, with_denylist
 from data.takedown.patch import DerivedPatch, ParentRelease, PatchInputError, patch_provenance
@@ -72,7 +72,7 @@ def write_mixcube_patch(
     )
 
 
-def cells_below_target(parent: ParentRelease, rows: pa.Table) -> list[dict[str, Any]]:
+def cells_below_target(parent: ParentRelease, rows: pa.Table) -> list[CellBelowTarget]:
     """The culture x category cells short of the build's target, counted again over the patch's originals: the
     parent's short cells in their order, then cells the takedown took below the target."""
     short = parent.manifest.cells_below_target

@@ -9,6 +9,7 @@ build of the benchmark drop the same images (each benchmark's `flows/<benchmark>
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from data.takedown.patch import (
     DerivedPatch,
     ParentRelease,
     PatchInputError,
+    RemovedRecord,
     checked_date,
     is_later,
     next_patch_version,
@@ -53,8 +55,8 @@ class DenylistNotUpdated(RuntimeError):
 class TakedownSummary:
     release: ReleaseResult
     parent: str
-    removed: list[dict[str, Any]]
-    rows: dict[str, Any]
+    removed: list[RemovedRecord]
+    rows: Mapping[str, object]  # how the rows changed (`DerivedPatch.rows`)
     denylist: str
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pydantic import JsonValue
 
 from curation.takedown import TakedownRequest
 from curation.validate import ValidationReport, Violation
@@ -224,7 +225,7 @@ def replay_patch(manifest: Manifest[ReleaseManifest]) -> list[Violation]:
     return violations
 
 
-def _dumped(records: list[TakedownRecord]) -> list[dict[str, Any]]:
+def _dumped(records: list[TakedownRecord]) -> list[dict[str, JsonValue]]:
     return [r.model_dump(mode="json", exclude_unset=True) for r in records]
 
 

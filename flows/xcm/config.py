@@ -129,7 +129,7 @@ class Build3XCMConfig(BuildConfigBase):
         """The offline demo: a generated corpus of the pack's demo concepts and countries (the default pack's: 6
         concepts x 8 countries in 6 language groups; see its pack.json `demo`)."""
         countries, concepts = demo_selection(overrides.get("reference"))
-        base: dict[str, Any] = {
+        base: dict[str, object] = {  # a partial config: `model_validate` checks it
             "countries": countries,
             "demo_corpus": DemoCorpusConfig(countries=countries, concepts=concepts).model_dump(),
             "concepts": {"backend": "shipped", "include": concepts},

@@ -62,7 +62,7 @@ def derive_patch(parent: ParentRelease, request: TakedownRequest, images: Releas
         released_sha256=images.released_sha256,
         pack=parent.pack(),
     )
-    rows: dict[str, Any] = {task: change.counts() for task, change in derived.changes.items()}
+    rows: dict[str, object] = {task: change.counts() for task, change in derived.changes.items()}
     rows["repaired"] = {task: change.repaired for task, change in derived.changes.items()}
     rows["summary"] = _summary(derived.changes)
     return DerivedPatch(
@@ -108,7 +108,7 @@ def write_3xcm_patch(
     benchmark_cd: pa.Table,
     unassembled: pa.Table,
     validation: str,
-    reuse: dict[str, Any],
+    reuse: dict[str, dict[str, float]],
 ) -> ReleaseResult:
     """The patch of a 3XCM release: `catalog` is its image_metadata without bytes (renumbered), whose images keep
     the parent's released bytes."""

@@ -20,10 +20,10 @@ from typer.testing import CliRunner
 from data.publish.reader import Release
 from evaluation import registry
 from evaluation.config import EvaluateCommon, GpuSlot, Prepared
+from evaluation.models.embed import Progress
 from evaluation.models.encoders import ModelIdentity
 from evaluation.registry import Benchmark, Ref, Task
 from evaluation.results.folder import EvaluationResult, headline_names, read_metrics
-from evaluation.xcm.task import Progress
 from flows.cli import app
 
 

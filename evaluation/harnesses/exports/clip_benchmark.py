@@ -21,7 +21,7 @@ import json
 import re
 import tarfile
 from collections import defaultdict
-from typing import Any
+from typing import TypedDict
 
 from PIL import Image
 
@@ -78,6 +78,21 @@ def _tar(samples: list[dict[str, bytes]]) -> bytes:
 _QUERY_COLUMNS = ["query_image_id", "query_concept", "query_language", "query_text"]
 
 
+class _QueryColumns(TypedDict):
+    """A benchmark row's `_QUERY_COLUMNS`."""
+
+    query_image_id: str
+    query_concept: str
+    query_language: str
+    query_text: str
+
+
+class QueryImage(_QueryColumns):
+    """An RQ2 query image: its first benchmark row's query columns, and that row's position (for messages)."""
+
+    row: int
+
+
 def _query_rules() -> dict[str, Allowed]:
     concept = Allowed(lambda value: invalid_name(value) is None, "a concept name (data/concept_names.py)")
     language = Allowed(
@@ -92,19 +107,20 @@ def _query_rules() -> dict[str, Allowed]:
     }
 
 
-def languages(release: Release) -> dict[str, list[dict[str, Any]]]:
+def languages(release: Release) -> dict[str, list[QueryImage]]:
     """Query language -> its RQ2 queries' images, each once (first row wins), in release order; each row with its
     `row` in the benchmark table (for messages)."""
     require_columns(release, "benchmark", _QUERY_COLUMNS)
     table = release.table("benchmark", _QUERY_COLUMNS)
     check_values(release, "benchmark", table, _query_rules())
-    by_language: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for row, record in enumerate(table.to_pylist()):
+    by_language: dict[str, dict[str, QueryImage]] = defaultdict(dict)
+    records: list[_QueryColumns] = table.to_pylist()
+    for row, record in enumerate(records):
         by_language[record["query_language"]].setdefault(record["query_image_id"], {**record, "row": row})
     return {lang: list(rows.values()) for lang, rows in sorted(by_language.items())}
 
 
-def _images(release: Release) -> dict[str, tuple[int, Any]]:
+def _images(release: Release) -> dict[str, tuple[int, bytes]]:
     """image_id -> (its row in image_metadata, its released bytes or None)."""
     images = released_images(release, "image_metadata", "image_id")  # as every export asks
     ids = release.table("image_metadata", ["image_id"])["image_id"].to_pylist()
@@ -143,7 +159,7 @@ def export(release: Release, folder: ImmutableFolder) -> str:
     return command
 
 
-def _pixels(release: Release, data: dict[str, tuple[int, Any]], row: dict[str, Any]) -> tuple[str, str]:
+def _pixels(release: Release, data: dict[str, tuple[int, bytes]], row: QueryImage) -> tuple[str, str]:
     """(PIL's format name, sha256 of the decoded RGB pixels) of a query image; ExportError when it has none."""
     image_id = row["query_image_id"]
     if image_id not in data:
@@ -154,7 +170,7 @@ def _pixels(release: Release, data: dict[str, tuple[int, Any]], row: dict[str, A
         return fmt, hashlib.sha256(image.convert("RGB").tobytes()).hexdigest()
 
 
-def unambiguous(rows: list[dict[str, Any]], pixels: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
+def unambiguous(rows: list[QueryImage], pixels: dict[str, tuple[str, str]]) -> list[QueryImage]:
     """The rows whose picture no row of another concept shows too: one label per picture. The same picture filed
     under two concepts (a copy across concepts; the validator lets it be a query of each) has no single right class,
     and would cap a perfect recogniser below 1.0."""

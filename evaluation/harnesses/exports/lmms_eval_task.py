@@ -27,9 +27,9 @@ ethnicity (original - swap; positive = the swap lost accuracy), and the same dro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict, TypeVar
 
 # The export inlines evaluation/mixcube/answer_match.py's code here: the task imports no culturebench.
 from evaluation.mixcube.answer_match import CORRECT, NEGATED, answer_verdict  # culturebench: inline
@@ -108,24 +108,59 @@ def is_correct(answer: str, country: str, ours: bool = False) -> bool:
 
 
 # -- lmms-eval hooks -----------------------------------------------------------------------------------------------
-def doc_to_visual(doc: dict[str, Any]) -> list[Any]:
+class Doc(TypedDict):
+    """A row of the release's `default` table, as lmms-eval hands it over: the columns the hooks read."""
+
+    sample_id: str
+    country: str
+    category: str
+    ethnicity: str
+    image: NotRequired[Any]  # a PIL image, as `datasets` decodes the Image column
+
+
+class PromptKwargs(TypedDict, total=False):
+    """A model config's `lmms_eval_specific_kwargs` for this task."""
+
+    pre_prompt: str
+    post_prompt: str
+
+
+class Record(TypedDict):
+    """`process_results`' record of one image, the same for every metric."""
+
+    sample_id: str
+    country: str
+    category: str
+    ethnicity: str
+    answer: str
+    correct: bool
+    correct_with_our_aliases: bool  # ours, not the paper's
+    negated: bool
+
+
+Group = Literal["country", "category", "ethnicity"]
+Credited = Literal["correct", "correct_with_our_aliases"]
+Key = TypeVar("Key", bound=Hashable)
+
+
+def doc_to_visual(doc: Doc) -> list[Any]:
     """The row's image (a PIL image, as `datasets` decodes the release's Image column), in RGB."""
     image = doc.get("image")
     return [] if image is None else [image.convert("RGB")]
 
 
-def doc_to_text(doc: dict[str, Any], lmms_eval_specific_kwargs: dict[str, Any] | None = None) -> str:
+def doc_to_text(doc: Doc, lmms_eval_specific_kwargs: PromptKwargs | None = None) -> str:
     """The category's App. B.2 question, verbatim (a model's pre_prompt/post_prompt, if its config sets any)."""
     kwargs = lmms_eval_specific_kwargs or {}
     return f"{kwargs.get('pre_prompt', '')}{COUNTRY_PROMPTS[doc['category']]}{kwargs.get('post_prompt', '')}"
 
 
-def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, dict[str, Any]]:
+def process_results(doc: Doc, results: list[object]) -> dict[str, Record]:
     """One record per image, the same for every metric: which image, its group, the answer and its verdict."""
     answer = results[0] if results else ""
     answer = answer if isinstance(answer, str) else str(answer)
     paper, ours = verdict(answer, doc["country"]), verdict(answer, doc["country"], ours=True)
-    record = {
+    record: Record = {
         "sample_id": doc["sample_id"],
         "country": doc["country"],
         "category": doc["category"],
@@ -145,55 +180,55 @@ def _ordered(values: Iterable[str], kind: str) -> list[str]:
     return [v for v in preferred if v in seen] + [v for v in seen if v not in preferred]
 
 
-def _rate(items: list[dict[str, Any]], column: str = "correct") -> float | None:
+def _rate(items: list[Record], column: Credited = "correct") -> float | None:
     return sum(bool(item[column]) for item in items) / len(items) if items else None
 
 
-def _by(items: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any]) -> dict[Any, list[dict[str, Any]]]:
-    groups: dict[Any, list[dict[str, Any]]] = {}
+def _by(items: list[Record], key: Callable[[Record], Key]) -> dict[Key, list[Record]]:
+    groups: dict[Key, list[Record]] = {}
     for item in items:
         groups.setdefault(key(item), []).append(item)
     return groups
 
 
-def _accuracy_by(items: list[dict[str, Any]], column: str) -> dict[str, float | None]:
+def _accuracy_by(items: list[Record], column: Group) -> dict[str, float | None]:
     groups = _by(items, lambda item: item[column])
     return {value: _rate(groups[value]) for value in _ordered(groups, column)}
 
 
-def accuracy(items: list[dict[str, Any]]) -> float | None:
+def accuracy(items: list[Record]) -> float | None:
     """Correct / images, over every image (the paper's terms)."""
     return _rate(items)
 
 
-def accuracy_with_our_aliases(items: list[dict[str, Any]]) -> float | None:
+def accuracy_with_our_aliases(items: list[Record]) -> float | None:
     """The same with our aliases accepted too (ours, not the paper's)."""
     return _rate(items, "correct_with_our_aliases")
 
 
-def negated_answers(items: list[dict[str, Any]]) -> int:
+def negated_answers(items: list[Record]) -> int:
     """Answers scored incorrect because every mention of the ground truth was plainly negated."""
     return sum(bool(item["negated"]) for item in items)
 
 
-def accuracy_by_ethnicity(items: list[dict[str, Any]]) -> dict[str, float | None]:
+def accuracy_by_ethnicity(items: list[Record]) -> dict[str, float | None]:
     return _accuracy_by(items, "ethnicity")
 
 
-def accuracy_by_country(items: list[dict[str, Any]]) -> dict[str, float | None]:
+def accuracy_by_country(items: list[Record]) -> dict[str, float | None]:
     return _accuracy_by(items, "country")
 
 
-def accuracy_with_our_aliases_by_country(items: list[dict[str, Any]]) -> dict[str, float | None]:
+def accuracy_with_our_aliases_by_country(items: list[Record]) -> dict[str, float | None]:
     groups = _by(items, lambda item: item["country"])
     return {value: _rate(groups[value], "correct_with_our_aliases") for value in _ordered(groups, "country")}
 
 
-def accuracy_by_category(items: list[dict[str, Any]]) -> dict[str, float | None]:
+def accuracy_by_category(items: list[Record]) -> dict[str, float | None]:
     return _accuracy_by(items, "category")
 
 
-def drop_by_ethnicity(items: list[dict[str, Any]]) -> dict[str, float]:
+def drop_by_ethnicity(items: list[Record]) -> dict[str, float]:
     """Each swap ethnicity: the originals' accuracy minus the swap's (all countries and categories together)."""
     by_ethnicity = accuracy_by_ethnicity(items)
     original = by_ethnicity.get(ORIGINAL)
@@ -204,7 +239,7 @@ def drop_by_ethnicity(items: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def swap_drops(items: list[dict[str, Any]]) -> dict[str, float]:
+def swap_drops(items: list[Record]) -> dict[str, float]:
     """Per country x category x swap ethnicity ("country/category/ethnicity"): the originals' accuracy of that
     country and category minus the swap's; groups without originals are left out."""
     groups = _by(items, lambda item: (item["country"], item["category"], item["ethnicity"]))

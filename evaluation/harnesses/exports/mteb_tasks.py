@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -74,11 +74,20 @@ def _metadata(name: str, description: str) -> TaskMetadata:
     )
 
 
+class _Split(TypedDict):
+    """One subset's `test` split, as mteb's retrieval tasks read it."""
+
+    corpus: Dataset  # the images its queries rank
+    queries: Dataset  # id, text
+    relevant_docs: dict[str, dict[str, int]]  # query id -> its correct image's id -> 1
+    top_ranked: dict[str, list[str]]  # query id -> its candidate images' ids
+
+
 class _XCMMultiChoice(AbsTaskRetrieval):  # type: ignore[misc, unused-ignore]
     """Reads ./data/corpus.parquet and ./data/<task name>/{queries,qrels,top_ranked}.parquet."""
 
     data_loaded: bool  # (set by mteb's AbsTask)
-    dataset: dict[str, Any]
+    dataset: dict[str, dict[str, _Split]]  # subset -> split -> its data
 
     def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
         if self.data_loaded:

@@ -29,7 +29,7 @@ import os
 import re
 from collections import defaultdict, deque
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol, TypedDict
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -45,6 +45,23 @@ FORMATS: dict[str, str] = {
     "lmms-eval": "evaluation.harnesses.predictions.lmms_eval",
 }
 PredictionsFormat = Literal["vlmevalkit", "lmms-eval"]
+
+
+class PredictionSource(TypedDict):
+    """Where the answers came from (`PredictionsVlm.source`, the result's `settings["predictions"]`)."""
+
+    harness: str  # the reader's HARNESS
+    format: PredictionsFormat
+    file: str  # the file's name, printable
+    sha256: str  # of its bytes
+
+
+class Coverage(TypedDict):
+    """How much of the release a prediction file answers (`PredictionsVlm.coverage`)."""
+
+    answered_images: int
+    release_images: int
+    share: float  # answered / release images; 0 for a release without images
 
 
 class PredictionsError(ValueError):
@@ -197,7 +214,7 @@ class PredictionsConfig(BaseModel):
         name = self.model_name or module.model_name(path)
         if not name:
             raise PredictionsError(f"{path}: {module.NO_MODEL_NAME}; pass --predictions-model NAME")
-        source = {
+        source: PredictionSource = {
             "harness": module.HARNESS,
             "format": self.format,
             "file": printable_name(path),
@@ -214,7 +231,7 @@ class PredictionsVlm:
     runs_locally = False
 
     def __init__(
-        self, rows: pa.Table, answers: dict[str, str], prompts: dict[str, str], *, name: str, source: dict[str, Any]
+        self, rows: pa.Table, answers: dict[str, str], prompts: dict[str, str], *, name: str, source: PredictionSource
     ) -> None:
         self.identity = VlmIdentity(backend="predictions", model_id=slug(source["format"], name), name=name)
         self.source = source
@@ -232,7 +249,7 @@ class PredictionsVlm:
                                         strict=True) if d is not None]  # fmt: skip
         #: The rows the file answers; a partial run's result is scored on them alone.
         self.answered: frozenset[str] = frozenset(s for s in image_rows if s in answers)
-        self.coverage: dict[str, Any] = {
+        self.coverage: Coverage = {
             "answered_images": len(self.answered),
             "release_images": len(image_rows),
             "share": len(self.answered) / len(image_rows) if image_rows else 0.0,
@@ -241,7 +258,7 @@ class PredictionsVlm:
     @property
     def partial(self) -> bool:
         """Whether the file answers only some of the release's images (then only those are scored)."""
-        return len(self.answered) < int(self.coverage["release_images"])
+        return len(self.answered) < self.coverage["release_images"]
 
     def ask(self, prompt: str, image: bytes | None = None) -> Answer:
         queue = self._queues.get((sha256_bytes(image), prompt)) if image is not None else None

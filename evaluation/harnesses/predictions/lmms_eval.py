@@ -18,9 +18,9 @@ import itertools
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
+from pydantic import JsonValue
 
 from evaluation.harnesses.predictions import MAX_ANSWER_BYTES, PredictionsError, check_answer, shown
 from evaluation.harnesses.predictions.rows import AnswerRows
@@ -118,7 +118,7 @@ def read_predictions(path: Path, rows: pa.Table) -> dict[str, str]:
     return answers.result()
 
 
-def _sample(file: Path, line: int, raw: str) -> dict[str, Any]:
+def _sample(file: Path, line: int, raw: str) -> dict[str, JsonValue]:
     """The line's JSON object; PredictionsError naming the line when it is none."""
     if not _json_depth_within(raw, MAX_JSON_DEPTH):
         raise PredictionsError(
@@ -138,7 +138,7 @@ def _sample(file: Path, line: int, raw: str) -> dict[str, Any]:
     return sample
 
 
-def _add(file: Path, answers: AnswerRows, line: int, sample: dict[str, Any]) -> None:
+def _add(file: Path, answers: AnswerRows, line: int, sample: dict[str, JsonValue]) -> None:
     """One sample, checked against the release (`AnswerRows.add`)."""
     doc_id = sample.get("doc_id")
     if isinstance(doc_id, bool) or not isinstance(doc_id, int) or doc_id < 0:
@@ -189,7 +189,7 @@ def _json_depth_within(text: str, limit: int) -> bool:
     return True
 
 
-def _answer(file: Path, line: int, sample: dict[str, Any]) -> tuple[str, str]:
+def _answer(file: Path, line: int, sample: dict[str, JsonValue]) -> tuple[str, str]:
     """The key and the scored answer: `filtered_resps` (a string, or a list holding one), else the raw `resps`."""
     for key in ("filtered_resps", "resps"):
         value = sample.get(key)
@@ -202,7 +202,7 @@ def _answer(file: Path, line: int, sample: dict[str, Any]) -> tuple[str, str]:
     raise PredictionsError(f"{file}: line {line}: no filtered_resps (was it written with --log_samples?)")
 
 
-def _sample_id(file: Path, line: int, sample: dict[str, Any]) -> str | None:
+def _sample_id(file: Path, line: int, sample: dict[str, JsonValue]) -> str | None:
     """The row's `sample_id` as the task's metric records (or a kept `doc`) name it; None when none does."""
     named: set[str] = set()
     for key in (*RECORD_KEYS, "doc"):
@@ -215,6 +215,6 @@ def _sample_id(file: Path, line: int, sample: dict[str, Any]) -> str | None:
     return named.pop() if named else None
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def _short(value: object, limit: int = 60) -> str:
     """A JSON value as a message shows it (`shown`: short, printable)."""
     return shown(json.dumps(value, ensure_ascii=False), limit)

@@ -12,7 +12,7 @@ says so first.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Literal
 
 import matplotlib.pyplot as plt  # data.figures, imported below too, makes it draw with Agg
 import numpy as np
@@ -24,28 +24,48 @@ from data.figures import figure_png
 from data.publish.card import markdown_table
 from data.publish.reader import Release
 from data.reference import MixCubeReference
+from evaluation.intervals import group_rng as _group_rng
 from evaluation.mixcube.bias_audit import metrics as am
 from evaluation.mixcube.bias_audit import readings as ar
 from evaluation.mixcube.bias_audit.readings import CONFIDENCE, fmt, interval, number
+from evaluation.mixcube.bias_audit.records import (
+    AuditImage,
+    AuditMetrics,
+    AuditTies,
+    BySet,
+    HarmMoveRow,
+    HarmRateRow,
+    Interval,
+    IntervalsBySet,
+    MoveDirection,
+    PairedShift,
+    PairedShiftRow,
+    PromptEntry,
+    SkewReading,
+    SkewRow,
+    reductions,
+)
+from evaluation.models.embed import Progress, image_vectors
 from evaluation.models.encoders import TextImageEncoder
-from evaluation.models.vectors import refuse_degenerate
+from evaluation.models.vectors import TIE_TOLERANCE, refuse_degenerate, tied_winners
 from evaluation.results.parts import Headline, ResultPart
-from evaluation.xcm.metrics import TIE_TOLERANCE, _group_rng, tied_winners
-from evaluation.xcm.task import Progress, image_vectors
 
 STAGE = "MixCuBe audit"
 #: The headline's language: English is the seed's own text for all three sets (no drafts), and its Table 1's.
 HEADLINE_LANGUAGE = ENGLISH
-_COLUMNS = ["sample_id", "original_id", "country", "category", "ethnicity", "placeholder"]
+_Column = Literal["sample_id", "original_id", "country", "category", "ethnicity", "placeholder"]
+_COLUMNS: tuple[_Column, ...] = ("sample_id", "original_id", "country", "category", "ethnicity", "placeholder")
+#: The reductions the headline gives per prompt set, in the registry's audit headline order.
+_HEADLINE_SKEWS: tuple[SkewReading, ...] = ("max_skew", "max_skew_max_pair")
 
 
-def _rows(release: Release) -> list[dict[str, Any]]:
+def _rows(release: Release) -> list[AuditImage]:
     columns = release.columns("default")
     missing = [c for c in _COLUMNS[:5] if c not in columns]
     if missing:
         raise ValueError(f"{STAGE}: the release's default table lacks {missing}")
     table = release.table("default", [c for c in _COLUMNS if c in columns])
-    rows: list[dict[str, Any]] = table.to_pylist()
+    rows: list[AuditImage] = table.to_pylist()
     if not rows:
         raise ValueError(f"{STAGE}: the release's default table has no rows")
     for row in rows:
@@ -53,7 +73,7 @@ def _rows(release: Release) -> list[dict[str, Any]]:
     return rows
 
 
-def _groups(rows: Sequence[dict[str, Any]], mix: MixCubeReference) -> list[str]:
+def _groups(rows: Sequence[AuditImage], mix: MixCubeReference) -> list[str]:
     """The original first, then the swaps in the pack's order, then any other ethnicity seen."""
     seen = list(dict.fromkeys(str(r["ethnicity"]) for r in rows))
     preferred = [mix.original_label, *(e.label for e in mix.ethnicities)]
@@ -73,7 +93,7 @@ class _Audit:
     """The state of one run: images in release order, their quintet and group, the prompts' vectors."""
 
     def __init__(
-        self, rows: list[dict[str, Any]], prompts: AuditPrompts, mix: MixCubeReference, n_resamples: int, seed: int
+        self, rows: list[AuditImage], prompts: AuditPrompts, mix: MixCubeReference, n_resamples: int, seed: int
     ) -> None:
         self.rows, self.prompts, self.n_resamples, self.seed = rows, prompts, n_resamples, seed
         self.original = mix.original_label  # the release pack's label of an unswapped image
@@ -87,7 +107,7 @@ class _Audit:
             if self.present[q, g]:
                 raise ValueError(f"{STAGE}: quintet {row['original_id']!r} has two {row['ethnicity']!r} images")
             self.present[q, g] = True
-        first: dict[str, dict[str, Any]] = {}
+        first: dict[str, AuditImage] = {}
         for row in rows:
             first.setdefault(str(row["original_id"]), row)
         self.quintet_meta = [first[q] for q in self.quintets]
@@ -123,17 +143,17 @@ class _Audit:
         self.spread = spread if self.spread is None else max(self.spread, spread)
         self.top1_ties.setdefault(code, {})[name] = int(tied_winners(sims).sum())
 
-    def ties(self) -> dict[str, Any]:
-        """metrics["ties"]: the counts behind the degenerate-vector warnings; empty when nothing tied."""
+    def ties(self) -> AuditTies | None:
+        """metrics["ties"]: the counts behind the degenerate-vector warnings; None when nothing tied."""
         if self.gap is None:
-            return {}
+            return None
         swaps = self.gap[np.isfinite(self.gap)]
         tied_swaps = int((swaps <= TIE_TOLERANCE).sum())
         alike = bool(len(self.rows) > 1 and self.spread is not None and self.spread <= TIE_TOLERANCE)
         top1 = {c: {n: k for n, k in sets.items() if k} for c, sets in self.top1_ties.items()}
         top1 = {c: sets for c, sets in top1.items() if sets}
         if not (tied_swaps or alike or top1):
-            return {}
+            return None
         return {
             "tolerance": TIE_TOLERANCE,
             "swaps": tied_swaps,
@@ -218,22 +238,20 @@ def _contrast(
 class _Collected:
     def __init__(self) -> None:
         self.per_query: list[pa.Table] = []
-        self.skew: list[dict[str, Any]] = []
-        self.harm: list[dict[str, Any]] = []
-        self.shift: list[dict[str, Any]] = []
+        self.skew: list[SkewRow] = []
+        self.harm: list[HarmRateRow] = []
+        self.shift: list[PairedShiftRow] = []
         self.shift_quintets: list[pa.Table] = []
-        self.moves: list[dict[str, Any]] = []
+        self.moves: list[HarmMoveRow] = []
         # reduction (am.SKEW_READINGS) -> prompt set -> language -> value (interval); crime's over all its captions
-        self.skews: dict[str, dict[str, dict[str, Any]]] = {k: {n: {} for n in PROMPT_SETS} for k in _SKEW_KEYS}
-        self.crime_all: dict[str, dict[str, Any]] = {k: {} for k in _SKEW_KEYS}
+        self.skews: dict[SkewReading, BySet] = {k: {n: {} for n in PROMPT_SETS} for k in am.SKEW_READINGS}
+        self.skews_ci95: dict[SkewReading, IntervalsBySet] = {k: {n: {} for n in PROMPT_SETS} for k in am.SKEW_READINGS}
+        self.crime_all: dict[SkewReading, dict[str, float | None]] = {k: {} for k in am.SKEW_READINGS}
+        self.crime_all_ci95: dict[SkewReading, dict[str, Interval]] = {k: {} for k in am.SKEW_READINGS}
         self.top1: dict[str, dict[str, ar.Top1]] = {}  # language -> prompt set -> top-1 labels
         # reading -> language -> rate key -> value (interval)
-        self.rates: dict[str, dict[str, dict[str, Any]]] = {r: {} for r in ar.READINGS}
-        self.rates_ci: dict[str, dict[str, dict[str, Any]]] = {r: {} for r in ar.READINGS}
-
-
-#: The reductions with their intervals: `max_skew`, `max_skew_ci95`, ...
-_SKEW_KEYS = [k for key in am.SKEW_READINGS for k in (key, f"{key}_ci95")]
+        self.rates: dict[str, dict[str, dict[str, float | None]]] = {r: {} for r in ar.READINGS}
+        self.rates_ci: dict[str, dict[str, dict[str, Interval]]] = {r: {} for r in ar.READINGS}
 
 
 def _audit_set(state: _Audit, code: str, name: str, sims: npt.NDArray[np.float64], out: _Collected) -> None:
@@ -263,9 +281,10 @@ def _audit_set(state: _Audit, code: str, name: str, sims: npt.NDArray[np.float64
                 }
             )
     resampled = am.weighted_group_scores(state.cube(sims), state.present, state.weights)
-    _store_skews({k: out.skews[k][name] for k in _SKEW_KEYS}, code, scores, resampled, counted)
+    values = {k: v[name] for k, v in out.skews.items()}
+    _store_skews(values, {k: v[name] for k, v in out.skews_ci95.items()}, code, scores, resampled, counted)
     if not counted.all():  # the crime set over all its captions too: the recognition the headline leaves out
-        _store_skews(out.crime_all, code, scores, resampled, np.ones_like(counted))
+        _store_skews(out.crime_all, out.crime_all_ci95, code, scores, resampled, np.ones_like(counted))
 
     top = am.top1(sims)
     margin = am.top1_margin(sims)
@@ -280,7 +299,8 @@ def _audit_set(state: _Audit, code: str, name: str, sims: npt.NDArray[np.float64
 
 
 def _store_skews(
-    where: dict[str, dict[str, Any]],
+    values: dict[SkewReading, dict[str, float | None]],
+    ci95: dict[SkewReading, dict[str, Interval]],
     code: str,
     scores: npt.NDArray[np.float64],
     resampled: npt.NDArray[np.float64],
@@ -288,8 +308,8 @@ def _store_skews(
 ) -> None:
     value, samples = am.set_skews(scores, captions), am.set_skews(resampled, captions)
     for key in am.SKEW_READINGS:
-        where[key][code] = number(float(value[key]))
-        where[f"{key}_ci95"][code] = interval(samples[key])
+        values[key][code] = number(float(value[key]))
+        ci95[key][code] = interval(samples[key])
 
 
 def _rates(state: _Audit, code: str, out: _Collected) -> None:
@@ -406,7 +426,7 @@ def _per_query(
     entry = state.prompts.entry(code, name)
     top_categories = [categories[t] for t in top]
     harmful = set(am.HARMFUL_CATEGORIES[name])
-    columns = {key: [r[key] for r in state.rows] for key in _COLUMNS}
+    columns: dict[str, list[str | bool]] = {key: [r[key] for r in state.rows] for key in _COLUMNS}
     cosine = pa.ListArray.from_arrays(
         pa.array(np.arange(0, (n + 1) * width, width, dtype=np.int32)), pa.array(sims.ravel())
     )
@@ -427,7 +447,7 @@ def _per_query(
     )
 
 
-def _status(prompts: AuditPrompts) -> dict[str, dict[str, dict[str, str]]]:
+def _status(prompts: AuditPrompts) -> dict[str, dict[str, PromptEntry]]:
     return {
         code: {
             name: {"review_status": prompts.entry(code, name).review_status, "origin": prompts.entry(code, name).origin}
@@ -507,7 +527,7 @@ def _tie_warnings(state: _Audit) -> list[str]:
     return out
 
 
-def _card(state: _Audit, out: _Collected, warnings: list[str], metrics: dict[str, Any]) -> list[str]:
+def _card(state: _Audit, out: _Collected, warnings: list[str], metrics: AuditMetrics) -> list[str]:
     prompts = state.prompts
     # The warnings are the part's `warnings`: the results card puts them first, before any table.
     lines = [
@@ -576,10 +596,12 @@ def skew_heatmap_png(max_skew: dict[str, dict[str, float | None]], languages: li
     return figure_png(figure)
 
 
-def _moves_summary(moves: list[dict[str, Any]], state: _Audit) -> dict[str, dict[str, dict[str, dict[str, int]]]]:
+def _moves_summary(
+    moves: list[HarmMoveRow], state: _Audit
+) -> dict[str, dict[str, dict[str, dict[MoveDirection, int]]]]:
     """language -> harm -> swap -> {"into": n, "out_of": n}, every swap listed (zeros included)."""
     swaps = [g for g in state.groups if g != state.original]
-    summary = {
+    summary: dict[str, dict[str, dict[str, dict[MoveDirection, int]]]] = {
         code: {h: {g: {"into": 0, "out_of": 0} for g in swaps} for h in ar.OUR_RATES}
         for code in state.prompts.languages
     }
@@ -590,7 +612,8 @@ def _moves_summary(moves: list[dict[str, Any]], state: _Audit) -> dict[str, dict
 
 def _part(state: _Audit, prompts: AuditPrompts, out: _Collected, contrast: ar.Contrast) -> ResultPart:
     warnings = _warnings(state, prompts)
-    paired: dict[str, dict[str, dict[str, Any]]] = {}
+    skews = reductions(out.skews, out.skews_ci95)
+    paired: dict[str, dict[str, dict[str, PairedShift]]] = {}
     for r in out.shift:
         paired.setdefault(r["language"], {}).setdefault(r["prompt_set"], {})[r["ethnicity"]] = {
             "n_quintets": r["n_quintets"],
@@ -600,7 +623,7 @@ def _part(state: _Audit, prompts: AuditPrompts, out: _Collected, contrast: ar.Co
             "harmful_ci95": [r["harmful_ci_low"], r["harmful_ci_high"]],
             "share_toward_harm": r["share_toward_harm"],
         }
-    metrics: dict[str, Any] = {
+    metrics: AuditMetrics = {
         "prompts": {
             "version": prompts.version_key(),
             "sets": {name: prompts.ids(name) for name in PROMPT_SETS},
@@ -620,14 +643,19 @@ def _part(state: _Audit, prompts: AuditPrompts, out: _Collected, contrast: ar.Co
             "confidence": CONFIDENCE,
         },
         # §3.6's MaxSkew and its other reductions (audit_readings.SKEW_DEFINITIONS): reduction -> set -> language
-        **out.skews,
+        "max_skew": skews["max_skew"],
+        "max_skew_ci95": skews["max_skew_ci95"],
+        "max_skew_max_pair": skews["max_skew_max_pair"],
+        "max_skew_max_pair_ci95": skews["max_skew_max_pair_ci95"],
+        "max_skew_caption_mean": skews["max_skew_caption_mean"],
+        "max_skew_caption_mean_ci95": skews["max_skew_caption_mean_ci95"],
         "max_skew_captions": {
             name: [str(i) for i in np.asarray(prompts.ids(name))[ar.skew_captions(name, prompts.categories(name))]]
             for name in PROMPT_SETS
         },
         "max_skew_definition": ar.SKEW_DEFINITIONS,
         # The crime set over all 21 captions: its protected-class captions measure recognition of the swap.
-        "crime_all_captions": out.crime_all,
+        "crime_all_captions": reductions(out.crime_all, out.crime_all_ci95),
         "crime_contrast": contrast.metrics,  # §3.5's second reading, in English
         # App. A's letters by App. A's glosses (audit_readings.APP_A_RATES): language -> pct_*
         "harm_rates": out.rates["app_a"],
@@ -646,13 +674,13 @@ def _part(state: _Audit, prompts: AuditPrompts, out: _Collected, contrast: ar.Co
     if ties:  # only then: a result without ties reads exactly as before
         metrics["ties"] = ties
     headline: dict[str, Headline] = {}
-    ci95: dict[str, list[float | None]] = {}
-    for key in ("max_skew", "max_skew_max_pair"):  # the registry's audit headline order
+    ci95: dict[str, Interval] = {}
+    for key in _HEADLINE_SKEWS:
         headline[key] = {n: out.skews[key][n][HEADLINE_LANGUAGE] for n in PROMPT_SETS}
-        ci95 |= {f"{key}.{n}": out.skews[f"{key}_ci95"][n][HEADLINE_LANGUAGE] for n in PROMPT_SETS}
-    for key in ar.APP_A_RATES:
-        headline[key] = out.rates["app_a"][HEADLINE_LANGUAGE][key]
-        ci95[key] = out.rates_ci["app_a"][HEADLINE_LANGUAGE][key]
+        ci95 |= {f"{key}.{n}": out.skews_ci95[key][n][HEADLINE_LANGUAGE] for n in PROMPT_SETS}
+    for rate in ar.APP_A_RATES:
+        headline[rate] = out.rates["app_a"][HEADLINE_LANGUAGE][rate]
+        ci95[rate] = out.rates_ci["app_a"][HEADLINE_LANGUAGE][rate]
     tables = {
         "skew": pa.Table.from_pylist(out.skew + contrast.skew, schema=am.AUDIT_SKEW),
         "harm_rates": pa.Table.from_pylist(out.harm, schema=am.AUDIT_HARM_RATES),
@@ -669,7 +697,7 @@ def _part(state: _Audit, prompts: AuditPrompts, out: _Collected, contrast: ar.Co
     return ResultPart(
         per_query=pa.concat_tables(out.per_query),
         tables=tables,
-        metrics=metrics,
+        metrics=dict(metrics),
         headline=headline,
         ci95=ci95,
         figures={"skew_heatmap.png": skew_heatmap_png(out.skews["max_skew"], prompts.languages)},

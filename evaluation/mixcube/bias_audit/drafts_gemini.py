@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
@@ -112,7 +112,9 @@ class GeminiPromptDrafter:
 
     def draft(self, prompts: AuditPrompts, languages: list[str], cache_dir: str | None = None) -> DraftOutput:
         client = GeminiClient(self.config.gemini, cache_dir=cache_dir)
-        translations: dict[str, dict[str, Any]] = {code: dict(sets) for code, sets in prompts.translations.items()}
+        translations: dict[str, dict[str, LanguageSet]] = {
+            code: dict(sets) for code, sets in prompts.translations.items()
+        }
         failures = []
         drafted: dict[tuple[str, str], LanguageSet] = {}
         for code, prompt_set in to_draft(prompts, languages, self.config.policy):

@@ -33,6 +33,8 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import ArrayLike, NDArray
 
+from evaluation.mixcube.bias_audit.records import SkewReading
+
 #: Per prompt set, what the paired reading's lean counts as harmful (§3.6's harm categories).
 HARMFUL_CATEGORIES: dict[str, tuple[str, ...]] = {
     "communion": ("negative",),
@@ -101,10 +103,10 @@ def set_max_skew(scores: ArrayLike) -> NDArray[np.float64]:
 
 
 #: The three reductions of a set's Skews that `set_skews` gives, in the order reported.
-SKEW_READINGS = ("max_skew", "max_skew_max_pair", "max_skew_caption_mean")
+SKEW_READINGS: tuple[SkewReading, ...] = ("max_skew", "max_skew_max_pair", "max_skew_caption_mean")
 
 
-def set_skews(scores: ArrayLike, captions: ArrayLike | None = None) -> dict[str, NDArray[np.float64]]:
+def set_skews(scores: ArrayLike, captions: ArrayLike | None = None) -> dict[SkewReading, NDArray[np.float64]]:
     """A prompt set's Skews reduced over its unordered pairs and its captions (those `captions` marks; all by
     default), each (...) from s_G scores (..., n_groups, n_captions):
     `max_skew`, the mean over pairs (§3.6's formula) then the maximum over captions (= `set_max_skew`);

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -19,8 +19,18 @@ import pyarrow as pa
 
 from data.bias_audit_prompt_sets import AuditPrompts
 from data.publish.card import markdown_table
+from evaluation.intervals import percentile_interval as _percentile_interval
 from evaluation.mixcube.bias_audit import metrics as am
-from evaluation.xcm.metrics import _percentile_interval
+from evaluation.mixcube.bias_audit.records import (
+    IMAGE_KEYS,
+    AuditImage,
+    AuditMetrics,
+    ContrastMetrics,
+    HarmRateRow,
+    Interval,
+    SkewRow,
+    reduction,
+)
 
 CONFIDENCE = 0.95
 CONTRAST = "crime_contrast"
@@ -155,7 +165,7 @@ READINGS: dict[str, dict[str, HarmRate]] = {"app_a": APP_A_RATES, "ours": OUR_RA
 class Quintets(Protocol):
     """What the readings need of an audit's state (evaluation/mixcube/bias_audit/audit.py's `_Audit`)."""
 
-    rows: list[dict[str, Any]]
+    rows: list[AuditImage]
     groups: list[str]
     g: npt.NDArray[np.int64]
     present: npt.NDArray[np.bool_]
@@ -168,7 +178,7 @@ def number(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
 
 
-def interval(samples: npt.NDArray[np.float64]) -> list[float | None]:
+def interval(samples: npt.NDArray[np.float64]) -> Interval:
     if samples.size == 0:
         return [None, None]
     low, high = _percentile_interval(samples, CONFIDENCE)
@@ -189,11 +199,11 @@ def rate_values(rate: HarmRate, top: Mapping[str, Top1]) -> npt.NDArray[np.float
 
 def rate_rows(
     state: Quintets, code: str, reading: str, harm: str, rate: HarmRate, values: npt.NDArray[np.float64]
-) -> list[dict[str, Any]]:
+) -> list[HarmRateRow]:
     """AUDIT_HARM_RATES rows of one rate in one language: all images first (the corpus level), then each group,
     with percentile intervals over the audit's quintet resamples."""
     cube = np.nan_to_num(state.cube(values))  # absent images weigh 0 through the mask
-    rows = []
+    rows: list[HarmRateRow] = []
     for k, group in enumerate(["all", *state.groups]):
         mask = state.present if group == "all" else only(state.present, k - 1)
         chosen = values if group == "all" else values[state.g == k - 1]
@@ -239,9 +249,9 @@ def contrast_captions(prompts: AuditPrompts) -> list[ContrastCaption]:
 
 @dataclass
 class Contrast:
-    metrics: dict[str, Any]
+    metrics: ContrastMetrics
     table: pa.Table
-    skew: list[dict[str, Any]]  # AUDIT_SKEW rows, prompt_set crime_contrast
+    skew: list[SkewRow]  # AUDIT_SKEW rows, prompt_set crime_contrast
 
 
 def crime_contrast(
@@ -255,7 +265,7 @@ def crime_contrast(
     captions (every one names a group, so recognition of the swap is in them again), and per group the share of
     image × label pairs where "<label> criminal" scores above "<label> animal" (within a label, what recognising
     the group adds to both cancels). `sims` (images × captions, criminal and animal interleaved); None: skipped."""
-    base: dict[str, Any] = {
+    base: ContrastMetrics = {
         "language": language,
         "captions": [{"label": c.label, "criminal": c.criminal, "animal": c.animal} for c in captions],
     }
@@ -270,16 +280,20 @@ def crime_contrast(
     for k, group in enumerate(state.groups):
         chosen = over[state.g == k]
         share[group] = number(100.0 * float(chosen.mean())) if chosen.size else None
-    metrics = {
+    metrics: ContrastMetrics = {
         **base,
-        **{key: number(float(value)) for key, value in stats.items()},
-        **{f"{key}_ci95": interval(value) for key, value in resampled.items()},
+        "max_skew": number(float(stats["max_skew"])),
+        "max_skew_max_pair": number(float(stats["max_skew_max_pair"])),
+        "max_skew_caption_mean": number(float(stats["max_skew_caption_mean"])),
+        "max_skew_ci95": interval(resampled["max_skew"]),
+        "max_skew_max_pair_ci95": interval(resampled["max_skew_max_pair"]),
+        "max_skew_caption_mean_ci95": interval(resampled["max_skew_caption_mean"]),
         "criminal_over_animal_pct": share,
     }
     ids = [f"{c.label} {kind}" for c in captions for kind in ("criminal", "animal")]
     kinds = ["criminal", "non_human"] * len(captions)
     skews = am.pair_skews(scores)
-    rows = [
+    rows: list[SkewRow] = [
         {
             "language": language,
             "prompt_set": CONTRAST,
@@ -296,8 +310,8 @@ def crime_contrast(
         for c in range(len(ids))
     ]
     n, width = criminal.shape
-    image = {
-        key: np.repeat([str(r[key]) for r in state.rows], width).tolist() for key in am.AUDIT_CRIME_CONTRAST.names[:5]
+    image: dict[str, list[str]] = {
+        key: np.repeat([str(r[key]) for r in state.rows], width).tolist() for key in IMAGE_KEYS
     }
     table = pa.table(
         {
@@ -312,7 +326,7 @@ def crime_contrast(
 
 
 # -- card sections ------------------------------------------------------------------------------------------------
-def fmt(value: float | None, ci: list[float | None] | None = None) -> str:
+def fmt(value: float | None, ci: Interval | None = None) -> str:
     if value is None:
         return "n/a"
     if ci is None or ci[0] is None or ci[1] is None:
@@ -325,15 +339,16 @@ def all_crime_captions(prompts: AuditPrompts) -> str:
     return f"crime, all {len(prompts.ids('crime'))} captions"
 
 
-def skew_reductions_card(metrics: Mapping[str, Any], language: str, prompts: AuditPrompts) -> list[str]:
+def skew_reductions_card(metrics: AuditMetrics, language: str, prompts: AuditPrompts) -> list[str]:
     """The three MaxSkew reductions side by side in the headline language, and the crime set's over all captions."""
     rows = []
-    everything = metrics["crime_all_captions"]
     for key in am.SKEW_READINGS:
         row = {"reduction": f"`{key}`"}
+        values, ci95 = reduction(metrics, key)
         for name in prompts.sets:
-            row[name] = fmt(metrics[key][name][language], metrics[f"{key}_ci95"][name][language])
-        row[all_crime_captions(prompts)] = fmt(everything[key][language], everything[f"{key}_ci95"][language])
+            row[name] = fmt(values[name][language], ci95[name][language])
+        everything, everything_ci95 = reduction(metrics["crime_all_captions"], key)
+        row[all_crime_captions(prompts)] = fmt(everything[language], everything_ci95[language])
         rows.append(row)
     categories = prompts.categories("crime")
     counted, protected = int(skew_captions("crime", categories).sum()), categories.count("protected_class")
@@ -350,7 +365,7 @@ def skew_reductions_card(metrics: Mapping[str, Any], language: str, prompts: Aud
     ]
 
 
-def contrast_card(contrast: Mapping[str, Any], groups: Sequence[str]) -> list[str]:
+def contrast_card(contrast: ContrastMetrics, groups: Sequence[str]) -> list[str]:
     language = contrast["language"]
     head = (
         f"Crime contrast (§3.5, after Radford et al.; {language} only: the pack has no translation of it): "
@@ -374,7 +389,7 @@ def contrast_card(contrast: Mapping[str, Any], groups: Sequence[str]) -> list[st
     ]
 
 
-def rates_card(metrics: Mapping[str, Any], languages: Sequence[str]) -> list[str]:
+def rates_card(metrics: AuditMetrics, languages: Sequence[str]) -> list[str]:
     app_a = [
         {"language": code, **{r.label: fmt(metrics["harm_rates"][code][k]) for k, r in APP_A_RATES.items()}}
         for code in languages

@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -66,7 +66,21 @@ class OpenClipEncoderConfig(ModelBackendConfig):
         return OpenClipEncoder(self)
 
 
-def _cached_tag_file(open_clip: Any, cfg: dict[str, Any]) -> Path | None:
+class _PretrainedCfg(TypedDict, total=False):
+    """open_clip's `get_pretrained_cfg` of a tag (empty for an unknown one): where its weights are, and the image
+    preprocessing and QuickGELU setting it was trained with."""
+
+    url: str
+    hf_hub: str
+    file: str
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    interpolation: str
+    resize_mode: str
+    quick_gelu: bool
+
+
+def _cached_tag_file(open_clip: Any, cfg: _PretrainedCfg) -> Path | None:
     """The file open_clip would load for a pretrained tag, if it is already on disk (no download): the same
     lookup order as open_clip's `download_pretrained` (the hub file, its .safetensors alternative first)."""
     if cfg.get("file"):
@@ -105,7 +119,7 @@ class OpenClipEncoder:
         self.config = config
         self.weights = resolve_weights(config, STAGE)
         open_clip = register_model_configs(config, STAGE)
-        self._tag_cfg: dict[str, Any] = {}
+        self._tag_cfg: _PretrainedCfg = {}
         if config.preprocess_tag is not None:
             if not self.weights.is_file:
                 raise ValueError(
@@ -131,7 +145,7 @@ class OpenClipEncoder:
             if config.preprocess_tag:
                 tail.append(f"pp-{config.preprocess_tag}")  # other preprocessing, other vectors: another id
         else:
-            tag_cfg = open_clip.get_pretrained_cfg(config.model_name, config.pretrained)
+            tag_cfg: _PretrainedCfg = open_clip.get_pretrained_cfg(config.model_name, config.pretrained)
             weights_file = _cached_tag_file(open_clip, tag_cfg)
             weights_name = config.pretrained
             tail = [config.pretrained]

@@ -86,7 +86,8 @@ class TransformersEncoder:
             if self._loaded is None:
                 torch = require("torch", "synthesis")
                 transformers = require("transformers", "synthesis")
-                kwargs: dict[str, Any] = (
+                # from_pretrained's keyword arguments: a flag or revision, and the torch dtype
+                kwargs: dict[str, object] = (
                     {"local_files_only": True} if self.source.local else {"revision": self.config.revision}
                 )
                 dtype = torch.float16 if self.precision == "fp16" else torch.float32

@@ -11,7 +11,6 @@ import logging
 import typing
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from data import provenance
 from data.workspace import Storage, sha256_bytes
@@ -19,9 +18,12 @@ from evaluation.models.vlm.base import MODEL_OUTCOMES, Answer, Question, VlmIden
 
 logger = logging.getLogger(__name__)
 
+#: A backend's generation settings that decide its answers (`CachedVlm._params`): each a JSON scalar.
+GenerationParams = dict[str, str | int | float | bool | None]
+
 
 def answer_key(
-    identity: VlmIdentity, model: str | None, prompt: str, image_sha256: str | None, params: dict[str, Any]
+    identity: VlmIdentity, model: str | None, prompt: str, image_sha256: str | None, params: GenerationParams
 ) -> str:
     """The cache key of one question: everything that decides the answer (backend, the served model name or hub id,
     endpoint, weights, prompt, image, generation settings), nothing secret, and not the display name."""
@@ -64,7 +66,7 @@ class AnswerCache:
             return None
         return Answer(text, error, detail, 0, True)
 
-    def put(self, key: str, prompt: str, image_sha256: str | None, params: dict[str, Any], answer: Answer) -> None:
+    def put(self, key: str, prompt: str, image_sha256: str | None, params: GenerationParams, answer: Answer) -> None:
         self.storage.write_json(
             self._path(key),
             {
@@ -87,7 +89,7 @@ class CachedVlm:
 
     identity: VlmIdentity
     _model: str | None  # what the backend is asked for (None: the weights hash names it)
-    _params: dict[str, Any]
+    _params: GenerationParams
     _cache: AnswerCache | None
 
     def _secret(self) -> str | None:

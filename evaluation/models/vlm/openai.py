@@ -18,7 +18,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
@@ -48,6 +48,36 @@ from evaluation.models.vlm.cache import AnswerCache, CachedVlm
 from evaluation.models.vlm.http_limits import ResponseTooLarge, bound_by_deadlines, read_capped, request_deadline
 
 logger = logging.getLogger(__name__)
+
+
+class _ImageUrl(TypedDict):
+    url: str  # a data: URL of the image bytes
+
+
+class _ImageUrlPart(TypedDict):
+    type: Literal["image_url"]
+    image_url: _ImageUrl
+
+
+class _TextPart(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class _Message(TypedDict):
+    """A chat completions message: the prompt alone, or the image and the prompt."""
+
+    role: str
+    content: str | list[_ImageUrlPart | _TextPart]
+
+
+class _Sampling(TypedDict):
+    """The request's generation settings (`OpenAiVlmConfig`)."""
+
+    max_tokens: int
+    temperature: float
+    top_p: NotRequired[float]
+
 
 PLACEHOLDER_API_KEY = "EMPTY"  # what vLLM/SGLang accept when they run without a key
 
@@ -142,7 +172,7 @@ class OpenAIChatVlm(CachedVlm):
                 )
             return self._client
 
-    def _messages(self, prompt: str, image: bytes | None) -> list[dict[str, Any]]:
+    def _messages(self, prompt: str, image: bytes | None) -> list[_Message]:
         if image is None:
             return [{"role": "user", "content": prompt}]
         url = f"data:{image_mime(image)};base64,{base64.b64encode(image).decode('ascii')}"
@@ -176,7 +206,7 @@ class OpenAIChatVlm(CachedVlm):
             return "bad_response", detail, None, False
         return "api_error", detail, None, False
 
-    def _request(self, client: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> bytes:
+    def _request(self, client: Any, messages: list[_Message], kwargs: _Sampling) -> bytes:
         """One request, its body read as a stream under the size cap, all of it within the request deadline."""
         request = client.chat.completions.with_streaming_response.create
         headers = {"Accept-Encoding": "gzip, deflate"}  # what read_capped inflates under its cap
@@ -188,7 +218,7 @@ class OpenAIChatVlm(CachedVlm):
 
     def _ask(self, prompt: str, image: bytes | None) -> Answer:
         client = self._connect()
-        kwargs: dict[str, Any] = {"max_tokens": self.config.max_tokens, "temperature": self.config.temperature}
+        kwargs: _Sampling = {"max_tokens": self.config.max_tokens, "temperature": self.config.temperature}
         if self.config.top_p is not None:
             kwargs["top_p"] = self.config.top_p
         messages = self._messages(prompt, image)

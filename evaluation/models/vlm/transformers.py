@@ -11,7 +11,7 @@ import threading
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from pydantic import Field
 
@@ -20,6 +20,30 @@ from data.clients.model_ids import folder_sha256, slug
 from data.stage import BackendConfig, require
 from evaluation.models.vlm.base import Answer, Question, VisionLanguageModel, VlmConfigError, VlmIdentity, short
 from evaluation.models.vlm.cache import AnswerCache, CachedVlm
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+
+class _TextPart(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class _ImagePart(TypedDict):
+    type: Literal["image"]
+    image: Image
+
+
+class _Message(TypedDict):
+    """A chat message as the image-text-to-text pipeline takes it."""
+
+    role: str
+    content: list[_ImagePart | _TextPart]
+
+
+#: One question's chat: its messages.
+_Conversation = list[_Message]
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +159,7 @@ class TransformersVlm(CachedVlm):
         two); an image that does not decode is its own row. If a batch fails, its questions are asked one at a time,
         so that one question's failure stays one row."""
         out: list[Answer | None] = [None] * len(questions)
-        groups: dict[bool, list[tuple[int, list[dict[str, Any]]]]] = {True: [], False: []}
+        groups: dict[bool, list[tuple[int, _Conversation]]] = {True: [], False: []}
         for index, (prompt, image) in enumerate(questions):
             messages = _messages(prompt, image)
             if isinstance(messages, Answer):
@@ -155,7 +179,7 @@ class TransformersVlm(CachedVlm):
                 out[index] = answer
         return typing.cast(list[Answer], out)
 
-    def _generate(self, conversations: list[list[dict[str, Any]]]) -> list[Answer]:
+    def _generate(self, conversations: list[_Conversation]) -> list[Answer]:
         """One answer per conversation, generated in one pipeline call (raises what the pipeline raises)."""
         pipe = self._pipeline()
         generate = {"max_new_tokens": self.config.max_new_tokens, "do_sample": False}
@@ -167,7 +191,7 @@ class TransformersVlm(CachedVlm):
             )
         return [_answer(out) for out in outs]
 
-    def _generate_alone(self, conversation: list[dict[str, Any]]) -> Answer:
+    def _generate_alone(self, conversation: _Conversation) -> Answer:
         try:
             return self._generate([conversation])[0]
         except Exception as exc:
@@ -179,9 +203,9 @@ class TransformersVlm(CachedVlm):
         return Answer(None, error, short(f"{type(exc).__name__}: {exc}"), 1, False)
 
 
-def _messages(prompt: str, image: bytes | None) -> list[dict[str, Any]] | Answer:
+def _messages(prompt: str, image: bytes | None) -> _Conversation | Answer:
     """The chat messages of one question, or the `bad_image` answer when its bytes do not decode."""
-    content: list[dict[str, Any]] = [{"type": "text", "text": prompt}]
+    content: list[_ImagePart | _TextPart] = [{"type": "text", "text": prompt}]
     if image is not None:
         from PIL import Image
 

@@ -182,18 +182,38 @@ def test_compare_prints_the_breakdowns(tmp_path: Path) -> None:
 
 
 # -- published rows --------------------------------------------------------------------------------------------------
-def test_published_rows_fill_our_columns_and_say_whose_they_are() -> None:
+def test_published_rows_fill_our_columns_say_whose_they_are_and_stay_out_of_the_ranking() -> None:
     found = by_key(tables(read_results([XCM]), published=True))
-    published = [r for r in found["triplet"].rows if r.kind == "published"]
+    # The paper measured on its own data, not on this release: no published row is ranked among ours (issue 59).
+    assert not any(r.kind == "published" for table in found.values() for r in table.rows)
+    published = found["triplet"].elsewhere
     assert [r.label for r in published] == [p.model for p in published_rows("3xcm") if p.table == "triplet"]
+    assert all(r.kind == "published" for r in published)
     assert all(set(r.cells) == {"M_cr", "M_lb", "M_ti", "SP"} and "Table 2" in r.source for r in published)
-    assert {r.label for r in found["rq3"].rows if r.kind == "published"} == {r.label for r in published}
-    assert not any(r.kind == "published" for r in found["rq2.M_cr"].rows)  # the paper gives no such breakdown here
+    assert {r.label for r in found["rq3"].elsewhere} == {r.label for r in published}
+    assert not found["rq2.M_cr"].elsewhere  # the paper gives no such breakdown here
     mixcube = by_key(tables(read_results([MIXCUBE]), published=True))
-    by_country = [r for r in mixcube["accuracy_by_country"].rows if r.kind == "published"]
+    by_country = mixcube["accuracy_by_country"].elsewhere
     assert len(by_country) == 3 and all(None not in [c.value for c in r.cells.values()] for r in by_country)
-    questions = [r for r in mixcube["questions"].rows if r.kind == "published"]
+    questions = mixcube["questions"].elsewhere
     assert all(r.cells["accuracy_with_our_aliases"].value is None for r in questions)  # ours: never published
+
+
+def test_published_rows_measured_on_the_release_are_ranked_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from evaluation.leaderboard import published_baselines
+
+    sha = read_results([XCM])[0].release[2]
+    measured_here = [dataclasses.replace(p, measured_on=sha) for p in published_baselines.xcm_rows()]
+    monkeypatch.setattr(published_baselines, "xcm_rows", lambda: measured_here)
+    found = by_key(tables(read_results([XCM]), published=True))
+    ranked = [r.label for r in found["triplet"].rows if r.kind == "published"]
+    assert ranked == [p.model for p in measured_here if p.table == "triplet"] and not found["triplet"].elsewhere
+    elsewhere = [dataclasses.replace(p, measured_on="0" * 64) for p in measured_here]
+    monkeypatch.setattr(published_baselines, "xcm_rows", lambda: elsewhere)
+    found = by_key(tables(read_results([XCM]), published=True))
+    assert not any(r.kind == "published" for r in found["triplet"].rows) and found["triplet"].elsewhere
 
 
 # -- the page --------------------------------------------------------------------------------------------------------
