@@ -247,19 +247,19 @@ def _table(table: Table, card_slugs: list[str], release: PageRelease, notice: st
     return (
         f'<section id="{_text(table.key)}"><h2>{_text(table.title)}</h2><p class="note">{_text(table.note)}</p>'
         f'<div class="scroll"><table class="sortable" data-table="{_text(table.key)}"><thead><tr>{"".join(heads)}'
-        f"</tr></thead><tbody>\n{chr(10).join(body)}\n</tbody></table></div>{_elsewhere(table, notice)}</section>"
+        f"</tr></thead><tbody>\n{chr(10).join(body)}\n</tbody></table></div>"
+        f"{_elsewhere(table, notice, release)}</section>"
     )
 
 
-def _elsewhere(table: Table, notice: str) -> str:
+def _elsewhere(table: Table, notice: str, release: PageRelease) -> str:
     """The published rows measured on another release: a block of their own under the ranking, never in it."""
     if not table.elsewhere:
         return ""
     heads = "".join(f'<th scope="col">{_text(c)}</th>' for c in ["model", "source", *table.columns])
     body = []
     for row in table.elsewhere:
-        label = f'<span title="{_text(row.full_name)}">{_text(row.label)}</span>'
-        source = f'<span title="{_text(row.source)}">published, {_text(row.cited)}</span>'
+        label, source = _label(row, [], release)
         cells = "".join(_cell(row.cells.get(c, Cell(None)), True) for c in table.columns)
         body.append(f'<tr class="published"><th scope="row">{label}</th><td class="text">{source}</td>{cells}</tr>')
     return (

@@ -5,7 +5,7 @@ the strict models of what we write, a result's parquet table read and checked)."
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,15 +38,15 @@ class TableSpec:
     headline: bool = False
 
 
-#: A result folder's breakdowns, by table key, then by group: (folder, its metrics.json path, metrics) -> cells.
+#: A result folder's breakdowns: cells by table key, then by group.
 Breakdowns = dict[str, dict[str, "Cell"]]
 
 
 @dataclass(frozen=True)
 class LeaderboardSpec:
     tables: list[TableSpec]
+    #: (the result folder, its metrics.json path, the metrics) -> its breakdowns (none: headline tables only).
     read_breakdowns: Callable[[Path, Path, dict[str, Any]], Breakdowns] | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 # -- reading ---------------------------------------------------------------------------------------------------------
