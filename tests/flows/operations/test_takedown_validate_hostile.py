@@ -28,6 +28,7 @@ from data.takedown.denylist import FILE as DENYLIST
 from data.takedown.denylist import DenylistEntry, read_denylist, write_denylist
 from flows.cli import app
 from tests.support.paths import REPO_ROOT
+from tests.support.readiness import load_factor
 from tests.support.release_tamper import rehash_manifest
 
 DATE = "2026-05-01"
@@ -263,7 +264,7 @@ def test_a_patch_naming_itself_as_its_parent_is_one_line_at_once(root: Path) -> 
     _claim_patch(folder, "0.0.1", sha, _record("0.0.1", "0.0.1", removed=removed, requested={"image_ids": ["x"]}))
     started = time.perf_counter()
     violations = replay_patch(read_manifest(folder))
-    assert time.perf_counter() - started < 2
+    assert time.perf_counter() - started < 2 * load_factor()  # 64 s before, on an idle machine
     assert [v.rule for v in violations] == ["patch.parent"]
     result = invoke("validate", str(folder))
     assert result.exit_code == 1, result.output
