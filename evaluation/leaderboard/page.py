@@ -27,7 +27,9 @@ from pathlib import Path
 from data.output_paths import OutputPathError, check_output
 from data.text_safety import visible
 from evaluation import registry
+from evaluation.leaderboard.paired import ALPHA, CORRECTION, TEST
 from evaluation.leaderboard.spec import Cell
+from evaluation.leaderboard.summary import FILE, comparison, comparison_json
 from evaluation.leaderboard.tables import (
     LeaderboardError,
     PageRelease,
@@ -39,9 +41,12 @@ from evaluation.leaderboard.tables import (
     published_notice,
     tables,
 )
+from evaluation.results.figures import Point, compare_png
 from evaluation.results.folder import CARD
+from evaluation.results.names import unique
 
 INDEX = "index.html"
+PLOT = "comparison.png"
 #: The list of files a page wrote; a folder that holds one (and nothing else) is a page that may be replaced.
 MARKER = ".culturebench-leaderboard.json"
 #: A figure or card larger than this is not one of ours.
@@ -70,6 +75,8 @@ tr.demo { color: #777; font-style: italic; } tr.published { background: #eef4fb;
 .ci { display: block; font-size: 75%; color: #888; }
 .figures { display: flex; flex-wrap: wrap; gap: 1rem; }
 figure { margin: 0; max-width: 36rem; } figure img { max-width: 100%; border: 1px solid #eee; }
+figure.plot { max-width: 100%; } th[scope=row] { max-width: 22rem; overflow: hidden; text-overflow: ellipsis; }
+.rank { color: #888; font-size: 85%; } td.paired { color: #555; }
 figcaption { font-size: 85%; color: #555; }
 """
 
@@ -195,23 +202,32 @@ def _slug(position: int, result: Result) -> str:
 
 # -- the page -------------------------------------------------------------------------------------------------------
 def _cell(cell: Cell, published: bool) -> str:
+    """A figure, and under it its 95% interval: always for ours (an end the resamples leave undefined, such as SP's
+    upper end where M_cr is 0 in some, is a dash, and the hover says so); a paper's figure has none."""
     sort = "" if cell.value is None else repr(cell.value)
-    interval = cell.low is not None and cell.high is not None
-    title = f"95% CI [{number(cell.low)}, {number(cell.high)}]" if interval else ""
+    interval = cell.value is not None and not published
+    title = ""
+    if interval:
+        undefined = [end for end, v in (("lower", cell.low), ("upper", cell.high)) if v is None]
+        title = f"95% CI [{number(cell.low)}, {number(cell.high)}]"
+        if undefined:
+            title += f"; its {' and '.join(undefined)} end undefined (not finite in the resamples, or not computed)"
     if published and cell.value is not None:
         title = f"published value {cell.value:.6g}"
     ci = f'<span class="ci">[{number(cell.low)}, {number(cell.high)}]</span>' if interval else ""
     return f'<td data-sort="{_text(sort)}" title="{_text(title)}">{_text(number(cell.value))}{ci}</td>'
 
 
-def _label(row: Row, slugs: list[str], release: PageRelease) -> tuple[str, str]:
-    """The row's model cell and source cell."""
+def _label(row: Row, slugs: list[str], release: PageRelease, names: Sequence[str] = ()) -> tuple[str, str]:
+    """The row's model cell and source cell: ours by its short display name, the full id on hover."""
     if row.kind == "published":
         source = f'<span title="{_text(row.source)}">published, {_text(row.cited)}</span>'
         return f'<span title="{_text(row.full_name)}">{_text(row.label)}</span>', source
     assert row.result is not None
-    link = f'<a href="{_text(slugs[row.result])}/{CARD}">{_text(row.label)}</a>' if slugs[row.result] else ""
-    label = link or _text(row.label)
+    shown = names[row.result] if row.result < len(names) else row.label
+    hover = f'title="{_text(row.label)}" data-model-id="{_text(row.label)}"'
+    link = f'<a href="{_text(slugs[row.result])}/{CARD}" {hover}>{_text(shown)}</a>' if slugs[row.result] else ""
+    label = link or f"<span {hover}>{_text(shown)}</span>"
     if row.kind == "demo":
         other = f", release {row.release}" if row.release != release.version else ""
         return label, _text(f"random demo model (meaningless{other})")
@@ -231,7 +247,33 @@ def _ranked(table: Table) -> list[Row]:
     return sorted(table.rows, key=key)
 
 
-def _table(table: Table, card_slugs: list[str], release: PageRelease, notice: str = "") -> str:
+PAIRED_COLUMN = "paired test"
+
+
+def _paired(table: Table, row: Row, ranks: dict[int, int]) -> str:
+    """The row's paired-test cell: the ranks (#k, in the first view) of the models it cannot be told apart from."""
+    if row.result is None or not any(row.result in (t.a, t.b) for t in table.tests):
+        return '<td class="text paired" data-paired=""></td>'
+    alike = sorted(ranks[t.b if t.a == row.result else t.a] for t in table.tests
+                   if row.result in (t.a, t.b) and not t.distinguishable)  # fmt: skip
+    shown = "≈ " + ", ".join(f"#{k}" for k in alike) if alike else "apart from all"
+    return f'<td class="text paired" data-paired="{" ".join(map(str, alike))}">{_text(shown)}</td>'
+
+
+def _paired_note(table: Table) -> str:
+    if not table.tests:
+        return ""
+    return (
+        f'<p class="note paired-note">{_text(PAIRED_COLUMN)}: {_text(TEST)} on {_text(table.rank_by or "")} '
+        f"between every two models of this release, over the queries both answered; {len(table.tests)} pair(s), "
+        f"{_text(CORRECTION)}-corrected. ≈ #k: not distinguishable from the model ranked #k at α = {ALPHA} "
+        "(family-wise); apart from all: distinguishable from every other.</p>"
+    )
+
+
+def _table(
+    table: Table, card_slugs: list[str], release: PageRelease, notice: str = "", names: Sequence[str] = ()
+) -> str:
     heads = ['<th scope="col" data-type="text"><button type="button">model</button></th>']
     heads.append('<th scope="col" data-type="text"><button type="button">source</button></th>')
     for column in table.columns:
@@ -239,13 +281,24 @@ def _table(table: Table, card_slugs: list[str], release: PageRelease, notice: st
         heads.append(
             f'<th scope="col" data-type="number" aria-sort="{sort}"><button type="button">{_text(column)}</button></th>'
         )
+    if table.tests:
+        heads.append(f'<th scope="col" data-type="text"><button type="button">{PAIRED_COLUMN}</button></th>')
+    ranked = _ranked(table)
+    ranks = {row.result: k for k, row in enumerate(ranked, start=1) if row.result is not None}
     body = []
-    for row in _ranked(table):
-        label, source = _label(row, card_slugs, release)
+    for k, row in enumerate(ranked, start=1):
+        label, source = _label(row, card_slugs, release, names)
         cells = "".join(_cell(row.cells.get(c, Cell(None)), row.kind == "published") for c in table.columns)
-        body.append(f'<tr class="{row.kind}"><th scope="row">{label}</th><td class="text">{source}</td>{cells}</tr>')
+        cells += _paired(table, row, ranks) if table.tests else ""
+        rank = f'<span class="rank">#{k}</span> ' if table.rank_by else ""
+        body.append(
+            f'<tr class="{row.kind}" data-rank="{k}"><th scope="row">{rank}{label}</th><td class="text">{source}</td>'
+            f"{cells}</tr>"
+        )
+    intervals = f'<p class="note intervals">Intervals: {_text(table.intervals)}.</p>' if table.intervals else ""
     return (
         f'<section id="{_text(table.key)}"><h2>{_text(table.title)}</h2><p class="note">{_text(table.note)}</p>'
+        f"{intervals}{_paired_note(table)}"
         f'<div class="scroll"><table class="sortable" data-table="{_text(table.key)}"><thead><tr>{"".join(heads)}'
         f"</tr></thead><tbody>\n{chr(10).join(body)}\n</tbody></table></div>"
         f"{_elsewhere(table, notice, release)}</section>"
@@ -269,17 +322,59 @@ def _elsewhere(table: Table, notice: str, release: PageRelease) -> str:
     )
 
 
+def display_names(results: Sequence[Result]) -> list[str]:
+    """Each result's short name, as every table, the plot and the JSON show it (a repeated one numbered)."""
+    return unique([r.display_name for r in results])
+
+
+def plot_png(results: Sequence[Result], names: Sequence[str], page_tables: Sequence[Table]) -> bytes:
+    """Each headline figure with its interval, per model: the models in the first ranked table's order (best on
+    top), the demo model's and every other result after them."""
+    first = next((t for t in page_tables if t.rank_by is not None), None)
+    order = [r.result for r in _ranked(first) if r.result is not None] if first is not None else []
+    order += [p for p in range(len(results)) if p not in order]
+    metrics: dict[str, list[Point]] = {}
+    for spec in page_tables:
+        if spec.key not in {t.name for t in registry.get(results[0].benchmark).tasks}:
+            continue
+        for column in spec.columns:
+            cells = [results[p].headline(spec.key).get(column, Cell(None)) for p in order]
+            metrics[column] = [(c.value, c.low, c.high) for c in cells]
+    title = f"{registry.get(results[0].benchmark).title}: headline figures, 95% intervals"
+    return compare_png([names[p] for p in order], metrics, title)
+
+
+def _plot(plot: str) -> str:
+    if not plot:
+        return ""
+    return (
+        f'<section id="plot"><h2>Headline figures</h2><figure class="plot"><img src="{_text(plot)}" '
+        'alt="each model\'s headline figures with their 95% intervals">'
+        "<figcaption>A dot per model at its value, a bar across its 95% interval; best first by the paper's main "
+        "figure.</figcaption></figure></section>"
+    )
+
+
 def _model_facts(result: Result) -> list[str]:
     model = result.metrics["model"]
     facts = [(k, model.get(k)) for k in ("backend", "name", "weights_sha256")]
     return [f"{_text(k)} <code>{_text(v)}</code>" for k, v in facts if isinstance(v, str) and v]
 
 
-def render(results: Sequence[Result], release: PageRelease, card_slugs: list[str], figures: list[list[str]]) -> str:
-    """The page: release, tables (ours, the demo model's and the papers'), each result with its card and figures."""
+def render(
+    results: Sequence[Result],
+    release: PageRelease,
+    card_slugs: list[str],
+    figures: list[list[str]],
+    page_tables: Sequence[Table] | None = None,
+    plot: str = "",
+) -> str:
+    """The page: release, the plot, tables (ours, the demo model's and the papers'), each result with its card and
+    figures."""
     benchmark = results[0].benchmark
     shown = registry.get(benchmark).title if registry.is_registered(benchmark) else benchmark
-    page_tables = tables(results, published=True)
+    page_tables = tables(results, published=True) if page_tables is None else page_tables
+    names = display_names(results)
     facts = [
         ("release", f"{release.name} {release.version}"),
         ("release manifest sha256", release.manifest_sha256),
@@ -301,8 +396,9 @@ def render(results: Sequence[Result], release: PageRelease, card_slugs: list[str
         '<p class="note">Rows: models evaluated here; the random demo model (a reference, its numbers meaningless); '
         "and, where the papers measured on this very release, their published baselines; the papers' numbers on their "
         "own data are shown apart under each table, never ranked. Click a column's name to sort by it.</p>",
-        f'<nav>{nav} <a href="#results">results</a></nav></header>',
-        *(_table(t, card_slugs, release, published_notice(benchmark)) for t in page_tables),
+        f'<nav>{nav} <a href="#results">results</a> <a href="{FILE}">{FILE}</a></nav></header>',
+        _plot(plot),
+        *(_table(t, card_slugs, release, published_notice(benchmark), names) for t in page_tables),
         '<section id="results"><h2>Results, cards and figures</h2>',
     ]
     for position, result in enumerate(results):
@@ -310,7 +406,8 @@ def render(results: Sequence[Result], release: PageRelease, card_slugs: list[str
         kind = " (random demo model: meaningless)" if result.demo else ""
         about = [card, f"release {_text(result.release[1])}", f"tasks {_text(', '.join(result.tasks))}"]
         lines.append(
-            f'<article id="result-{position + 1}"><h3>{_text(result.model_id)}{_text(kind)}</h3>'
+            f'<article id="result-{position + 1}"><h3 title="{_text(result.model_id)}">{_text(names[position])}'
+            f"{_text(kind)}</h3><p><code>{_text(result.model_id)}</code></p>"
             f"<p>{'; '.join(about + _model_facts(result))}</p>"
         )
         images = [
@@ -341,7 +438,11 @@ def page_files(results: Sequence[Result]) -> dict[str, bytes]:
             files[f"{slug}/{rel}"] = data
             shown.append(f"{slug}/{rel}")
         figures.append(shown)
-    files[INDEX] = render(results, release, card_slugs, figures).encode()
+    page_tables = tables(results, published=True)
+    names = display_names(results)
+    files[PLOT] = plot_png(results, names, page_tables)
+    files[FILE] = comparison_json(comparison(results, names, page_tables))
+    files[INDEX] = render(results, release, card_slugs, figures, page_tables, PLOT).encode()
     files[MARKER] = (json.dumps({"files": sorted(files)}, indent=1) + "\n").encode()
     return files
 

@@ -5,7 +5,7 @@ the strict models of what we write, a result's parquet table read and checked)."
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,6 +40,9 @@ class TableSpec:
 
 #: A result folder's breakdowns: cells by table key, then by group.
 Breakdowns = dict[str, dict[str, "Cell"]]
+#: One result's per-query outcome of a table's main figure (True: the query counts for it), by the query's key
+#: (3XCM: the benchmark row's index; MixCuBe: the image's sample_id); a query without an outcome is absent.
+Outcomes = dict[str, bool]
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,11 @@ class LeaderboardSpec:
     tables: list[TableSpec]
     #: (the result folder, its metrics.json path, the metrics) -> its breakdowns (none: headline tables only).
     read_breakdowns: Callable[[Path, Path, dict[str, Any]], Breakdowns] | None = None
+    #: Per table key whose `rank_by` is a share of queries: (the result folder) -> the per-query outcomes behind it,
+    #: for the paired tests between models (`evaluation/leaderboard/paired.py`).
+    read_outcomes: dict[str, Callable[[Path], Outcomes]] = field(default_factory=dict)
+    #: (a result's metrics) -> how its intervals were made (method, resamples), for the page's notes.
+    intervals: Callable[[dict[str, Any]], str] | None = None
 
 
 # -- reading ---------------------------------------------------------------------------------------------------------
@@ -86,7 +94,8 @@ def difference(a: float | None, b: float | None) -> float | None:
 
 
 def read_table(path: Path, columns: dict[str, str]) -> list[dict[str, Any]]:
-    """The named columns of a result's parquet table (`columns`: name -> "string" | "integer"), checked."""
+    """The named columns of a result's parquet table (`columns`: name -> "string" | "integer" | "boolean", a
+    trailing "?" allowing nulls), checked."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -98,10 +107,12 @@ def read_table(path: Path, columns: dict[str, str]) -> list[dict[str, Any]]:
         table = pq.read_table(path, columns=list(columns))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise MetricsReadError(f"{path}: not a table we wrote ({' '.join(str(exc).split())[:200]})") from None
-    check = {"string": pa.types.is_string, "integer": pa.types.is_integer}
-    for name, kind in columns.items():
-        column = table.column(name)
-        if not check[kind](column.type) or column.null_count:
-            raise MetricsReadError(f"{path}: column {name!r} must be {kind} without nulls, not {column.type}")
+    check = {"string": pa.types.is_string, "integer": pa.types.is_integer, "boolean": pa.types.is_boolean}
+    for name, wanted in columns.items():
+        column, kind, nullable = table.column(name), wanted.rstrip("?"), wanted.endswith("?")
+        typed = check[kind](column.type) or (nullable and pa.types.is_null(column.type))
+        if not typed or (column.null_count and not nullable):
+            nulls = "" if nullable else " without nulls"
+            raise MetricsReadError(f"{path}: column {name!r} must be {kind}{nulls}, not {column.type}")
     rows: list[dict[str, Any]] = table.to_pylist()
     return rows

@@ -25,8 +25,9 @@ from typing import Any, Literal
 from data.publish.card import markdown_table
 from data.text_safety import markdown_text
 from evaluation import registry
+from evaluation.leaderboard.paired import PairedTest, paired_tests
 from evaluation.leaderboard.published_baselines import PublishedRow
-from evaluation.leaderboard.spec import Cell, LeaderboardSpec, TableSpec
+from evaluation.leaderboard.spec import Cell, LeaderboardSpec, Outcomes, TableSpec
 from evaluation.results.folder import (
     METRICS,
     headline_names,
@@ -34,6 +35,7 @@ from evaluation.results.folder import (
     read_metrics,
     tasks_of,
 )
+from evaluation.results.names import display_name
 
 Kind = Literal["ours", "demo", "published"]
 
@@ -49,6 +51,7 @@ class Result:
     folder: Path
     metrics: dict[str, Any]
     breakdowns: dict[str, dict[str, Cell]]
+    outcomes: dict[str, Outcomes] = field(default_factory=dict)  # per-query outcomes, by table key (paired tests)
 
     @property
     def benchmark(self) -> str:
@@ -64,6 +67,11 @@ class Result:
         release = self.metrics["release"]
         name = release.get("name")
         return (name if isinstance(name, str) else self.benchmark, release["version"], release["manifest_sha256"])
+
+    @property
+    def display_name(self) -> str:
+        """The model's short name (`evaluation/results/names.py`); the full id stays on hover and in the JSON."""
+        return display_name(self.metrics["model"])
 
     @property
     def demo(self) -> bool:
@@ -104,6 +112,10 @@ class Table:
     rank_by: str | None = None  # the paper's main figure (higher is better): the page lists rows by it first
     #: Published rows measured on another release than the page's: shown apart, never ranked among `rows`.
     elsewhere: list[Row] = field(default_factory=list)
+    #: The paired tests of `rank_by` between every two results of the page's release (`paired.py`).
+    tests: list[PairedTest] = field(default_factory=list)
+    #: How the rows' intervals were made (method, resamples), from each result's metrics.
+    intervals: str = ""
 
 
 # -- reading --------------------------------------------------------------------------------------------------------
@@ -142,7 +154,10 @@ def read_result(folder: str | Path) -> Result:
     spec = _leaderboard(benchmark)
     read = spec.read_breakdowns if spec is not None else None
     breakdowns = read(folder, path, metrics) if read is not None else {}
-    return Result(folder, metrics, {k: v for k, v in breakdowns.items() if v})
+    tasks = tasks_of(benchmark, metrics)
+    readers = spec.read_outcomes if spec is not None else {}
+    outcomes = {t.key: readers[t.key](folder) for t in _table_specs(benchmark) if t.key in readers and t.task in tasks}
+    return Result(folder, metrics, {k: v for k, v in breakdowns.items() if v}, outcomes)
 
 
 def read_results(folders: Iterable[str | Path]) -> list[Result]:
@@ -197,8 +212,28 @@ def tables(results: Sequence[Result], *, published: bool = False, breakdowns_onl
                 )
                 measured[p.measured_on is not None and p.measured_on in here].append(row)
         rows += measured[True]
-        out.append(Table(spec.key, spec.title, spec.note, columns, rows, spec.rank_by, elsewhere=measured[False]))
+        # pairs within one release only: the same queries
+        by_release: dict[str, list[tuple[int, Outcomes]]] = {}
+        for r in _positions(rows):
+            if spec.key in results[r].outcomes:
+                by_release.setdefault(results[r].release[2], []).append((r, results[r].outcomes[spec.key]))
+        tests = paired_tests(list(by_release.values()))
+        intervals = _intervals(benchmark, [results[r] for r in _positions(rows)])
+        table = Table(spec.key, spec.title, spec.note, columns, rows, spec.rank_by, measured[False], tests, intervals)
+        out.append(table)
     return out
+
+
+def _positions(rows: Iterable[Row]) -> list[int]:
+    return [row.result for row in rows if row.result is not None]
+
+
+def _intervals(benchmark: str, results: Sequence[Result]) -> str:
+    """How the results' intervals were made, each way once (results run with other settings say so)."""
+    spec = _leaderboard(benchmark)
+    if spec is None or spec.intervals is None:
+        return ""
+    return "; ".join(dict.fromkeys(spec.intervals(r.metrics) for r in results))
 
 
 def number(value: float | None) -> str:

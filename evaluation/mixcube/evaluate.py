@@ -35,6 +35,7 @@ from evaluation.config import (
     vlm_config,
 )
 from evaluation.harnesses.predictions import PredictionsConfig, PredictionsVlm
+from evaluation.intervals import wilson_interval
 from evaluation.mixcube import task as mx
 from evaluation.models.embed import Progress
 from evaluation.models.encoders import EncoderConfig, TextImageEncoder
@@ -255,16 +256,6 @@ def _failure_warnings(metrics: dict[str, Any]) -> list[str]:
         f"{failed} of {metrics['images']} images have no scored answer ({classes}): they are counted as failed and "
         "kept out of every accuracy and its interval, whose denominators are the answered images."
     ]
-
-
-def wilson_interval(successes: int, trials: int) -> list[float | None]:
-    """The 95% Wilson score interval of a proportion (better than the normal one near 0 and 1)."""
-    if trials == 0:
-        return [None, None]
-    from scipy.stats import binomtest
-
-    interval = binomtest(successes, trials).proportion_ci(confidence_level=0.95, method="wilson")
-    return [float(interval.low), float(interval.high)]
 
 
 def _with_intervals(summary: dict[str, Any], per_image: pa.Table) -> dict[str, Any]:

@@ -7,22 +7,25 @@ category x ethnicity), the original label being the one ethnicity `swap_drops.pa
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
+from evaluation.intervals import newcombe_interval, wilson_interval
 from evaluation.leaderboard.spec import (
     Breakdowns,
     Cell,
     LeaderboardSpec,
+    Outcomes,
     Strict,
     TableSpec,
     difference,
     read_table,
     sections,
 )
-from evaluation.results.folder import MetricsReadError, tasks_of
+from evaluation.results.folder import PER_QUERY, MetricsReadError, tasks_of
 
 ACCURACY_TABLE = "accuracy.parquet"
 SWAP_DROPS_TABLE = "swap_drops.parquet"
@@ -89,14 +92,38 @@ class _MixCubeSections(Strict):
     marker_accuracy_by_ethnicity: dict[str, float | None] = Field(default_factory=dict)
 
 
-def _drop_by_country(folder: Path) -> tuple[str, dict[str, Cell]] | None:
-    """(the original label, each country's originals' accuracy - its swaps'), pooled over categories as
-    `drop_original_minus_synthesized` pools everything; None for a result without the two tables."""
+Tally = tuple[int, int]  # (correct, answered)
+
+
+def _add(tallies: dict[str, list[int]], key: str, correct: int, answered: int) -> None:
+    tally = tallies.setdefault(key, [0, 0])
+    tally[0] += correct
+    tally[1] += answered
+
+
+@dataclass
+class _Counts:
+    """accuracy.parquet's cells (country x category x ethnicity) summed per breakdown group: what each interval is
+    over, as the headline's Wilson interval is over `correct` of `answered`."""
+
+    original: str
+    by: dict[str, dict[str, list[int]]]  # breakdown -> group -> [correct, answered]
+
+    def tally(self, breakdown: str, group: str) -> Tally | None:
+        found = self.by.get(breakdown, {}).get(group)
+        return None if found is None else (found[0], found[1])
+
+
+def _counts(folder: Path) -> _Counts | None:
+    """The counts behind every breakdown, from `accuracy.parquet`; the original label is the one ethnicity
+    `swap_drops.parquet` lists no swap of. None for a result without the two tables."""
     accuracy_path, drops_path = folder / ACCURACY_TABLE, folder / SWAP_DROPS_TABLE
     if not (os.path.lexists(accuracy_path) and os.path.lexists(drops_path)):
         return None
-    counts = {"country": "string", "ethnicity": "string", "answered": "integer", "correct": "integer"}
-    rows = read_table(accuracy_path, counts)
+    columns = {"country": "string", "category": "string", "ethnicity": "string", "answered": "integer"}
+    # the judge's counts are null outside Food (no marker question there)
+    columns |= {"correct": "integer", "marker_answered": "integer?", "marker_correct": "integer?"}
+    rows = read_table(accuracy_path, columns)
     swaps = {r["ethnicity"] for r in read_table(drops_path, {"ethnicity": "string"})}
     originals = sorted({r["ethnicity"] for r in rows} - swaps)
     if len(originals) != 1:
@@ -104,38 +131,82 @@ def _drop_by_country(folder: Path) -> tuple[str, dict[str, Cell]] | None:
             f"{accuracy_path}: column 'ethnicity' must hold exactly one label that {drops_path.name} has no swap of "
             f"(the originals), not {originals[:5]}"
         )
-    tallies: dict[str, list[int]] = {}  # country -> [original correct, answered, swap correct, answered]
+    by: dict[str, dict[str, list[int]]] = {}
     for r in rows:
-        tally = tallies.setdefault(r["country"], [0, 0, 0, 0])
-        at = 0 if r["ethnicity"] == originals[0] else 2
-        tally[at] += r["correct"]
-        tally[at + 1] += r["answered"]
+        original = r["ethnicity"] == originals[0]
+        tallies = [
+            ("ethnicity", r["ethnicity"]),
+            ("country", r["country"]),
+            ("category", r["category"]),
+            ("kind", "original" if original else "synthesized"),
+            ("country_original" if original else "country_swaps", r["country"]),
+        ]
+        for breakdown, group in tallies:
+            _add(by.setdefault(breakdown, {}), group, r["correct"], r["answered"])
+        if r["marker_answered"] is not None:
+            _add(by.setdefault("marker", {}), r["ethnicity"], r["marker_correct"] or 0, r["marker_answered"])
+    return _Counts(originals[0], by)
 
-    def rate(correct: int, answered: int) -> float | None:
-        return correct / answered if answered else None
 
-    drops = {country: Cell(difference(rate(*t[:2]), rate(*t[2:]))) for country, t in tallies.items()}
-    return originals[0], drops
+def _share(value: float | None, tally: Tally | None) -> Cell:
+    """A breakdown's accuracy with its Wilson interval (the headline's method), over the counts behind it."""
+    if tally is None:
+        return Cell(value)
+    low, high = wilson_interval(*tally)
+    return Cell(value, low, high)
+
+
+def _drop(value: float | None, first: Tally | None, second: Tally | None) -> Cell:
+    """A drop (originals - swaps) with Newcombe's interval from the two Wilson intervals. Ours: it treats the
+    originals and their swaps as independent samples, though each swap is made from an original (MixCuBe §3 reports
+    the drops without an interval)."""
+    if first is None or second is None:
+        return Cell(value)
+    low, high = newcombe_interval(first, second)
+    return Cell(value, low, high)
+
+
+def _rate(tally: Tally | None) -> float | None:
+    return None if tally is None or tally[1] == 0 else tally[0] / tally[1]
 
 
 def _breakdowns(folder: Path, read: _MixCubeSections) -> dict[str, dict[str, Cell]]:
+    counts = _counts(folder)
+
+    def tally(breakdown: str, group: str) -> Tally | None:
+        return None if counts is None else counts.tally(breakdown, group)
+
+    def shares(values: dict[str, float | None], breakdown: str) -> dict[str, Cell]:
+        return {k: _share(v, tally(breakdown, k)) for k, v in values.items()}
+
     out = {
         "original_vs_synthesized": {
-            "original": Cell(read.accuracy_original),
-            "synthesized": Cell(read.accuracy_synthesized),
-            "drop": Cell(read.drop_original_minus_synthesized),
+            "original": _share(read.accuracy_original, tally("kind", "original")),
+            "synthesized": _share(read.accuracy_synthesized, tally("kind", "synthesized")),
+            "drop": _drop(
+                read.drop_original_minus_synthesized, tally("kind", "original"), tally("kind", "synthesized")
+            ),
         },
-        "accuracy_by_ethnicity": {k: Cell(v) for k, v in read.accuracy_by_ethnicity.items()},
-        "accuracy_by_country": {k: Cell(v) for k, v in read.accuracy_by_country.items()},
-        "accuracy_by_category": {k: Cell(v) for k, v in read.accuracy_by_category.items()},
-        "marker_accuracy_by_ethnicity": {k: Cell(v) for k, v in read.marker_accuracy_by_ethnicity.items()},
+        "accuracy_by_ethnicity": shares(read.accuracy_by_ethnicity, "ethnicity"),
+        "accuracy_by_country": shares(read.accuracy_by_country, "country"),
+        "accuracy_by_category": shares(read.accuracy_by_category, "category"),
+        "marker_accuracy_by_ethnicity": shares(read.marker_accuracy_by_ethnicity, "marker"),
     }
-    counted = _drop_by_country(folder)
-    if counted is not None:
-        original, out["drop_by_country"] = counted
-        base = read.accuracy_by_ethnicity.get(original)
+    if counts is not None:
+        # pooled over categories as `drop_original_minus_synthesized` pools everything
+        out["drop_by_country"] = {
+            country: _drop(
+                difference(_rate(tally("country_original", country)), _rate(tally("country_swaps", country))),
+                tally("country_original", country),
+                tally("country_swaps", country),
+            )
+            for country in counts.by.get("country", {})
+        }
+        base = read.accuracy_by_ethnicity.get(counts.original)
         out["drop_by_ethnicity"] = {
-            e: Cell(difference(base, v)) for e, v in read.accuracy_by_ethnicity.items() if e != original
+            e: _drop(difference(base, v), tally("ethnicity", counts.original), tally("ethnicity", e))
+            for e, v in read.accuracy_by_ethnicity.items()
+            if e != counts.original
         }
     return out
 
@@ -146,4 +217,21 @@ def read_breakdowns(folder: Path, path: Path, metrics: dict[str, Any]) -> Breakd
     return _breakdowns(folder, sections(path, _MixCubeSections, metrics))
 
 
-LEADERBOARD = LeaderboardSpec(TABLES, read_breakdowns)
+def read_outcomes(folder: Path) -> Outcomes:
+    """Per image (by sample_id): whether the answer names the culture (App. A.5's rule), the image's share of
+    `accuracy`; an image without a scored answer (a failure) has none, as `accuracy` leaves it out."""
+    columns = {"sample_id": "string", "correct": "boolean?", "error": "string?"}
+    rows = read_table(folder / PER_QUERY, columns)
+    return {r["sample_id"]: bool(r["correct"]) for r in rows if r["error"] is None and r["correct"] is not None}
+
+
+def intervals(metrics: dict[str, Any]) -> str:
+    """The headline's interval, which every breakdown follows (MixCuBe §3 reports points only; the intervals are
+    ours)."""
+    return (
+        "95% Wilson score intervals over the answered images (the headline's); a drop's, Newcombe's hybrid score "
+        "interval of the two (ours: originals and swaps read as independent)"
+    )
+
+
+LEADERBOARD = LeaderboardSpec(TABLES, read_breakdowns, {"questions": read_outcomes}, intervals)

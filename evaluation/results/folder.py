@@ -29,7 +29,8 @@ from data.publish.manifest import ResultManifest
 from data.publish.reader import Release
 from data.text_safety import code_span, markdown_text
 from evaluation import registry
-from evaluation.results.figures import compare_png
+from evaluation.results.figures import Point, compare_png
+from evaluation.results.names import display_name, unique
 from evaluation.results.parts import ResultPart
 
 METRICS = "metrics.json"
@@ -453,8 +454,11 @@ def compare(folders: list[str | Path]) -> tuple[pa.Table, bytes, str]:
             )
     table = pa.Table.from_pylist(rows, schema=COMPARISON)
     labels = [f"{d['model']['model_id']} @ {d['release']['version']}" for d in documents]
-    values: dict[str, Sequence[float | None]] = {n: [headline_value(d, n) for d in documents] for n in names}
-    figure = compare_png(labels, values, f"{benchmark}: models compared")
+    releases = {d["release"]["version"] for d in documents}
+    shown = unique(
+        [display_name(d["model"]) + (f" @ {d['release']['version']}" if len(releases) > 1 else "") for d in documents]
+    )
+    figure = compare_png(shown, comparison_points(documents, names), f"{benchmark}: models compared (95% intervals)")
     markdown = markdown_table(
         [
             {"model": markdown_text(label), **{n: fmt(headline_value(d, n)) for n in names}}
@@ -462,3 +466,15 @@ def compare(folders: list[str | Path]) -> tuple[pa.Table, bytes, str]:
         ]
     )
     return table, figure, markdown
+
+
+def comparison_points(documents: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, list[Point]]:
+    """Each headline figure's (value, low, high) per result, for the comparison figure."""
+
+    def point(document: dict[str, Any], name: str) -> Point:
+        value = headline_value(document, name)
+        low, high = document.get("ci95", {}).get(name, [None, None])
+        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        return (number, low, high)
+
+    return {name: [point(d, name) for d in documents] for name in names}

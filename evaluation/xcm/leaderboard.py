@@ -15,11 +15,14 @@ from evaluation.leaderboard.spec import (
     Cell,
     Estimate,
     LeaderboardSpec,
+    Outcomes,
     Strict,
     TableSpec,
     cell,
+    read_table,
     sections,
 )
+from evaluation.results.folder import PER_QUERY
 from evaluation.xcm.metrics import PAPER_SYMBOL
 
 #: The whole-pool retrieval figures shown per query language (evaluation/xcm/retrieval.py's names).
@@ -51,8 +54,20 @@ def _tables() -> list[TableSpec]:
         for s in PAPER_SYMBOL["rq2"].values()
     ]
     specs.append(TableSpec("rq2.SP", "triplet", f"RQ2 SP {per_language}", "SP = M_lb / M_cr per language (Eq. 4)."))
+    per_country = "per query country ('all': every query)"
+    specs += [
+        TableSpec(f"rq2.country.M_{s}", "triplet", f"RQ2 M_{s} {per_country}", "Fig. 5's figure: per country.")
+        for s in PAPER_SYMBOL["rq2"].values()
+    ]
+    specs.append(
+        TableSpec("rq2.country.SP", "triplet", f"RQ2 SP {per_country}", "SP = M_lb / M_cr per country (Eq. 4).")
+    )
     specs += [
         TableSpec(f"rq3.M_{s}", "triplet", f"RQ3 M_{s} {per_language}", "Table 3's figure (Fig. 7 per country).")
+        for s in PAPER_SYMBOL["rq3"].values()
+    ]
+    specs += [
+        TableSpec(f"rq3.country.M_{s}", "triplet", f"RQ3 M_{s} {per_country}", "Fig. 7's figure: per country.")
         for s in PAPER_SYMBOL["rq3"].values()
     ]
     specs.append(
@@ -81,6 +96,9 @@ class _WinRates(Strict):
 class _Report(Strict):
     overall: _WinRates
     by_language: list[_WinRates] = Field(default_factory=list)
+    by_country: list[_WinRates] = Field(default_factory=list)
+    n_resamples: int | None = None
+    seed: int | None = None
 
 
 class _RetrievalGroup(Strict):
@@ -103,12 +121,15 @@ def _breakdowns(read: _XcmSections) -> dict[str, dict[str, Cell]]:
     for task, report in (("rq2", read.rq2), ("rq3", read.rq3)):
         if report is None:
             continue
-        groups = [(OVERALL, report.overall), *((g.group, g) for g in report.by_language)]
-        for category, symbol in PAPER_SYMBOL[task].items():
-            out[f"{task}.M_{symbol}"] = {name: cell(g.rates.get(category)) for name, g in groups}
-        if task == "rq2":
-            out["rq2.SP"] = {name: cell(g.sp) for name, g in groups}
-        else:
+        # per language always (the overall alone when none); per country where metrics.json has it
+        breakdowns = [(task, report.by_language)] + ([(f"{task}.country", report.by_country)] * bool(report.by_country))
+        for prefix, by in breakdowns:
+            groups = [(OVERALL, report.overall), *((g.group, g) for g in by)]
+            for category, symbol in PAPER_SYMBOL[task].items():
+                out[f"{prefix}.M_{symbol}"] = {name: cell(g.rates.get(category)) for name, g in groups}
+            if task == "rq2":
+                out[f"{prefix}.SP"] = {name: cell(g.sp) for name, g in groups}
+        if task == "rq3":
             out["rq3"] = {f"M_{s}": cell(report.overall.rates.get(c)) for c, s in PAPER_SYMBOL["rq3"].items()}
     if read.retrieval is not None:
         pool = [(OVERALL, read.retrieval.overall), *read.retrieval.by_language.items()]
@@ -121,4 +142,22 @@ def read_breakdowns(folder: Path, path: Path, metrics: dict[str, Any]) -> Breakd
     return _breakdowns(sections(path, _XcmSections, metrics))
 
 
-LEADERBOARD = LeaderboardSpec(_tables(), read_breakdowns)
+def read_outcomes(folder: Path) -> Outcomes:
+    """Per benchmark row (by its index): whether the correct image won the triplet, the query's share of M_cr
+    (Eq. 3, ties to the first candidate as the authors' code breaks them)."""
+    rows = read_table(folder / PER_QUERY, {"query_index": "integer", "winner": "string"})
+    return {str(r["query_index"]): r["winner"] == "correct" for r in rows}
+
+
+def intervals(metrics: dict[str, Any]) -> str:
+    """How a result's intervals were drawn: the headline's bootstrap over queries (3XCM §3.2.2 reports points
+    only; the interval is ours), its resample count and seed as metrics.json records them."""
+    settings = metrics.get("settings")
+    resamples = settings.get("bootstrap_resamples") if isinstance(settings, dict) else None
+    seed = settings.get("seed") if isinstance(settings, dict) else None
+    if not isinstance(resamples, int) or isinstance(resamples, bool) or resamples <= 0:
+        return "no intervals (run with --bootstrap-resamples > 0)"
+    return f"95% percentile bootstrap over the queries, {resamples} resamples, seed {seed}"
+
+
+LEADERBOARD = LeaderboardSpec(_tables(), read_breakdowns, {"triplet": read_outcomes}, intervals)

@@ -20,9 +20,11 @@ from evaluation import registry
 from flows.cli.errors import CliGroup, Refused
 from flows.cli.evaluate_common import (
     ConfigFileOption,
+    NameOption,
     OutOption,
     ReleaseArgument,
     ResultsRootOption,
+    display_name,
     fail,
     place,
     read_config,
@@ -92,8 +94,10 @@ def generic_command(name: str) -> Callable[[], Callable[..., None]]:
         results_root: ResultsRootOption = Path("./evaluations"),
         config: ConfigFileOption = None,
         demo_model: Annotated[bool, typer.Option(help="The benchmark's demo model (meaningless numbers).")] = False,
+        name: NameOption = None,
     ) -> None:
         data = read_config(config)
+        display_name(data, name)
         if demo_model:
             data["demo"] = True
         if task is not None:
@@ -128,7 +132,10 @@ for _name in registry.names():
 @evaluate_app.command("compare")
 def compare_command(
     results: Annotated[list[Path], typer.Argument(help="Result folders of one benchmark (each has metrics.json).")],
-    out: Annotated[Path | None, typer.Option(help="Write comparison.parquet, .md and .png here.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Write comparison.parquet, .md, .png and .json (names, intervals, paired tests) here."),
+    ] = None,
     html: Annotated[
         Path | None,
         typer.Option(help="Write a static leaderboard page here (index.html, the cards and figures copied; offline)."),
@@ -139,7 +146,8 @@ def compare_command(
     papers' published baselines. --out and --html are checked before anything is read: never a file, an input, or a
     folder inside a release or result folder (those are immutable)."""
     from data.output_paths import OutputPathError, check_output
-    from evaluation.leaderboard.page import check_page_dir, page_files, write_page
+    from evaluation.leaderboard.page import check_page_dir, display_names, page_files, write_page
+    from evaluation.leaderboard.summary import comparison, comparison_json
     from evaluation.leaderboard.tables import breakdown_markdown, read_results
     from evaluation.results.folder import compare
 
@@ -155,6 +163,7 @@ def compare_command(
     try:
         table, figure, markdown = compare(list(results))
         read = read_results(results)
+        document = comparison_json(comparison(read, display_names(read)))
         page = page_files(read) if html is not None else {}
     except (FileNotFoundError, ValueError, KeyError) as exc:
         raise fail(f"cannot compare: {exc}") from None
@@ -170,9 +179,10 @@ def compare_command(
             pq.write_table(table, out / "comparison.parquet")
             (out / "comparison.md").write_text(markdown)
             (out / "comparison.png").write_bytes(figure)
+            (out / "comparison.json").write_bytes(document)
         except OSError as exc:
             raise fail(os_error_line(exc), Refused) from None
-        console.print(f"written: {out}/comparison.{{parquet,md,png}}", markup=False, soft_wrap=True)
+        console.print(f"written: {out}/comparison.{{parquet,md,png,json}}", markup=False, soft_wrap=True)
     if html is not None:
         try:
             write_page(html, page)

@@ -24,9 +24,14 @@ pytestmark = pytest.mark.browser
 
 XCM = REPO_ROOT / "evaluations" / "3xcm" / "0.1.0-demo" / "open_clip--demo-random-clip--demo-random-clip-seed0--all"
 HOSTILE = '<script>alert("id")</script><img src=x onerror=alert(1)>'
-# Each table's rows: the model cell's text, and each cell's data-sort value (null for a dash).
-ROWS_JS = """key => Array.from(document.querySelector(`table[data-table="${key}"]`).tBodies[0].rows).map(row =>
-    ({label: row.cells[0].textContent, sort: Array.from(row.cells).slice(2).map(c => c.getAttribute('data-sort'))}))"""
+# Each table's rows: the model's full id (ours: its cell's data-model-id; a paper's row: its text), the name shown,
+# and each cell's data-sort value (null for a dash or a text cell).
+ROWS_JS = """key => Array.from(document.querySelector(`table[data-table="${key}"]`).tBodies[0].rows).map(row => {
+    const id = row.cells[0].querySelector('[data-model-id]');
+    return {label: id ? id.getAttribute('data-model-id') : row.cells[0].textContent,
+            shown: (id || row.cells[0]).textContent, hover: id ? id.getAttribute('title') : null,
+            sort: Array.from(row.cells).slice(2).map(c => c.getAttribute('data-sort'))};
+})"""
 IMAGES_JS = "() => Array.from(document.images).map(img => [img.getAttribute('src'), img.complete && img.naturalWidth])"
 
 
@@ -134,6 +139,6 @@ def test_the_page_in_chromium(tmp_path: Path) -> None:
         assert target.is_file() and page_dir.resolve() in target.resolve().parents
         assert target.read_bytes() in {(XCM / "README.md").read_bytes(), (other / "README.md").read_bytes()}
     # every figure drawn, from the page's folder; nothing asked of the network
-    assert len(images) == figures and all(width for _, width in images), images
+    assert len(images) == figures + 1 and all(width for _, width in images), images  # the results' and the plot
     assert all((page_dir / src).is_file() for src, _ in images)
     assert requests_of_the_page and all(url.startswith("file://") for url in requests_of_the_page), requests
