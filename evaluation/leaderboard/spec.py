@@ -51,8 +51,9 @@ class LeaderboardSpec:
     #: (the result folder, its metrics.json path, the metrics) -> its breakdowns (none: headline tables only).
     read_breakdowns: Callable[[Path, Path, dict[str, Any]], Breakdowns] | None = None
     #: Per table key whose `rank_by` is a share of queries: (the result folder) -> the per-query outcomes behind it,
-    #: for the paired tests between models (`evaluation/leaderboard/paired.py`).
-    read_outcomes: dict[str, Callable[[Path], Outcomes]] = field(default_factory=dict)
+    #: for the paired tests between models (`evaluation/leaderboard/paired.py`); None for a result without its
+    #: per-query table (it is then paired with no other).
+    read_outcomes: dict[str, Callable[[Path], Outcomes | None]] = field(default_factory=dict)
     #: (a result's metrics) -> how its intervals were made (method, resamples), for the page's notes.
     intervals: Callable[[dict[str, Any]], str] | None = None
 

@@ -156,7 +156,8 @@ def read_result(folder: str | Path) -> Result:
     breakdowns = read(folder, path, metrics) if read is not None else {}
     tasks = tasks_of(benchmark, metrics)
     readers = spec.read_outcomes if spec is not None else {}
-    outcomes = {t.key: readers[t.key](folder) for t in _table_specs(benchmark) if t.key in readers and t.task in tasks}
+    read_outcomes = {t.key: readers[t.key] for t in _table_specs(benchmark) if t.key in readers and t.task in tasks}
+    outcomes = {key: found for key, read_one in read_outcomes.items() if (found := read_one(folder)) is not None}
     return Result(folder, metrics, {k: v for k, v in breakdowns.items() if v}, outcomes)
 
 

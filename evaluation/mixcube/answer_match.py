@@ -8,9 +8,10 @@ caller's list: `evaluation.mixcube.task.ground_truth_terms`) and the names of th
   English plural "s" ("Americans"); acronyms (at most four capitals: UK, US, USA) match case-sensitively and
   exactly, so "us", "USB" and "AUS" do not count. Digits, "_" and punctuation are not letters ("Korea's" counts).
 - **Never inside another country's name.** A match lying inside a longer match of another country's name (that
-  name read to the end of its word) is not credited: "Korea" in "North Korea" or "North Korean", "Guinea" in
-  "Papua New Guinea" or "Guinea-Bissau", "American" in "American Samoa". Names that are ground-truth terms
-  themselves never block.
+  name read to the end of its word) is not credited: "Korea" in "North Korea" or "North Korean", in "Democratic
+  People's Republic of Korea" or "DPR Korea" (the caller's names include official ones), "Guinea" in "Papua New
+  Guinea" or "Guinea-Bissau", "American" in "American Samoa". Names that are ground-truth terms themselves never
+  block. An apostrophe in a term or a name matches either spelling (' or \u2019).
 - **Plain negation.** A match is negated when one of the two words right before it, in the same clause (nothing of
   . , ; : ! ? ( ) [ ] { } – — … or a line break in between; "a", "an" and "the" are skipped), is "not", "no",
   "never", "nor", "neither", "cannot" or a word ending in "n't" ("isn't"), unless that word is followed by "only",
@@ -63,8 +64,15 @@ def _nfc(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
+_APOSTROPHES = "'\u2019"
+
+
 def _words(term: str) -> str:
-    return r"\s+".join(re.escape(word) for word in term.split())
+    """A term's or name's pattern: its words with any white space between them, an apostrophe matching either
+    spelling ("People's" and "People\u2019s", "Côte d\u2019Ivoire" and "Côte d'Ivoire")."""
+    return r"\s+".join(
+        "".join("['\u2019]" if char in _APOSTROPHES else char for char in re.escape(word)) for word in term.split()
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -92,11 +100,26 @@ def _nfc_answer(text: str) -> str:
     return _nfc(text)
 
 
+_LETTER = re.compile(r"[^\W\d_]")
+_LETTERS = re.compile(_REST_OF_WORD)
+
+
 def _may_hold(name: str, term: str) -> bool:
-    """Whether a match of `name`, read to the end of its word, could hold a match of `term`: `term` lies inside
-    `name`, or starts inside it and runs on into the rest of the word ("North Korea" + "n" holds "Korean")."""
-    name, term = " ".join(name.casefold().split()), " ".join(term.casefold().split())
-    return term in name or any(name.endswith(term[:k]) for k in range(1, len(term)))
+    """Whether a match of `name`, read to the end of its word, could hold a match of `term`: `term` starts inside
+    `name` where no letter is right before it (as a match of it must) and lies inside `name` or runs on into the
+    rest of the word in letters ("North Korea" + "n" holds "Korean"; "Kingdom of Belgium" cannot hold "Myanmar",
+    whose match could not start at the last "m")."""
+    name, term = (" ".join(text.casefold().replace("\u2019", "'").split()) for text in (name, term))
+    return any(
+        (start == 0 or _LETTER.match(name, start - 1) is None)
+        and (name.startswith(term, start) or _runs_on(term, name[start:]))
+        for start in range(len(name))
+    )
+
+
+def _runs_on(term: str, rest: str) -> bool:
+    """Whether `term` starts with `rest` and goes on in letters only, as a name read to the end of its word does."""
+    return term.startswith(rest) and _LETTERS.fullmatch(term, len(rest)) is not None
 
 
 @lru_cache(maxsize=256)

@@ -217,9 +217,11 @@ def read_breakdowns(folder: Path, path: Path, metrics: dict[str, Any]) -> Breakd
     return _breakdowns(folder, sections(path, _MixCubeSections, metrics))
 
 
-def read_outcomes(folder: Path) -> Outcomes:
+def read_outcomes(folder: Path) -> Outcomes | None:
     """Per image (by sample_id): whether the answer names the culture (App. A.5's rule), the image's share of
     `accuracy`; an image without a scored answer (a failure) has none, as `accuracy` leaves it out."""
+    if not os.path.lexists(folder / PER_QUERY):
+        return None  # a result without its per-query table: nothing to pair (a link is refused by read_table)
     columns = {"sample_id": "string", "correct": "boolean?", "error": "string?"}
     rows = read_table(folder / PER_QUERY, columns)
     return {r["sample_id"]: bool(r["correct"]) for r in rows if r["error"] is None and r["correct"] is not None}

@@ -9,12 +9,18 @@ reads an answer: whole names, never a name inside another country's name, plain 
 - **The paper's terms** (`ground_truth_terms`), behind `accuracy` and `correct`: the ground-truth country (the
   culture's country name) or culture (its label as MixCuBe's `country` column spells it, the pack's `adjective`:
   "Korean", "Myanmar", "British") and App. A.5's labels (the pack's `label_aliases`, for Azerbaijan, the UK and the
-  US only). So "Korea" or "Burma" alone is incorrect.
+  US only). So "Korea" or "Burma" alone is incorrect. That the adjective names the culture ("Korean" counts for
+  South Korea) is our reading of §3's "country or culture", not a list of the paper's: App. A.5 names the
+  adjectives only as extra labels of three countries ("Azerbaijani", "British", "American") and lists none for
+  South Korea, so whether the paper credited "Korean" alone it does not say (for Myanmar the label is the name).
 - **Ours** (`ground_truth_terms(..., ours=True)`), behind `accuracy_with_our_aliases` and
   `correct_with_our_aliases`: the same rule with the pack's `our_aliases` added (Korea, Burma, Burmese),
   reported beside the paper's so that what they change is visible.
 - **Other countries** (`other_country_names`): the English CLDR names of every country with an ISO 3166-1 code
-  (Babel) and the pack's culture names, less the ground truth's own: a term inside one of them is not credited.
+  (Babel), ISO 3166-1's other English names, official ones included ("Democratic People's Republic of Korea"), a
+  few of ours ("DPR Korea") and the pack's culture names, less the ground truth's own: a term inside one of them
+  is not credited, so "Korea" in "Democratic People's Republic of Korea" does not count for South Korea, while
+  "Republic of Korea" does (our alias).
 - **Negation**: an answer whose every credited mention is plainly negated ("not South Korea") is incorrect and
   counted apart (`negated` per image, `negated_answers` in the summary).
 - An answer that names several countries, the right one among them, counts as correct, as "include" says
@@ -294,7 +300,11 @@ def ground_truth_terms(country: str, mix: MixCubeReference, *, ours: bool = Fals
     "exact ground-truth country or culture", i.e. the culture's country name and its label (the pack's `adjective`,
     the release's `country` value), then App. A.5's accepted labels (`label_aliases`; none for South Korea and
     Myanmar), and with `ours` our aliases after them (`our_aliases`: Korea, Burma, Burmese). An unknown culture
-    gives just its own name."""
+    gives just its own name.
+
+    The label is in the paper's terms by our reading of §3 (the culture, as the release names it), not by a list
+    of the paper's: App. A.5 gives the adjectives as extra labels of Azerbaijan, the UK and the US only, so
+    "Korean" for South Korea is ours to read as the culture's name."""
     name = " ".join(country.split())
     culture = _culture(name, mix)
     if culture is None:
@@ -322,10 +332,234 @@ def _cldr_countries() -> dict[str, str]:
     }
 
 
+#: ISO 3166-1's English names where they differ from CLDR's (`_cldr_countries`), which holds short names only:
+#: the official names ("Democratic People's Republic of Korea", "Virgin Islands of the United States") and the
+#: ISO short names ("Korea, Democratic People's Republic of", "United States Minor Outlying Islands"). Copied from
+#: Debian's iso-codes 4.15.0 (`/usr/share/iso-codes/json/iso_3166-1.json`: `name`, `official_name`, `common_name`),
+#: each name once per code, those equal to the CLDR name (case aside) left out; kept here so that every machine
+#: scores alike. Babel, which gives the CLDR names, drops CLDR's variants (`alt="variant"`, `alt="short"`), and
+#: CLDR's English data has no official names and no variant for North Korea.
+_ISO_3166_NAMES: dict[str, tuple[str, ...]] = {
+    "AD": ("Principality of Andorra",),
+    "AF": ("Islamic Republic of Afghanistan",),
+    "AG": ("Antigua and Barbuda",),
+    "AL": ("Republic of Albania",),
+    "AM": ("Republic of Armenia",),
+    "AO": ("Republic of Angola",),
+    "AR": ("Argentine Republic",),
+    "AT": ("Republic of Austria",),
+    "AZ": ("Republic of Azerbaijan",),
+    "BA": ("Bosnia and Herzegovina", "Republic of Bosnia and Herzegovina"),
+    "BD": ("People's Republic of Bangladesh",),
+    "BE": ("Kingdom of Belgium",),
+    "BG": ("Republic of Bulgaria",),
+    "BH": ("Kingdom of Bahrain",),
+    "BI": ("Republic of Burundi",),
+    "BJ": ("Republic of Benin",),
+    "BL": ("Saint Barthélemy",),
+    "BN": ("Brunei Darussalam",),
+    "BO": ("Bolivia, Plurinational State of", "Plurinational State of Bolivia"),
+    "BQ": ("Bonaire, Sint Eustatius and Saba",),
+    "BR": ("Federative Republic of Brazil",),
+    "BS": ("Commonwealth of the Bahamas",),
+    "BT": ("Kingdom of Bhutan",),
+    "BW": ("Republic of Botswana",),
+    "BY": ("Republic of Belarus",),
+    "CD": ("Congo, The Democratic Republic of the",),
+    "CG": ("Congo", "Republic of the Congo"),
+    "CH": ("Swiss Confederation",),
+    "CI": ("Côte d'Ivoire", "Republic of Côte d'Ivoire"),
+    "CL": ("Republic of Chile",),
+    "CM": ("Republic of Cameroon",),
+    "CN": ("People's Republic of China",),
+    "CO": ("Republic of Colombia",),
+    "CR": ("Republic of Costa Rica",),
+    "CU": ("Republic of Cuba",),
+    "CV": ("Cabo Verde", "Republic of Cabo Verde"),
+    "CY": ("Republic of Cyprus",),
+    "CZ": ("Czech Republic",),
+    "DE": ("Federal Republic of Germany",),
+    "DJ": ("Republic of Djibouti",),
+    "DK": ("Kingdom of Denmark",),
+    "DM": ("Commonwealth of Dominica",),
+    "DZ": ("People's Democratic Republic of Algeria",),
+    "EC": ("Republic of Ecuador",),
+    "EE": ("Republic of Estonia",),
+    "EG": ("Arab Republic of Egypt",),
+    "ER": ("the State of Eritrea",),
+    "ES": ("Kingdom of Spain",),
+    "ET": ("Federal Democratic Republic of Ethiopia",),
+    "FI": ("Republic of Finland",),
+    "FJ": ("Republic of Fiji",),
+    "FK": ("Falkland Islands (Malvinas)",),
+    "FM": ("Micronesia, Federated States of", "Federated States of Micronesia"),
+    "FR": ("French Republic",),
+    "GA": ("Gabonese Republic",),
+    "GB": ("United Kingdom of Great Britain and Northern Ireland",),
+    "GH": ("Republic of Ghana",),
+    "GM": ("Republic of the Gambia",),
+    "GN": ("Republic of Guinea",),
+    "GQ": ("Republic of Equatorial Guinea",),
+    "GR": ("Hellenic Republic",),
+    "GS": ("South Georgia and the South Sandwich Islands",),
+    "GT": ("Republic of Guatemala",),
+    "GW": ("Republic of Guinea-Bissau",),
+    "GY": ("Republic of Guyana",),
+    "HK": ("Hong Kong", "Hong Kong Special Administrative Region of China"),
+    "HM": ("Heard Island and McDonald Islands",),
+    "HN": ("Republic of Honduras",),
+    "HR": ("Republic of Croatia",),
+    "HT": ("Republic of Haiti",),
+    "ID": ("Republic of Indonesia",),
+    "IL": ("State of Israel",),
+    "IN": ("Republic of India",),
+    "IQ": ("Republic of Iraq",),
+    "IR": ("Iran, Islamic Republic of", "Islamic Republic of Iran"),
+    "IS": ("Republic of Iceland",),
+    "IT": ("Italian Republic",),
+    "JO": ("Hashemite Kingdom of Jordan",),
+    "KE": ("Republic of Kenya",),
+    "KG": ("Kyrgyz Republic",),
+    "KH": ("Kingdom of Cambodia",),
+    "KI": ("Republic of Kiribati",),
+    "KM": ("Union of the Comoros",),
+    "KN": ("Saint Kitts and Nevis",),
+    "KP": ("Korea, Democratic People's Republic of", "Democratic People's Republic of Korea"),
+    "KR": ("Korea, Republic of",),
+    "KW": ("State of Kuwait",),
+    "KZ": ("Republic of Kazakhstan",),
+    "LA": ("Lao People's Democratic Republic",),
+    "LB": ("Lebanese Republic",),
+    "LC": ("Saint Lucia",),
+    "LI": ("Principality of Liechtenstein",),
+    "LK": ("Democratic Socialist Republic of Sri Lanka",),
+    "LR": ("Republic of Liberia",),
+    "LS": ("Kingdom of Lesotho",),
+    "LT": ("Republic of Lithuania",),
+    "LU": ("Grand Duchy of Luxembourg",),
+    "LV": ("Republic of Latvia",),
+    "MA": ("Kingdom of Morocco",),
+    "MC": ("Principality of Monaco",),
+    "MD": ("Moldova, Republic of", "Republic of Moldova"),
+    "MF": ("Saint Martin (French part)",),
+    "MG": ("Republic of Madagascar",),
+    "MH": ("Republic of the Marshall Islands",),
+    "MK": ("Republic of North Macedonia",),
+    "ML": ("Republic of Mali",),
+    "MM": ("Myanmar", "Republic of Myanmar"),
+    "MO": ("Macao", "Macao Special Administrative Region of China"),
+    "MP": ("Commonwealth of the Northern Mariana Islands",),
+    "MR": ("Islamic Republic of Mauritania",),
+    "MT": ("Republic of Malta",),
+    "MU": ("Republic of Mauritius",),
+    "MV": ("Republic of Maldives",),
+    "MW": ("Republic of Malawi",),
+    "MX": ("United Mexican States",),
+    "MZ": ("Republic of Mozambique",),
+    "NA": ("Republic of Namibia",),
+    "NE": ("Republic of the Niger",),
+    "NG": ("Federal Republic of Nigeria",),
+    "NI": ("Republic of Nicaragua",),
+    "NL": ("Kingdom of the Netherlands",),
+    "NO": ("Kingdom of Norway",),
+    "NP": ("Federal Democratic Republic of Nepal",),
+    "NR": ("Republic of Nauru",),
+    "OM": ("Sultanate of Oman",),
+    "PA": ("Republic of Panama",),
+    "PE": ("Republic of Peru",),
+    "PG": ("Independent State of Papua New Guinea",),
+    "PH": ("Republic of the Philippines",),
+    "PK": ("Islamic Republic of Pakistan",),
+    "PL": ("Republic of Poland",),
+    "PM": ("Saint Pierre and Miquelon",),
+    "PN": ("Pitcairn",),
+    "PS": ("Palestine, State of", "the State of Palestine"),
+    "PT": ("Portuguese Republic",),
+    "PW": ("Republic of Palau",),
+    "PY": ("Republic of Paraguay",),
+    "QA": ("State of Qatar",),
+    "RS": ("Republic of Serbia",),
+    "RU": ("Russian Federation",),
+    "RW": ("Rwandese Republic",),
+    "SA": ("Kingdom of Saudi Arabia",),
+    "SC": ("Republic of Seychelles",),
+    "SD": ("Republic of the Sudan",),
+    "SE": ("Kingdom of Sweden",),
+    "SG": ("Republic of Singapore",),
+    "SH": ("Saint Helena, Ascension and Tristan da Cunha",),
+    "SI": ("Republic of Slovenia",),
+    "SJ": ("Svalbard and Jan Mayen",),
+    "SK": ("Slovak Republic",),
+    "SL": ("Republic of Sierra Leone",),
+    "SM": ("Republic of San Marino",),
+    "SN": ("Republic of Senegal",),
+    "SO": ("Federal Republic of Somalia",),
+    "SR": ("Republic of Suriname",),
+    "SS": ("Republic of South Sudan",),
+    "ST": ("Sao Tome and Principe", "Democratic Republic of Sao Tome and Principe"),
+    "SV": ("Republic of El Salvador",),
+    "SX": ("Sint Maarten (Dutch part)",),
+    "SY": ("Syrian Arab Republic",),
+    "SZ": ("Kingdom of Eswatini",),
+    "TC": ("Turks and Caicos Islands",),
+    "TD": ("Republic of Chad",),
+    "TG": ("Togolese Republic",),
+    "TH": ("Kingdom of Thailand",),
+    "TJ": ("Republic of Tajikistan",),
+    "TL": ("Democratic Republic of Timor-Leste",),
+    "TN": ("Republic of Tunisia",),
+    "TO": ("Kingdom of Tonga",),
+    "TR": ("Republic of Türkiye",),
+    "TT": ("Trinidad and Tobago", "Republic of Trinidad and Tobago"),
+    "TW": ("Taiwan, Province of China",),
+    "TZ": ("Tanzania, United Republic of", "United Republic of Tanzania"),
+    "UG": ("Republic of Uganda",),
+    "UM": ("United States Minor Outlying Islands",),
+    "US": ("United States of America",),
+    "UY": ("Eastern Republic of Uruguay",),
+    "UZ": ("Republic of Uzbekistan",),
+    "VA": ("Holy See (Vatican City State)",),
+    "VC": ("Saint Vincent and the Grenadines",),
+    "VE": ("Venezuela, Bolivarian Republic of", "Bolivarian Republic of Venezuela"),
+    "VG": ("Virgin Islands, British",),
+    "VI": ("Virgin Islands, U.S.", "Virgin Islands of the United States"),
+    "VN": ("Viet Nam", "Socialist Republic of Viet Nam"),
+    "VU": ("Republic of Vanuatu",),
+    "WF": ("Wallis and Futuna",),
+    "WS": ("Independent State of Samoa",),
+    "YE": ("Republic of Yemen",),
+    "ZA": ("Republic of South Africa",),
+    "ZM": ("Republic of Zambia",),
+    "ZW": ("Republic of Zimbabwe",),
+}
+
+#: Other countries' names that neither CLDR nor ISO 3166-1 lists (ours): "DPR Korea", the abbreviation of North
+#: Korea's official name in common use (UN agencies' country pages write it so).
+_OUR_OTHER_NAMES: dict[str, tuple[str, ...]] = {"KP": ("DPR Korea",)}
+
+
+@functools.cache
+def _standard_country_names() -> dict[str, tuple[str, ...]]:
+    """ISO code -> CLDR's name, then ISO 3166-1's other names and ours, each name once (case aside)."""
+    names = {code: [name] for code, name in _cldr_countries().items()}
+    for extra in (_ISO_3166_NAMES, _OUR_OTHER_NAMES):
+        for code, more in extra.items():
+            known = names.setdefault(code, [])
+            folded = {name.casefold() for name in known}
+            for name in more:
+                if name.casefold() not in folded:
+                    known.append(name)
+                    folded.add(name.casefold())
+    return {code: tuple(known) for code, known in names.items()}
+
+
 def country_names(mix: MixCubeReference) -> dict[str, list[str]]:
     """Every country's names by ISO code, for "never credit a name inside another country's name": the English
-    CLDR name (Babel) and, for the pack's cultures, the pack's own name when it differs."""
-    names = {code: [name] for code, name in _cldr_countries().items()}
+    CLDR name (Babel), ISO 3166-1's other English names, official ones included (`_ISO_3166_NAMES`), our few
+    (`_OUR_OTHER_NAMES`: "DPR Korea") and, for the pack's cultures, the pack's own name when it differs. So an
+    answer naming North Korea by its official name ("Democratic People's Republic of Korea") or "DPR Korea" does
+    not name South Korea by our alias "Korea"."""
+    names = {code: list(known) for code, known in _standard_country_names().items()}
     for culture in mix.cultures:
         known = names.setdefault(culture.iso2.upper(), [])
         if culture.name not in known:

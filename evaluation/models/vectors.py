@@ -98,7 +98,11 @@ def as_vectors(vectors: VectorsLike) -> Vectors:
 
 
 def first_argmax(scores: NDArray[np.float64]) -> NDArray[np.intp]:
-    """Per row, the position of the first maximal score (np.argmax's and torch.argmax's tie rule)."""
+    """Per row, the position of the first maximal score (np.argmax's and torch.argmax's tie rule): one winner per
+    row, an exact tie going to the earlier candidate. For 3XCM's Eq. 3 this is the authors' code's reading
+    (`SelfPreferenceBiasEvaluator.evaluate_test_case`, `torch.argmax`, and numpy `argmax` in
+    `summarize_scores_with_metadata`), which we follow; the paper's formula, read literally (1[S_k,i = max]),
+    would credit every tied candidate (`evaluation/xcm/metrics.py` says more)."""
     if not np.isfinite(scores).all():
         raise ValueError("non-finite scores")
     first: NDArray[np.intp] = np.argmax(scores, axis=1)

@@ -4,6 +4,7 @@ metrics.json (`LEADERBOARD`, named by the registry)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -142,9 +143,11 @@ def read_breakdowns(folder: Path, path: Path, metrics: dict[str, Any]) -> Breakd
     return _breakdowns(sections(path, _XcmSections, metrics))
 
 
-def read_outcomes(folder: Path) -> Outcomes:
+def read_outcomes(folder: Path) -> Outcomes | None:
     """Per benchmark row (by its index): whether the correct image won the triplet, the query's share of M_cr
     (Eq. 3, ties to the first candidate as the authors' code breaks them)."""
+    if not os.path.lexists(folder / PER_QUERY):
+        return None  # a result without its per-query table: nothing to pair (a link is refused by read_table)
     rows = read_table(folder / PER_QUERY, {"query_index": "integer", "winner": "string"})
     return {str(r["query_index"]): r["winner"] == "correct" for r in rows}
 

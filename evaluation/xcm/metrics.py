@@ -5,13 +5,23 @@ Pure functions: a release's RQ2 table (`benchmark`), its RQ3 table (`benchmark_c
 model runs here.
 
 - Scores are cosine similarities. Every vector is divided by its norm clamped at 1e-6 first, as the authors'
-  `torch.nn.CosineSimilarity(dim=1, eps=1e-6)` does, so the score is a row-wise dot product. We compute in float64;
-  the authors' scores are float32 (their embeddings' dtype), which can only matter for a near-tie closer than
-  float32 resolution.
+  `torch.nn.CosineSimilarity(dim=1, eps=1e-6)` does, so the score is a row-wise dot product. We compute in float64.
+  The authors' cosine runs in their embeddings' own dtype (`evaluate_test_case`, `benchmark_evaluator.py`
+  l.112-122, whose per-query `winner` is taken on those scores), but their aggregates cast the scores to float32
+  whatever that dtype is: `s.to(torch.float32)` in `summarize_scores_with_metadata` (l.215), which their saved
+  counts come from, and `.to(torch.float32)` in `summarize_scores` (l.179). So their counts rest on float32 scores
+  even for float64 embeddings; that can only matter for a near-tie closer than float32 resolution, which the cast
+  may make an exact tie (then their earlier slot wins, where our float64 scores keep the larger).
 - The winner of a query is the first maximum in slot order, as in the authors' `SelfPreferenceBiasEvaluator`
   (`torch.argmax` over `[score_a, score_b, score_c]`, and numpy `argmax` in `summarize_scores_with_metadata`; both
   return the first maximal index): an exact tie goes to the earlier slot, correct before language-biased before
   irrelevant. RQ3 keeps the same rule over its six slots (the authors published no RQ3 evaluator).
+- Ties in Eq. 3, three readings. The paper's, read literally: M_k = (1/N) sum_i 1[S_k,i = max(S_cr,i, S_lb,i,
+  S_ti,i)] credits every candidate equal to the maximum, so an exact tie counts a win for each tied candidate (the
+  M_k then sum to more than 1); the paper says nothing more of ties. The authors' code credits one: the first
+  maximum (`evaluate_test_case`, l.122: `['a', 'b', 'c'][torch.argmax(score).item()]`; `summarize_scores`, l.182;
+  `summarize_scores_with_metadata`, l.224). Ours follows their code (`first_argmax`): one winner per query, the
+  earlier slot on a tie, so the M_k of a group sum to 1.
 - A tie decides a winner when another candidate scores within `TIE_TOLERANCE` of the maximum (`tied_winners`):
   float32 embeddings cannot order such scores, so the slot order, not the model, chose. The winner rule is not
   changed by it; the evaluation counts such queries and says so when they decide most winners (degenerate vectors:

@@ -163,3 +163,31 @@ def test_the_comparison_figure_grows_with_its_models(models: int) -> None:
     # each model's row keeps its height (a label's line), however many there are
     assert image.height >= ROW_INCHES * models * dpi
     assert image.width < 2000
+
+
+@pytest.mark.parametrize("plant", ["link", "wrong-type"])
+def test_a_per_query_table_that_is_not_ours_is_one_line(tmp_path: Path, plant: str) -> None:
+    """The paired tests read per_query.parquet: a link, or a `winner` that is not text, is named in one line."""
+    folder = tmp_path / "result"
+    shutil.copytree(XCM, folder)
+    target = folder / "per_query.parquet"
+    if plant == "link":
+        target.unlink()
+        target.symlink_to(XCM / "per_query.parquet")
+    else:
+        table = pq.read_table(target)
+        index = table.schema.get_field_index("winner")
+        pq.write_table(table.set_column(index, "winner", pa.array(range(table.num_rows))), target)
+    result = CliRunner().invoke(app, ["evaluate", "compare", str(XCM), str(folder)])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    (line,) = [line for line in result.output.splitlines() if "per_query.parquet" in line]
+    assert ("not a regular file" if plant == "link" else "column 'winner' must be string") in line, line
+
+
+def test_a_result_without_its_per_query_table_is_paired_with_none(tmp_path: Path) -> None:
+    folder = tmp_path / "result"
+    shutil.copytree(XCM, folder)
+    (folder / "per_query.parquet").unlink()
+    results = read_results([XCM, folder, XCM])
+    (triplet,) = [t for t in tables(results) if t.key == "triplet"]
+    assert [(t.a, t.b) for t in triplet.tests] == [(0, 2)]
