@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 from data.publish.reader import Release
 from data.takedown.older_versions import refuse_taken_down
 from evaluation import registry
+from evaluation.models.display_name import MAX_DISPLAY_NAME, DisplayName, check_display_name
 from evaluation.models.embedding_cache import CachedEncoder
 from evaluation.models.encoders import EncoderConfig, ModelIdentity, TextImageEncoder
 from evaluation.models.vlm import VlmConfig, VlmIdentity
@@ -43,6 +44,12 @@ class EvaluateCommon(BaseModel):
         "says the numbers are meaningless.",
     )
     demo_models: str = Field(default="./workspace/demo-models", description="Where demo models are built.")
+    display_name: DisplayName | None = Field(
+        default=None,
+        description="A short human name of the model, whatever runs it (any backend, a prediction file, the demo "
+        f"model): one line of printable text, at most {MAX_DISPLAY_NAME} characters. metrics.json's "
+        "`model.display_name`; never part of the model id, the result folder or a cache key. None: no such key.",
+    )
 
     @model_validator(mode="after")
     def _model_or_demo(self) -> EvaluateCommon:
@@ -89,6 +96,26 @@ class Prepared:
     identity: ModelIdentity | VlmIdentity
     settings: dict[str, Any]
     run: Callable[[Progress | None, GpuSlot], EvaluationResult]
+
+
+def with_display_name(prepared: Prepared, display_name: str | None) -> Prepared:
+    """`prepared` whose identity, and whose result's `model`, carry `display_name` (the config's): a label beside the
+    identity the backend built (its model_id, and so the result folder and every cache key, unchanged). None: as it
+    is, so a result without a display name is byte for byte what it was before the field existed."""
+    if display_name is None:
+        return prepared
+    identity = prepared.identity.model_copy(update={"display_name": check_display_name(display_name)})
+
+    def run(progress: Progress | None, gpu_slot: GpuSlot) -> EvaluationResult:
+        result = prepared.run(progress, gpu_slot)
+        # after `name`, as the identity's dump places it (the runner's dict otherwise as it is)
+        model = {key: value for key, value in result.model.items() if key != "display_name"}
+        at = list(model).index("name") + 1 if "name" in model else len(model)
+        items = list(model.items())
+        result.model = dict([*items[:at], ("display_name", display_name), *items[at:]])
+        return result
+
+    return Prepared(identity, prepared.settings, run)
 
 
 def open_release(config: EvaluateCommon) -> Release:

@@ -20,7 +20,7 @@ from data.output_paths import OutputPathError, check_output
 from data.publish.folder import ReleaseExistsError, ReleaseResult
 from data.publish.reader import Release
 from evaluation import registry
-from evaluation.config import EvaluateCommon, GpuSlot, Prepared, no_slot, open_release
+from evaluation.config import EvaluateCommon, GpuSlot, Prepared, no_slot, open_release, with_display_name
 from evaluation.results.folder import EvaluationResult, default_out, existing_result_conflict, write_results
 
 if TYPE_CHECKING:
@@ -44,9 +44,10 @@ class Written:
 
 
 def prepare(config: EvaluateCommon, release: Release) -> Prepared:
-    """The config's benchmark's evaluation, its model built and its settings known, nothing run."""
+    """The config's benchmark's evaluation, its model built and its settings known, nothing run; the config's
+    `display_name`, if any, on its identity (every backend's, the demo model's and a prediction file's alike)."""
     prepared: Prepared = registry.get(config.benchmark).prepare.load()(config, release)
-    return prepared
+    return with_display_name(prepared, config.display_name)
 
 
 def run(config: EvaluateCommon, progress: Progress | None = None, gpu_slot: GpuSlot = no_slot) -> EvaluationResult:

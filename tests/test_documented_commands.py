@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.data.test_sea5_walkthrough import WALKTHROUGH
+from tests.support.demo_checkpoint import DOCS_COMMANDS as DEMO_CHECKPOINT
 from tests.support.documented_commands import Command, Snippet, all_commands, python_snippets
 from tests.support.paths import REPO_ROOT
 
@@ -179,6 +180,10 @@ DOCUMENTED: dict[str, Here | By | InExportReadme | NotHere] = {
         "real one"
     ),
     "culturebench export releases/3xcm/0.1.0-demo --harness clip-benchmark --out exports/clip-benchmark": HERE,
+    # docs/researchers.md's open_clip folder made from the demo's model: made as written beside `make demo`'s model,
+    # loaded (tests/evaluation/harnesses/exports/test_local_checkpoint.py), and the mteb and clip_benchmark smoke
+    # tests' model.
+    **{command: By("tests/support/demo_checkpoint.py") for command in DEMO_CHECKPOINT},
     "culturebench evaluate compare evaluations/3xcm/0.1.0-demo/* --out comparison/3xcm --html leaderboard/3xcm": HERE,
     "culturebench evaluate 3xcm releases/3xcm/1.0.0 --model-backend embeddings --image-embeddings IMG.parquet "
     "--text-embeddings TXT.parquet --out DIR": NotHere("the vectors are the user's own files"),

@@ -281,4 +281,6 @@ def prepare(config: EvaluateMixCubeConfig, release: Release) -> Prepared:
     def questions(progress: Progress | None, gpu_slot: GpuSlot) -> EvaluationResult:
         return run_mixcube(config, progress, release=release, models=models, gpu_slot=gpu_slot)
 
-    return Prepared(models[0].identity, settings_mixcube(models[1], models[0]), questions)
+    # the settings the result will record (the demo model's cap included): a rerun into its folder is `unchanged`
+    settings = settings_mixcube(models[1], models[0]) | _demo_vlm_settings(config)
+    return Prepared(models[0].identity, settings, questions)

@@ -189,7 +189,8 @@ class CachedEncoder:
             )
         if self._dim is None or not (self.folder / META_FILE).is_file():
             self.folder.mkdir(parents=True, exist_ok=True)
-            meta = {"dim": dim, "identity": self.identity.model_dump(mode="json")}
+            # (a display name is a label: the cache's record is the same whatever a run calls the model)
+            meta = {"dim": dim, "identity": self.identity.model_dump(mode="json", exclude={"display_name"})}
             with tempfile.NamedTemporaryFile("w", dir=self.folder, prefix=".tmp-", delete=False) as handle:
                 json.dump(meta, handle, indent=2, sort_keys=True)
             os.replace(handle.name, self.folder / META_FILE)

@@ -29,6 +29,14 @@ ResultsRootOption = Annotated[Path, typer.Option(help="Root of the default resul
 BootstrapOption = Annotated[int | None, typer.Option(min=0, help="Resamples for the 95% CIs.")]
 SeedOption = Annotated[int | None, typer.Option(help="Seed of the bootstrap.")]
 EmbeddingCacheOption = Annotated[str | None, typer.Option(help="Folder of cached image vectors per model.")]
+NameOption = Annotated[
+    str | None,
+    typer.Option(
+        "--name",
+        help="A short human name of the model (one line, at most 64 characters), whatever runs it: metrics.json's "
+        "model.display_name. The model id, and so the result folder and the caches, stay as they are.",
+    ),
+]
 ConfigFileOption = Annotated[
     Path | None,
     typer.Option(
@@ -75,6 +83,18 @@ def model_or_demo(data: dict[str, Any], backend: StrEnum | None, options: dict[s
         raise BadInput("name the model: --model-backend (with its options), --config, or --demo-model")
     if backend is not None or data.get("model"):
         data["model"] = model_section(data.get("model", {}), backend.value if backend else None, options)
+
+
+def display_name(data: dict[str, Any], name: str | None) -> None:
+    """--name as the config's `display_name` (over --config's), checked first: a bad one is a line naming --name."""
+    if name is None:
+        return
+    from evaluation.models.display_name import MAX_DISPLAY_NAME, display_name_problem
+
+    problem = display_name_problem(name)  # the reason quotes none of the value: it may not be printable
+    if problem is not None:
+        raise BadInput(f"--name {problem}: give one line of printable text, at most {MAX_DISPLAY_NAME} characters")
+    data["display_name"] = name
 
 
 def place(data: dict[str, Any], release: Path, results_root: Path, out: Path | None) -> None:

@@ -17,10 +17,12 @@ from flows.cli.evaluate_common import (
     BootstrapOption,
     ConfigFileOption,
     EmbeddingCacheOption,
+    NameOption,
     OutOption,
     ReleaseArgument,
     ResultsRootOption,
     SeedOption,
+    display_name,
     model_or_demo,
     model_section,
     place,
@@ -52,6 +54,7 @@ def evaluate_mixcube_command(
         MixCubeBackend | None,
         typer.Option(help="How the model is run: a VLM backend for questions, an encoder backend for the audit."),
     ] = None,
+    name: NameOption = None,
     judge_backend: Annotated[
         VlmBackend | None,
         typer.Option(help="The judge of Cultural Marker Identification (Food, App. B.3)."),
@@ -76,12 +79,15 @@ def evaluate_mixcube_command(
     predictions: Annotated[
         Path | None,
         typer.Option(
-            help="Score a harness's prediction file instead of asking a model (VLMEvalKit: <model>_MixCuBe.xlsx, "
-            ".tsv or .csv, from `culturebench export --harness vlmevalkit`; lmms-eval: its --log_samples "
-            "*_samples_culturebench_mixcube.jsonl or its --output_path folder).",
+            help="Score a harness's prediction file instead of asking a model (VLMEvalKit: <model>_MixCuBe.xlsx "
+            "or .tsv, from `culturebench export --harness vlmevalkit`; lmms-eval: its --log_samples "
+            "*_samples_culturebench_mixcube.jsonl or its --output_path folder), or a plain CSV or TSV of sample_id "
+            "and prediction (the result names it a CSV or TSV).",
         ),
     ] = None,
-    predictions_format: Annotated[str, typer.Option(help="Which harness wrote --predictions.")] = "vlmevalkit",
+    predictions_format: Annotated[
+        str, typer.Option(help="Which harness wrote --predictions (vlmevalkit also reads a plain CSV or TSV).")
+    ] = "vlmevalkit",
     predictions_model: Annotated[
         str | None, typer.Option(help="The model that answered --predictions (default: from the file's name).")
     ] = None,
@@ -96,6 +102,7 @@ def evaluate_mixcube_command(
     from evaluation.mixcube.evaluate import EvaluateMixCubeConfig
 
     data = read_config(config)
+    display_name(data, name)
     options = plain(model_options)
     if predictions is not None:
         if demo_model or model_backend is not None or options or data.get("model"):

@@ -15,10 +15,12 @@ from flows.cli.evaluate_common import (
     BootstrapOption,
     ConfigFileOption,
     EmbeddingCacheOption,
+    NameOption,
     OutOption,
     ReleaseArgument,
     ResultsRootOption,
     SeedOption,
+    display_name,
     model_or_demo,
     place,
     read_config,
@@ -39,6 +41,7 @@ class XcmTask(StrEnum):
 def evaluate_3xcm_command(
     release: ReleaseArgument,
     model_backend: Annotated[EncoderBackend | None, typer.Option(help="How the model is run.")] = None,
+    name: NameOption = None,
     task: Annotated[
         XcmTask | None,
         typer.Option(
@@ -66,6 +69,7 @@ def evaluate_3xcm_command(
     from evaluation.xcm.evaluate import Evaluate3XCMConfig
 
     data = read_config(config)
+    display_name(data, name)
     model_or_demo(data, model_backend, plain(model_options), demo_model)
     top = {"task": task, "query": query, "bootstrap_resamples": bootstrap_resamples, "seed": seed}
     data.update(plain({**top, "embedding_cache": embedding_cache}))

@@ -138,17 +138,44 @@ def released_images(release: Release, config: str, key: str) -> list[bytes]:
     return images
 
 
+def spread(keys: list[str], count: int) -> list[int]:
+    """The positions of `count` items of a list whose keys are `keys`, a key at a time (each key's first item, then
+    each one's second, ...), in the list's order: a smoke test's few items, across as many keys (concepts,
+    languages) as it can hold, where the first items of a list are often all one key's."""
+    turn: list[int] = []  # how many items of its key come before each item
+    seen: dict[str, int] = {}
+    for key in keys:
+        turn.append(seen.get(key, 0))
+        seen[key] = turn[-1] + 1
+    return sorted(sorted(range(len(keys)), key=lambda at: (turn[at], at))[:count])
+
+
 class Exporter(Protocol):
     BENCHMARKS: tuple[str, ...]
 
     def export(self, release: Release, folder: ImmutableFolder) -> str: ...
 
 
+#: How an exporter's command text starts a line that warns (`warning_line`): a shell comment, so that the text the
+#: CLI prints after `export created` still runs as it is, and its first line says what the README says first.
+WARNING = "# warning: "
+
+
+def warning_line(text: str) -> str:
+    """`text` as one warning line of an exporter's command text (`ExportResult.warnings` reads it back)."""
+    return WARNING + " ".join(text.split()) + "\n"
+
+
 @dataclass(frozen=True)
 class ExportResult:
     folder: str
     status: str  # created | unchanged
-    command: str  # how to run the harness on it, as its README says
+    command: str  # how to run the harness on it, as its README says; its warnings first (`warning_line`)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What the export warns of (one line each, printed by `culturebench export` with the command)."""
+        return tuple(line.removeprefix(WARNING) for line in self.command.splitlines() if line.startswith(WARNING))
 
 
 def exporter(harness: str) -> Exporter:

@@ -14,8 +14,9 @@ The export writes
   them, and every country's names (`evaluation.mixcube.task.country_names`, written as data: the task needs no Babel),
   so that the task imports neither culturebench nor anything but the standard library. Its `verdict` is our
   scorer's, copied (`evaluation/mixcube/answer_match.py`).
-- `README.md`: the command, run as written once its variables are set (`run_command`), how to tell that it failed
-  (lmms-eval 0.7.3 exits 0 all the same: `check_command`), and what it measures.
+- `README.md`: a smoke test first (`smoke_command`: the command with lmms-eval's `--limit` on the first
+  `smoke_images` images, and its check), the command, run as written once its variables are set (`run_command`),
+  how to tell that it failed (lmms-eval 0.7.3 exits 0 all the same: `check_command`), and what it measures.
 
 Only the Country Identification task is exported: Cultural Marker Identification needs a judge model (App. B.3),
 which an lmms-eval task cannot call offline; `culturebench evaluate mixcube` scores it.
@@ -208,9 +209,10 @@ VARIABLES: tuple[tuple[str, str], ...] = (
         "`device`, `cuda` unless told, and transformers 5.24 refuses its default empty `device_map`)",
     ),
     ("OUT", "a new, empty folder for the results"),
+    ("SMOKE", "a new, empty folder for the smoke test's results, not inside `OUT`"),
 )
 #: Checks the run's files, since lmms-eval 0.7.3 exits 0 when it failed: `{images}` is the number of images.
-_CHECK = """python - "$OUT" <<'CHECK'
+_CHECK = """python - "{folder}" <<'CHECK'
 import glob, json, sys
 out, images = sys.argv[1], {images}
 results = glob.glob(f"{{out}}/**/*_results.json", recursive=True)
@@ -229,23 +231,37 @@ print(f"mixcube_accuracy {{accuracy}} on {{images}} images, {{answers.count('')}
 CHECK"""
 
 
-def run_command() -> str:
-    """The README's command, as it runs once `VARIABLES` are set. `--force_simple`: the model's simple variant,
-    which takes the task's `doc_to_visual` and `doc_to_text` as they are; a chat variant (llava_hf's) fails with
+def run_command(limit: int | None = None) -> str:
+    """The README's command, as it runs once `VARIABLES` are set; with `limit`, the smoke test's: lmms-eval's own
+    `--limit` (the first `limit` documents), into `$SMOKE`. `--force_simple`: the model's simple variant, which
+    takes the task's `doc_to_visual` and `doc_to_text` as they are; a chat variant (llava_hf's) fails with
     `'function' object has no attribute 'items'` when lmms-eval built the task as a simple one (it does so for a
     task given by its path: `--tasks FOLDER`)."""
+    output = '"$OUT"' if limit is None else f'"$SMOKE" --limit {limit}'
     return (
         'python -m lmms_eval --model "$MODEL" \\\n'
         '  --model_args "pretrained=$PRETRAINED,device=$DEVICE,device_map=$DEVICE" \\\n'
         f'  --force_simple --tasks {TASK} --include_path "$EXPORT/{TASK}" \\\n'
-        '  --batch_size 1 --log_samples --output_path "$OUT"'
+        f"  --batch_size 1 --log_samples --output_path {output}"
     )
 
 
-def check_command(images: int) -> str:
-    """The README's check of a run: exit status 1 and why, unless `$OUT` holds one results file with
-    `mixcube_accuracy` and one samples file with a line per image, some answer not empty."""
-    return _CHECK.format(images=images, task=TASK)
+def check_command(images: int, folder: str = "$OUT") -> str:
+    """The README's check of a run: exit status 1 and why, unless `folder` (a README variable) holds one results
+    file with `mixcube_accuracy` and one samples file with a line per image (`images`), some answer not empty."""
+    return _CHECK.format(images=images, task=TASK, folder=folder)
+
+
+def smoke_images(ref: MixCubeReference, n: int) -> int:
+    """How many images the smoke test asks: an original and its swaps, one per ethnicity (MixCuBe §3: each
+    original inpainted into 4 other ethnicities), 5 with the paper's pack: lmms-eval's `--limit` takes the release's
+    first rows, which in a built release are an original and its swaps. At most the `n` images the release has."""
+    return min(n, 1 + len(ref.ethnicities))
+
+
+def smoke_command(images: int) -> str:
+    """The README's smoke test: the command on the first `images` images (`run_command(images)`), then its check."""
+    return f"{run_command(images)}\n{check_command(images, '$SMOKE')}"
 
 
 def _terms_table(ref: MixCubeReference) -> str:
@@ -280,6 +296,7 @@ def readme(release: Release, counts: Counter[str], n: int) -> str:
         ).removesuffix(";")
         + "."
     )
+    smoke = smoke_images(ref, n)
     return f"""# MixCuBe {release.version} for lmms-eval
 
 The Country Identification task of MixCuBe (*When Tom Eats Kimchi*, §3) on the release
@@ -288,10 +305,26 @@ The Country Identification task of MixCuBe (*When Tom Eats Kimchi*, §3) on the 
 
 ## Run it
 
-With lmms-eval 0.7.3 installed (`python -m lmms_eval` runs it), set these variables, then run the command as it
-is:
+With lmms-eval 0.7.3 installed (`python -m lmms_eval` runs it), set these variables, then run the blocks as they
+are:
 
 {variables}
+
+A local checkpoint is a folder as `save_pretrained` writes it (`config.json`, the weights, the tokenizer and
+processor files), given as `PRETRAINED` as it is: culturebench's demo writes one,
+`workspace/demo-models/demo-random-vlm`, a tiny random LLaVA for `MODEL=llava_hf` (`docs/researchers.md`, "A local
+checkpoint, offline").
+
+**First, a smoke test**: the same command on the first {smoke} images only (lmms-eval's `--limit {smoke}`), into
+`$SMOKE`, then the check below on `$SMOKE`: it loads the model and the task as the full run does, in a fraction of
+its time, and exits 1 saying why when it failed. Its numbers are no result (lmms-eval warns that `--limit` is for
+testing).
+
+```bash
+{smoke_command(smoke)}
+```
+
+Then every image:
 
 ```bash
 {run_command()}

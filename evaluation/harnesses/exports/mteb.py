@@ -22,7 +22,13 @@ and the data they read, in `data/`:
 - `<task>/queries.parquet`: one row per benchmark row (`id` = `q` + row position, `text` = query_text, and the
   query's language, country, concept and image for grouping);
 - `<task>/qrels.parquet`: the correct candidate of each query (`query-id`, `corpus-id`, `score` = 1);
-- `<task>/top_ranked.parquet`: each query's candidates in slot order (`query-id`, `corpus-ids`, `categories`).
+- `<task>/top_ranked.parquet`: each query's candidates in slot order (`query-id`, `corpus-ids`, `categories`);
+
+and `smoke/`, the same three modules and data for `SMOKE_QUERIES` queries of each task (a query language at a
+time), their candidates and texts only: the README's smoke test runs `smoke/run_mteb.py` as the full run runs
+`run_mteb.py`. Its `release.json` adds `smoke_queries`, and its tasks are named with `Smoke` at the end (their
+data in `smoke/data/<task>Smoke/`), so that a smoke test's results never pass for the full tasks'. mteb has no
+option that limits a task's queries (`hf_subsets` picks whole languages), and the runner none either.
 
 Ties: our scorer gives an exact tie to the earlier slot (correct first); mteb ranks by score, and pytrec_eval (its
 recall@1) breaks a tie by corpus id, descending. The two agree whenever the correct candidate's score differs from
@@ -51,6 +57,7 @@ from evaluation.harnesses.exports.common import (
     plain_text,
     released_images,
     require_columns,
+    spread,
 )
 from evaluation.xcm.metrics import plain_query_texts
 
@@ -80,6 +87,12 @@ DATA = "data"
 QUERY_GROUPS = ("query_language", "query_country", "query_concept", "query_image_id")
 #: The subset of every query (the task module's `ALL`), named as our scorer names its overall group.
 ALL = "all"
+#: The smoke test's folder (a copy of the export on a few queries), and how many queries of each task it holds: a
+#: handful, ours (no paper sets it).
+SMOKE = "smoke"
+SMOKE_QUERIES = 5
+#: The end of the smoke copy's task names (`mteb_tasks.SUFFIX`, when its release.json gives `smoke_queries`).
+SMOKE_SUFFIX = "Smoke"
 #: datasets' feature metadata, so that `load_dataset("parquet")` reads `image` as an HF Image column.
 _HF_CORPUS_FEATURES = {"info": {"features": {"id": {"dtype": "string", "_type": "Value"}, "image": {"_type": "Image"}}}}
 
@@ -171,11 +184,24 @@ def texts_table(release: Release) -> pa.Table:
     return pa.table({"text": pa.array(sorted(texts), pa.string())})
 
 
+def smoke_tables(queries: pa.Table, qrels: pa.Table, top_ranked: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """A task's tables cut to the smoke test's `SMOKE_QUERIES` queries, a query language at a time (`spread`), in
+    release order; the three tables are row-aligned (`task_tables`)."""
+    rows = pa.array(spread(queries["query_language"].to_pylist(), SMOKE_QUERIES), pa.int64())
+    return queries.take(rows), qrels.take(rows), top_ranked.take(rows)
+
+
+def _write_task(folder: ImmutableFolder, root: str, task: str, tables: tuple[pa.Table, pa.Table, pa.Table]) -> None:
+    for name, table in zip(("queries", "qrels", "top_ranked"), tables, strict=True):
+        folder.write_bytes(f"{root}/{task}/{name}.parquet", _parquet(table))
+
+
 def export(release: Release, folder: ImmutableFolder) -> str:
     release.verify(["image_metadata", *(config for config, _, _ in TASKS.values())])
     corpus = corpus_table(release)
     folder.write_bytes(f"{DATA}/corpus.parquet", _parquet(corpus))
     counts: dict[str, dict[str, int]] = {}
+    smoke: dict[str, tuple[pa.Table, pa.Table, pa.Table]] = {}
     for task, (config, categories, prefixes) in TASKS.items():
         if not release.has(config):
             raise ExportError(f"{release.path}: no {config!r} table, which task {task} needs")
@@ -183,21 +209,41 @@ def export(release: Release, folder: ImmutableFolder) -> str:
         unknown = set(pc.list_flatten(top_ranked["corpus-ids"]).to_pylist()) - set(corpus["id"].to_pylist())
         if unknown:
             raise ExportError(f"{release.path}: {config} names images image_metadata lacks, e.g. {sorted(unknown)[:3]}")
-        for name, table in (("queries", queries), ("qrels", qrels), ("top_ranked", top_ranked)):
-            folder.write_bytes(f"{DATA}/{task}/{name}.parquet", _parquet(table))
+        _write_task(folder, DATA, task, (queries, qrels, top_ranked))
+        smoke[task] = smoke_tables(queries, qrels, top_ranked)
         languages = queries["query_language"].to_pylist()
         counts[task] = {ALL: len(languages), **{lang: languages.count(lang) for lang in sorted(set(languages))}}
     folder.write_bytes(f"{DATA}/texts.parquet", _parquet(texts_table(release)))
     identity = {"name": release.name, "version": release.version, "manifest_sha256": release.manifest_sha256}
-    folder.write_bytes(f"{DATA}/release.json", (json.dumps(identity, indent=1, sort_keys=True) + "\n").encode())
-    for shipped, template in MODULES.items():
-        folder.write_bytes(shipped, (Path(__file__).parent / template).read_bytes())
+    _write_smoke(folder, corpus, smoke)
+    for root, about in (("", identity), (f"{SMOKE}/", {**identity, "smoke_queries": SMOKE_QUERIES})):
+        folder.write_bytes(f"{root}{DATA}/release.json", (json.dumps(about, indent=1, sort_keys=True) + "\n").encode())
+        for shipped, template in MODULES.items():
+            folder.write_bytes(f"{root}{shipped}", (Path(__file__).parent / template).read_bytes())
     folder.write_bytes(README, readme(identity, counts, corpus.num_rows).encode())
     return RUN_COMMAND
 
 
+def _write_smoke(
+    folder: ImmutableFolder, corpus: pa.Table, tasks: dict[str, tuple[pa.Table, pa.Table, pa.Table]]
+) -> None:
+    """`smoke/data/`: each task's smoke queries (`smoke_tables`), the corpus images they rank (in corpus order) and
+    their texts: the layout of `data/`, which the copied modules read as they read the full one."""
+    root = f"{SMOKE}/{DATA}"
+    candidates = {image for _, _, ranked in tasks.values() for ids in ranked["corpus-ids"].to_pylist() for image in ids}
+    folder.write_bytes(
+        f"{root}/corpus.parquet", _parquet(corpus.filter(pc.is_in(corpus["id"], pa.array(sorted(candidates)))))
+    )
+    texts = sorted({text for queries, _, _ in tasks.values() for text in queries["text"].to_pylist()})
+    folder.write_bytes(f"{root}/texts.parquet", _parquet(pa.table({"text": pa.array(texts, pa.string())})))
+    for task, tables in tasks.items():
+        _write_task(folder, root, f"{task}{SMOKE_SUFFIX}", tables)
+
+
 #: The README's run block: set EXPORT, MODEL and OUT, then run it as it is.
 RUN_COMMAND = f'python "$EXPORT/{RUNNER}" --model "$MODEL" --out "$OUT" --save-vectors "$OUT/vectors"'
+#: The README's smoke test: the copy of the export on a few queries (`smoke/`), with the same runner and check.
+SMOKE_COMMAND = f'python "$EXPORT/{SMOKE}/{RUNNER}" --model "$MODEL" --out "$SMOKE"'
 #: The README's block that brings the vectors back to our scorer (culturebench's environment).
 EVALUATE_COMMAND = (
     'culturebench evaluate 3xcm "$RELEASE" --model-backend embeddings \\\n'
@@ -229,18 +275,35 @@ candidates, among the release's {images} images (`{DATA}/corpus.parquet`).
 ## Run
 
 In a Python environment with mteb 2.x (2.26 or later) and open_clip_torch or transformers (culturebench's
-`harnesses/embedding.in` is one), set three variables, then run the line as it is:
+`harnesses/embedding.in` is one), set four variables, then run the lines as they are:
 
 - `EXPORT`: this folder;
 - `MODEL`: the checkpoint, read from disk (no network), one of
-  - `open_clip:local-dir:/path/to/folder`: open_clip's own layout, a folder with `open_clip_config.json` (its
-    `model_cfg`) and `open_clip_pytorch_model.bin` or `open_clip_model.safetensors`;
+  - `open_clip:local-dir:/path/to/folder`: open_clip's own layout, a folder with `open_clip_config.json`
+    (`{{"model_cfg": ..., "preprocess_cfg": {{}}}}`) and `open_clip_pytorch_model.bin` or
+    `open_clip_model.safetensors` (open_clip reads no `.pt` file there: the run stops, weights that do not load
+    are an error); culturebench's docs (`docs/researchers.md`, "A local checkpoint, offline") make such a folder
+    from its demo's model;
   - `open_clip:ARCH:WEIGHTS`: a built-in open_clip architecture and a weights file,
     `open_clip:ViT-B-32:/path/to/weights.pt` (a pretrained tag instead of the file, `open_clip:ViT-B-32:openai`, is
     read from the Hugging Face cache, and downloaded unless `HF_HUB_OFFLINE=1`);
   - `hf-clip:/path/to/folder`: a Hugging Face dual encoder with `get_image_features` / `get_text_features` (CLIP,
     Chinese-CLIP), a folder written by `save_pretrained`;
-- `OUT`: a folder for the results (created if missing), outside this one.
+- `OUT`: a folder for the results (created if missing), outside this one;
+- `SMOKE`: a folder for the smoke test's results (created if missing), apart from `OUT`.
+
+**First, a smoke test**: `{SMOKE}/` is this export cut to {SMOKE_QUERIES} queries of each task (a query language at
+a time) and the images they rank, with the same modules; its `{RUNNER}` loads the model and runs both tasks as the
+full run does, in a fraction of its time, and ends with the same check (exit 1 naming what is missing). Its numbers
+are no result: its tasks are named with `{SMOKE_SUFFIX}` at the end (`CultureBench3XCMRQ2T2IMultiChoice{SMOKE_SUFFIX}`),
+so that `--check` never takes them for the full tasks'. (mteb itself can only pick whole subsets, `hf_subsets`: a
+language's queries.)
+
+```bash
+{SMOKE_COMMAND}
+```
+
+Then every query:
 
 ```bash
 {RUN_COMMAND}

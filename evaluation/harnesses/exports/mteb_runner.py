@@ -15,7 +15,9 @@ mteb writes, as `mteb.ResultCache(OUT)` lays it out, OUT/results/<model>/<revisi
 each subset: `all`, then each query language) and model_meta.json; the runner has mteb write each query's
 candidate scores to OUT/predictions/<model>/<revision>/<task>_predictions.json. `--save-vectors DIR` writes
 DIR/IMG.parquet (image_id, embedding: every image of data/corpus.parquet) and DIR/TXT.parquet (text, embedding:
-every text of data/texts.parquet), what `culturebench evaluate 3xcm --model-backend embeddings` reads.
+every text of data/texts.parquet), what `culturebench evaluate 3xcm --model-backend embeddings` reads; both carry
+the model that made them in their Parquet metadata, `culturebench.model`: {"name": mteb's model name, "revision":
+its revision, "harness": "mteb"} (never a path of this machine), so the evaluation names that model.
 
 `--check OUT` (also the run's last step) passes only when every model folder under OUT/results that holds a 3XCM
 result holds both tasks' results for this release, each with an `accuracy` for every subset; else it names what is
@@ -39,6 +41,9 @@ TASKS_MODULE = "culturebench_3xcm_mteb"
 ADAPTER_MODULE = "local_clip_mteb"
 ALL = "all"
 IMAGES_FILE, TEXTS_FILE = "IMG.parquet", "TXT.parquet"
+#: The vector files' Parquet metadata key naming the model that made them (culturebench's embeddings backend reads
+#: it: evaluation/models/encoders/embeddings.py MODEL_METADATA_KEY).
+MODEL_METADATA_KEY = "culturebench.model"
 
 
 class ModelSpecError(ValueError):
@@ -135,9 +140,21 @@ def _report(problems: list[str], lines: list[str]) -> int:
     return 1 if problems else 0
 
 
+def model_record(model: Any) -> dict[str, str | None]:
+    """What the vector files say of the model that made them: its mteb name and revision (the weights' digest, or
+    `tag` / `hub`), as mteb's results name it; a name and a digest, never a path of this machine."""
+    meta = model.mteb_model_meta
+    return {
+        "name": str(meta.name),
+        "revision": None if meta.revision is None else str(meta.revision),
+        "harness": "mteb",
+    }
+
+
 def save_vectors(model: Any, folder: Path, batch_size: int) -> None:
     """IMG.parquet (every corpus image, in corpus order) and TXT.parquet (every text of data/texts.parquet, sorted),
-    from the run's own vectors: the model encodes only what the run did not."""
+    from the run's own vectors: the model encodes only what the run did not. Both name the model in their metadata
+    (`MODEL_METADATA_KEY`: `model_record`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from datasets import load_dataset
@@ -155,11 +172,13 @@ def save_vectors(model: Any, folder: Path, batch_size: int) -> None:
         vectors += model.text_vectors(texts[start : start + batch_size])
     folder.mkdir(parents=True, exist_ok=True)
     embedding = pa.list_(pa.float32())
+    metadata = {MODEL_METADATA_KEY: json.dumps(model_record(model), ensure_ascii=False, sort_keys=True)}
     for name, key, keys, rows in (
         (IMAGES_FILE, "image_id", ids, images),
         (TEXTS_FILE, "text", texts, vectors),
     ):
-        table = pa.table({key: pa.array(keys, pa.string()), "embedding": pa.array(rows, embedding)})
+        columns = {key: pa.array(keys, pa.string()), "embedding": pa.array(rows, embedding)}
+        table = pa.table(columns, metadata=metadata)
         partial = folder / f".{name}.partial"
         pq.write_table(table, partial)
         partial.replace(folder / name)

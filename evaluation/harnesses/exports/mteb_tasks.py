@@ -8,6 +8,10 @@ it imports mteb, datasets and pyarrow, never culturebench, and reads `./data` ne
 Subsets (`hf_subsets`): `all` holds every query (its accuracy is M_cr), and each query language L of the release
 (`query_language`) one subset of L's queries (M_cr of L). Each subset's corpus is the images its queries rank.
 
+In the export's `smoke/` copy, whose `data/release.json` gives `smoke_queries`, the tasks are named with `Smoke` at
+the end (`CultureBench3XCMRQ2T2IMultiChoiceSmoke`, its data in `data/<that name>/`): a smoke test's results are
+never taken for the full tasks'.
+
     import mteb, culturebench_3xcm_mteb as x
     results = mteb.evaluate(model, [T() for T in x.TASKS], cache=mteb.ResultCache("OUT"))
 """
@@ -26,11 +30,14 @@ from mteb.abstasks.task_metadata import TaskMetadata  # type: ignore[import-not-
 
 DATA = Path(__file__).resolve().parent / "data"
 #: The release this export came from (name, version, manifest_sha256); mteb records its hash as the revision.
-RELEASE: dict[str, str] = json.loads((DATA / "release.json").read_text(encoding="utf-8"))
+RELEASE: dict[str, Any] = json.loads((DATA / "release.json").read_text(encoding="utf-8"))
 #: The subset of every query, named as culturebench names its overall group.
 ALL = "all"
 #: mteb's code for what it cannot name: several languages, script undetermined.
 UNNAMED = "mul-Zyyy"
+#: The smoke copy's queries per task (None in the full export), and the end of its tasks' names.
+SMOKE_QUERIES: int | None = RELEASE.get("smoke_queries")
+SUFFIX = "Smoke" if SMOKE_QUERIES else ""
 
 
 def mteb_language(code: str) -> str:
@@ -55,6 +62,9 @@ def subsets(task: str) -> dict[str, list[str]]:
 
 
 def _metadata(name: str, description: str) -> TaskMetadata:
+    name += SUFFIX
+    if SMOKE_QUERIES:
+        description += f" A smoke test: {SMOKE_QUERIES} queries of the task, no result."
     return TaskMetadata(
         name=name,
         description=description,

@@ -1,7 +1,8 @@
 """MixCuBe for VLMEvalKit (`culturebench export RELEASE --harness vlmevalkit`): one `MixCuBe.tsv` that VLMEvalKit's
 `build_dataset("MixCuBe")` loads from `$LMUData/` as a `CustomVQADataset` (a TSV without `A`/`B` columns), and a
-README whose blocks run as written once its variables (`VARIABLES`) are set: VLMEvalKit against an OpenAI-compatible
-server (`run_command`), a check of its prediction file (`check_command`: VLMEvalKit exits 0 when it failed), and our
+README whose blocks run as written once its variables (`VARIABLES`) are set: a smoke test (`smoke_command`: VLMEvalKit's
+own `--limit`, the first `smoke_images` rows, and their check), VLMEvalKit against an OpenAI-compatible server
+(`run_command`), a check of its prediction file (`check_command`: VLMEvalKit exits 0 when it failed), and our
 scoring of that file (`score_command`).
 
 Columns (`TSV_COLUMNS`), one row per row of the release's `default` table, in its order:
@@ -94,8 +95,15 @@ TEMPERATURE = 0
 #: What VLMEvalKit writes as the answer of a row it failed to get one for (`vlmeval.smp.file.INFER_FAIL_MSG`; an API
 #: model's full text is "Failed to obtain answer via API.", written once every try, `--retry` 6, has failed).
 FAIL_MARKER = "Failed to obtain answer"
-#: VLMEvalKit's prediction file under the README's variables (`get_pred_file_path` with `PRED_FORMAT=tsv`).
-PREDICTIONS = f'"$WORK/$MODEL/${{MODEL}}_{DATASET}.tsv"'
+
+
+def predictions(work: str = "$WORK") -> str:
+    """VLMEvalKit's prediction file under the README's variables (`get_pred_file_path` with `PRED_FORMAT=tsv`), for
+    the work folder `work` (a README variable)."""
+    return f'"{work}/$MODEL/${{MODEL}}_{DATASET}.tsv"'
+
+
+PREDICTIONS = predictions()
 #: The README's variables, in the order it lists them.
 VARIABLES: tuple[tuple[str, str], ...] = (
     ("EXPORT", "this folder"),
@@ -111,16 +119,19 @@ VARIABLES: tuple[tuple[str, str], ...] = (
         "`--served-model-name`)",
     ),
     ("WORK", "a new folder for this release and model: VLMEvalKit's data folder (`$WORK/LMUData`) and its outputs"),
+    ("SMOKE", "another new folder, apart from `WORK`, for the smoke test (its `WORK`)"),
     ("RELEASE", "the release folder this export was made from (its manifest sha256 is above)"),
     ("OUT", "a new folder for the scores"),
 )
 
-_CHECK = f"""python - "$EXPORT/{TSV}" {PREDICTIONS} <<'CHECK'
+#: The check of a prediction file (`check_command` fills in `@PREDICTIONS@` and `@LIMIT@`).
+_CHECK = f"""python - "$EXPORT/{TSV}" @PREDICTIONS@@LIMIT@ <<'CHECK'
 import csv, os, sys
 csv.field_size_limit(1 << 30)
-export, predictions = sys.argv[1:]
+export, predictions, *limit = sys.argv[1:]
 with open(export, newline="", encoding="utf-8") as handle:
-    asked = {{row["index"] for row in csv.DictReader(handle, delimiter="\\t") if row["image"]}}
+    lines = list(csv.DictReader(handle, delimiter="\\t"))[: int(limit[0]) if limit else None]
+asked = {{row["index"] for row in lines if row["image"]}}
 if not os.path.isfile(predictions):
     sys.exit(f"VLMEvalKit failed: it wrote no {{predictions}}")
 with open(predictions, newline="", encoding="utf-8") as handle:
@@ -131,26 +142,42 @@ if missing or failed:
     rows = ", ".join(sorted(missing | failed, key=int)[:5])
     sys.exit(f"VLMEvalKit failed: of {{len(asked)}} images, {{len(missing)}} have no answer and {{len(failed)}} "
              f"'{FAIL_MARKER} ...' (index {{rows}}...); run it again to ask those again")
-print(f"VLMEvalKit answered all {{len(asked)}} images")
+print(f"VLMEvalKit answered all {{len(asked)}} images" + (f" (--limit {{limit[0]}})" if limit else ""))
 CHECK"""
 
 
-def run_command() -> str:
+def run_command(work: str = "$WORK", limit: int | None = None) -> str:
     """The README's VLMEvalKit command, as it runs once `VARIABLES` are set (see the module docstring for each
-    option). VLMEvalKit reads `$LMUData/MixCuBe.tsv`; `--work-dir` holds its prediction file, `PREDICTIONS`."""
+    option), in the work folder `work` (a README variable); with `limit`, VLMEvalKit's own `--limit` (it asks the
+    TSV's first `limit` rows: `infer_data_job`). VLMEvalKit reads `$LMUData/MixCuBe.tsv`; `--work-dir` holds its
+    prediction file, `predictions(work)`."""
+    limited = "" if limit is None else f" --limit {limit}"
     return (
-        'mkdir -p "$WORK/LMUData"\n'
-        f'cp "$EXPORT/{TSV}" "$WORK/LMUData/{TSV}"\n'
-        f'LMUData="$WORK/LMUData" PRED_FORMAT=tsv python -m vlmeval.run --data {DATASET} \\\n'
+        f'mkdir -p "{work}/LMUData"\n'
+        f'cp "$EXPORT/{TSV}" "{work}/LMUData/{TSV}"\n'
+        f'LMUData="{work}/LMUData" PRED_FORMAT=tsv python -m vlmeval.run --data {DATASET} \\\n'
         f'  --model "$MODEL" --base-url "$BASE_URL" --max-tokens {MAX_TOKENS} --temperature {TEMPERATURE} \\\n'
-        '  --mode infer --work-dir "$WORK"'
+        f'  --mode infer --work-dir "{work}"{limited}'
     )
 
 
-def check_command() -> str:
-    """The README's check of a run (VLMEvalKit exits 0 when it failed): exit status 1 and why unless `PREDICTIONS`
-    answers every row of the TSV that has an image, none with VLMEvalKit's failure string. Standard library only."""
-    return _CHECK
+def check_command(work: str = "$WORK", limit: int | None = None) -> str:
+    """The README's check of a run (VLMEvalKit exits 0 when it failed): exit status 1 and why unless
+    `predictions(work)` answers every row of the TSV that has an image (with `limit`, of its first `limit` rows),
+    none with VLMEvalKit's failure string. Standard library only."""
+    return _CHECK.replace("@PREDICTIONS@", predictions(work)).replace("@LIMIT@", "" if limit is None else f" {limit}")
+
+
+def smoke_images(release: Release, images: int) -> int:
+    """How many rows the smoke test asks: an original and its swaps, one per ethnicity (MixCuBe §3: each original
+    inpainted into 4 other ethnicities), 5 with the paper's pack; the TSV's first rows, which in a built release are
+    an original and its swaps. At most the release's `images`."""
+    return min(images, 1 + len(release.pack().mixcube().ethnicities))
+
+
+def smoke_command(limit: int) -> str:
+    """The README's smoke test: VLMEvalKit on the TSV's first `limit` rows in `$SMOKE`, then their check."""
+    return f"{run_command('$SMOKE', limit)}\n{check_command('$SMOKE', limit)}"
 
 
 def score_command() -> str:
@@ -167,6 +194,7 @@ def _variables() -> str:
 
 
 def readme(release: Release, images: int) -> str:
+    smoke = smoke_images(release, images)
     return f"""# MixCuBe {release.version} for VLMEvalKit
 
 `{TSV}`: the {images} images of {release.name} {release.version} to ask, for VLMEvalKit (`ms-vlmeval` 0.0.20), which
@@ -178,13 +206,24 @@ loads it as a custom VQA dataset (`CustomVQADataset`: no `A`/`B` columns). Expor
 
 VLMEvalKit asks the model through an OpenAI-compatible server, its `--base-url` route: with a local server it runs
 offline. (`--model` with a name from VLMEvalKit's registry alone builds that model in VLMEvalKit's process instead,
-which needs the model's own packages and downloads its weights.) Set these variables, then run each block as it is;
-the first two in VLMEvalKit's environment (`python -m vlmeval.run` runs it), the third in culturebench's:
+which needs the model's own packages and downloads its weights; a local checkpoint is served from its folder by the
+server.) Set these variables, then run each block as it is; the first three in VLMEvalKit's environment (`python -m
+vlmeval.run` runs it), the last in culturebench's:
 
 {_variables()}
 
 If the server wants a key, export it as `LMDEPLOY_API_KEY`: VLMEvalKit sends it as the bearer token (unset, it sends
 `sk-admin`). Its `--key` option does the same, but VLMEvalKit writes every argument into `$WORK/$MODEL/status.json`.
+
+**First, a smoke test**: the same command on the TSV's first {smoke} rows only (VLMEvalKit's `--limit {smoke}`), in
+`$SMOKE`, then the check below on those rows: it reaches the server and writes a prediction file as the full run
+does, in a fraction of its time, and exits 1 saying why when it failed. Its answers are no result.
+
+```bash
+{smoke_command(smoke)}
+```
+
+Then every row:
 
 ```bash
 {run_command()}

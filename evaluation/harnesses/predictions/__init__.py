@@ -5,6 +5,9 @@ correctness rule (`evaluation.mixcube.task.is_correct`), tables, figures and car
 One module per format under this package, registered in `FORMATS` by name. Each module provides
 
 - `HARNESS: str`, the harness's name as the results card shows it;
+- `read_labelled(path: Path, rows: pa.Table) -> tuple[dict[str, str], str]`: `read_predictions`'s answers and what
+  the file is, as the result's source names it (`PredictionSource.harness`): `HARNESS` for the harness's own file,
+  else its format (a plain CSV of `sample_id` and `prediction` is a `CSV`, never VLMEvalKit's);
 - `read_predictions(path: Path, rows: pa.Table) -> dict[str, str]`: our `sample_id` -> the model's answer text.
   `rows` is the release's `default` table in its order (as the export wrote it), with at least `sample_id`,
   `category` and `image_sha256` (null for a row without image bytes: the exports leave it out, so no prediction is
@@ -50,7 +53,7 @@ PredictionsFormat = Literal["vlmevalkit", "lmms-eval"]
 class PredictionSource(TypedDict):
     """Where the answers came from (`PredictionsVlm.source`, the result's `settings["predictions"]`)."""
 
-    harness: str  # the reader's HARNESS
+    harness: str  # the reader's HARNESS for the harness's own file, else the file's format (CSV, TSV, xlsx)
     format: PredictionsFormat
     file: str  # the file's name, printable
     sha256: str  # of its bytes
@@ -154,6 +157,8 @@ class PredictionsReader(Protocol):
 
     def read_predictions(self, path: Path, rows: pa.Table) -> dict[str, str]: ...
 
+    def read_labelled(self, path: Path, rows: pa.Table) -> tuple[dict[str, str], str]: ...
+
     def model_name(self, path: Path) -> str | None: ...
 
 
@@ -197,7 +202,10 @@ class PredictionsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(description="The harness's prediction file (VLMEvalKit: <model>_MixCuBe.xlsx, .tsv or .csv).")
+    path: str = Field(
+        description="The harness's prediction file (VLMEvalKit: <model>_MixCuBe.xlsx or .tsv; lmms-eval: its samples "
+        "log), or a plain CSV or TSV of sample_id and prediction (format vlmevalkit)."
+    )
     format: PredictionsFormat = Field(default="vlmevalkit", description="Which harness wrote it.")
     model_name: str | None = Field(
         default=None, description="The model that answered; default: from the file's name (VLMEvalKit's <model>_...)."
@@ -210,12 +218,12 @@ class PredictionsConfig(BaseModel):
         module = reader(self.format)
         digest = prediction_digest(path)  # streamed: the bytes are never all in memory
         rows = release_rows(default_folder)
-        answers = module.read_predictions(path, rows)
+        answers, label = module.read_labelled(path, rows)
         name = self.model_name or module.model_name(path)
         if not name:
             raise PredictionsError(f"{path}: {module.NO_MODEL_NAME}; pass --predictions-model NAME")
         source: PredictionSource = {
-            "harness": module.HARNESS,
+            "harness": label,
             "format": self.format,
             "file": printable_name(path),
             "sha256": digest,

@@ -90,6 +90,11 @@ def model_name(path: Path) -> str | None:
     return (name.strip() or None) if isinstance(name, str) and shown(name, len(name)) == name else None
 
 
+def read_labelled(path: Path, rows: pa.Table) -> tuple[dict[str, str], str]:
+    """(`read_predictions`'s answers, the source's label): a samples log is always lmms-eval's own."""
+    return read_predictions(path, rows), HARNESS
+
+
 def read_predictions(path: Path, rows: pa.Table) -> dict[str, str]:
     file = prediction_file(path)
     answers = AnswerRows(file, rows, "line")

@@ -7,7 +7,11 @@ refused at its first bad row; a header that names `index`, `prediction` or `samp
 score?).
 
 The xlsx is read by `data.xlsx` (the standard library, streamed and bounded: `MAX_XLSX_CELLS`, no column past XFD
-or the header's width; DTDs refused)."""
+or the header's width; DTDs refused).
+
+The same reader takes a plain table of predictions (people's own scripts): `sample_id` and `prediction`, as CSV or
+TSV. The result names the file by what it is (`source_label`): VLMEvalKit's own file only for what VLMEvalKit
+writes (an xlsx or tsv keyed by `index`; it never writes CSV), otherwise a CSV, TSV or xlsx table."""
 
 from __future__ import annotations
 
@@ -30,9 +34,14 @@ from evaluation.harnesses.predictions.delimited import OversizedRow, csv_rows
 from evaluation.harnesses.predictions.rows import AnswerRows
 
 HARNESS = "VLMEvalKit"
-NO_MODEL_NAME = "the file's name names no model (VLMEvalKit writes <model>_MixCuBe.xlsx)"
+NO_MODEL_NAME = "the file's name names no model (VLMEvalKit writes <model>_MixCuBe.xlsx; a plain table names none)"
 DATASET = "MixCuBe"
 SUFFIXES = (".xlsx", ".tsv", ".csv")
+#: What VLMEvalKit writes: xlsx (its default) or tsv (`PRED_FORMAT=tsv`), each keyed by `index` (its
+#: `get_pred_file_format` offers xlsx, tsv and json; never csv).
+HARNESS_SUFFIXES = (".xlsx", ".tsv")
+#: A file that is not VLMEvalKit's own, by its format, as results name its source (`source_label`).
+PLAIN_LABELS = {".csv": "CSV", ".tsv": "TSV", ".xlsx": "xlsx"}
 #: What VLMEvalKit writes for a row whose model call failed (`vlmeval/constant.py` FAIL_MSG, and the API variant
 #: "... via API." of `vlmeval/inference.py`); it tests `FAIL_MSG in prediction` itself. Such a row is unanswered, not
 #: a wrong answer: the run is scored as a partial one, with its coverage.
@@ -57,7 +66,21 @@ def model_name(path: Path) -> str | None:
 _KEY_COLUMNS = ("index", "prediction", "sample_id")
 
 
+def source_label(path: Path, header: list[str]) -> str:
+    """What the file is, as the result's source names it: VLMEvalKit for VLMEvalKit's own file (an xlsx or tsv
+    keyed by `index`), else its format (CSV, TSV, xlsx): a plain table of predictions."""
+    suffix = path.suffix.lower()
+    if suffix in HARNESS_SUFFIXES and "index" in header:
+        return HARNESS
+    return PLAIN_LABELS.get(suffix, suffix.lstrip(".") or "plain")
+
+
 def read_predictions(path: Path, rows: pa.Table) -> dict[str, str]:
+    return read_labelled(path, rows)[0]
+
+
+def read_labelled(path: Path, rows: pa.Table) -> tuple[dict[str, str], str]:
+    """(`read_predictions`'s answers, the file's `source_label`), read once."""
     with table_rows(path) as table:
         header = next(table, None)
         if header is None:
@@ -77,7 +100,7 @@ def read_predictions(path: Path, rows: pa.Table) -> dict[str, str]:
                 f"{path}: {named}: longer than {MAX_ANSWER_BYTES >> 20} MiB, the cap on a "
                 "model's answer (max_response_bytes); not an answer a model run would keep"
             ) from None
-    return answers.result()
+    return answers.result(), source_label(path, header)
 
 
 def _columns(path: Path, header: list[str]) -> dict[str, int]:
@@ -142,7 +165,10 @@ def table_rows(path: Path) -> Iterator[Iterator[list[str]]]:
     first sheet (read whole, within its bounds)."""
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
-        raise PredictionsError(f"{path}: a VLMEvalKit prediction file is {', '.join(SUFFIXES)}; not {suffix or 'that'}")
+        raise PredictionsError(
+            f"{path}: a prediction file read as vlmevalkit (VLMEvalKit's own, or a plain table of sample_id and "
+            f"prediction) is {', '.join(SUFFIXES)}; not {suffix or 'that'}"
+        )
     if suffix == ".xlsx":
         try:
             yield iter(

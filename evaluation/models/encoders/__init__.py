@@ -9,7 +9,9 @@ normalises). Four backends, one file each, and one discriminated union of their 
   (CLIP, Chinese-CLIP).
 - `sentence-transformers` (`sentence_transformers.py`): an image model and a text model with the same output space
   (clip-ViT-B-32 with clip-ViT-B-32-multilingual-v1).
-- `embeddings` (`embeddings.py`): vectors computed elsewhere, read from two Parquet files; nothing runs.
+- `embeddings` (`embeddings.py`): vectors computed elsewhere, read from two Parquet files; nothing runs. Files that
+  name the model that made them (their `culturebench.model` metadata, as the mteb export's runner writes) give an
+  identity naming that model (`vectors_from`).
 
 The interface they implement and what they share is `base.py`. Callers never test a backend's name: a built
 encoder declares what it needs (`runs_locally`: a model runs here and holds the `gpu` slot; `needs_image_bytes`:
@@ -32,9 +34,17 @@ from typing import Annotated
 from pydantic import Field
 
 from data.clients.model_ids import MODEL_ID_PATTERN, folder_sha256, slug
-from evaluation.models.encoders.base import STAGE, ImageRef, ModelIdentity, TextImageEncoder, decode_image
+from evaluation.models.encoders.base import (
+    STAGE,
+    ImageRef,
+    ModelIdentity,
+    TextImageEncoder,
+    VectorsFrom,
+    decode_image,
+)
 from evaluation.models.encoders.embeddings import (
     MAX_PARQUET_FOOTER_BYTES,
+    MODEL_METADATA_KEY,
     PARQUET_MAGIC,
     EmbeddingsEncoder,
     EmbeddingsEncoderConfig,
@@ -54,6 +64,7 @@ EncoderConfig = Annotated[
 __all__ = [
     "MAX_PARQUET_FOOTER_BYTES",
     "MODEL_ID_PATTERN",
+    "MODEL_METADATA_KEY",
     "PARQUET_MAGIC",
     "STAGE",
     "EmbeddingsEncoder",
@@ -68,6 +79,7 @@ __all__ = [
     "TextImageEncoder",
     "TransformersEncoder",
     "TransformersEncoderConfig",
+    "VectorsFrom",
     "decode_image",
     "folder_sha256",
     "slug",

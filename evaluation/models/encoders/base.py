@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from data.clients.model_ids import MODEL_ID_PATTERN, folder_sha256
 from data.stage import BackendConfig, require
+from evaluation.models.display_name import DisplayName, absent
 
 STAGE = "3XCM evaluation"
 #: Files that hold a Hugging Face model's weights: a cached snapshot without one is not a usable local copy.
@@ -48,6 +49,17 @@ class ImageRef:
     load: Callable[[], bytes]  # the encoded image (JPEG/PNG); called from the calling thread, only when embedded
 
 
+class VectorsFrom(BaseModel):
+    """The model that computed precomputed vectors, as the tool that ran it recorded it in the vector files (the
+    Parquet metadata `culturebench.model` that the mteb export's runner writes): read, not verified."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="The model's name as the tool knew it (mteb's model name, e.g. local/open_clip-X).")
+    revision: str | None = Field(default=None, description="Its revision there (mteb's: the weights' digest).")
+    harness: str | None = Field(default=None, description="The tool that ran it (mteb).")
+
+
 class ModelIdentity(BaseModel):
     """Which model made the vectors: written into a results card and naming the embedding cache's folder."""
 
@@ -59,13 +71,28 @@ class ModelIdentity(BaseModel):
         description="Filesystem-safe slug of the model and its weights, stable across runs, e.g. "
         "open_clip--ViT-B-32--laion2b_s34b_b79k; used as a folder name.",
     )
-    name: str = Field(description="The model as configured: architecture and tag, hub id, or a path's last part.")
+    name: str = Field(
+        description="The model as configured: architecture and tag, hub id, or a path's last part; of the embeddings "
+        "backend, the model its files say made them (`vectors_from`), else its `name` or the image file's name."
+    )
+    display_name: DisplayName | None = Field(
+        default=None,
+        exclude_if=absent,
+        description="A short human name (`--name`), for tables and pages; never part of model_id. Left out of the "
+        "dump when not given.",
+    )
     weights_sha256: str | None = Field(
         description="sha256 of the weights file; of a folder, over its sorted (relative path, file sha256); of the "
         "embeddings backend, over its two Parquet files. None only for a hub tag or id whose files are not local."
     )
     device: str = Field(description="cpu, cuda, or n/a")
     precision: str = Field(description="fp32, fp16, or n/a")
+    vectors_from: VectorsFrom | None = Field(
+        default=None,
+        exclude_if=absent,
+        description="Of the embeddings backend: the model that computed the vectors, as the tool that ran it "
+        "recorded it in the files (their `culturebench.model` metadata). Left out when the files say nothing.",
+    )
 
 
 class TextImageEncoder(Protocol):

@@ -3,11 +3,18 @@ and looked up by image_id and by exact query text; no model runs and no image is
 
 Both files are checked when the backend is built (magic bytes, footer and schema before any data; then types,
 nulls, non-finite and zero vectors, duplicate keys, one dimension), each error naming the file and the problem.
+
+Files may say which model made them: the Parquet metadata `culturebench.model` (`MODEL_METADATA_KEY`), a small JSON
+object `{"name": ..., "revision": ..., "harness": ...}` that the mteb export's runner (`run_mteb.py --save-vectors`)
+writes. The identity then names that model (`name`, and `vectors_from`), so a result of such vectors says which
+model it scores. The value is read as untrusted: too long, not UTF-8, not such an object, or text that is not one
+printable line is an error naming the file and the key; two files naming two models are refused.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -22,7 +29,7 @@ from pydantic import Field, field_validator
 from data.clients.model_ids import slug
 from data.stage import BackendConfig
 from data.workspace import sha256_bytes
-from evaluation.models.encoders.base import STAGE, ImageRef, ModelIdentity, TextImageEncoder
+from evaluation.models.encoders.base import STAGE, ImageRef, ModelIdentity, TextImageEncoder, VectorsFrom
 from evaluation.models.vectors import degenerate_rows
 
 
@@ -39,8 +46,10 @@ class EmbeddingsEncoderConfig(BackendConfig[TextImageEncoder]):
     )
     name: str | None = Field(
         default=None,
-        description="What the results call the model; its filesystem-safe form is the model_id (default: the "
-        "image file's name without .parquet, plus the first 12 hex digits of both files' hash).",
+        description="What the results call the model (a config file's field; the command line's --name is the "
+        "display name, which leaves the model_id alone); its filesystem-safe form is the model_id (default: the "
+        "model the files' metadata names, else the image file's name without .parquet, plus the first 12 hex "
+        "digits of both files' hash).",
     )
 
     @field_validator("name")
@@ -57,12 +66,13 @@ class EmbeddingsEncoderConfig(BackendConfig[TextImageEncoder]):
 
 @dataclass(frozen=True)
 class _Lookup:
-    """One validated Parquet file: key -> row of a float32 matrix."""
+    """One validated Parquet file: key -> row of a float32 matrix, and the model its metadata names (if any)."""
 
     path: str
     sha256: str
     rows: dict[str, int]
     matrix: npt.NDArray[np.float32]
+    carried: VectorsFrom | None = None
 
 
 #: Every Parquet file starts and ends with these four bytes.
@@ -70,6 +80,47 @@ PARQUET_MAGIC = b"PAR1"
 #: A Parquet footer (schema and row-group index) larger than this is not an embeddings file's: refused unread.
 MAX_PARQUET_FOOTER_BYTES = 64 << 20
 _HASH_CHUNK = 8 << 20
+#: The Parquet metadata key under which a file says which model computed its vectors (run_mteb.py writes it).
+MODEL_METADATA_KEY = "culturebench.model"
+#: Its value is a model's name, revision and harness: a few hundred bytes; a longer one is refused unread.
+MAX_MODEL_METADATA_BYTES = 4096
+#: A name, a revision or a harness read from it: one printable line of at most this many characters.
+MAX_CARRIED_TEXT = 200
+
+
+def _carried_text(value: object, key: str, where: str, required: bool) -> str | None:
+    what = f"{where}: metadata {MODEL_METADATA_KEY!r} field {key!r}"
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{what} must be text (a non-empty string), not {type(value).__name__}.")
+    if len(value) > MAX_CARRIED_TEXT:
+        raise ValueError(f"{what} is {len(value)} characters long, more than {MAX_CARRIED_TEXT}.")
+    if not value.isprintable():
+        raise ValueError(f"{what} holds a character that is not printable (one line of text expected).")
+    return value
+
+
+def _carried_model(raw: bytes | None, where: str) -> VectorsFrom | None:
+    """The model a file's `culturebench.model` metadata names, or None without that key; untrusted: any problem is
+    one line naming the file and the key, and none of the value is echoed."""
+    if raw is None:
+        return None
+    what = f"{where}: metadata {MODEL_METADATA_KEY!r}"
+    if len(raw) > MAX_MODEL_METADATA_BYTES:
+        raise ValueError(f"{what} is {len(raw)} bytes, more than {MAX_MODEL_METADATA_BYTES} (a model's name).")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} is not UTF-8 text.") from None
+    except (ValueError, RecursionError):
+        raise ValueError(f"{what} is not JSON.") from None
+    if not isinstance(data, dict):
+        raise ValueError(f'{what} must be a JSON object {{"name": ..., "revision": ..., "harness": ...}}.')
+    name = _carried_text(data.get("name"), "name", where, required=True)
+    revision = _carried_text(data.get("revision"), "revision", where, required=False)
+    harness = _carried_text(data.get("harness"), "harness", where, required=False)
+    return VectorsFrom(name=str(name), revision=revision, harness=harness)
 
 
 def _parquet_reader(handle: Any, size: int, where: str) -> pq.ParquetFile:
@@ -121,6 +172,7 @@ def _read_embeddings(path: str, key: str, field: str) -> _Lookup:
         raise FileNotFoundError(f"{where} does not exist.")
     with fs.open(fs_path, "rb") as handle:
         reader = _parquet_reader(handle, int(fs.size(fs_path)), where)
+        carried = _carried_model((reader.metadata.metadata or {}).get(MODEL_METADATA_KEY.encode()), where)
         names = reader.schema_arrow.names
         missing = [name for name in (key, "embedding") if name not in names]
         if missing:
@@ -180,7 +232,7 @@ def _read_embeddings(path: str, key: str, field: str) -> _Lookup:
         raise ValueError(
             f"{where}: {len(dupes)} {key} value(s) occur more than once, e.g. {', '.join(map(repr, dupes[:3]))}."
         )
-    return _Lookup(path, digest, rows, matrix)
+    return _Lookup(path, digest, rows, matrix, carried)
 
 
 def _take(lookup: _Lookup, keys: Sequence[str], what: str) -> npt.NDArray[np.float32]:
@@ -209,10 +261,23 @@ class EmbeddingsEncoder:
                 f"{STAGE}: image embeddings {config.image_embeddings!r} are {image_dim}-d but text embeddings "
                 f"{config.text_embeddings!r} are {text_dim}-d; both must come from one model's shared space."
             )
+        carried = self.images.carried or self.texts.carried
+        if self.texts.carried is not None and self.texts.carried != carried:
+            raise ValueError(
+                f"{STAGE}: image embeddings {config.image_embeddings!r} and text embeddings "
+                f"{config.text_embeddings!r} name two models in their {MODEL_METADATA_KEY!r} metadata; both must "
+                "come from one model's shared space."
+            )
         stem = config.image_embeddings.rstrip("/").rsplit("/", 1)[-1].removesuffix(".parquet")
-        name = config.name or stem
+        name = config.name or (carried.name if carried is not None else stem)
         digest = sha256_bytes(f"{self.images.sha256}\n{self.texts.sha256}".encode())
         # Unnamed vectors are told apart by their files' hash: two sets both called IMG.parquet are two models.
+        # Vectors whose files name their model (run_mteb.py's) get that model's name in place of the file's stem
+        # (every mteb run writes IMG.parquet: the stem says nothing), so the folder says which model made them. The
+        # id keeps `embeddings--`: they are another tool's vectors scored here, not our backend's run of that
+        # model (its preprocessing and batching are its own), so never that backend's result folder or cache. And
+        # it keeps the files' hash: the same name is written for other weights (mteb's local/<folder>) and for
+        # another release's vectors. Files without the metadata keep the id they always had.
         self.identity = ModelIdentity(
             backend="embeddings",
             model_id=slug("embeddings", name) if config.name else slug("embeddings", name, digest[:12]),
@@ -220,6 +285,7 @@ class EmbeddingsEncoder:
             weights_sha256=digest,
             device="n/a",
             precision="n/a",
+            vectors_from=carried,
         )
 
     def image_vectors(

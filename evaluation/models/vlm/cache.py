@@ -71,7 +71,7 @@ class AnswerCache:
             self._path(key),
             {
                 "key": key,
-                "identity": self.identity.model_dump(),
+                "identity": self.identity.model_dump(exclude={"display_name"}),  # a label: never the cache's
                 "prompt": prompt,
                 "image_sha256": image_sha256,
                 "params": params,

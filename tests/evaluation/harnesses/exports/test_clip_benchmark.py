@@ -1,6 +1,8 @@
-"""`culturebench export --harness clip-benchmark`: the wds layout (always); the export README's command run as written
-by clip_benchmark 1.6.2 offline (its venv from `make harnesses`) on a tiny open_clip in open_clip's local-dir layout;
-and a perfect concept recogniser scoring 1.0 through clip_benchmark's own zero-shot classification."""
+"""`culturebench export --harness clip-benchmark`: the wds layout and its smoke split, and the warning for a language
+whose top-5 accuracy means nothing (always); the export README's blocks run as written by clip_benchmark 1.6.2
+offline (its venv from `make harnesses`): the smoke test on the folder docs/researchers.md makes from the demo's
+model, the loop on a tiny open_clip in open_clip's local-dir layout, and the check of their metrics; and a perfect
+concept recogniser scoring 1.0 through clip_benchmark's own zero-shot classification."""
 
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ import pytest
 from PIL import Image
 
 from data.publish.reader import Release
+from evaluation.harnesses.exports import clip_benchmark as cb
 from evaluation.harnesses.exports.clip_benchmark import languages
 from evaluation.harnesses.exports.common import run_export
+from tests.support.demo_checkpoint import demo_clip
 from tests.support.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
@@ -83,6 +87,14 @@ def test_layout_counts_and_determinism(export: Path, small_releases: dict[str, P
         assert len(names) == len({r["query_concept"] for r in rows})
         assert [names[c] for c in classes] == [r["query_text"] for r in rows]
         assert (root / "zeroshot_classification_templates.txt").read_text() == "{c}\n"
+        # the smoke split: a few of the test split's samples, byte for byte, as many concepts as it can hold
+        assert (root / cb.SMOKE_SPLIT / "nshards.txt").read_text().strip() == "1"
+        with tarfile.open(root / cb.SMOKE_SPLIT / "0.tar") as tar:
+            smoke = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+        assert smoke.items() <= files.items()
+        smoke_classes = [int(v) for k, v in sorted(smoke.items()) if k.endswith(".cls")]
+        assert len(smoke_classes) == min(cb.SMOKE_IMAGES, len(rows))
+        assert len(set(smoke_classes)) == min(cb.SMOKE_IMAGES, len(names))
     assert "not the paper's metric" in (export / "README.md").read_text().replace("\n", " ")
     again = tmp_path / "again"
     run_export(small_releases["3xcm"], "clip-benchmark", again)
@@ -91,10 +103,55 @@ def test_layout_counts_and_determinism(export: Path, small_releases: dict[str, P
             assert path.read_bytes() == (again / path.relative_to(export)).read_bytes(), path
 
 
-def _readme_command(export: Path) -> str:
-    block = re.search(r"```bash\n(.*?)```", (export / "README.md").read_text(encoding="utf-8"), flags=re.S)
-    assert block, "the export's README has no command"
-    return block.group(1)
+def _readme_blocks(export: Path) -> tuple[str, str, str]:
+    """The README's blocks: the smoke test, the loop over the languages, the check of the loop's metrics."""
+    smoke, run, check = re.findall(r"```bash\n(.*?)```", (export / "README.md").read_text(encoding="utf-8"), flags=re.S)
+    return smoke, run, check
+
+
+def _classes(export: Path, lang: str) -> int:
+    return len((export / f"3xcm_classification_{lang}" / "classnames.txt").read_text(encoding="utf-8").splitlines())
+
+
+def _check_lines(stdout: str) -> dict[str, dict[str, str]]:
+    """The README's check's report: language -> its fields (`name=value`, or the note that acc5 is left out), from
+    its lines in `stdout` (clip_benchmark's own come before them in the smoke block's)."""
+    lines = [line.split("\t") for line in stdout.splitlines()]
+    lines = [fields for fields in lines if len(fields) > 1 and fields[1].startswith("acc1=")]
+    report: dict[str, dict[str, str]] = {}
+    for lang, *fields in lines:
+        report[lang] = {key: value for key, _, value in (field.partition("=") for field in fields)}
+    return report
+
+
+def test_a_language_of_few_classes_is_warned_of_in_one_line(export: Path, small_releases: dict[str, Path]) -> None:
+    classes = {lang: _classes(export, lang) for lang in languages(Release.open(small_releases["3xcm"]))}
+    few = [lang for lang, n in classes.items() if n <= cb.TOP5]
+    assert few, "the small release's languages have few concepts"
+    warning = cb.few_classes_warning(classes)
+    assert warning is not None and "\n" not in warning
+    assert all(f"{cb.dataset(lang)} ({classes[lang]})" in warning for lang in few)
+    assert "acc5" in warning and "NaN" in warning
+    readme = (export / "README.md").read_text(encoding="utf-8")
+    assert f"**Warning:** {warning}." in readme
+    assert readme.index("**Warning:**") < readme.index("## Run")  # before anything is run
+    # at export time: the result's warnings, first in what `culturebench export` prints
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    result = run_export(small_releases["3xcm"], "clip-benchmark", export)
+    assert result.status == "unchanged" and result.warnings == (warning,)
+    printed = CliRunner().invoke(app, ["export", str(small_releases["3xcm"]), "--harness", "clip-benchmark",
+                                       "--out", str(export)])  # fmt: skip
+    assert printed.exit_code == 0, printed.output
+    assert sum(warning in line for line in printed.output.splitlines()) == 1
+    # only the languages of `TOP5` classes or fewer; none, no warning
+    many = {lang: cb.TOP5 + 1 for lang in classes}
+    assert cb.few_classes_warning(many) is None
+    mixed = cb.few_classes_warning({**many, "xx": cb.TOP5})
+    assert mixed is not None and f"{cb.dataset('xx')} ({cb.TOP5})" in mixed
+    assert not any(cb.dataset(lang) in mixed for lang in many)
 
 
 def _local_dir_model(folder: Path) -> Path:
@@ -114,7 +171,7 @@ def test_the_readme_command_runs_as_written_and_each_language_leaves_its_results
     export: Path, small_releases: dict[str, Path], tmp_path: Path
 ) -> None:
     _needs_harness()
-    command = _readme_command(export)
+    _, command, check = _readme_blocks(export)
     model = _local_dir_model(tmp_path / "tiny-clip")
     out = tmp_path / "results"
     out.mkdir()
@@ -131,6 +188,48 @@ def test_the_readme_command_runs_as_written_and_each_language_leaves_its_results
         assert result["task"] == "zeroshot_classification" and result["dataset"] == f"wds/3xcm_classification_{lang}"
         acc1 = result["metrics"]["acc1"]
         assert 0.0 <= acc1 <= 1.0 and abs(acc1 * images - round(acc1 * images)) < 1e-4  # a share of the images
+
+    # The README's check: each language's metrics, acc5 only where it measures something; a missing file fails it.
+    checked = subprocess.run(["bash", "-c", check], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stderr
+    report = _check_lines(checked.stdout)
+    langs = list(languages(Release.open(small_releases["3xcm"])))
+    assert list(report) == langs
+    for lang in langs:
+        metrics = json.loads((out / f"classification_{lang}.json").read_text())["metrics"]
+        assert float(report[lang]["acc1"]) == metrics["acc1"]
+        if _classes(export, lang) > cb.TOP5:
+            assert float(report[lang]["acc5"]) == metrics["acc5"]
+        else:
+            assert "acc5" not in report[lang] and f"acc5 left out ({_classes(export, lang)} classes)" in report[lang]
+    (out / f"classification_{langs[-1]}.json").unlink()
+    failed = subprocess.run(["bash", "-c", check], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 1 and f"no metrics in {out} for {langs[-1]} (" in failed.stderr, failed.stderr
+    assert list(_check_lines(failed.stdout)) == langs[:-1]
+
+
+@pytest.mark.harness
+def test_the_readme_smoke_test_runs_as_written_on_the_docs_demo_checkpoint(
+    export: Path, small_releases: dict[str, Path], tmp_path: Path
+) -> None:
+    _needs_harness()
+    smoke_block, _, _ = _readme_blocks(export)
+    model = demo_clip(tmp_path / "checkout")  # docs/researchers.md's commands, beside the demo's model
+    smoke = tmp_path / "smoke"  # not made beforehand: the block makes it
+    env = _harness_env(tmp_path) | {"EXPORT": str(export), "MODEL": f"local-dir:{model}", "PRETRAINED": "none",
+                                    "SMOKE": str(smoke)}  # fmt: skip
+    proc = subprocess.run(["bash", "-c", smoke_block], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lang = next(iter(languages(Release.open(small_releases["3xcm"]))))  # the README's smoke language: the first
+    assert sorted(p.name for p in smoke.iterdir()) == [f"classification_{lang}.json"]
+    result = json.loads((smoke / f"classification_{lang}.json").read_text())
+    with tarfile.open(export / cb.dataset(lang) / cb.SMOKE_SPLIT / "0.tar") as tar:
+        images = sum(name.endswith(".cls") for name in tar.getnames())
+    acc1 = result["metrics"]["acc1"]
+    assert abs(acc1 * images - round(acc1 * images)) < 1e-4  # a share of the smoke split's images
+    report = _check_lines(proc.stdout)
+    assert list(report) == [lang] and float(report[lang]["acc1"]) == acc1
 
 
 def _pixel_digests(release_dir: Path) -> dict[str, str]:

@@ -256,9 +256,12 @@ def test_layout_and_same_bytes(release: Path, exported: Path, tmp_path: Path) ->
     assert run_export(release, "lmms-eval", exported).status == "unchanged"
     readme = (exported / "README.md").read_text(encoding="utf-8")
     images = _release_rows(release).num_rows
-    assert readme_blocks(exported) == [f"{lx.run_command()}\n", f"{lx.check_command(images)}\n"]
-    for name, _ in lx.VARIABLES:  # each variable the command uses is set out, and only those
-        assert f"- `{name}`: " in readme and f"${name}" in lx.run_command() + lx.check_command(images)
+    smoke = lx.smoke_images(MIX, images)
+    blocks = [lx.smoke_command(smoke), lx.run_command(), lx.check_command(images)]
+    assert readme_blocks(exported) == [f"{block}\n" for block in blocks]  # the smoke test first
+    assert f"--limit {smoke}" in blocks[0] and "--limit" not in blocks[1]
+    for name, _ in lx.VARIABLES:  # each variable the blocks use is set out, and only those
+        assert f"- `{name}`: " in readme and f"${name}" in "".join(blocks)
     assert "Cultural Marker" in readme and str(release.resolve()) in readme
 
 
@@ -377,14 +380,14 @@ def _run_readme(
     """The README's command, its variables set as the README says (DEVICE=cpu); returns OUT and the run."""
     out = tmp_path / "out"
     out.mkdir()
-    command, _ = readme_blocks(exported)
+    _, command, _ = readme_blocks(exported)
     env = readme_env(tmp_path / "home", plugin=plugin, EXPORT=str(exported), DEVICE="cpu", OUT=str(out), **variables)
     return out, run_block(command, env, tmp_path)
 
 
 def _check(exported: Path, out: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     """The README's check of a run's files, as written."""
-    _, check = readme_blocks(exported)
+    _, _, check = readme_blocks(exported)
     return run_block(check, readme_env(tmp_path / "home", OUT=str(out)), tmp_path)
 
 
@@ -440,6 +443,36 @@ def test_the_readme_command_runs_as_written_with_a_llava_hf_checkpoint_in_a_fold
 
 @pytest.mark.harness
 @pytest.mark.skipif(not HARNESS_PYTHON.exists(), reason=SKIP_REASON)
+def test_the_readme_smoke_test_runs_as_written_on_an_original_and_its_swaps(
+    release: Path, exported: Path, tmp_path: Path
+) -> None:
+    """The smoke block as written, with the same llava_hf folder (the demo's model): lmms-eval's `--limit` asks the
+    release's first images, one original and a swap per ethnicity (MixCuBe §3), and the block's check passes."""
+    model = build_tiny_vlm(tmp_path / "tiny-llava")
+    smoke_block, _, _ = readme_blocks(exported)
+    smoke = tmp_path / "smoke"
+    smoke.mkdir()
+    env = readme_env(tmp_path / "home", EXPORT=str(exported), MODEL="llava_hf", PRETRAINED=str(model), DEVICE="cpu",
+                     SMOKE=str(smoke))  # fmt: skip
+    done = run_block(smoke_block, env, tmp_path)
+    log = (done.stdout + done.stderr)[-6000:]
+    rows = _release_rows(release)
+    images = lx.smoke_images(MIX, rows.num_rows)
+    assert done.returncode == 0, log
+    assert done.stdout.strip().splitlines()[-1].startswith("mixcube_accuracy ") and f"on {images} images" in done.stdout
+    results, samples = _logged(smoke, log)
+    records = [sample["mixcube_accuracy"] for sample in samples]
+    assert [sample["doc_id"] for sample in samples] == list(range(images))
+    first = rows.slice(0, images).to_pylist()
+    assert [r["sample_id"] for r in records] == [row["sample_id"] for row in first]
+    ethnicities = [MIX.original_label, *(e.label for e in MIX.ethnicities)]
+    assert sorted(row["ethnicity"] for row in first) == sorted(ethnicities)
+    assert len({(row["country"], row["category"]) for row in first}) == 1  # one original's swaps
+    assert isinstance(results["results"][lx.TASK]["mixcube_accuracy,none"], float)
+
+
+@pytest.mark.harness
+@pytest.mark.skipif(not HARNESS_PYTHON.exists(), reason=SKIP_REASON)
 def test_the_readme_command_scores_a_model_as_ours(release: Path, exported: Path, tmp_path: Path) -> None:
     """The same command with a plugin model (`culturebench_answers`, PRETRAINED its answer map) whose answers score
     every way: right, negated, our aliases only, tricky near-misses."""
@@ -487,7 +520,7 @@ def test_the_readme_check_wants_one_run_with_every_image(release: Path, exported
     """The check alone (plain Python), on files laid out as lmms-eval writes them: a whole run passes; an image
     short, no accuracy, every answer empty, or a second run in the same folder fail."""
     images = _release_rows(release).num_rows
-    _, check = readme_blocks(exported)
+    _, _, check = readme_blocks(exported)
     env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
     def run(name: str, answers: list[str], metrics: dict[str, Any], runs: int = 1) -> subprocess.CompletedProcess[str]:

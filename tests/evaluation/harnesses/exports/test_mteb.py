@@ -1,7 +1,8 @@
-"""`culturebench export --harness mteb`: the export's format (always); and, in the mteb venv (`make harnesses`), the
-export README's commands run as written with tiny local checkpoints (open_clip in its local-dir layout, a Hugging
-Face CLIP folder): mteb's per-subset accuracies are our per-language and overall M_cr, the vectors the run saved
-give our own backends' metrics, and the README's check finds a failed run."""
+"""`culturebench export --harness mteb`: the export's format and its smoke copy (always); and, in the mteb venv
+(`make harnesses`), the export README's commands run as written with tiny local checkpoints (open_clip in its
+local-dir layout, a Hugging Face CLIP folder): mteb's per-subset accuracies are our per-language and overall M_cr,
+the vectors the run saved give our own backends' metrics, and the README's check finds a failed run; the smoke test
+on the folder docs/researchers.md makes from the demo's model, whose results the full check never takes."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from data.publish.reader import Release
 from data.schemas import RQ2_SLOTS, RQ3_SLOTS
 from evaluation.harnesses.exports import mteb as mteb_export
 from evaluation.harnesses.exports.common import ExportError, run_export
+from tests.support.demo_checkpoint import demo_clip
 from tests.support.paths import REPO_ROOT
 from tests.support.release_tamper import rehash_manifest
 
@@ -118,6 +120,42 @@ def test_shipped_modules_are_the_templates_and_import_no_culturebench(export: Pa
         assert f"slot order {', '.join(categories)})" in tasks[task]
 
 
+def test_the_smoke_copy_is_the_export_on_a_few_queries_of_each_task(export: Path) -> None:
+    smoke = export / mteb_export.SMOKE
+    for shipped in mteb_export.MODULES:  # the same modules, reading their own data/
+        assert (smoke / shipped).read_bytes() == (export / shipped).read_bytes()
+    identity = json.loads((export / "data" / "release.json").read_text())
+    assert json.loads((smoke / "data" / "release.json").read_text()) == identity | {
+        "smoke_queries": mteb_export.SMOKE_QUERIES
+    }
+    corpus = pq.read_table(export / "data" / "corpus.parquet")
+    candidates: set[str] = set()
+    texts: set[str] = set()
+    assert sorted(p.name for p in (smoke / "data").iterdir() if p.is_dir()) == sorted(
+        f"{task}{mteb_export.SMOKE_SUFFIX}" for task in mteb_export.TASKS
+    )  # named apart from the full tasks
+    for task in mteb_export.TASKS:
+        full = {name: pq.read_table(export / "data" / task / f"{name}.parquet").to_pylist()
+                for name in ("queries", "qrels", "top_ranked")}  # fmt: skip
+        cut = {name: pq.read_table(smoke / "data" / f"{task}Smoke" / f"{name}.parquet").to_pylist()
+               for name in ("queries", "qrels", "top_ranked")}  # fmt: skip
+        rows = [q["row"] for q in cut["queries"]]
+        assert len(rows) == min(mteb_export.SMOKE_QUERIES, len(full["queries"])) and rows == sorted(rows)
+        for name in full:  # the full task's rows, unchanged, aligned
+            assert cut[name] == [full[name][row] for row in rows], (task, name)
+        languages = {q["query_language"] for q in full["queries"]}
+        assert len({q["query_language"] for q in cut["queries"]}) == min(len(rows), len(languages))
+        candidates |= {image for top in cut["top_ranked"] for image in top["corpus-ids"]}
+        texts |= {q["text"] for q in cut["queries"]}
+    small = pq.read_table(smoke / "data" / "corpus.parquet")
+    assert small["id"].to_pylist() == [i for i in corpus["id"].to_pylist() if i in candidates]  # in corpus order
+    assert small.schema == corpus.schema
+    position = {image_id: at for at, image_id in enumerate(corpus["id"].to_pylist())}
+    images = corpus["image"].to_pylist()
+    assert small["image"].to_pylist() == [images[position[i]] for i in small["id"].to_pylist()]
+    assert pq.read_table(smoke / "data" / "texts.parquet")["text"].to_pylist() == sorted(texts)
+
+
 def test_deterministic_and_refusals(export: Path, small_releases: dict[str, Path], tmp_path: Path) -> None:
     again = run_export(small_releases["3xcm"], "mteb", tmp_path / "again")
     files = sorted(p.relative_to(export) for p in export.rglob("*") if p.is_file())
@@ -173,10 +211,12 @@ def _needs_harness() -> None:
         pytest.skip("the mteb venv .venv-harness-embedding is missing: run `make harnesses`")
 
 
-def _readme_blocks(export: Path) -> tuple[str, str]:
-    """The README's two commands: the run (mteb's environment), then the evaluation of its vectors (ours)."""
-    run, evaluate = re.findall(r"```bash\n(.*?)```", (export / "README.md").read_text(encoding="utf-8"), flags=re.S)
-    return run, evaluate
+def _readme_blocks(export: Path) -> tuple[str, str, str]:
+    """The README's three commands: the smoke test and the run (mteb's environment), then the evaluation of the
+    run's vectors (ours)."""
+    text = (export / "README.md").read_text(encoding="utf-8")
+    smoke, run, evaluate = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    return smoke, run, evaluate
 
 
 def _env(tmp_path: Path, bin_folder: Path, **variables: str) -> dict[str, str]:
@@ -194,7 +234,7 @@ def _bash(command: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedP
 def _run_readme(export: Path, tmp_path: Path, model: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
     out = tmp_path / "out"
     env = _env(tmp_path, HARNESS_BIN, EXPORT=str(export), MODEL=model, OUT=str(out))
-    return out, _bash(_readme_blocks(export)[0], env, tmp_path)
+    return out, _bash(_readme_blocks(export)[1], env, tmp_path)
 
 
 def _results(out: Path, proc: subprocess.CompletedProcess[str]) -> tuple[Path, dict[str, dict[str, float]]]:
@@ -244,7 +284,7 @@ def test_mteb_accuracy_equals_our_m_cr_through_the_readme_commands(
     # The README's second command: our scorer on the vectors the run saved.
     results = tmp_path / "results"
     env = _env(tmp_path, PROJECT_BIN, RELEASE=str(small_releases["3xcm"]), OUT=str(out), RESULTS=str(results))
-    evaluated = _bash(_readme_blocks(export)[1], env, tmp_path)
+    evaluated = _bash(_readme_blocks(export)[2], env, tmp_path)
     assert (results / "metrics.json").is_file(), evaluated.stderr[-4000:]
     fed = json.loads((results / "metrics.json").read_text())
 
@@ -355,4 +395,28 @@ def test_a_failed_run_leaves_what_the_check_refuses(export: Path, tmp_path: Path
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"{empty}: no open_clip_config.json" in proc.stderr.strip().splitlines()[-1]
     check = _check(export, out, tmp_path)
+    assert check.returncode == 1 and "no result of" in check.stderr, check.stderr
+
+
+@pytest.mark.harness
+def test_the_readme_smoke_test_runs_as_written_on_the_docs_demo_checkpoint(export: Path, tmp_path: Path) -> None:
+    _needs_harness()
+    model = demo_clip(tmp_path / "checkout")  # docs/researchers.md's commands, beside the demo's model
+    smoke = tmp_path / "smoke"
+    env = _env(tmp_path, HARNESS_BIN, EXPORT=str(export), MODEL=f"open_clip:local-dir:{model}", SMOKE=str(smoke))
+    proc = _bash(_readme_blocks(export)[0], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]  # the runner's own check passed
+    folders = sorted({p.parent for p in (smoke / "results").glob("*/*/*.json") if p.name != "model_meta.json"})
+    assert len(folders) == 1, folders
+    for task in mteb_export.TASKS:
+        queries = pq.read_table(export / "smoke" / "data" / f"{task}Smoke" / "queries.parquet").to_pylist()
+        result = json.loads((folders[0] / f"{task}Smoke.json").read_text())
+        scores = {entry["hf_subset"]: entry["accuracy"] for entry in result["scores"]["test"]}
+        counts = {"all": len(queries), **_languages(queries)}
+        assert set(scores) == set(counts), (task, scores)
+        for subset, n in counts.items():  # each a share of its few queries
+            assert abs(scores[subset] * n - round(scores[subset] * n)) < 1e-4, (task, subset, scores[subset])
+        assert f"{task}Smoke\tall\taccuracy={scores['all']}" in proc.stdout
+    # the full export's check does not take a smoke test's results for a run
+    check = _check(export, smoke, tmp_path)
     assert check.returncode == 1 and "no result of" in check.stderr, check.stderr

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from data.publish.reader import Release
 from data.reference import default_pack
 from evaluation.harnesses.exports import vlmevalkit as vx
 from flows.cli import app
@@ -97,13 +98,19 @@ def test_export_is_deterministic_and_round_trips(
         assert line["sample_id"] == row["sample_id"]
 
 
-def test_the_readme_blocks_are_the_commands_and_set_out_their_variables(exported: Path) -> None:
+def test_the_readme_blocks_are_the_commands_and_set_out_their_variables(
+    exported: Path, small_releases: dict[str, Path]
+) -> None:
     readme = (exported / "README.md").read_text(encoding="utf-8")
-    blocks = [vx.run_command(), vx.check_command(), vx.score_command()]
-    assert readme_blocks(exported) == [f"{block}\n" for block in blocks]
+    images = sum(1 for line in read_tsv(exported / "MixCuBe.tsv") if line["image"])
+    smoke = vx.smoke_images(Release.open(small_releases["mixcube"]), images)
+    blocks = [vx.smoke_command(smoke), vx.run_command(), vx.check_command(), vx.score_command()]
+    assert readme_blocks(exported) == [f"{block}\n" for block in blocks]  # the smoke test first
     for name, _ in vx.VARIABLES:  # each variable the blocks use is set out, and only those
         assert f"- `{name}`: " in readme and f"${name}" in "".join(blocks)
-    assert "--mode infer" in blocks[0] and "--max-tokens 120 --temperature 0" in blocks[0]
+    assert f"--limit {smoke}" in blocks[0] and "--limit" not in blocks[1]
+    for block in blocks[:2]:
+        assert "--mode infer" in block and "--max-tokens 120 --temperature 0" in block
     assert "JPEG at quality 75" in readme and "144 of 150" in readme
     images = sum(1 for line in read_tsv(exported / "MixCuBe.tsv") if line["image"])
     assert f"({images} here, matched by `index`)" in readme
@@ -147,7 +154,8 @@ def _release_images(release: Path) -> dict[str, bytes]:
 def _variables(exported: Path, release: Path, tmp_path: Path, base_url: str, model: str = MODEL) -> dict[str, str]:
     """The README's variables (`vx.VARIABLES`), and the key VLMEvalKit sends."""
     return {"EXPORT": str(exported), "BASE_URL": base_url, "MODEL": model, "WORK": str(tmp_path / "work"),
-            "RELEASE": str(release), "OUT": str(tmp_path / "scored"), "LMDEPLOY_API_KEY": API_KEY}  # fmt: skip
+            "SMOKE": str(tmp_path / "smoke"), "RELEASE": str(release), "OUT": str(tmp_path / "scored"),
+            "LMDEPLOY_API_KEY": API_KEY}  # fmt: skip
 
 
 def _predictions(tmp_path: Path, model: str = MODEL) -> Path:
@@ -164,8 +172,25 @@ def test_the_readme_runs_as_written_and_scores_as_the_same_answers_asked_directl
     model_rows = pq.read_table(demo_run / "per_query.parquet").to_pylist()
     answers = {row["sample_id"]: row["answer"] or "" for row in model_rows}
     images = _release_images(release)
+    smoke_block, run, check, score = readme_blocks(exported)
+
+    # First the smoke test, in its own folder: the TSV's first rows asked, once each, and its own check passes.
+    tsv = read_tsv(exported / "MixCuBe.tsv")
+    limit = vx.smoke_images(Release.open(release), len(tsv))
+    first = [line["sample_id"] for line in tsv[:limit]]
     replay = ReleaseReplay(images, answers)
-    run, check, score = readme_blocks(exported)
+    with FakeOpenAI(replay) as fake:
+        variables = _variables(exported, release, tmp_path, fake.base_url)
+        smoked = run_block(smoke_block, block_env(tmp_path, variables, harness=True), tmp_path)
+    assert smoked.returncode == 0, smoked.stderr[-4000:]
+    assert smoked.stdout.strip().splitlines()[-1] == f"VLMEvalKit answered all {limit} images (--limit {limit})"
+    assert replay.asked == dict.fromkeys(first, 1) and not replay.unmatched, (replay.asked, replay.unmatched)
+    written = read_tsv(tmp_path / "smoke" / MODEL / f"{MODEL}_MixCuBe.tsv")
+    assert [row["sample_id"] for row in written] == first
+    assert [row["prediction"] for row in written] == [answers[sample_id] for sample_id in first]
+    assert not (tmp_path / "work").exists()  # the full run's folder untouched
+
+    replay = ReleaseReplay(images, answers)
     with FakeOpenAI(replay) as fake:
         variables = _variables(exported, release, tmp_path, fake.base_url)
         ran = run_block(run, block_env(tmp_path, variables, harness=True), tmp_path)
@@ -175,7 +200,6 @@ def test_the_readme_runs_as_written_and_scores_as_the_same_answers_asked_directl
     # answer the server gave for that row's image
     predictions = _predictions(tmp_path)
     assert predictions.is_file(), output
-    tsv = read_tsv(exported / "MixCuBe.tsv")
     written = read_tsv(predictions)
     assert [row["index"] for row in written] == [line["index"] for line in tsv if line["image"]], output
     assert [row["sample_id"] for row in written] == [line["sample_id"] for line in tsv if line["image"]]
@@ -217,7 +241,7 @@ def test_the_readme_check_catches_the_runs_that_fail_while_vlmevalkit_exits_0(
     release = small_releases["mixcube"]
     images = _release_images(release)
     answers = dict.fromkeys(images, "South Korea")
-    run, check, _ = readme_blocks(exported)
+    _, run, check, _ = readme_blocks(exported)
     tsv = read_tsv(exported / "MixCuBe.tsv")
     index = {line["sample_id"]: line["index"] for line in tsv}
 
