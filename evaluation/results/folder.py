@@ -246,6 +246,20 @@ def headline_rows(benchmark: str, metrics: dict[str, Any]) -> list[dict[str, Any
     return rows
 
 
+def _identity_rows(model: dict[str, Any]) -> list[dict[str, str]]:
+    """The card's rows for what only some results carry: the display name (`--name`) and, for vectors made elsewhere,
+    the model their files name (`vectors_from`); none for a result without them, so its card is as before."""
+    rows = []
+    if isinstance(model.get("display_name"), str):
+        rows.append({"": "display name", "value": fmt(model["display_name"])})
+    carried = model.get("vectors_from")
+    if isinstance(carried, dict):
+        parts = [carried.get("name"), carried.get("revision") and f"revision {carried['revision']}"]
+        parts.append(carried.get("harness") and f"by {carried['harness']}")
+        rows.append({"": "vectors from", "value": fmt(", ".join(str(x) for x in parts if x))})
+    return rows
+
+
 def _card_tables(result: EvaluationResult) -> list[CardConfig]:
     """The card's dataset configs: the paper's task's tables, then each part's (`retrieval_per_query` ...); the
     first per-query table is the default."""
@@ -298,6 +312,7 @@ def render_card(result: EvaluationResult, document: dict[str, Any]) -> str:
                 # the model's name may come from a harness's results file (lmms-eval's `model_name`): text, escaped
                 {"": "model backend", "value": fmt(model.get("backend"))},
                 {"": "model", "value": fmt(model.get("name"))},
+                *_identity_rows(model),
                 {
                     "": "weights sha256",
                     "value": code_span(model["weights_sha256"]) if model.get("weights_sha256") else "–",

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from data.text_safety import markdown_text
 from evaluation.harnesses.exports import mteb_runner
 from evaluation.models.encoders import MODEL_METADATA_KEY
 from flows.cli import app
@@ -221,3 +222,23 @@ def test_a_real_mteb_run_saves_vectors_that_name_its_model(small_releases: dict[
     assert result.exit_code == 0, result.output
     scored = json.loads((tmp_path / "r" / "metrics.json").read_text(encoding="utf-8"))["model"]
     assert scored["name"] == meta["name"] and scored["vectors_from"] == record
+
+
+def test_the_card_says_the_display_name_and_the_model_the_vectors_came_from(
+    saved: dict[str, Any], tmp_path: Path
+) -> None:
+    result = evaluate(saved["release"], saved["images"], saved["texts"], tmp_path / "r", "--name", "Tiny CLIP")
+    assert result.exit_code == 0, result.output
+    card = (tmp_path / "r" / "README.md").read_text()
+    record = saved["record"]
+    (display,) = [line for line in card.splitlines() if line.startswith("| display name")]
+    (carried,) = [line for line in card.splitlines() if line.startswith("| vectors from")]
+    assert "Tiny CLIP" in display
+    assert markdown_text(record["name"]) in carried and f"by {record['harness']}" in carried  # as literal text
+    # vectors without the metadata, no --name: neither row
+    images = rewrite(saved["images"], tmp_path / "IMG.parquet", None)
+    texts = rewrite(saved["texts"], tmp_path / "TXT.parquet", None)
+    plain = evaluate(saved["release"], images, texts, tmp_path / "plain")
+    assert plain.exit_code == 0, plain.output
+    lines = (tmp_path / "plain" / "README.md").read_text().splitlines()
+    assert not [line for line in lines if line.startswith(("| display name", "| vectors from"))]
