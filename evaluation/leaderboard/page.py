@@ -254,8 +254,11 @@ def _paired(table: Table, row: Row, ranks: dict[int, int]) -> str:
     """The row's paired-test cell: the ranks (#k, in the first view) of the models it cannot be told apart from."""
     if row.result is None or not any(row.result in (t.a, t.b) for t in table.tests):
         return '<td class="text paired" data-paired=""></td>'
-    alike = sorted(ranks[t.b if t.a == row.result else t.a] for t in table.tests
-                   if row.result in (t.a, t.b) and not t.distinguishable)  # fmt: skip
+    alike = sorted(
+        ranks[t.b if t.a == row.result else t.a]
+        for t in table.tests
+        if row.result in (t.a, t.b) and not t.distinguishable
+    )
     shown = "≈ " + ", ".join(f"#{k}" for k in alike) if alike else "apart from all"
     return f'<td class="text paired" data-paired="{" ".join(map(str, alike))}">{_text(shown)}</td>'
 
@@ -334,12 +337,10 @@ def plot_png(results: Sequence[Result], names: Sequence[str], page_tables: Seque
     order = [r.result for r in _ranked(first) if r.result is not None] if first is not None else []
     order += [p for p in range(len(results)) if p not in order]
     metrics: dict[str, list[Point]] = {}
-    for spec in page_tables:
-        if spec.key not in {t.name for t in registry.get(results[0].benchmark).tasks}:
-            continue
-        for column in spec.columns:
-            cells = [results[p].headline(spec.key).get(column, Cell(None)) for p in order]
-            metrics[column] = [(c.value, c.low, c.high) for c in cells]
+    for task in registry.get(results[0].benchmark).task_names:
+        headlines = [results[p].headline(task) if task in results[p].tasks else {} for p in order]
+        for column in dict.fromkeys(name for cells in headlines for name in cells):
+            metrics[column] = [(c.value, c.low, c.high) for c in (h.get(column, Cell(None)) for h in headlines)]
     title = f"{registry.get(results[0].benchmark).title}: headline figures, 95% intervals"
     return compare_png([names[p] for p in order], metrics, title)
 
@@ -366,15 +367,14 @@ def render(
     release: PageRelease,
     card_slugs: list[str],
     figures: list[list[str]],
-    page_tables: Sequence[Table] | None = None,
-    plot: str = "",
+    page_tables: Sequence[Table],
+    names: Sequence[str],
+    plot: str,
 ) -> str:
     """The page: release, the plot, tables (ours, the demo model's and the papers'), each result with its card and
     figures."""
     benchmark = results[0].benchmark
     shown = registry.get(benchmark).title if registry.is_registered(benchmark) else benchmark
-    page_tables = tables(results, published=True) if page_tables is None else page_tables
-    names = display_names(results)
     facts = [
         ("release", f"{release.name} {release.version}"),
         ("release manifest sha256", release.manifest_sha256),
@@ -442,7 +442,7 @@ def page_files(results: Sequence[Result]) -> dict[str, bytes]:
     names = display_names(results)
     files[PLOT] = plot_png(results, names, page_tables)
     files[FILE] = comparison_json(comparison(results, names, page_tables))
-    files[INDEX] = render(results, release, card_slugs, figures, page_tables, PLOT).encode()
+    files[INDEX] = render(results, release, card_slugs, figures, page_tables, names, PLOT).encode()
     files[MARKER] = (json.dumps({"files": sorted(files)}, indent=1) + "\n").encode()
     return files
 

@@ -46,7 +46,8 @@ def mcnemar_exact(a_only: int, b_only: int) -> float:
 
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjusted p-values, in the order given: the k-th smallest times (m - k + 1), never below
-    the one before it, at most 1."""
+    the one before it, at most 1. Written here because scipy has no Holm and statsmodels, whose `multipletests` the
+    tests check this against, is only in the annotation extra."""
     order = sorted(range(len(p_values)), key=lambda i: p_values[i])
     adjusted = [1.0] * len(p_values)
     running = 0.0

@@ -7,9 +7,9 @@ goes into tables and pages as it is written."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Field
 
 #: A display name is a short label (a leaderboard's row, a figure's legend), never a description.
 MAX_DISPLAY_NAME = 64
@@ -46,3 +46,14 @@ def absent(value: object) -> bool:
     """`exclude_if` of an optional identity field: a field that is None is left out of the dump, so identities and
     results written before the field existed keep their bytes."""
     return value is None
+
+
+def display_name_field() -> Any:
+    """The `display_name` field of a model's identity (encoders' and VLMs' alike): optional, and left out of the dump
+    when not given."""
+    return Field(
+        default=None,
+        exclude_if=absent,
+        description="A short human name (`--name`), for tables and pages; never part of model_id. Left out of the "
+        "dump when not given.",
+    )

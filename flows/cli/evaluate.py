@@ -147,7 +147,7 @@ def compare_command(
     folder inside a release or result folder (those are immutable)."""
     from data.output_paths import OutputPathError, check_output
     from evaluation.leaderboard.page import check_page_dir, display_names, page_files, write_page
-    from evaluation.leaderboard.summary import comparison, comparison_json
+    from evaluation.leaderboard.summary import FILE, comparison, comparison_json
     from evaluation.leaderboard.tables import breakdown_markdown, read_results
     from evaluation.results.folder import compare
 
@@ -163,8 +163,9 @@ def compare_command(
     try:
         table, figure, markdown = compare(list(results))
         read = read_results(results)
-        document = comparison_json(comparison(read, display_names(read)))
         page = page_files(read) if html is not None else {}
+        # the page holds the same comparison.json: made once
+        document = page[FILE] if page else comparison_json(comparison(read, display_names(read)))
     except (FileNotFoundError, ValueError, KeyError) as exc:
         raise fail(f"cannot compare: {exc}") from None
     except OSError as exc:  # a card or figure that cannot be read

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from data.clients.model_ids import MODEL_ID_PATTERN, folder_sha256
 from data.stage import BackendConfig, require
-from evaluation.models.display_name import DisplayName, absent
+from evaluation.models.display_name import DisplayName, absent, display_name_field
 
 STAGE = "3XCM evaluation"
 #: Files that hold a Hugging Face model's weights: a cached snapshot without one is not a usable local copy.
@@ -75,12 +75,7 @@ class ModelIdentity(BaseModel):
         description="The model as configured: architecture and tag, hub id, or a path's last part; of the embeddings "
         "backend, the model its files say made them (`vectors_from`), else its `name` or the image file's name."
     )
-    display_name: DisplayName | None = Field(
-        default=None,
-        exclude_if=absent,
-        description="A short human name (`--name`), for tables and pages; never part of model_id. Left out of the "
-        "dump when not given.",
-    )
+    display_name: DisplayName | None = display_name_field()
     weights_sha256: str | None = Field(
         description="sha256 of the weights file; of a folder, over its sorted (relative path, file sha256); of the "
         "embeddings backend, over its two Parquet files. None only for a hub tag or id whose files are not local."

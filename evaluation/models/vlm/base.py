@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from data.clients.model_ids import MODEL_ID_PATTERN
 from data.clients.retry import TRANSIENT_HTTP_CODES
-from evaluation.models.display_name import DisplayName, absent
+from evaluation.models.display_name import DisplayName, display_name_field
 
 #: The reason classes an `Answer.error` takes.
 ERROR_CLASSES: tuple[str, ...] = (
@@ -53,12 +53,7 @@ class VlmIdentity(BaseModel):
         description='Filesystem-safe id (data.clients.model_ids.slug), e.g. "openai--Qwen--Qwen2-VL".',
     )
     name: str = Field(description="Human-readable model name.")
-    display_name: DisplayName | None = Field(
-        default=None,
-        exclude_if=absent,
-        description="A short human name (`--name`), for tables and pages; never part of model_id. Left out of the "
-        "dump when not given.",
-    )
+    display_name: DisplayName | None = display_name_field()
     weights_sha256: str | None = Field(
         default=None,
         description="Local weights: sha256 over the sorted (relative path, file sha256) of the model folder; None "

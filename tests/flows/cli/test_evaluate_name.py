@@ -14,22 +14,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
-from flows.cli import app
+from tests.support.cli import invoke, one_line
 
 NAME = "Tiny CLIP · B/32 (ours)"  # spaces, a slash and a non-ASCII character: a label, never an id
-
-
-def invoke(*args: str) -> Any:
-    return CliRunner().invoke(app, list(args))
-
-
-def one_line(output: str) -> str:
-    assert "Traceback" not in output, output
-    lines = [line for line in output.splitlines() if line.strip()]
-    assert len(lines) == 1, output
-    return lines[0]
 
 
 def written(result: Any) -> dict[str, Any]:

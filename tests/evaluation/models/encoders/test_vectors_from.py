@@ -17,25 +17,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
 from data.text_safety import markdown_text
 from evaluation.harnesses.exports import mteb_runner
 from evaluation.models.encoders import MODEL_METADATA_KEY
-from flows.cli import app
+from tests.support.cli import invoke, one_line
 
 KEY = MODEL_METADATA_KEY.encode()
-
-
-def invoke(*args: str) -> Any:
-    return CliRunner().invoke(app, list(args))
-
-
-def one_line(output: str) -> str:
-    assert "Traceback" not in output, output
-    lines = [line for line in output.splitlines() if line.strip()]
-    assert len(lines) == 1, output
-    return lines[0]
 
 
 def release_keys(release: Path) -> tuple[list[str], list[str]]:
