@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextvars
 import csv
+import os
 import re
-import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,7 +20,6 @@ from typing import Annotated, ClassVar, Literal, Protocol
 
 import fsspec
 import pyarrow as pa
-from PIL import Image
 from pydantic import Field, field_validator
 
 from collectors.search_ddgs import DdgsSearchConfig
@@ -47,7 +46,7 @@ class Searcher(Protocol):
 class LocalFolderSearchConfig(BackendConfig[Searcher]):
     #: Its hits are files on storage, which the local importer may read (see `collectors.fetch.web_hits_problem`).
     web_hits: ClassVar[bool] = False
-    cpu_bound: ClassVar[bool] = True  # lists folders and reads image headers
+    cpu_bound: ClassVar[bool] = True  # lists folders and builds a row per file
 
     backend: Literal["local"] = "local"
     root: str | None = Field(
@@ -293,9 +292,15 @@ class LocalFolderSearcher:
         lang_dir = _match_dir(fs, concept_dir, {query.tag or query.query_lang})
         if lang_dir is None:
             raise SearchError("no_results", f"no {query.tag or query.query_lang} folder under {concept_dir}")
-        files = sorted(p for p in fs.ls(lang_dir, detail=False) if Path(p).suffix.lower() in IMAGE_SUFFIXES)
-        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-        return [_local_hit(fs, path, f"{protocol}://{path}" if protocol != "file" else path) for path in files]
+        # Every entry with an image suffix, whatever its type, as fsspec's `ls` gave them: a link or an unreadable
+        # file is the importer's to classify.
+        files = sorted((path, *_stem_suffix(path)) for path, _ in _listing(fs, lang_dir))
+        protocol = _protocol(fs)
+        return [
+            _local_hit(stem, f"{protocol}://{path}" if protocol != "file" else path)
+            for path, stem, suffix in files
+            if suffix.lower() in IMAGE_SUFFIXES
+        ]
 
     # -- manifest ---------------------------------------------------------------------------------------------
 
@@ -375,11 +380,13 @@ def _match_dir(
     listing = listings.get(parent) if listings is not None else None
     if listing is None:
         listing = {}
-        if fs.isdir(parent):
-            for entry in fs.ls(parent, detail=True):
-                if entry["type"] == "directory":
-                    key = entry["name"].rstrip("/").rsplit("/", 1)[-1].lower()
-                    listing.setdefault(key, []).append(entry["name"])
+        try:
+            entries = _listing(fs, parent)
+        except (FileNotFoundError, NotADirectoryError):  # no such folder: no match, as for a missing key
+            entries = []
+        for name, is_dir in entries:
+            if is_dir:
+                listing.setdefault(name.rstrip("/").rsplit("/", 1)[-1].lower(), []).append(name)
         if listings is not None:
             listings[parent] = listing
     matches = sorted({name for key in keys for name in listing.get(key, [])})
@@ -388,16 +395,29 @@ def _match_dir(
     return matches[0] if matches else None
 
 
-def _local_hit(fs: fsspec.AbstractFileSystem, path: str, url: str) -> SearchHit:
-    """Title from the file name; size from the image header when it can be read (like DDG's width/height)."""
-    width = height = None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            # A local file through the os's open: fsspec's wrapper costs more than the header read, per hit.
-            opened = open(path, "rb") if "file" in fs.protocol else fs.open(path, "rb")  # noqa: SIM115
-            with opened as handle, Image.open(handle) as image:
-                width, height = image.size
-    except Exception:  # an unreadable file is the importer's to classify, not the searcher's
-        pass
-    return SearchHit(url=url, title=Path(path).stem, source_page=None, width=width, height=height)
+def _protocol(fs: fsspec.AbstractFileSystem) -> str:
+    return fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+
+
+def _listing(fs: fsspec.AbstractFileSystem, folder: str) -> list[tuple[str, bool]]:
+    """`folder`'s entries as (path, is a folder), from one listing. A local folder through `os.scandir`: its entries
+    know their type from the directory itself, where fsspec's detailed `ls` stats each one."""
+    if _protocol(fs) == "file":
+        with os.scandir(folder) as entries:
+            # Links not followed, as fsspec's LocalFileSystem.ls types them: a linked folder is not a folder.
+            return [(entry.path, entry.is_dir(follow_symlinks=False)) for entry in entries]
+    return [(entry["name"], entry["type"] == "directory") for entry in fs.ls(folder, detail=True)]
+
+
+def _stem_suffix(path: str) -> tuple[str, str]:
+    """A listed path's name as pathlib's `stem` and `suffix` split it, without a Path per file (most of the search's
+    time once no file is opened)."""
+    name = path.rsplit("/", 1)[-1]
+    dot = name.rfind(".")
+    return (name[:dot], name[dot:]) if 0 < dot < len(name) - 1 else (name, "")
+
+
+def _local_hit(title: str, url: str) -> SearchHit:
+    """No width or height, as from an engine that reports none: the file is not opened here (at a million hits that
+    cost 5x the listing), and the import decodes it and records its real size."""
+    return SearchHit(url=url, title=title, source_page=None)
