@@ -9,9 +9,13 @@ from __future__ import annotations
 import io
 import struct
 import warnings
+from collections.abc import Callable
+from typing import TypeVar
 
 from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict, Field
+
+Decoded = TypeVar("Decoded")
 
 
 class ImageLimits(BaseModel):
@@ -80,6 +84,48 @@ def sniff_text(data: bytes) -> str | None:
 
 def inspect_image(data: bytes, limits: ImageLimits) -> ImageInfo:
     """Return the decoded image's facts or raise `ImageRejected`."""
+    image, info = _open_checked(data, limits)
+    with image:
+        # A JPEG is checked at 1/8 scale (DCT-scaled draft decoding): libjpeg still parses every coefficient of the
+        # stream, so truncated and corrupt files fail as they do in full, at a fraction of the cost.
+        image.draft(image.mode, (1, 1))
+        try:
+            image.load()
+        except OSError as exc:
+            message = str(exc)
+            kind = "truncated" if "truncated" in message.lower() else "corrupt"
+            raise ImageRejected(kind, f"{info.format}: {message}") from None
+        except (SyntaxError, ValueError) as exc:  # PIL raises these for malformed chunks
+            raise ImageRejected("corrupt", f"{info.format}: {exc}") from None
+    return info
+
+
+def examine_image(data: bytes, limits: ImageLimits, decode: Callable[[bytes], Decoded]) -> tuple[ImageInfo, Decoded]:
+    """`inspect_image`'s verdict with one decode instead of two: `decode` (the image pass's reduced decode,
+    `curation.image_thumbnails.thumbnails`) decodes every coefficient of a JPEG and every pixel of other formats,
+    so it stands in for the check's own decode. Only when it fails does the check decode, to classify the file as
+    it always has (truncated, corrupt); a file the check passes keeps its row, and the decode's error is raised to
+    the caller as `DecodeFailed`, so the image is stored with the hashing's error, as before the pass."""
+    image, info = _open_checked(data, limits)
+    image.close()
+    try:
+        return info, decode(data)
+    except Exception as exc:  # any decoder failure: the check says whether the file is at fault
+        inspect_image(data, limits)  # raises ImageRejected when it is
+        raise DecodeFailed(info, exc) from exc
+
+
+class DecodeFailed(Exception):
+    """A file the check passes whose reduced decode failed: stored, its hashes an error row (`error`)."""
+
+    def __init__(self, info: ImageInfo, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.info = info
+        self.error = error
+
+
+def _open_checked(data: bytes, limits: ImageLimits) -> tuple[Image.Image, ImageInfo]:
+    """The opened image and its facts, once everything but the pixels has passed; raises `ImageRejected`."""
     if len(data) > limits.max_bytes:
         raise ImageRejected("too_large", f"{len(data)} bytes > max_bytes {limits.max_bytes}")
     # Content first: an error page served as an image is not an image, however short it is.
@@ -108,23 +154,13 @@ def inspect_image(data: bytes, limits: ImageLimits) -> ImageInfo:
         # the file's fault, not the disk's or the network's.
         kind = "truncated" if "truncated" in str(exc).lower() else "corrupt"
         raise ImageRejected(kind, f"{sniff_image(data) or 'unknown'} header: {exc}") from None
-    with image:
-        width, height = image.size
+    width, height = image.size
+    try:
         if width * height > limits.max_pixels:
             raise ImageRejected("decompression_bomb", f"{width}x{height} px > max_pixels {limits.max_pixels}")
         if min(width, height) < limits.min_side:
             raise ImageRejected("too_small", f"{width}x{height} px, min_side {limits.min_side}")
-        fmt = image.format or "unknown"
-        # A JPEG is checked at 1/8 scale (DCT-scaled draft decoding): libjpeg still parses every coefficient of the
-        # stream, so truncated and corrupt files fail as they do in full, at a fraction of the cost. Only the check
-        # decodes here: the hashing stage decodes for its thumbnails.
-        image.draft(image.mode, (1, 1))
-        try:
-            image.load()
-        except OSError as exc:
-            message = str(exc)
-            kind = "truncated" if "truncated" in message.lower() else "corrupt"
-            raise ImageRejected(kind, f"{fmt}: {message}") from None
-        except (SyntaxError, ValueError) as exc:  # PIL raises these for malformed chunks
-            raise ImageRejected("corrupt", f"{fmt}: {exc}") from None
-        return ImageInfo(format=fmt, width=width, height=height, mode=image.mode)
+    except ImageRejected:
+        image.close()
+        raise
+    return image, ImageInfo(format=image.format or "unknown", width=width, height=height, mode=image.mode)

@@ -16,8 +16,10 @@ import pyarrow as pa
 from fsspec.core import split_protocol
 from pydantic import Field
 
-from collectors.image_check import ImageLimits, ImageRejected, inspect_image
+from collectors.image_check import DecodeFailed, ImageLimits, ImageRejected, examine_image, inspect_image
+from collectors.image_pass import Decoded, PassBlobs, decode_for_pass
 from collectors.ssrf import storage_refusal
+from data.row_errors import error_text
 from data.schemas import IMAGES, STATUS_FAILED, STATUS_OK, ImagesRow, fetched_url, from_rows, images_row, str_cell
 from data.stage import BackendConfig
 from data.workspace import BlobStore, Workspace
@@ -67,13 +69,21 @@ def import_hits(hits: Sequence[Mapping[str, object]], blobs: BlobStore, limits: 
 
 def _import_hits(hits: Sequence[Mapping[str, object]], blobs: BlobStore, limits: ImageLimits) -> pa.Table:
     rows: list[ImagesRow] = []
+    passing = blobs if isinstance(blobs, PassBlobs) else None
     for hit in hits:
+        decoded: Decoded | None = None
         image_id, url = str_cell(hit, "image_id"), str_cell(hit, "url")
         row = images_row(image_id, fetched_url(url, STATUS_OK, attempts=1))
         try:
             data = read_limited(url, limits.max_bytes)
             row["num_bytes"] = len(data)
-            info = inspect_image(data, limits)
+            if passing is not None:  # the image pass: the check's decode is the one the hashes come from
+                try:
+                    info, decoded = examine_image(data, limits, decode_for_pass)
+                except DecodeFailed as failed:
+                    info, decoded = failed.info, error_text(failed.error)
+            else:
+                info = inspect_image(data, limits)
         except ProtocolRefused as exc:
             # Nothing was opened: attempts 0, as the downloader records a URL it refused.
             row.update({"status": STATUS_FAILED, "error": "blocked_protocol", "detail": str(exc), "attempts": 0})
@@ -84,7 +94,8 @@ def _import_hits(hits: Sequence[Mapping[str, object]], blobs: BlobStore, limits:
         except OSError as exc:
             row.update({"status": STATUS_FAILED, "error": "read_error", "detail": f"{type(exc).__name__}: {exc}"})
         else:
-            row.update({"sha256": blobs.put(data), "width": info.width, "height": info.height, "format": info.format})
+            sha = blobs.put(data) if passing is None or decoded is None else passing.put_decoded(data, decoded)
+            row.update({"sha256": sha, "width": info.width, "height": info.height, "format": info.format})
         rows.append(row)
     return from_rows(rows, IMAGES)
 

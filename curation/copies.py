@@ -22,7 +22,14 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from curation.image_dedup import EXACT_PIXEL_WINDOW, DedupInputs, equal_pixels, exact_byte_pairs, forget_thumbnails
+from curation.image_dedup import (
+    EXACT_PIXEL_WINDOW,
+    DedupInputs,
+    equal_pixels,
+    exact_byte_pairs,
+    forget_thumbnails,
+    prepare_thumbnails,
+)
 from curation.pair_batches import pair_batches
 from data.schemas import COPIES
 from data.unionfind import UnionFind
@@ -46,6 +53,7 @@ def copy_groups(inputs: DedupInputs, known_pixels: list[str | None]) -> pa.Table
         if inputs.sha256 is not None:
             across &= np.array([inputs.sha256[a] != inputs.sha256[b] for a, b in zip(i, j, strict=True)], bool)
         i, j, d = i[across], j[across], d[across]
+        prepare_thumbnails(inputs, i, j)
         for batch in pair_batches(i, j):  # one batch's thumbnails at a time
             equal, digests = equal_pixels(inputs, i[batch], j[batch], d[batch])
             for a, b in zip(i[batch][equal].tolist(), j[batch][equal].tolist(), strict=True):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections import Counter, defaultdict
 from typing import TypeVar
 
@@ -10,10 +12,11 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from collectors.image_pass import read_thumbnails
 from curation.contact_sheet import write_contact_sheet
 from curation.embed_images import vectors_in_order
 from curation.image_dedup import DedupInputs, DedupResult
-from curation.image_thumbnails import Thumbnails, pixel_sha256, thumbnails
+from curation.image_thumbnails import ALIGN_SIDE, CHROMA_SIDE, pixel_sha256
 from data.schemas import CONCEPT_DEDUP_SUMMARY
 from data.workspace import BlobStore, Workspace
 
@@ -22,71 +25,126 @@ _Scalar = TypeVar("_Scalar", bound=np.generic)
 
 def dedup_inputs(
     search: pa.Table,
-    images: pa.Table,
-    hashes: pa.Table,
+    stored: pa.Table,
     embeddings: pa.Table | None,
     blobs: BlobStore,
     workers: int = 2,
     processes: int = 1,
 ) -> DedupInputs:
-    """One row per hashed image, with the search facts the keep rule needs. Columnar: a million images' rows as
-    Python dicts would cost gigabytes."""
-    ids_column = hashes["image_id"]
+    """One row per stored image (`stored`: the images stage's ok rows, with the image pass's hashes), with the
+    search facts the keep rule needs. Columnar: a million images' rows as Python dicts would cost gigabytes."""
+    ids_column = stored["image_id"]
     ids = ids_column.to_pylist()
     hit = _rows_of(search, ids_column, "search")
-    facts = _rows_of(images, ids_column, "images")
-    stored = StoredThumbnails(blobs, hashes["sha256"].combine_chunks(), hashes["pixel_sha256"].combine_chunks())
+    thumbs = StoredThumbnails(
+        blobs,
+        stored["thumbnails"].combine_chunks(),
+        stored["thumbnail_row"].combine_chunks(),
+        stored["sha256"].combine_chunks(),
+        stored["pixel_sha256"].combine_chunks(),
+    )
 
-    def column(table: pa.Table, name: str, rows: pa.Array, dtype: type[_Scalar]) -> npt.NDArray[_Scalar]:
-        return np.asarray(table[name].take(rows).fill_null(0).to_numpy(zero_copy_only=False), dtype=dtype)
+    def column(table: pa.Table, name: str, rows: pa.Array | None, dtype: type[_Scalar]) -> npt.NDArray[_Scalar]:
+        values = table[name] if rows is None else table[name].take(rows)
+        return np.asarray(values.fill_null(0).to_numpy(zero_copy_only=False), dtype=dtype)
 
     return DedupInputs(
         image_ids=ids,
         concept_ids=column(search, "concept_id", hit, np.int32),
-        width=column(images, "width", facts, np.int32),
-        height=column(images, "height", facts, np.int32),
+        width=column(stored, "width", None, np.int32),
+        height=column(stored, "height", None, np.int32),
         rank=column(search, "rank", hit, np.int32),
         english=np.asarray(pc.equal(search["query_lang"].take(hit), "eng").to_numpy(zero_copy_only=False), bool),
-        sha256=hashes["sha256"].to_pylist(),
-        phash=np.asarray(hashes["phash"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.uint64),
-        dhash=np.asarray(hashes["dhash"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.uint64),
-        hashed=np.asarray(pc.is_null(hashes["error"]).to_numpy(zero_copy_only=False), dtype=bool),
+        sha256=stored["sha256"].to_pylist(),
+        phash=column(stored, "phash", None, np.uint64),
+        dhash=column(stored, "dhash", None, np.uint64),
+        hashed=np.asarray(pc.is_null(stored["hash_error"]).to_numpy(zero_copy_only=False), dtype=bool),
         embeddings=None if embeddings is None else vectors_in_order(embeddings, ids),
-        pixel_hash=stored.pixel_hash,
-        align_thumbnail=stored.align,
-        chroma_thumbnail=stored.chroma,
-        forget_thumbnails=stored.forget,
-        draft_decoded=np.asarray(pc.equal(images["format"].take(facts), "JPEG").to_numpy(zero_copy_only=False), bool),
+        pixel_hash=thumbs.pixel_hash,
+        align_thumbnail=thumbs.align,
+        chroma_thumbnail=thumbs.chroma,
+        forget_thumbnails=thumbs.forget,
+        prepare_thumbnails=thumbs.prepare,
+        draft_decoded=np.asarray(pc.equal(stored["format"], "JPEG").to_numpy(zero_copy_only=False), bool),
         workers=workers,
         processes=processes,
     )
 
 
 class StoredThumbnails:
-    """Row -> the thumbnails and pixel hash of a stored image, decoded on first use; thumbnails are kept until
-    `forget` (after each batch of pairs), pixel hashes for the run. Picklable (the blob store and two Arrow
-    columns), so that a worker process of the dedup (`curation/image_dedup.py`) gets one of its own."""
+    """Row -> the thumbnails the image pass stored for it (collectors/image_pass.py); nothing is decoded here but
+    the full decode of the exact-pixel tier (`pixel_hash`), for the few pairs whose thumbnails are equal.
 
-    def __init__(self, blobs: BlobStore, sha256: pa.Array, pixel_sha256: pa.Array) -> None:
+    The pass stored one blob per shard of the search's order (country by country), while pairs are within a concept,
+    spread over every country: reading a shard's blob for each pair would read each blob many times. So `prepare`
+    gathers the rows the pairs need in one sweep over their blobs, each read (and checked) once, into a scratch
+    file of fixed-size slots, which the batches read by row (a `pread` each; no blob, and no more than one slot,
+    is held in memory). Picklable (the blob store, Arrow columns and the scratch file's name), so that a worker
+    process of the dedup (`curation/image_dedup.py`) reads the same slots."""
+
+    SLOT = ALIGN_SIDE * ALIGN_SIDE + 2 * CHROMA_SIDE * CHROMA_SIDE  # bytes: align, then chroma
+
+    def __init__(
+        self, blobs: BlobStore, packs: pa.Array, pack_rows: pa.Array, sha256: pa.Array, pixel_sha256: pa.Array
+    ) -> None:
         self.blobs = blobs
+        self.packs = packs
+        self.pack_rows = pack_rows
         self.sha256 = sha256
-        self.known = pixel_sha256  # the pixel hashes the hashing stage already computed (null: not yet)
-        self._thumbnails: dict[int, Thumbnails] = {}
+        self.known = pixel_sha256  # the pixel hashes the pass already computed (null: not yet)
+        self.slots = np.full(len(packs), -1, dtype=np.int64)  # row -> its slot in the scratch file; -1: none
+        self._scratch: tempfile._TemporaryFileWrapper[bytes] | None = None
+        self._path: str | None = None
+        self._fd: int | None = None
         self._pixels: dict[int, str] = {}
 
     def __getstate__(self) -> dict[str, object]:
-        return {**self.__dict__, "_thumbnails": {}, "_pixels": {}}
+        return {**self.__dict__, "_scratch": None, "_fd": None, "_pixels": {}}
 
-    def _thumbs(self, row: int) -> Thumbnails:
-        if row not in self._thumbnails:
-            self._thumbnails[row] = thumbnails(self.blobs.get(self.sha256[row].as_py()))
-        return self._thumbnails[row]
+    def prepare(self, rows: npt.NDArray[np.int64]) -> None:
+        """Gather the thumbnails of `rows` not gathered yet: each blob that holds some is read once."""
+        rows = rows[self.slots[rows] < 0]
+        if not len(rows):
+            return
+        if self._scratch is None:
+            self._scratch = tempfile.NamedTemporaryFile(prefix="culturebench-thumbnails-", suffix=".bin")  # noqa: SIM115
+            self._path = self._scratch.name
+        keys = self.packs.take(pa.array(rows)).to_pylist()
+        missing = [int(r) for r, key in zip(rows.tolist(), keys, strict=True) if key is None]
+        if missing:
+            raise KeyError(f"image row {missing[0]} has no stored thumbnails (its decode failed)")
+        by_pack: dict[str, list[int]] = defaultdict(list)
+        for row, key in zip(rows.tolist(), keys, strict=True):
+            by_pack[key].append(row)
+        handle = self._scratch.file
+        next_slot = int(self.slots.max()) + 1
+        handle.seek(next_slot * self.SLOT)
+        for key, members in by_pack.items():
+            pack = read_thumbnails(self.blobs.get(key))
+            at = self.pack_rows.take(pa.array(members)).to_numpy()
+            align, chroma = pack["align"][at], pack["chroma"][at]
+            slots = np.concatenate([align.reshape(len(at), -1), chroma.reshape(len(at), -1).view(np.uint8)], axis=1)
+            handle.write(np.ascontiguousarray(slots).tobytes())
+            self.slots[members] = np.arange(next_slot, next_slot + len(members))
+            next_slot += len(members)
+        handle.flush()
+
+    def _slot(self, row: int) -> bytes:
+        slot = int(self.slots[row])
+        if slot < 0:
+            raise KeyError(f"image row {row}: thumbnails read before they were prepared")
+        if self._fd is None:
+            assert self._path is not None
+            self._fd = os.open(self._path, os.O_RDONLY)
+        return os.pread(self._fd, self.SLOT, slot * self.SLOT)
 
     def align(self, row: int) -> npt.NDArray[np.uint8]:
-        return self._thumbs(row).align_input
+        data = self._slot(row)
+        return np.frombuffer(data, np.uint8, ALIGN_SIDE * ALIGN_SIDE).reshape(ALIGN_SIDE, ALIGN_SIDE)
 
     def chroma(self, row: int) -> npt.NDArray[np.int8]:
-        return self._thumbs(row).chroma_input
+        data = self._slot(row)
+        return np.frombuffer(data, np.int8, offset=ALIGN_SIDE * ALIGN_SIDE).reshape(2, CHROMA_SIDE, CHROMA_SIDE)
 
     def pixel_hash(self, row: int) -> str:
         if row not in self._pixels:
@@ -95,7 +153,11 @@ class StoredThumbnails:
         return self._pixels[row]
 
     def forget(self) -> None:
-        self._thumbnails.clear()
+        """Nothing is cached (a slot is read per call; the scorer keeps what it prepared until its batch ends): only
+        the scratch file's reader is closed, and opened again at the next read."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _rows_of(table: pa.Table, image_ids: pa.ChunkedArray, name: str) -> pa.Array:

@@ -181,6 +181,9 @@ class DedupInputs:
     align_thumbnail: Callable[[int], npt.NDArray[np.uint8]] | None = None
     chroma_thumbnail: Callable[[int], npt.NDArray[np.int8]] | None = None
     forget_thumbnails: Callable[[], None] | None = None  # drop cached thumbnails (after each batch of pairs)
+    # Called once with every row whose thumbnails the pairs will read, before any is read: a store of them can
+    # gather them in one sweep (curation/dedup_stage.py's StoredThumbnails).
+    prepare_thumbnails: Callable[[npt.NDArray[np.int64]], None] | None = None
     draft_decoded: npt.NDArray[np.bool_] | None = None  # bool: the thumbnails came from a JPEG draft decode
     workers: int = 1
     # Worker processes for the candidate pairs' batches (data/process_pool.py); 1: in this process. Each worker gets
@@ -324,6 +327,7 @@ def _perceptual_pairs(
     if inputs.sha256 is not None:  # equal bytes are already the strongest link
         distinct = np.array([inputs.sha256[a] != inputs.sha256[b] for a, b in zip(i, j, strict=True)], bool)
         i, j, d = i[distinct], j[distinct], d[distinct]
+    prepare_thumbnails(inputs, i, j)
     batches = pair_batches(i, j)
     score = functools.partial(_scored_batch, _batch_inputs(inputs), tier, i, j, d)
     found = PairEvidence()
@@ -363,6 +367,12 @@ def _scored_batch(
         if scorer is not None:
             scorer.close()
     return evidence
+
+
+def prepare_thumbnails(inputs: DedupInputs, i: npt.NDArray[np.integer], j: npt.NDArray[np.integer]) -> None:
+    """Tell the thumbnails' store which rows the pairs (i, j) will read."""
+    if inputs.prepare_thumbnails is not None and len(i):
+        inputs.prepare_thumbnails(np.unique(np.concatenate([i, j])).astype(np.int64))
 
 
 def forget_thumbnails(inputs: DedupInputs, scorer: AlignedScorer | None = None) -> None:

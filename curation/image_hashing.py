@@ -106,8 +106,15 @@ def hash_batch(loaders: Sequence[Callable[[], bytes]], workers: int = 2, keep_al
             outcomes = list(pool.map(_try_thumbnails, loaders))
     else:
         outcomes = [_try_thumbnails(load) for load in loaders]
-    digests = [digest for digest, _ in outcomes]
-    results = [result for _, result in outcomes]
+    return hash_thumbnails([digest for digest, _ in outcomes], [result for _, result in outcomes], keep_align)
+
+
+def hash_thumbnails(
+    digests: list[str | None], results: Sequence[Thumbnails | str], keep_align: bool = False
+) -> HashedBatch:
+    """The bulk hashes of decoded thumbnails (an error string where a row did not decode); `digests`: the sha256
+    of each row's bytes. The image pass (collectors/image_pass.py) calls it with the thumbnails its one decode
+    made."""
     n = len(results)
     ok = [i for i, r in enumerate(results) if isinstance(r, Thumbnails)]
     thumbs = [r for r in results if isinstance(r, Thumbnails)]  # those of `ok`, in its order

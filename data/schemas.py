@@ -148,6 +148,20 @@ IMAGES = pa.schema(
     ]
 )
 
+#: The images stage's table: IMAGES, and what the image pass (collectors/image_pass.py) made from the same bytes for
+#: each stored image. Null on failed rows.
+IMAGES_PASSED = pa.schema(
+    [
+        *IMAGES,
+        pa.field("phash", pa.uint64()),  # imagehash-compatible 64-bit pHash; null when the image did not decode
+        pa.field("dhash", pa.uint64()),
+        pa.field("pixel_sha256", pa.string()),  # decoded-pixel hash, where the decode was full anyway (not JPEG)
+        pa.field("hash_error", pa.string()),  # a stored image whose reduced decode failed
+        pa.field("thumbnails", pa.string()),  # blob key of the shard's thumbnails (.npz: align, chroma)
+        pa.field("thumbnail_row", pa.int32()),  # this image's row in them
+    ]
+)
+
 IMAGE_HASHES = pa.schema(
     [
         pa.field("image_id", pa.string(), nullable=False),

@@ -37,7 +37,7 @@ def per_call_ms(call: Callable[[], object], calls: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("spec", type=Path, help="the spec-<shape>.json a kept build_scale run wrote")
-    parser.add_argument("--stages", default="search,images,image_hashes", help="sharded stages to measure")
+    parser.add_argument("--stages", default="search,images", help="sharded stages to measure")
     parser.add_argument("--calls", type=int, default=21)
     args = parser.parse_args()
     sys.path[:0] = [str(ROOT), str(ROOT / "perf")]

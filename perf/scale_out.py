@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SHARDED = ("search", "images", "image_hashes", "image_embeddings")
+SHARDED = ("search", "images", "image_embeddings")
 MODES = ("default", "dask_local", "dask_standing")
 VIT = {
     "embed_dim": 256,

@@ -1,4 +1,4 @@
-"""Interleaved A/B of build stages (by default the image stages, images and image_hashes) on one kept
+"""Interleaved A/B of build stages (by default the image stages, images and image_dedup) on one kept
 `perf/build_scale.py` workspace.
 
     git worktree add /tmp/before <commit>
@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-STAGES = ("images", "image_hashes")
+STAGES = ("images", "image_dedup")
 
 
 def run_child(root: Path, spec_path: Path, stages: list[str]) -> dict[str, float]:

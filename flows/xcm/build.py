@@ -131,7 +131,7 @@ def release(build: Build[Build3XCMConfig], progress: Progress | None = None) -> 
     images = tables.images
     # Each image is named by its URL, sha256 and pHash (docs/release-managers.md, "URL-only releases").
     if config.release.mode == "urls":
-        hashes = ws.read_table("image_hashes").select(["sha256", "phash"]).to_pylist()
+        hashes = ws.read_table("images").select(["sha256", "phash"]).to_pylist()
         images = with_phash(images, {h["sha256"]: h["phash"] for h in hashes})
     return write_3xcm_release(
         config.release,

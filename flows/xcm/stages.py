@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from annotation.backends import BuildReview
 from annotation.review import ReviewImage, image_extension, run_review
 from collectors.concepts import run_concepts
+from collectors.image_pass import ImagePass
 from collectors.search import SearchConfig, build_queries, search_rows
 from collectors.translations import run_translations
 from curation.assemble import run_assembly
@@ -24,7 +25,6 @@ from curation.dedup_stage import concept_summary, dedup_inputs, write_dedup_cont
 from curation.embed_images import embed_images, embeddings_table
 from curation.image_dedup import decide
 from curation.image_embeddings import ImageEmbedder
-from curation.image_hashing import hash_images
 from curation.tagging import TagRequest, run_tagging
 from curation.validate import ValidationReport, validate_benchmark
 from data import schemas
@@ -165,7 +165,7 @@ def _images(ctx: StageContext) -> ShardPlan:
     return ShardPlan(
         ok_rows(ctx.table("search")),
         shard_size=settings.shard_size,
-        process=lambda chunk: fetcher.fetch(chunk, ctx.ws.blobs),
+        process=ImagePass(fetcher, ctx.ws.blobs),  # the one read and reduced decode of every image
         summarize=lambda t: stats_from_table("images", t),
         cpu_bound=settings.cpu_bound,
     )
@@ -174,22 +174,15 @@ def _images(ctx: StageContext) -> ShardPlan:
 def ok_rows(table: pa.Table) -> TableRows[dict[str, Any]]:
     """The rows whose status is ok, as dicts made a shard at a time (a plan's items: the stage's process and each
     shard worker hold the Arrow table, not a dict per row)."""
-    return TableRows(table.filter(pc.equal(table["status"], STATUS_OK)))
+    return TableRows(ok_table(table))
+
+
+def ok_table(table: pa.Table) -> pa.Table:
+    return table.filter(pc.equal(table["status"], STATUS_OK))
 
 
 def stored_images(ctx: StageContext) -> TableRows[dict[str, Any]]:
     return ok_rows(ctx.table("images"))
-
-
-def _image_hashes(ctx: StageContext) -> ShardPlan:
-    settings = ctx.config.image_dedup
-    return ShardPlan(
-        stored_images(ctx),
-        shard_size=settings.shard_size,
-        process=lambda chunk: hash_images(chunk, ctx.ws.blobs, settings.workers),
-        summarize=lambda t: stats_from_table("image_hashes", t),
-        cpu_bound=True,
-    )
 
 
 def _image_embeddings(ctx: StageContext) -> StageOutput | ShardPlan:
@@ -219,19 +212,19 @@ def _image_embeddings(ctx: StageContext) -> StageOutput | ShardPlan:
 def _image_dedup(ctx: StageContext) -> StageOutput:
     config = ctx.config.image_dedup
     steps = Steps(ctx.on_progress(ctx.stage), 4)
+    stored = ok_table(ctx.table("images"))  # one row per stored image: its hashes and thumbnails
     inputs = dedup_inputs(
         ctx.table("search"),
-        ctx.table("images"),
-        ctx.table("image_hashes"),
+        stored,
         ctx.table("image_embeddings") if config.embedding is not None else None,
         ctx.ws.blobs,
         config.workers,
-        local_workers(ctx.config.task_runner, ctx.table("image_hashes").num_rows),
+        local_workers(ctx.config.task_runner, stored.num_rows),
     )
     steps.step("inputs")
     result = decide(inputs, config)
     steps.step("pairs and clusters within each concept")
-    copies = copy_groups(inputs, ctx.table("image_hashes")["pixel_sha256"].to_pylist())
+    copies = copy_groups(inputs, stored["pixel_sha256"].to_pylist())
     steps.step("copies across concepts")
     summary = concept_summary(result, kept_concepts(ctx))
     sheet = write_dedup_contact_sheet(result.decisions, ctx.table("images"), ctx.ws)
@@ -428,15 +421,16 @@ STAGES: tuple[Stage[Build3XCMConfig], ...] = (
     Stage(
         "search", 2, ("demo_corpus", "translations"), lambda c: (c.search, c.countries), _search, schemas.SEARCH_HITS
     ),
-    Stage("images", 1, ("search",), lambda c: c.download, _images, schemas.IMAGES),
-    Stage("image_hashes", 2, ("images",), lambda c: None, _image_hashes, schemas.IMAGE_HASHES),
+    # Version 2: the image pass; the table carries the hashes and names the thumbnails (the image_hashes stage's
+    # work, from the same read and decode).
+    Stage("images", 2, ("search",), lambda c: c.download, _images, schemas.IMAGES_PASSED),
     Stage(
         "image_embeddings", 1, ("images",), embedding_settings, _image_embeddings, schemas.IMAGE_EMBEDDINGS, gpu=True
     ),
     Stage(
         "image_dedup",
         3,
-        ("image_hashes", "image_embeddings"),
+        ("images", "image_embeddings"),
         lambda c: c.image_dedup.model_dump(exclude={"shard_size", "workers"}),
         _image_dedup,
         schemas.IMAGE_DEDUP,

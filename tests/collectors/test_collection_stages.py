@@ -114,7 +114,9 @@ def test_local_folder_searcher(tmp_path: Path) -> None:
     train_id = concepts["concept_id"].to_pylist()[concepts["concept"].to_pylist().index("train")]
     assert [r["image_id"] for r in ok] == [f"japan-{train_id}-1-nav", f"japan-{train_id}-2-nav"]  # top-k = 2
     assert [r["rank"] for r in ok] == [1, 2]  # 1-based in name order, as the authors' ranks are
-    assert ok[0]["width"] == 120 and ok[0]["title"] == "00_img" and ok[0]["searcher"] == "local"
+    assert ok[0]["title"] == "00_img" and ok[0]["searcher"] == "local"
+    # No size: the search does not open its hits (the import records each image's real size).
+    assert ok[0]["width"] is None and ok[0]["height"] is None
     failed = [r for r in rows if r["status"] == "failed"]
     assert len(failed) == 3 and {r["error"] for r in failed} == {"no_results"}  # empty eng folder, no food folder
     assert all(r["rank"] is None and r["url"] is None and r["detail"] for r in failed)

@@ -296,9 +296,11 @@ def test_a_deleted_part_is_redone_alone(
     ws, clean_files = _built(config)
     (Path(ws.stage_dir("images")) / "part-00001.parquet").unlink()
 
-    real, imported = collectors.importer.inspect_image, []
+    real, imported = collectors.importer.examine_image, []
     monkeypatch.setattr(
-        collectors.importer, "inspect_image", lambda data, limits: imported.append(1) or real(data, limits)
+        collectors.importer,
+        "examine_image",
+        lambda data, limits, decode: imported.append(1) or real(data, limits, decode),
     )
     summary = build_locally(config)
     images = next(s for s in summary.stages if s.stage == "images")

@@ -15,7 +15,7 @@ import pytest
 from data.progress import REPORTS, Steps, ticking
 from tests.conftest import SMALL_CONCEPTS, SMALL_COUNTRIES
 
-LONG_STAGES = ("demo_corpus", "image_hashes", "image_dedup", "review", "assembly", "validation", "release")
+LONG_STAGES = ("demo_corpus", "images", "image_dedup", "review", "assembly", "validation", "release")
 
 
 @pytest.mark.slow

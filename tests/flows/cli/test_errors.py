@@ -72,7 +72,7 @@ def test_a_full_disk(small_demo_config: Build3XCMConfig, tmp_path: Path, monkeyp
     real = Storage.write_bytes
 
     def full(self: Storage, path: str, data: bytes) -> None:
-        if "/tables/image_hashes/part-" in path:
+        if "/tables/images/part-" in path:
             raise OSError(errno.ENOSPC, "No space left on device", path)
         real(self, path, data)
 
@@ -80,7 +80,7 @@ def test_a_full_disk(small_demo_config: Build3XCMConfig, tmp_path: Path, monkeyp
     code, output = _build(small_demo_config, tmp_path)
     assert code == 1
     line = _error_line(output, "no space left")
-    assert "tables/image_hashes/part-00000.parquet" in line and "rerun" in line
+    assert "tables/images/part-00000.parquet" in line and "rerun" in line
     monkeypatch.setattr(Storage, "write_bytes", real)
     code, output = _build(small_demo_config, tmp_path)  # space freed: the rerun resumes and releases
     assert code == 0, output and "skipped (already done)" in output

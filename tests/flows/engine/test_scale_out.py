@@ -85,7 +85,7 @@ def test_3xcm_on_a_local_dask_cluster_releases_the_default_runners_bytes(
     # The sharded stages ran as shard tasks, spread over the two worker processes.
     summary = state.result()
     placement = summary.shard_placement
-    assert set(placement) == {"search", "images", "image_hashes", "image_embeddings"}
+    assert set(placement) == {"search", "images", "image_embeddings"}
     workers = {w for counts in placement.values() for w in counts}
     assert len(workers) == 2 and all(w.startswith("tcp://127.0.0.1:") for w in workers)
     stats = {s.stage: s for s in summary.stages}
