@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import threading
+import zipfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -145,14 +146,20 @@ def store_thumbnails(
     return store.put(buffer.getvalue())
 
 
-def read_thumbnails(data: bytes) -> Mapping[str, npt.NDArray[Any]]:
-    """A thumbnails blob's arrays, checked for their shapes (a blob of another kind is refused, not misread)."""
-    with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
-        align, chroma = arrays["align"], arrays["chroma"]
-    if align.dtype != np.uint8 or align.shape[1:] != (ALIGN_SIDE, ALIGN_SIDE):
-        raise ValueError(f"not a thumbnails blob: align is {align.dtype} {align.shape}")
+def read_thumbnails(data: bytes, key: str = "") -> Mapping[str, npt.NDArray[Any]]:
+    """A thumbnails blob's arrays, checked for their shapes (a blob of another kind is refused, not misread).
+    Every way it can be damaged is one ValueError naming the blob `key`."""
+    name = f"thumbnails blob {key}".rstrip()
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+            align, chroma = arrays["align"], arrays["chroma"]
+    except (ValueError, KeyError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        # np.load's own words mislead here (a non-npz file "contains pickled data"; a missing array is a KeyError).
+        raise ValueError(f"{name}: not a thumbnails blob ({type(exc).__name__}: {str(exc)[:120]})") from None
+    if align.dtype != np.uint8 or align.ndim != 3 or align.shape[1:] != (ALIGN_SIDE, ALIGN_SIDE):
+        raise ValueError(f"{name}: not a thumbnails blob: align is {align.dtype} {align.shape}")
     if chroma.dtype != np.int8 or chroma.shape != (len(align), 2, CHROMA_SIDE, CHROMA_SIDE):
-        raise ValueError(f"not a thumbnails blob: chroma is {chroma.dtype} {chroma.shape}")
+        raise ValueError(f"{name}: not a thumbnails blob: chroma is {chroma.dtype} {chroma.shape}")
     return {"align": align, "chroma": chroma}
 
 

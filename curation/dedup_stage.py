@@ -120,7 +120,7 @@ class StoredThumbnails:
         next_slot = int(self.slots.max()) + 1
         handle.seek(next_slot * self.SLOT)
         for key, members in by_pack.items():
-            pack = read_thumbnails(self.blobs.get(key))
+            pack = read_thumbnails(self.blobs.get(key), key)
             at = self.pack_rows.take(pa.array(members)).to_numpy()
             align, chroma = pack["align"][at], pack["chroma"][at]
             slots = np.concatenate([align.reshape(len(at), -1), chroma.reshape(len(at), -1).view(np.uint8)], axis=1)
