@@ -53,6 +53,10 @@ ATTEMPT = "_attempt.json"
 STATS = "_stats.json"
 
 
+# The local folders this process made (`Storage.open_atomic`): one makedirs per folder, not one per file written.
+_LOCAL_FOLDERS_MADE: set[str] = set()
+
+
 class FileRecord(BaseModel):
     """What a completion marker vouches for, per Parquet file of the stage."""
 
@@ -164,17 +168,28 @@ class Storage:
     def _open(self, path: str, mode: str) -> IO[bytes]:
         return open(path, mode) if self.local else self.fs.open(path, mode)
 
+    def _open_new(self, path: str, parent: str) -> IO[bytes]:
+        """`path` opened for writing; a local folder removed since this process made it is made again."""
+        try:
+            return self._open(path, "wb")
+        except FileNotFoundError:
+            if not self.local:
+                raise
+            os.makedirs(parent, exist_ok=True)
+            return self._open(path, "wb")
+
     @contextmanager
     def open_atomic(self, path: str) -> Iterator[IO[bytes]]:
         """Write to `path` through a temporary sibling that is renamed into place on success."""
         parent = path.rsplit("/", 1)[0]
-        if self.local:
-            os.makedirs(parent, exist_ok=True)
-        else:
+        if not self.local:
             self.fs.makedirs(parent, exist_ok=True)
+        elif parent not in _LOCAL_FOLDERS_MADE:  # a blob store writes a million files into a few thousand folders
+            os.makedirs(parent, exist_ok=True)
+            _LOCAL_FOLDERS_MADE.add(parent)
         tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[-1]}"
         try:
-            with self._open(tmp, "wb") as handle:
+            with self._open_new(tmp, parent) as handle:
                 yield handle
                 deferred = self.local and self.root in _deferred_roots()
                 if self.local and not deferred:  # the bytes reach the disk before the name does

@@ -497,3 +497,30 @@ def test_tables_that_change_after_the_validation_are_not_released(
     assert not Path(small_demo_config.release.root).exists() or not any(
         Path(small_demo_config.release.root).rglob("*.parquet")
     )
+
+
+@pytest.mark.slow
+def test_the_release_validates_once_where_the_validation_stage_vouches_for_its_tables(
+    small_demo_config: Build3XCMConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 60: the validation stage's verdict guards the release when every upstream marker is as that stage saw
+    it; the release then runs no validation of its own, and states the same verdict, byte for byte. An upstream
+    marker rewritten since (here: image_metadata's, with the same files) breaks the chain, and it validates again."""
+    ws, files = _built(small_demo_config)
+    stage_summary = ws.stats("validation").extra["summary"]
+    calls: list[str] = []
+    real = xcm_build.validate_published
+    monkeypatch.setattr(xcm_build, "validate_published", lambda build: calls.append("validated") or real(build))
+    result = release(XCM.build(small_demo_config))
+    assert calls == []
+    manifest = json.loads((Path(result.path) / "manifest.json").read_text())
+    assert manifest["validation"] == {"summary": stage_summary}
+    assert _files(result.path) == files  # what the build released with its own validation
+    shutil.rmtree(result.path)
+    marker = ws.marker("image_metadata")
+    assert marker is not None
+    marker.inputs = {**marker.inputs, "tags": "another digest"}  # not what assembly recorded of image_metadata
+    ws.storage.write_json(f"{ws.stage_dir('image_metadata')}/_SUCCESS", marker.model_dump(mode="json"))
+    assert not xcm_build.inputs_are_current(ws, "validation")
+    release(XCM.build(small_demo_config))
+    assert calls == ["validated"]

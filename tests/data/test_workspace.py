@@ -199,3 +199,20 @@ def test_a_shard_of_a_restarted_attempt_is_not_written(workspace_root: Path) -> 
     with pytest.raises(RuntimeError, match="restarted with another config"):
         write_shard(ws, "s", "fp-old", old, 1)
     assert ws.read_table("s")["item"].to_pylist() == [0, 1, 2, 3]
+
+
+def test_a_folder_removed_after_a_write_is_made_again_by_the_next(tmp_path: Path) -> None:
+    """Storage makes each local folder once per process (a blob store writes a million files into a few thousand
+    folders); a folder removed since is made again, not a FileNotFoundError."""
+    import shutil
+
+    from data.workspace import Storage
+
+    storage = Storage(str(tmp_path / "root"))
+    first = f"{tmp_path}/root/ab/cd/one"
+    storage.write_bytes(first, b"1")
+    shutil.rmtree(tmp_path / "root" / "ab")
+    storage.write_bytes(f"{tmp_path}/root/ab/cd/two", b"2")
+    assert (tmp_path / "root" / "ab" / "cd" / "two").read_bytes() == b"2"
+    assert not (tmp_path / "root" / "ab" / "cd" / "one").exists()
+    assert [p.name for p in (tmp_path / "root" / "ab" / "cd").iterdir()] == ["two"]  # no temporary file left
