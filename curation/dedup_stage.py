@@ -12,11 +12,11 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.image_pass import read_thumbnails
 from curation.contact_sheet import write_contact_sheet
 from curation.embed_images import vectors_in_order
 from curation.image_dedup import DedupInputs, DedupResult
 from curation.image_thumbnails import ALIGN_SIDE, CHROMA_SIDE, pixel_sha256
+from curation.thumbnail_packs import read_thumbnails
 from data.schemas import CONCEPT_DEDUP_SUMMARY
 from data.workspace import BlobStore, Workspace
 

@@ -1,4 +1,5 @@
-"""Hashing stage: perceptual hashes of every stored image, computed in bulk.
+"""Perceptual hashes of images, computed in bulk: for the image pass (collectors/image_pass.py) and for a folder
+(curation/file_dedup.py).
 
 Each image is decoded once, at reduced scale where the format allows it (curation/image_thumbnails.py); the hashes
 are then computed for a whole batch with numpy (one matrix product for every DCT, one comparison for every median),
@@ -10,7 +11,7 @@ curation/image_dedup.py).
 
 Decoding runs in a thread pool: Pillow's decoders and resamplers release the GIL, so threads use every core
 without the start-up and pickling cost of processes. Only numpy and Pillow are imported at module level, so that
-hashing a folder (curation/file_dedup.py) starts fast; the stage's table types are imported where it writes them.
+hashing a folder (curation/file_dedup.py) starts fast.
 """
 
 from __future__ import annotations
@@ -19,19 +20,13 @@ import hashlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import cache, partial
-from typing import TYPE_CHECKING
+from functools import cache
 
 import numpy as np
 import numpy.typing as npt
 
 from curation.image_thumbnails import ALIGN_SIDE, CHROMA_SIDE, HASH_SIDE, PHASH_SIDE, Thumbnails, thumbnails
 from data.row_errors import error_text
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-
-    from data.workspace import BlobStore
 
 
 @cache
@@ -138,25 +133,6 @@ def hash_thumbnails(
     draft = np.array([isinstance(r, Thumbnails) and r.draft_decoded for r in results], dtype=bool)
     pixels = [r.pixel_sha256 if isinstance(r, Thumbnails) else None for r in results]
     return HashedBatch(width, height, phash, dhash, errors, draft, digests, pixels, align, chroma)
-
-
-def hash_images(items: Sequence[dict[str, str]], blobs: BlobStore, workers: int = 2) -> pa.Table:
-    """IMAGE_HASHES rows for stored images (dicts with image_id and sha256)."""
-    from data.schemas import IMAGE_HASHES, from_rows
-
-    batch = hash_batch([partial(blobs.get, item["sha256"]) for item in items], workers)
-    rows = [
-        {
-            "image_id": item["image_id"],
-            "sha256": item["sha256"],
-            "phash": None if error else int(batch.phash[i]),
-            "dhash": None if error else int(batch.dhash[i]),
-            "pixel_sha256": batch.pixel_sha256[i],
-            "error": error,
-        }
-        for i, (item, error) in enumerate(zip(items, batch.errors, strict=True))
-    ]
-    return from_rows(rows, IMAGE_HASHES)
 
 
 def hamming_within(

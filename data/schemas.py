@@ -162,17 +162,6 @@ IMAGES_PASSED = pa.schema(
     ]
 )
 
-IMAGE_HASHES = pa.schema(
-    [
-        pa.field("image_id", pa.string(), nullable=False),
-        pa.field("sha256", pa.string(), nullable=False),
-        pa.field("phash", pa.uint64()),  # imagehash-compatible 64-bit pHash; null when the image did not decode
-        pa.field("dhash", pa.uint64()),
-        pa.field("pixel_sha256", pa.string()),  # decoded-pixel hash, where the decode was full anyway (not JPEG)
-        pa.field("error", pa.string()),
-    ]
-)
-
 IMAGE_EMBEDDINGS = pa.schema(
     [
         pa.field("image_id", pa.string(), nullable=False),

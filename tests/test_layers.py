@@ -58,6 +58,13 @@ BENCHMARK_NAMED = re.compile(r"(^|[._])(3xcm|xcm|mixcube)($|[._])")
 #: Imports across domain folders that are allowed, (importing module, imported module) -> why. Keep it short: an
 #: entry here is a dependency a reader cannot guess from the folder names. An entry no import uses fails the test.
 EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("collectors.image_pass", "curation.image_hashing"): (
+        "The image pass (issue 60): the import reads each image once and decodes it once, and from that decode makes "
+        "the hashes and the dedup's thumbnails with curation's own code, so that no later stage reads or decodes "
+        "the image again (docs/contributors.md, 'The image pass')."
+    ),
+    ("collectors.image_pass", "curation.image_thumbnails"): "As above: the one reduced decode and its thumbnails.",
+    ("collectors.image_pass", "curation.thumbnail_packs"): "As above: the shard's thumbnails blob, in its one format.",
     ("curation.reassemble", "collectors.concepts"): (
         "Reassembling a released benchmark needs the query texts its build used: the shipped concepts and "
         "translations, made by the same collectors (shipped backends, no model, no network) so the texts are "

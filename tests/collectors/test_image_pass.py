@@ -20,11 +20,12 @@ import collectors.image_pass
 import curation.image_thumbnails
 from collectors.fetch import Fetcher
 from collectors.image_check import ImageLimits
-from collectors.image_pass import ImagePass, PassBlobs, read_thumbnails
+from collectors.image_pass import ImagePass, PassBlobs
 from collectors.importer import ImportConfig, LocalImporter, import_hits
 from curation.dedup_stage import StoredThumbnails
 from curation.image_hashing import hash_batch
 from curation.image_thumbnails import decode_normalized, pixel_sha256, thumbnails
+from curation.thumbnail_packs import read_thumbnails
 from data.workspace import BlobStore, Workspace
 
 LIMITS = ImageLimits(min_side=32)

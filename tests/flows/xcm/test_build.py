@@ -97,18 +97,18 @@ def test_a_crashed_build_resumes_without_redoing_finished_work(
     config = small_demo_config.model_copy(
         update={"download": small_demo_config.download.model_copy(update={"shard_size": 10})}
     )
-    real_inspect = collectors.importer.inspect_image
+    real_read = collectors.importer.read_limited  # each image's one read (the image pass reads nothing again)
     calls: list[int] = []
     crashed: list[bool] = []
 
-    def crash_on_the_25th_image(data, limits):
-        calls.append(len(data))
+    def crash_on_the_25th_image(url, max_bytes):
+        calls.append(1)
         if len(calls) == 25 and not crashed:
             crashed.append(True)
             raise SimulatedCrash("the process died here")
-        return real_inspect(data, limits)
+        return real_read(url, max_bytes)
 
-    monkeypatch.setattr(collectors.importer, "inspect_image", crash_on_the_25th_image)
+    monkeypatch.setattr(collectors.importer, "read_limited", crash_on_the_25th_image)
     with pytest.raises(SimulatedCrash):
         build_locally(config)
     assert len(calls) == 25
