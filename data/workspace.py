@@ -418,6 +418,22 @@ class Workspace:
             and not self.damage(stage)
         )
 
+    def inputs_are_current(self, stage: str) -> bool:
+        """Whether `stage` finished and every stage upstream of it, all the way up, has the digest its downstream
+        markers recorded when they ran: then `stage` was computed from exactly what the workspace holds now."""
+        todo, seen = [stage], {stage}
+        while todo:
+            marker = self.marker(todo.pop())
+            if marker is None:
+                return False
+            for upstream, recorded in marker.inputs.items():
+                if self.marker_digest(upstream) != recorded:
+                    return False
+                if upstream not in seen:
+                    seen.add(upstream)
+                    todo.append(upstream)
+        return True
+
     def discard(self, stage: str, files: list[str]) -> None:
         """Forget that `stage` finished, and remove `files` of it: a rerun redoes exactly those (a sharded stage
         keeps its intact parts)."""

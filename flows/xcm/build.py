@@ -160,32 +160,16 @@ def validation_verdict(ws: Workspace) -> tuple[str, dict[str, str]] | None:
     None, and the release validates them itself (`validate_published`).
 
     It vouches when every stage upstream of it is as it was when it ran: each marker's recorded input digests are
-    those stages' digests now, all the way up (`inputs_are_current`). A digest covers the stage's files and its
-    inputs, so the tables the release reads (image_metadata, assembly, translations) are the ones it validated. One
-    validation then guards the release; a table rewritten since (its marker too, as a bug could) breaks the chain,
-    and the release validates again."""
-    if ws.marker("validation") is None or not inputs_are_current(ws, "validation"):
+    those stages' digests now, all the way up (`Workspace.inputs_are_current`). A digest covers the stage's files
+    and its inputs, so the tables the release reads (image_metadata, assembly, translations) are the ones it
+    validated. One validation then guards the release; a table rewritten since (its marker too, as a bug could)
+    breaks the chain, and the release validates again."""
+    if not ws.inputs_are_current("validation"):
         return None
     summary = ws.stats("validation").extra.get("summary")
     if not isinstance(summary, str):  # a marker from before the stage recorded its summary
         return None
     return summary, _table_digests(ws)
-
-
-def inputs_are_current(ws: Workspace, stage: str) -> bool:
-    """Whether every stage upstream of `stage` has the digest its downstream markers recorded when they ran."""
-    todo, seen = [stage], set()
-    while todo:
-        marker = ws.marker(todo.pop())
-        if marker is None:
-            return False
-        for upstream, recorded in marker.inputs.items():
-            if ws.marker_digest(upstream) != recorded:
-                return False
-            if upstream not in seen:
-                seen.add(upstream)
-                todo.append(upstream)
-    return True
 
 
 def validate_published(build: Build[Build3XCMConfig]) -> tuple[ValidationReport, dict[str, str]]:

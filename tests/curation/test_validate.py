@@ -521,6 +521,6 @@ def test_the_release_validates_once_where_the_validation_stage_vouches_for_its_t
     assert marker is not None
     marker.inputs = {**marker.inputs, "tags": "another digest"}  # not what assembly recorded of image_metadata
     ws.storage.write_json(f"{ws.stage_dir('image_metadata')}/_SUCCESS", marker.model_dump(mode="json"))
-    assert not xcm_build.inputs_are_current(ws, "validation")
+    assert not ws.inputs_are_current("validation")
     release(XCM.build(small_demo_config))
     assert calls == ["validated"]
