@@ -25,6 +25,7 @@ from data.progress import StepProgress
 from data.publish.folder import ImmutableFolder
 from data.publish.format import WEBDATASET_FEATURES
 from data.publish.tables import hf_schema
+from data.publish.tar_stream import TarStream
 from data.table_rows import TableRows
 
 
@@ -306,7 +307,7 @@ class _TarShards:
     plan: list[tuple[int, int, int]]  # (tar number, start, stop), sorted and contiguous
     fields: list[str]  # the sidecar JSON's columns (`sidecar_fields`)
     written: list[str] = field(default_factory=list)
-    _current: Any = None
+    _current: TarStream | None = None
     _file: ExitStack = field(default_factory=ExitStack)
     _shard: int = -1
     _starts: list[int] = field(init=False)
@@ -344,16 +345,14 @@ class _TarShards:
         shard = self.plan[index][0]
         if "." in key:
             raise ValueError(f"WebDataset keys may not contain dots: {key!r}")
-        if shard != self._shard:
+        if shard != self._shard or self._current is None:
             self._flush()
-            import webdataset as wds  # imports torch: only when a release writes tars
-
             sink = self._file.enter_context(self.folder.open_write(f"images/{shard:05d}.tar"))
             self._shard = shard
-            self._current = wds.TarWriter(sink, mtime=0, user="culturebench", group="culturebench", encoder=False)
+            self._current = TarStream(sink, user="culturebench", group="culturebench")
         sidecar = {name: metadata.get(name) for name in self.fields}
         sample_json = json.dumps(sidecar, sort_keys=True, ensure_ascii=False, default=str).encode()
-        self._current.write({"__key__": key, "jpg": data, "json": sample_json})
+        self._current.write_sample(key, {"jpg": data, "json": sample_json})
 
     def _flush(self) -> None:
         if self._current is None:

@@ -29,7 +29,12 @@ def write_table(folder: ImmutableFolder, config_name: str, table: pa.Table, spli
     return rel
 
 
-def write_csv(folder: ImmutableFolder, rel: str, table: pa.Table, columns: Iterable[str]) -> None:
+def table_csv_bytes(table: pa.Table, columns: Iterable[str]) -> bytes:
+    """The table's `columns` as CSV, no cell of which a spreadsheet runs as a formula."""
     names = list(columns)
     rows = table.select(names).to_pylist()
-    folder.write_bytes(rel, csv_bytes(names, ([row[c] for c in names] for row in rows)))  # no cell is a formula
+    return csv_bytes(names, ([row[c] for c in names] for row in rows))
+
+
+def write_csv(folder: ImmutableFolder, rel: str, table: pa.Table, columns: Iterable[str]) -> None:
+    folder.write_bytes(rel, table_csv_bytes(table, columns))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -37,6 +39,7 @@ from data.publish.image_tables import ImageRow, TableImageRows, to_release_jpeg
 from data.publish.manifest import Provenance, validated, validation_summary
 from data.publish.release import ReleaseConfig, ReleaseWriter
 from data.publish.sources import DOMAINS_FIGURE, domains_png, sources_section
+from data.publish.tables import table_csv_bytes
 from data.reference import ReferencePack
 from data.schemas import IMAGE_METADATA, XCM_BENCH_CSV_COLUMNS
 from data.stage_stats import StageStats
@@ -58,6 +61,7 @@ AUTHOR_IMAGE_FIELDS = (
     "title",
 )
 FIGURE = "figures/images_per_concept_country.png"
+XCM_BENCH_CSV = "benchmarks/xcm-bench.csv"
 
 
 def image_metadata_schema(catalog_schema: pa.Schema) -> pa.Schema:
@@ -81,6 +85,25 @@ def concept_country_matrix(catalog: pa.Table, pack: ReferencePack) -> tuple[np.n
     counts = Counter(zip(catalog["concept_id"].to_pylist(), catalog["country"].to_pylist(), strict=True))
     matrix = np.array([[counts[(cid, country)] for country in countries] for cid, _ in concepts], dtype=np.int64)
     return matrix, [name for _, name in concepts], countries
+
+
+@dataclass(frozen=True)
+class _SideFiles:
+    csv: bytes
+    heatmap: bytes
+    domains: bytes
+    countries: list[str]
+
+
+def _side_files(catalog: pa.Table, benchmark: pa.Table, pack: ReferencePack) -> _SideFiles:
+    """The release's files that are neither tables nor images: the authors' CSV and the card's two figures."""
+    matrix, concept_names, countries = concept_country_matrix(catalog, pack)
+    return _SideFiles(
+        csv=table_csv_bytes(benchmark, XCM_BENCH_CSV_COLUMNS),
+        heatmap=heatmap_png(matrix, concept_names, countries, "Images per concept and country"),
+        domains=domains_png(catalog["url"].to_pylist()),
+        countries=countries,
+    )
 
 
 def write_3xcm_release(
@@ -118,18 +141,27 @@ def write_3xcm_release(
                 key=meta["image_id"], metadata=meta, load=partial(release_bytes, meta), embed=not urls
             ),
         )
-        # A URL-only release has no `image` column: each row's `url`, `sha256` and `phash` name its image.
-        shards = writer.write_images(
-            "image_metadata", rows, schema, image_column=not urls, tars=not urls, progress=progress, workers=workers
-        )
-        writer.write_table("benchmark", benchmark)
-        writer.write_table("benchmark_cd", benchmark_cd)
-        writer.write_table("unassembled", unassembled)
-        writer.write_csv("benchmarks/xcm-bench.csv", benchmark, XCM_BENCH_CSV_COLUMNS)
+        with ThreadPoolExecutor(1, thread_name_prefix="release-side-files") as side:
+            # Made while the image shards are written (by worker processes, when there are workers): they need
+            # nothing from each other. Written after them in the same order as ever, so the folder is the same.
+            side_files = side.submit(_side_files, catalog, benchmark, pack)
+            # A URL-only release has no `image` column: each row's `url`, `sha256` and `phash` name its image.
+            try:
+                shards = writer.write_images(
+                    "image_metadata", rows, schema, image_column=not urls, tars=not urls, progress=progress,
+                    workers=workers,
+                )  # fmt: skip
+            finally:
+                side_files.cancel()  # a failed shard does not wait for the figures
+            writer.write_table("benchmark", benchmark)
+            writer.write_table("benchmark_cd", benchmark_cd)
+            writer.write_table("unassembled", unassembled)
+            made = side_files.result()
+        writer.write_bytes(XCM_BENCH_CSV, made.csv)
         writer.write_reference(pack)
-        matrix, concept_names, countries = concept_country_matrix(catalog, pack)
-        writer.write_bytes(FIGURE, heatmap_png(matrix, concept_names, countries, "Images per concept and country"))
-        writer.write_bytes(DOMAINS_FIGURE, domains_png(catalog["url"].to_pylist()))
+        writer.write_bytes(FIGURE, made.heatmap)
+        writer.write_bytes(DOMAINS_FIGURE, made.domains)
+        countries = made.countries
         # After the data files (their hashes go into it), before the card (its datasheet states the same facts).
         facts = xcm_facts(config.version, ordered, benchmark, benchmark_cd, unassembled, stated, mode=config.mode)
         facts = croissant.with_pack(facts, pack, set(countries))

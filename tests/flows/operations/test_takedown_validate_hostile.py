@@ -150,7 +150,6 @@ def test_a_takedown_from_an_older_parent_takes_down_every_image_of_the_denylist(
 TAKEDOWN = """
 import sys, time
 from pathlib import Path
-import webdataset  # what the patch writer imports (torch): before the race, not while holding the lock
 import data.takedown.denylist
 import flows.operations.takedown
 from flows.cli import app
