@@ -16,8 +16,6 @@ reason is `taken_down` (`culturebench takedown`) names an image that is no longe
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -37,7 +35,6 @@ from curation.rules import (
     in_pool,
     seeded_priority,
 )
-from data.process_pool import run_apart
 from data.progress import StepProgress, Steps
 from data.reference import ReferencePack
 from data.schemas import BENCHMARK, BENCHMARK_CD, CATALOG
@@ -428,15 +425,6 @@ class _Checker:
             elif given[r] != want:
                 self.add(name, r, f"{task}.query_text", f"{given[r]} != {want}")
 
-    def check_task(self, task: str, table: pa.Table, unassembled: pa.Table | None) -> None:
-        """One task's rows, then (given `unassembled`) its completeness."""
-        name, rules, prefixes = (
-            ("benchmark", RQ2_RULES, RQ2_PREFIXES) if task == "rq2" else ("benchmark_cd", RQ3_RULES, RQ3_PREFIXES)
-        )
-        self.check_rows(name, table, rules, prefixes, task)
-        if unassembled is not None:
-            self.check_complete(task, name, unassembled)
-
     def check_complete(self, task: str, table_name: str, unassembled: pa.Table) -> None:
         """Every image is a query of the task, or is in `unassembled` with the reason it could not be one."""
         rows = unassembled.filter(pc.equal(unassembled["task"], task)).to_pylist()
@@ -485,7 +473,6 @@ def validate_benchmark(
     id_scheme: bool = True,
     progress: StepProgress | None = None,
     pack: ReferencePack,
-    apart: bool = False,
 ) -> ValidationReport:
     """Check every row; with `unassembled`, also that every image is a query or is listed there with a reason.
     `max_reuse` caps candidate reuse for both tasks, or per task ({"rq2": 5, "rq3": None}).
@@ -493,15 +480,11 @@ def validate_benchmark(
     `balance=False` leaves out the replay of the least-used choices (a benchmark repaired around rows it kept
     cannot have chosen them least-used); `texts` replaces the pack's language data for other countries;
     `id_scheme=False` leaves out the image id format (a pool of the authors' images keeps their ids as published).
-    `pack`: the reference pack the benchmark was built from (its country order, languages and names).
-
-    `apart`: RQ3 is checked in a worker process of its own while this one checks RQ2 (as the assembly builds them):
-    the two tasks share nothing but the image table, each replays its own choices, and the report is the same."""
+    `pack`: the reference pack the benchmark was built from (its country order, languages and names)."""
     texts = texts or (QueryTexts(translations, pack) if translations is not None else None)
-    steps = Steps(progress, 4)  # images and schemas, RQ2 rows, RQ2 complete, RQ3 rows and complete
+    steps = Steps(progress, 5)  # images and schemas, RQ2 rows, RQ3 rows, each task's completeness
     languages = {c.name: [(lang.code, lang.group) for lang in c.languages] for c in pack.countries}
-    arguments = (images, texts, max_reuse, balance, id_scheme, [c.name for c in pack.countries], languages)
-    checker = _Checker(*arguments)
+    checker = _Checker(images, texts, max_reuse, balance, id_scheme, [c.name for c in pack.countries], languages)
     checker.check_images()
     if checker.violations:
         return ValidationReport(violations=checker.violations, rows_checked={"image_metadata": images.num_rows})
@@ -517,34 +500,21 @@ def validate_benchmark(
         # A build whose sources all failed (blocked search, dead hosts) must not publish an empty benchmark.
         checker.add("benchmark", None, "non_empty", "no RQ2 triplet could be assembled; see the unassembled table")
     steps.step("images and schemas")
-    rq3_apart = None
-    if benchmark_cd is not None and apart:
-        rq3_apart = run_apart(partial(_task_apart, arguments, "rq3", benchmark_cd, unassembled), "RQ3's validation")
+    checker.check_rows("benchmark", benchmark, RQ2_RULES, RQ2_PREFIXES, "rq2")
+    steps.step("RQ2 rows")
     rows = {"image_metadata": images.num_rows, "benchmark": benchmark.num_rows}
-    checker.check_task("rq2", benchmark, unassembled)
-    steps.step("RQ2 rows and completeness")
     if benchmark_cd is not None:
-        if rq3_apart is not None:
-            checker.violations.extend(rq3_apart())
-        else:
-            checker.check_task("rq3", benchmark_cd, unassembled)
+        checker.check_rows("benchmark_cd", benchmark_cd, RQ3_RULES, RQ3_PREFIXES, "rq3")
         rows["benchmark_cd"] = benchmark_cd.num_rows
-    steps.step("RQ3 rows and completeness")
+    steps.step("RQ3 rows")
     if unassembled is not None:
+        checker.check_complete("rq2", "benchmark", unassembled)
+        steps.step("RQ2 complete")
+        if benchmark_cd is not None:
+            checker.check_complete("rq3", "benchmark_cd", unassembled)
         rows["unassembled"] = unassembled.num_rows
     steps.finish()
-    # Sorted, so the same whether RQ3 ran apart or here: the tasks write to tables of their own, but for the
-    # `unassembled` lines of each (whole-table ones, in task order either way).
     return ValidationReport(violations=_row_major(checker.violations), rows_checked=rows)
-
-
-def _task_apart(
-    arguments: tuple[Any, ...], task: str, table: pa.Table, unassembled: pa.Table | None
-) -> list[Violation]:
-    """One task checked by a checker of its own (its own catalog, built where it runs): its violations."""
-    checker = _Checker(*arguments)
-    checker.check_task(task, table, unassembled)
-    return checker.violations
 
 
 def _row_major(violations: list[Violation]) -> list[Violation]:

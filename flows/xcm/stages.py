@@ -343,9 +343,7 @@ def _assembly(ctx: StageContext) -> StageOutput:
 
 
 def _validation(ctx: StageContext) -> StageOutput:
-    tables = published_tables(ctx.ws)
-    apart = local_workers(ctx.config.task_runner, tables.images.num_rows) > 1  # RQ3 on the other core
-    report = validate_tables(ctx.config, tables, ctx.pack, ctx.on_progress(ctx.stage), apart=apart)
+    report = validate_tables(ctx.config, published_tables(ctx.ws), ctx.pack, ctx.on_progress(ctx.stage))
     table = schemas.from_rows([v.model_dump() for v in report.violations], schemas.VIOLATIONS)
     if not report.ok:
         # Kept for inspection, but without a completion marker: a rerun validates again and never releases this.
@@ -383,15 +381,11 @@ def published_tables(ws: Workspace) -> PublishedTables:
 
 
 def validate_tables(
-    config: Build3XCMConfig,
-    tables: PublishedTables,
-    pack: ReferencePack,
-    progress: StepProgress | None = None,
-    apart: bool = False,
+    config: Build3XCMConfig, tables: PublishedTables, pack: ReferencePack, progress: StepProgress | None = None
 ) -> ValidationReport:
-    """Every benchmark rule, on exactly these tables: the validation stage runs it (RQ3 in a worker process of its
-    own, `apart`), and so does the release where that stage's verdict no longer holds for the tables it
-    is about to publish (`flows/xcm/build.py` `validation_verdict`)."""
+    """Every benchmark rule, on exactly these tables: the validation stage runs it, and so does the release where
+    that stage's verdict no longer holds for the tables it is about to publish (`flows/xcm/build.py`
+    `validation_verdict`)."""
     return validate_benchmark(
         tables.images,
         tables.benchmark,
@@ -401,7 +395,6 @@ def validate_tables(
         unassembled=tables.unassembled,
         progress=progress,
         pack=pack,
-        apart=apart,
     )
 
 

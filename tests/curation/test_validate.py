@@ -251,27 +251,6 @@ def test_the_validator_ties_the_query_to_its_image_and_accounts_for_every_image(
     assert validate_benchmark(images, dropped, None, translations, unassembled=explained, pack=default_pack()).ok
 
 
-def test_rq3_checked_in_a_worker_process_gives_the_same_report(demo: tuple[Build3XCMConfig, Path]) -> None:
-    """`apart=True` (the validation stage on a machine with cores to spare) against the same check in one process,
-    on tables broken in both tasks: the same violations in the same order, and none of them lost."""
-    config, _ = demo
-    ws = Workspace(config.workspace_root, config.resolved_build_id())
-    images, translations = ws.read_table("image_metadata"), ws.read_table("translations")
-    benchmark, benchmark_cd = ws.read_table("assembly"), ws.read_extra_table("assembly", "benchmark_cd")
-    unassembled = ws.read_extra_table("assembly", "unassembled")
-    rq3_rows = benchmark_cd.to_pylist()
-    rq3_rows[1]["query_concept_id"] = rq3_rows[0]["query_concept_id"] + 1000  # no such concept: rq3 breaks
-    broken_cd = pa.Table.from_pylist(rq3_rows, schema=benchmark_cd.schema).slice(1)  # and a query goes missing
-    tables = (images, benchmark.slice(2), broken_cd, translations)
-    here = validate_benchmark(*tables, unassembled=unassembled, pack=default_pack())
-    apart = validate_benchmark(*tables, unassembled=unassembled, pack=default_pack(), apart=True)
-    assert {v.rule for v in here.violations} >= {"rq2.complete", "rq3.complete", "rq3.query_concept_id"}
-    assert apart == here
-    whole = validate_benchmark(images, benchmark, benchmark_cd, translations, unassembled=unassembled,
-                               pack=default_pack(), apart=True)  # fmt: skip
-    assert whole.ok, whole.summary()
-
-
 # -- a damaged workspace -----------------------------------------------------------------------------------------
 
 
