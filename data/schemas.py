@@ -559,7 +559,8 @@ BENCHMARK = pa.schema(
         pa.field("query_text", pa.string(), nullable=False),
     ]
 )
-#: The columns of the authors' benchmarks/xcm-bench.csv, in order.
+#: Where a 3XCM release (and a reassembled benchmark) keeps the authors' CSV, and its columns in order.
+XCM_BENCH_CSV = "benchmarks/xcm-bench.csv"
 XCM_BENCH_CSV_COLUMNS: tuple[str, ...] = tuple(BENCHMARK.names[: 4 + 4 * len(RQ2_SLOTS)])
 
 BENCHMARK_CD = pa.schema(

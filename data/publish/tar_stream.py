@@ -3,7 +3,7 @@
 `tarfile` builds each member's header (`TarInfo.tobuf`, its default PAX format: plain ustar unless a name needs
 more), and the member's bytes go to the sink as they are: no copy of the `TarInfo`, no `BytesIO`, no pass through
 tarfile's 10 KB stream buffer. The output is byte for byte what `webdataset.TarWriter(sink, mtime=0, user=...,
-group=..., encoder=False)` writes for the same samples (`tests/publish/test_tar_stream.py` checks it against
+group=..., encoder=False)` writes for the same samples (`tests/data/publish/test_tar_stream.py` checks it against
 webdataset itself). It does not import webdataset, whose package imports torch: about 1.5 s of CPU in every worker
 process that writes a tar.
 """

@@ -12,7 +12,7 @@ from data.publish.card import CardConfig, card_configs, empty_configs_note, fron
 from data.publish.folder import ImmutableFolder, ReleaseResult
 from data.publish.manifest import ReassembledManifest
 from data.publish.tables import write_csv, write_table
-from data.schemas import XCM_BENCH_CSV_COLUMNS
+from data.schemas import XCM_BENCH_CSV, XCM_BENCH_CSV_COLUMNS
 
 NAME = "3xcm-reassembled"
 #: How messages and the result name the folder's version (its manifest states none: the input's sha256 names it).
@@ -30,7 +30,7 @@ def write_reassembled(
         "reassembled benchmark is never written over: choose a new --out, or remove that folder"
     )
     try:
-        write_csv(folder, "benchmarks/xcm-bench.csv", benchmark, XCM_BENCH_CSV_COLUMNS)
+        write_csv(folder, XCM_BENCH_CSV, benchmark, XCM_BENCH_CSV_COLUMNS)
         write_table(folder, "benchmark", benchmark)
         write_table(folder, "benchmark_cd", benchmark_cd)
         write_table(folder, "unassembled", unassembled)

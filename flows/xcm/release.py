@@ -41,7 +41,7 @@ from data.publish.release import ReleaseConfig, ReleaseWriter
 from data.publish.sources import DOMAINS_FIGURE, domains_png, sources_section
 from data.publish.tables import table_csv_bytes
 from data.reference import ReferencePack
-from data.schemas import IMAGE_METADATA, XCM_BENCH_CSV_COLUMNS
+from data.schemas import IMAGE_METADATA, XCM_BENCH_CSV, XCM_BENCH_CSV_COLUMNS
 from data.stage_stats import StageStats
 from data.workspace import BlobStore
 from flows.xcm.release_facts import is_demo, xcm_facts
@@ -61,7 +61,6 @@ AUTHOR_IMAGE_FIELDS = (
     "title",
 )
 FIGURE = "figures/images_per_concept_country.png"
-XCM_BENCH_CSV = "benchmarks/xcm-bench.csv"
 
 
 def image_metadata_schema(catalog_schema: pa.Schema) -> pa.Schema:
@@ -146,13 +145,9 @@ def write_3xcm_release(
             # nothing from each other. Written after them in the same order as ever, so the folder is the same.
             side_files = side.submit(_side_files, catalog, benchmark, pack)
             # A URL-only release has no `image` column: each row's `url`, `sha256` and `phash` name its image.
-            try:
-                shards = writer.write_images(
-                    "image_metadata", rows, schema, image_column=not urls, tars=not urls, progress=progress,
-                    workers=workers,
-                )  # fmt: skip
-            finally:
-                side_files.cancel()  # a failed shard does not wait for the figures
+            shards = writer.write_images(
+                "image_metadata", rows, schema, image_column=not urls, tars=not urls, progress=progress, workers=workers
+            )
             writer.write_table("benchmark", benchmark)
             writer.write_table("benchmark_cd", benchmark_cd)
             writer.write_table("unassembled", unassembled)

@@ -31,7 +31,7 @@ from data.publish.rai import (
     url_only_line,
 )
 from data.review_labels import AUTO_ACCEPT
-from data.schemas import XCM_BENCH_CSV_COLUMNS
+from data.schemas import XCM_BENCH_CSV, XCM_BENCH_CSV_COLUMNS
 from data.text_safety import code_span
 
 XCM_COLUMNS = {
@@ -490,8 +490,8 @@ def _record_sets(r: _Release) -> tuple[RecordSetSpec, ...]:
         ),
         _record_set(
             "xcm_bench",
-            "`benchmarks/xcm-bench.csv`: the RQ2 triplets with the exact columns of the authors' evaluator.",
-            "benchmarks/xcm-bench.csv",
+            f"`{XCM_BENCH_CSV}`: the RQ2 triplets with the exact columns of the authors' evaluator.",
+            XCM_BENCH_CSV,
             _select(benchmark.schema, XCM_BENCH_CSV_COLUMNS),
             benchmark.num_rows,
             encoding=CSV,
