@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache, partial
-from pathlib import Path
 
 import numpy as np
 
+from curation.file_hashing import hash_files, read_file
+from curation.image_align import load_opencv
 from curation.image_dedup import DedupInputs, ImageDedupConfig, decide_columns
-from curation.image_hashing import hash_batch
 from curation.image_thumbnails import pixel_sha256
 
 
@@ -28,15 +28,12 @@ class FileDedupResult:
     merge_pairs: list[tuple[str, str]]  # the pairs a tier decided to merge, before union-find closes them
 
 
-def _read(path: str) -> bytes:
-    return Path(path).read_bytes()
-
-
 def dedup_files(paths: Sequence[str], config: ImageDedupConfig | None = None, workers: int = 2) -> FileDedupResult:
     """Cluster `paths` (one scope: everything is compared with everything)."""
     config = config or ImageDedupConfig()
     paths = [str(p) for p in paths]
-    batch = hash_batch([partial(_read, path) for path in paths], workers, keep_align=True)
+    # The aligned tier's OpenCV is imported while the workers decode: a fresh process would wait for it after.
+    batch = hash_files(paths, workers, keep_align=True, meanwhile=load_opencv)
     align, chroma = batch.align, batch.chroma
     assert align is not None and chroma is not None  # keep_align
     hashed = np.array([e is None for e in batch.errors], dtype=bool)
@@ -44,14 +41,14 @@ def dedup_files(paths: Sequence[str], config: ImageDedupConfig | None = None, wo
 
     @cache
     def pixels(row: int) -> str:
-        return batch.pixel_sha256[row] or pixel_sha256(_read(paths[row]))
+        return batch.pixel_sha256[row] or pixel_sha256(read_file(paths[row]))
 
     embeddings = None
     if config.embedding is not None:
         from curation.embed_images import embed_images
 
         embedder = config.embedding.embedder.build()
-        loaders = [partial(_read, path) for path in paths]
+        loaders = [partial(read_file, path) for path in paths]
         embeddings, _ = embed_images(embedder, loaders, config.embedding.embedder.batch_size)
     inputs = DedupInputs(
         image_ids=paths,

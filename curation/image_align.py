@@ -44,6 +44,11 @@ def _cv2() -> ModuleType:
     return cv2
 
 
+def load_opencv() -> None:
+    """Import OpenCV now, at a moment that costs nothing (curation/file_dedup.py, while its workers decode)."""
+    _cv2()
+
+
 def prepare(thumbnail: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
     """A (64, 64) uint8 thumbnail as the float32, lightly blurred image ECC works on."""
     blurred: npt.NDArray[np.float32] = _cv2().GaussianBlur(np.asarray(thumbnail, dtype=np.float32), (0, 0), _BLUR_SIGMA)

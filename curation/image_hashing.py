@@ -79,7 +79,7 @@ class HashedBatch:
     chroma: npt.NDArray[np.int8] | None = None  # (N, 2, 32, 32) int8 with `align`; zeros where a row failed
 
 
-def _try_thumbnails(load: Callable[[], bytes]) -> tuple[str | None, Thumbnails | str]:
+def _try_thumbnails(load: Callable[[], bytes]) -> Decoded:
     """(sha256 of the bytes, thumbnails or an error); reading happens here too, so I/O overlaps in the pool."""
     try:
         data = load()
@@ -92,15 +92,28 @@ def _try_thumbnails(load: Callable[[], bytes]) -> tuple[str | None, Thumbnails |
         return digest, error_text(exc)
 
 
+#: What one image's decode gave: the sha256 of its bytes (None if they could not be read), and its thumbnails or
+#: the error.
+Decoded = tuple[str | None, Thumbnails | str]
+
+
+def decode_all(loaders: Sequence[Callable[[], bytes]], workers: int = 2) -> list[Decoded]:
+    """Each loader's bytes read and decoded, in a thread pool of `workers`, in order."""
+    if workers > 1 and len(loaders) > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(_try_thumbnails, loaders))
+    return [_try_thumbnails(load) for load in loaders]
+
+
 def hash_batch(loaders: Sequence[Callable[[], bytes]], workers: int = 2, keep_align: bool = False) -> HashedBatch:
     """Decode in a thread pool, then hash the whole batch at once; optionally keep the alignment and chroma
     thumbnails. Formats decoded in full give their pixel sha256 too (hashing it in place costs far less than
     decoding again for the exact-pixel tier)."""
-    if workers > 1 and len(loaders) > 1:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            outcomes = list(pool.map(_try_thumbnails, loaders))
-    else:
-        outcomes = [_try_thumbnails(load) for load in loaders]
+    return hash_decoded(decode_all(loaders, workers), keep_align)
+
+
+def hash_decoded(outcomes: Sequence[Decoded], keep_align: bool = False) -> HashedBatch:
+    """`hash_thumbnails` of `decode_all`'s answer."""
     return hash_thumbnails([digest for digest, _ in outcomes], [result for _, result in outcomes], keep_align)
 
 

@@ -145,7 +145,7 @@ def test_the_file_deduplicator_answers_as_the_stage_tables_do(tmp_path: Path) ->
     """dedup_files reads decide_columns directly; the answer is what the stage's tables (decide) say, in order."""
     from functools import partial
 
-    from curation.file_dedup import _read
+    from curation.file_hashing import read_file
     from curation.image_dedup import DedupInputs, ImageDedupConfig, decide
     from curation.image_hashing import hash_batch
     from perf.dedup_vs_imagededup.corpus import generate_corpus
@@ -153,7 +153,7 @@ def test_the_file_deduplicator_answers_as_the_stage_tables_do(tmp_path: Path) ->
     paths = generate_corpus(tmp_path / "c", seed=4, bases=12, workers=1, mix="small-crops").paths()
     result = dedup_files(paths, workers=2)
 
-    batch = hash_batch([partial(_read, p) for p in paths], 2, keep_align=True)
+    batch = hash_batch([partial(read_file, p) for p in paths], 2, keep_align=True)
     align, chroma = batch.align, batch.chroma
     assert align is not None and chroma is not None
     n = len(paths)
@@ -168,7 +168,7 @@ def test_the_file_deduplicator_answers_as_the_stage_tables_do(tmp_path: Path) ->
         phash=batch.phash,
         dhash=batch.dhash,
         hashed=np.array([e is None for e in batch.errors], dtype=bool),
-        pixel_hash=lambda row: batch.pixel_sha256[row] or pixel_sha256(_read(paths[row])),
+        pixel_hash=lambda row: batch.pixel_sha256[row] or pixel_sha256(read_file(paths[row])),
         align_thumbnail=lambda row: align[row],
         chroma_thumbnail=lambda row: chroma[row],
         draft_decoded=batch.draft_decoded,

@@ -54,11 +54,11 @@ def test_batches_keep_components_whole_within_their_row_budget(seed: int) -> Non
 def _inputs(paths: list[str], held: list[int]) -> DedupInputs:
     """The file deduplicator's inputs on a small crops corpus, with a thumbnail cache that `forget` empties and
     whose size is recorded after every fill."""
-    from curation.file_dedup import _read
+    from curation.file_hashing import read_file
     from curation.image_hashing import hash_batch
     from curation.image_thumbnails import pixel_sha256
 
-    batch = hash_batch([partial(_read, p) for p in paths], 2, keep_align=True)
+    batch = hash_batch([partial(read_file, p) for p in paths], 2, keep_align=True)
     align, chroma = batch.align, batch.chroma
     assert align is not None and chroma is not None
     cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -81,7 +81,7 @@ def _inputs(paths: list[str], held: list[int]) -> DedupInputs:
         phash=batch.phash,
         dhash=batch.dhash,
         hashed=np.array([e is None for e in batch.errors], dtype=bool),
-        pixel_hash=lambda row: batch.pixel_sha256[row] or pixel_sha256(_read(paths[row])),
+        pixel_hash=lambda row: batch.pixel_sha256[row] or pixel_sha256(read_file(paths[row])),
         align_thumbnail=lambda row: thumbs(row)[0],
         chroma_thumbnail=lambda row: thumbs(row)[1],
         forget_thumbnails=cache.clear,
